@@ -1,0 +1,30 @@
+// Local attention of a block of queries against a block of keys/values, the inner step of
+// BurstAttention (LAO): a tiled flash-attention forward that returns the normalised output O and
+// the log-sum-exp of each row, so that results over several K/V blocks can be merged later
+// (attention/online_softmax.h). The S and P tiles never reach main memory.
+//
+// Positions: query row i has position q_pos0 + i, key row j has position k_pos0 + j. With
+// causal != 0, key j is visible to query i only when k_pos0 + j <= q_pos0 + i. A query row that
+// sees no key at all gets O = 0 and lse = -INFINITY (the merge treats it as empty).
+//
+// GQA: query head h reads K/V head h / (n_heads / n_kv_heads).
+// The caller owns every buffer. flash_cpu is thread-safe for disjoint outputs; it uses
+// OpenMP threads over (head, query tile) when built with OpenMP.
+#pragma once
+#include <stdint.h>
+
+typedef struct {
+    const float *q;     // (nq, n_heads, head_dim), row i at q + i*q_stride
+    const float *k;     // (nk, n_kv_heads, head_dim), row j at k + j*kv_stride
+    const float *v;     // (nk, n_kv_heads, head_dim), row j at v + j*kv_stride
+    float *o;           // (nq, n_heads, head_dim), row i at o + i*o_stride
+    float *lse;         // (n_heads, nq): natural-log log-sum-exp of the scaled scores
+    int64_t q_stride, kv_stride, o_stride; // in elements, between consecutive rows
+    int nq, nk;
+    int n_heads, n_kv_heads, head_dim;
+    int64_t q_pos0, k_pos0;
+    int causal;
+    float scale;        // usually 1/sqrt(head_dim)
+} flash_args;
+
+void flash_cpu(const flash_args *a);

@@ -1,0 +1,57 @@
+// Opens a Hugging Face LLaMA checkpoint directory: config.json, one or several *.safetensors
+// files (model.safetensors, or shards listed in model.safetensors.index.json) and tokenizer.model.
+//
+// Tensors stay memory-mapped in their stored dtype (F32, F16, BF16); nothing is converted or
+// copied at load. The weights object owns the mappings; tensor data pointers are valid until
+// weights_close. After weights_open returns, every function here is safe to call from any thread.
+#pragma once
+#include "../common/burst.h"
+
+typedef enum { DTYPE_F32, DTYPE_F16, DTYPE_BF16 } burst_dtype;
+
+size_t dtype_size(burst_dtype t);
+const char *dtype_name(burst_dtype t);
+
+// Hyper-parameters read from config.json.
+typedef struct {
+    int dim;            // hidden_size
+    int hidden_dim;     // intermediate_size
+    int n_layers;       // num_hidden_layers
+    int n_heads;        // num_attention_heads
+    int n_kv_heads;     // num_key_value_heads (defaults to n_heads)
+    int head_dim;       // dim / n_heads
+    int vocab_size;     // vocab_size
+    int max_seq_len;    // max_position_embeddings
+    float norm_eps;     // rms_norm_eps
+    float rope_theta;   // rope_theta (default 10000)
+    int tie_embeddings; // tie_word_embeddings (default false): lm_head shares embed_tokens
+    int bos_id, eos_id; // bos_token_id, eos_token_id (defaults 1, 2)
+} llama_config;
+
+typedef struct {
+    const char *name;
+    burst_dtype dtype;
+    int ndim;
+    int64_t shape[4];
+    int64_t numel;
+    const void *data; // points into the mapping
+} weights_tensor;
+
+typedef struct weights weights;
+
+// Parses config.json and every safetensors header, checks them (offsets in range, not
+// overlapping, known dtype, shape consistent with the byte size) and maps the files.
+// Prints a progress line per file to stderr when the checkpoint is large.
+burst_status weights_open(const char *dir, weights **out, burst_error *err);
+void weights_close(weights *w);
+
+const llama_config *weights_config(const weights *w);
+// Path of tokenizer.model inside the directory (it may not exist; the tokenizer checks).
+const char *weights_tokenizer_path(const weights *w);
+// Total bytes of tensor data mapped.
+size_t weights_bytes(const weights *w);
+
+// Finds a tensor by name and checks its shape (ndim entries of shape; -1 matches any size).
+// Errors name the tensor and what was expected.
+burst_status weights_get(const weights *w, const char *name, int ndim, const int64_t *shape,
+                         const weights_tensor **out, burst_error *err);
