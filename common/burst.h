@@ -44,8 +44,8 @@ void burst_log(char level, const char *file, int line, const char *func, const c
 // Fatal errors go through the hook (the daemon logs them its own way), then abort().
 typedef void (*burst_abort_hook)(const char *msg);
 void burst_set_abort_hook(burst_abort_hook hook);
-_Noreturn void burst_abort(const char *file, int line, const char *func, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+void burst_abort(const char *file, int line, const char *func, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 4, 5)));
 
 #define BURST_ASSERT(cond)                                                        \
     do {                                                                          \

@@ -1,0 +1,69 @@
+// Public wrappers over a backend's function table: argument checks live here, once.
+#include "backend_impl.h"
+
+void backend_free(burst_backend *b) {
+    if (b) b->ops->free(b);
+}
+
+const char *backend_name(const burst_backend *b) { return b->ops->name; }
+
+void *backend_alloc(burst_backend *b, size_t bytes) { return b->ops->alloc(b, bytes); }
+
+void backend_release(burst_backend *b, void *p) {
+    if (p) b->ops->release(b, p);
+}
+
+void backend_to_host(burst_backend *b, float *dst, const float *src, int64_t n) {
+    BURST_ASSERT(dst && src && n >= 0);
+    b->ops->to_host(b, dst, src, n);
+}
+
+void backend_copy(burst_backend *b, float *dst, const float *src, int64_t n) {
+    BURST_ASSERT(dst && src && n >= 0);
+    b->ops->copy(b, dst, src, n);
+}
+
+burst_status backend_weight(burst_backend *b, const weights_tensor *t, burst_weight *out,
+                            burst_error *err) {
+    BURST_ASSERT(t && out && (t->ndim == 1 || t->ndim == 2));
+    return b->ops->weight(b, t, out, err);
+}
+
+void backend_embed(burst_backend *b, float *x, const burst_weight *table, const int *tokens, int n) {
+    BURST_ASSERT(x && table && tokens && n >= 0);
+    for (int i = 0; i < n; i++) BURST_ASSERT(tokens[i] >= 0 && tokens[i] < table->rows);
+    b->ops->embed(b, x, table, tokens, n);
+}
+
+void backend_rmsnorm(burst_backend *b, float *out, const float *x, const burst_weight *w, int n,
+                     float eps) {
+    BURST_ASSERT(out && x && w && w->rows == 1 && n >= 0);
+    b->ops->rmsnorm(b, out, x, w, n, eps);
+}
+
+void backend_matmul(burst_backend *b, float *out, const float *x, const burst_weight *W, int n) {
+    BURST_ASSERT(out && x && W && out != x && n >= 0);
+    b->ops->matmul(b, out, x, W, n);
+}
+
+void backend_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads,
+                  int head_dim, float theta) {
+    BURST_ASSERT(x && pos && n >= 0 && head_dim % 2 == 0);
+    b->ops->rope(b, x, pos, n, n_heads, head_dim, theta);
+}
+
+void backend_swiglu(burst_backend *b, float *gate, const float *up, int64_t n) {
+    BURST_ASSERT(gate && up && n >= 0);
+    b->ops->swiglu(b, gate, up, n);
+}
+
+void backend_add(burst_backend *b, float *x, const float *y, int64_t n) {
+    BURST_ASSERT(x && y && n >= 0);
+    b->ops->add(b, x, y, n);
+}
+
+void backend_attention(burst_backend *b, const flash_args *a) {
+    BURST_ASSERT(a && a->q && a->k && a->v && a->o && a->lse && a->head_dim > 0);
+    BURST_ASSERT(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0);
+    b->ops->attention(b, a);
+}

@@ -1,0 +1,51 @@
+// The operations the LLaMA forward pass needs, behind one interface, so that model/llama.c is
+// written once for every backend (CPU now; CUDA behind the same calls).
+//
+// Activation buffers come from backend_alloc and live in the backend's memory (host memory for
+// the CPU backend) in float32. Weights keep their stored dtype (F32/F16/BF16); the CPU backend
+// points into the weights' mmap and converts tiles inside the matmul. A backend instance is used
+// by one thread at a time (each rank owns its own).
+#pragma once
+#include "attention/flash.h"
+#include "weights/weights.h"
+
+typedef struct burst_backend burst_backend;
+
+// A weight as the backend holds it: a matrix (rows, cols) or a vector (1, cols).
+typedef struct {
+    burst_dtype dtype;
+    const void *data;
+    int64_t rows, cols;
+} burst_weight;
+
+burst_backend *backend_cpu_new(int n_threads);
+void backend_free(burst_backend *b);
+const char *backend_name(const burst_backend *b);
+
+void *backend_alloc(burst_backend *b, size_t bytes);
+void backend_release(burst_backend *b, void *p);
+void backend_to_host(burst_backend *b, float *dst, const float *src, int64_t n);
+// dst (n) = src (n), both backend buffers.
+void backend_copy(burst_backend *b, float *dst, const float *src, int64_t n);
+
+// Makes a weights tensor usable by the backend (the CPU backend only borrows the mapping).
+burst_status backend_weight(burst_backend *b, const weights_tensor *t, burst_weight *out,
+                            burst_error *err);
+
+// x (n, dim) = rows tokens[0..n) of table (vocab, dim).
+void backend_embed(burst_backend *b, float *x, const burst_weight *table, const int *tokens, int n);
+// out (n, dim) = x / rms(x) * w, per row; out may equal x.
+void backend_rmsnorm(burst_backend *b, float *out, const float *x, const burst_weight *w, int n,
+                     float eps);
+// out (n, W.rows) = x (n, W.cols) @ W^T, accumulated in float32.
+void backend_matmul(burst_backend *b, float *out, const float *x, const burst_weight *W, int n);
+// Rotary embedding in place on x (n, n_heads, head_dim), rotate-half layout (Hugging Face);
+// row i has position pos[i].
+void backend_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads,
+                  int head_dim, float theta);
+// gate (n) = silu(gate) * up.
+void backend_swiglu(burst_backend *b, float *gate, const float *up, int64_t n);
+// x (n) += y.
+void backend_add(burst_backend *b, float *x, const float *y, int64_t n);
+// Local attention (attention/flash.h) on the backend's buffers.
+void backend_attention(burst_backend *b, const flash_args *a);

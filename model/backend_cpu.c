@@ -1,0 +1,190 @@
+// The CPU backend: float32 activations in host memory, weights read from the mmap in their
+// stored dtype. The matmul converts a tile of weight rows to float32 into a per-thread buffer
+// and reuses it for every token, so bf16/f16 weights are never converted whole.
+// Threads: OpenMP, n_threads per call.
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_impl.h"
+
+enum { MM_ROWS = 16, MM_TOKENS = 64 }; // weight rows per tile; tokens per pass over a tile
+
+typedef struct {
+    int n_threads;
+} cpu_ctx;
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    if (exp == 0x1f) u = sign | 0x7f800000u | (man << 13); // inf / nan
+    else if (exp != 0) u = sign | ((exp + 112) << 23) | (man << 13);
+    else if (man == 0) u = sign;
+    else { // subnormal: normalise
+        exp = 113;
+        while (!(man & 0x400)) { man <<= 1; exp--; }
+        u = sign | (exp << 23) | ((man & 0x3ff) << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+// dst[0..n) = elements [first, first + n) of a weight, as float32.
+static void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst) {
+    switch (w->dtype) {
+    case DTYPE_F32: memcpy(dst, (const float *)w->data + first, (size_t)n * 4); break;
+    case DTYPE_BF16:
+        for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_f32(((const uint16_t *)w->data)[first + i]);
+        break;
+    case DTYPE_F16:
+        for (int64_t i = 0; i < n; i++) dst[i] = f16_to_f32(((const uint16_t *)w->data)[first + i]);
+        break;
+    }
+}
+
+static int nthreads(burst_backend *b) { return ((cpu_ctx *)b->ctx)->n_threads; }
+
+static void cpu_free(burst_backend *b) {
+    free(b->ctx);
+    free(b);
+}
+
+static void *cpu_alloc(burst_backend *b, size_t bytes) {
+    (void)b;
+    return burst_calloc(1, bytes);
+}
+
+static void cpu_release(burst_backend *b, void *p) {
+    (void)b;
+    free(p);
+}
+
+// Host and backend memory are the same here: both directions are one memmove.
+static void cpu_copy(burst_backend *b, float *dst, const float *src, int64_t n) {
+    (void)b;
+    memmove(dst, src, (size_t)n * sizeof(float));
+}
+
+static burst_status cpu_weight(burst_backend *b, const weights_tensor *t, burst_weight *out,
+                               burst_error *err) {
+    (void)b, (void)err;
+    *out = (burst_weight){.dtype = t->dtype, .data = t->data,
+                          .rows = t->ndim == 2 ? t->shape[0] : 1, .cols = t->shape[t->ndim - 1]};
+    return BURST_OK;
+}
+
+static void cpu_embed(burst_backend *b, float *x, const burst_weight *table, const int *tokens, int n) {
+    (void)b;
+    for (int i = 0; i < n; i++)
+        weight_to_f32(table, (int64_t)tokens[i] * table->cols, table->cols, x + (int64_t)i * table->cols);
+}
+
+static void cpu_rmsnorm(burst_backend *b, float *out, const float *x, const burst_weight *w, int n,
+                        float eps) {
+    int64_t dim = w->cols;
+    float *wf = burst_malloc((size_t)dim * sizeof(float));
+    weight_to_f32(w, 0, dim, wf);
+    #pragma omp parallel for num_threads(nthreads(b)) schedule(static)
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (int64_t)i * dim;
+        float *oi = out + (int64_t)i * dim;
+        double ss = 0;
+        for (int64_t j = 0; j < dim; j++) ss += (double)xi[j] * xi[j];
+        float r = (float)(1.0 / sqrt(ss / (double)dim + eps));
+        for (int64_t j = 0; j < dim; j++) oi[j] = xi[j] * r * wf[j];
+    }
+    free(wf);
+}
+
+static inline float dot(const float *a, const float *b, int64_t n) {
+    float s = 0;
+    #pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static void cpu_matmul(burst_backend *b, float *out, const float *x, const burst_weight *W, int n) {
+    const int64_t rows = W->rows, cols = W->cols, n_tiles = (rows + MM_ROWS - 1) / MM_ROWS;
+    #pragma omp parallel num_threads(nthreads(b))
+    {
+        float *tile = W->dtype == DTYPE_F32 ? NULL : burst_malloc((size_t)MM_ROWS * cols * sizeof(float));
+        #pragma omp for schedule(static)
+        for (int64_t t = 0; t < n_tiles; t++) {
+            int64_t r0 = t * MM_ROWS, nr = rows - r0 < MM_ROWS ? rows - r0 : MM_ROWS;
+            const float *w = (const float *)W->data + r0 * cols;
+            if (tile) weight_to_f32(W, r0 * cols, nr * cols, tile), w = tile;
+            for (int i0 = 0; i0 < n; i0 += MM_TOKENS)
+                for (int64_t r = 0; r < nr; r++)
+                    for (int i = i0; i < n && i < i0 + MM_TOKENS; i++)
+                        out[(int64_t)i * rows + r0 + r] = dot(x + (int64_t)i * cols, w + r * cols, cols);
+        }
+        free(tile);
+    }
+}
+
+static void cpu_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads,
+                     int head_dim, float theta) {
+    const int half = head_dim / 2;
+    #pragma omp parallel for num_threads(nthreads(b)) schedule(static)
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < half; j++) {
+            // Angles in double: at positions past ~10^4 a float32 angle loses the low bits.
+            double freq = pow((double)theta, -2.0 * j / head_dim), a = (double)pos[i] * freq;
+            float c = (float)cos(a), s = (float)sin(a);
+            for (int h = 0; h < n_heads; h++) {
+                float *v = x + ((int64_t)i * n_heads + h) * head_dim;
+                float x1 = v[j], x2 = v[j + half];
+                v[j] = x1 * c - x2 * s;
+                v[j + half] = x2 * c + x1 * s;
+            }
+        }
+    }
+}
+
+static void cpu_swiglu(burst_backend *b, float *gate, const float *up, int64_t n) {
+    #pragma omp parallel for num_threads(nthreads(b)) schedule(static)
+    for (int64_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+static void cpu_add(burst_backend *b, float *x, const float *y, int64_t n) {
+    (void)b;
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+static void cpu_attention(burst_backend *b, const flash_args *a) {
+    (void)b;
+    flash_cpu(a);
+}
+
+static const backend_ops cpu_ops = {
+    .name = "cpu",
+    .free = cpu_free,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .to_host = cpu_copy,
+    .copy = cpu_copy,
+    .weight = cpu_weight,
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .matmul = cpu_matmul,
+    .rope = cpu_rope,
+    .swiglu = cpu_swiglu,
+    .add = cpu_add,
+    .attention = cpu_attention,
+};
+
+burst_backend *backend_cpu_new(int n_threads) {
+    burst_backend *b = burst_malloc(sizeof *b);
+    cpu_ctx *c = burst_malloc(sizeof *c);
+    c->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads();
+    *b = (burst_backend){.ops = &cpu_ops, .ctx = c};
+    return b;
+}

@@ -1,0 +1,29 @@
+// Private to backends: the function table a backend fills, and the handle that carries it.
+// Public wrappers in backend.c check arguments before calling through the table.
+#pragma once
+#include "backend.h"
+
+typedef struct {
+    const char *name;
+    void (*free)(burst_backend *b);
+    void *(*alloc)(burst_backend *b, size_t bytes);
+    void (*release)(burst_backend *b, void *p);
+    void (*to_host)(burst_backend *b, float *dst, const float *src, int64_t n);
+    void (*copy)(burst_backend *b, float *dst, const float *src, int64_t n);
+    burst_status (*weight)(burst_backend *b, const weights_tensor *t, burst_weight *out,
+                           burst_error *err);
+    void (*embed)(burst_backend *b, float *x, const burst_weight *table, const int *tokens, int n);
+    void (*rmsnorm)(burst_backend *b, float *out, const float *x, const burst_weight *w, int n,
+                    float eps);
+    void (*matmul)(burst_backend *b, float *out, const float *x, const burst_weight *W, int n);
+    void (*rope)(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads, int head_dim,
+                 float theta);
+    void (*swiglu)(burst_backend *b, float *gate, const float *up, int64_t n);
+    void (*add)(burst_backend *b, float *x, const float *y, int64_t n);
+    void (*attention)(burst_backend *b, const flash_args *a);
+} backend_ops;
+
+struct burst_backend {
+    const backend_ops *ops;
+    void *ctx; // the implementation's state
+};

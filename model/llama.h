@@ -1,0 +1,50 @@
+// The LLaMA forward pass, written once over the backend interface (model/backend.h): RMSNorm,
+// rotary embeddings (rotate-half), grouped-query attention over the KV cache, SwiGLU MLP, tied or
+// untied output head.
+//
+// One call runs a batch of segments: each segment is the next n tokens of one sequence (a KV
+// cache slot). Their tokens share every matmul; attention runs per segment against that slot's
+// cache. A segment of many tokens is a prefill (chunk), a segment of one token a decode step:
+// continuous batching mixes both in one call.
+//
+// The model owns the weights mapping, the backend, the KV cache and the scratch buffers, all
+// sized at load. One thread (the engine) uses a model at a time.
+#pragma once
+#include "backend.h"
+#include "kv_cache.h"
+
+typedef struct {
+    int ctx;       // tokens per KV slot (0: the model's max_position_embeddings)
+    int n_slots;   // sequences held at once
+    int max_batch; // tokens per llama_forward call; longer prompts are prefilled in chunks
+    int n_threads; // CPU threads (0: all)
+} llama_options;
+
+typedef struct {
+    int slot; // KV cache slot
+    int n;    // tokens, appended after the slot's current length
+} llama_segment;
+
+typedef struct llama_model llama_model;
+
+burst_status llama_load(const char *dir, const llama_options *opt, llama_model **out,
+                        burst_error *err);
+void llama_free(llama_model *m);
+
+const llama_config *llama_config_of(const llama_model *m);
+const char *llama_tokenizer_path(const llama_model *m);
+const llama_options *llama_options_of(const llama_model *m);
+size_t llama_reserved_bytes(const llama_model *m); // KV cache + scratch
+
+// Runs the segments' tokens (concatenated in segment order) and writes the logits of each
+// segment's last token to logits (n_segs, vocab) on the host. Fails without side effects if a
+// slot would overflow ctx or the batch exceeds max_batch.
+burst_status llama_forward(llama_model *m, const llama_segment *segs, int n_segs,
+                           const int *tokens, float *logits, burst_error *err);
+
+// Prefills n tokens into a slot in chunks of max_batch; logits (vocab) of the last token.
+burst_status llama_prefill(llama_model *m, int slot, const int *tokens, int n, float *logits,
+                           burst_error *err);
+
+int64_t llama_slot_len(const llama_model *m, int slot);
+void llama_slot_reset(llama_model *m, int slot); // forget the slot's tokens

@@ -1,0 +1,191 @@
+// `burst`: command-line tools over the engine. `burst generate` prints one completion of a
+// prompt on stdout (the prompt is not repeated) and timings on stderr.
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "model/llama.h"
+#include "model/sampler.h"
+#include "model/tokenizer.h"
+
+static const char usage[] =
+    "usage: burst generate --model DIR --prompt TEXT [options]\n"
+    "\n"
+    "Prints the completion of TEXT on stdout and timings on stderr.\n"
+    "\n"
+    "  --model DIR         Hugging Face LLaMA directory (config.json, *.safetensors, tokenizer.model)\n"
+    "  --prompt TEXT       the prompt (a BOS token is added before it)\n"
+    "  --max-tokens N      tokens to generate at most (default 256); stops early at EOS\n"
+    "  --temperature T     0 is greedy (default 0)\n"
+    "  --top-p P           nucleus sampling mass (default 1: off)\n"
+    "  --top-k K           keep the K most likely tokens (default 0: off)\n"
+    "  --seed S            sampling seed (default: from the clock; printed on stderr)\n"
+    "  --ctx N             KV cache tokens (default: prompt + max-tokens, at most the model's context)\n"
+    "  --batch N           tokens per prefill chunk (default 512)\n"
+    "  --threads N         CPU threads (default: all cores)\n";
+
+typedef struct {
+    const char *model, *prompt;
+    int max_tokens, top_k, ctx, batch, threads;
+    float temperature, top_p;
+    uint64_t seed;
+} generate_args;
+
+static int parse_long(const char *flag, const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) {
+        fprintf(stderr, "burst: %s %s: want an integer in [%ld, %ld]\n", flag, s, lo, hi);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static int parse_float(const char *flag, const char *s, float lo, float hi, float *out) {
+    char *end;
+    float v = strtof(s, &end);
+    if (*end || end == s || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "burst: %s %s: want a number in [%g, %g]\n", flag, s, lo, hi);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static int parse_generate(int argc, char **argv, generate_args *a) {
+    *a = (generate_args){.max_tokens = 256, .top_p = 1.0f, .batch = 512,
+                         .seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32)};
+    for (int i = 0; i < argc; i++) {
+        const char *f = argv[i];
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
+            fputs(usage, stdout);
+            exit(0);
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "burst: %s: unknown option or missing value\n%s", f, usage);
+            return 0;
+        }
+        const char *v = argv[++i];
+        long n;
+        int ok = 1;
+        if (!strcmp(f, "--model")) a->model = v;
+        else if (!strcmp(f, "--prompt")) a->prompt = v;
+        else if (!strcmp(f, "--max-tokens")) ok = parse_long(f, v, 0, 1 << 30, &n), a->max_tokens = (int)n;
+        else if (!strcmp(f, "--top-k")) ok = parse_long(f, v, 0, 1 << 30, &n), a->top_k = (int)n;
+        else if (!strcmp(f, "--ctx")) ok = parse_long(f, v, 1, 1 << 30, &n), a->ctx = (int)n;
+        else if (!strcmp(f, "--batch")) ok = parse_long(f, v, 1, 1 << 20, &n), a->batch = (int)n;
+        else if (!strcmp(f, "--threads")) ok = parse_long(f, v, 1, 4096, &n), a->threads = (int)n;
+        else if (!strcmp(f, "--seed")) ok = parse_long(f, v, 0, 0x7fffffffffffffffL, &n), a->seed = (uint64_t)n;
+        else if (!strcmp(f, "--temperature")) ok = parse_float(f, v, 0, 100, &a->temperature);
+        else if (!strcmp(f, "--top-p")) ok = parse_float(f, v, 0, 1, &a->top_p);
+        else {
+            fprintf(stderr, "burst: %s: unknown option\n%s", f, usage);
+            return 0;
+        }
+        if (!ok) return 0;
+    }
+    if (!a->model || !a->prompt) {
+        fprintf(stderr, "burst: generate needs --model and --prompt\n%s", usage);
+        return 0;
+    }
+    return 1;
+}
+
+// Writes text to stdout at once, so that tokens appear as they are generated.
+static void emit(char *text) {
+    fputs(text, stdout);
+    fflush(stdout);
+    free(text);
+}
+
+static int generate(const generate_args *a) {
+    burst_error err = {{0}};
+    char tok_path[4096];
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.model", a->model);
+    tokenizer *tok = NULL;
+    llama_model *m = NULL;
+    int *ids = NULL, n_prompt = 0, rc = 1;
+    float *logits = NULL;
+    if (tokenizer_load(tok_path, &tok, &err) || tokenizer_encode(tok, a->prompt, 1, &ids, &n_prompt, &err))
+        goto fail;
+
+    llama_options opt = {.ctx = a->ctx ? a->ctx : n_prompt + a->max_tokens, .n_slots = 1,
+                         .max_batch = a->batch, .n_threads = a->threads};
+    double t0 = burst_now();
+    if (llama_load(a->model, &opt, &m, &err)) goto fail;
+    const llama_config *c = llama_config_of(m);
+    if (n_prompt > llama_options_of(m)->ctx) {
+        BURST_FAIL(&err, BURST_ERR_INVALID, "prompt of %d tokens exceeds the context of %d",
+                   n_prompt, llama_options_of(m)->ctx);
+        goto fail;
+    }
+    if (tokenizer_vocab_size(tok) != c->vocab_size)
+        LOG_W("%s: tokenizer has %d pieces, model vocab_size %d", tok_path, tokenizer_vocab_size(tok), c->vocab_size);
+    fprintf(stderr, "burst: %s: %d layers, dim %d, %d heads (%d kv), vocab %d; ctx %d, %.1f MB reserved, loaded in %.2f s\n",
+            a->model, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->vocab_size,
+            llama_options_of(m)->ctx, llama_reserved_bytes(m) / 1e6, burst_now() - t0);
+
+    sampler smp;
+    sampler_init(&smp, &(sampler_params){.temperature = a->temperature, .top_p = a->top_p,
+                                         .top_k = a->top_k, .seed = a->seed}, c->vocab_size);
+    detok_stream ds;
+    detok_init(&ds, ids, n_prompt);
+    logits = burst_malloc(sizeof(float) * (size_t)c->vocab_size);
+
+    double t_start = burst_now(), t_first = 0;
+    int n_gen = 0, ctx = llama_options_of(m)->ctx;
+    if (llama_prefill(m, 0, ids, n_prompt, logits, &err)) goto fail_gen;
+    while (n_gen < a->max_tokens) {
+        int next = sampler_sample(&smp, logits);
+        if (n_gen++ == 0) t_first = burst_now();
+        if (next == tokenizer_eos(tok)) break;
+        char *text = detok_push(tok, &ds, next);
+        if (!text) {
+            BURST_FAIL(&err, BURST_ERR_INVALID, "sampled id %d has no piece", next);
+            goto fail_gen;
+        }
+        emit(text);
+        if (n_gen == a->max_tokens) break;
+        if (llama_slot_len(m, 0) >= ctx) {
+            LOG_W("stopped at the context limit of %d tokens", ctx);
+            break;
+        }
+        llama_segment seg = {.slot = 0, .n = 1};
+        if (llama_forward(m, &seg, 1, &next, logits, &err)) goto fail_gen;
+    }
+    emit(detok_flush(tok, &ds));
+    double t_end = burst_now();
+    printf("\n");
+    fprintf(stderr, "burst: seed %llu; prompt %d tokens, first token after %.3f s (%.1f tok/s prefill); "
+            "%d generated, %.1f tok/s decode\n", (unsigned long long)a->seed, n_prompt, t_first - t_start,
+            n_prompt / (t_first - t_start), n_gen,
+            n_gen > 1 ? (n_gen - 1) / (t_end - t_first) : 0.0);
+    rc = 0;
+fail_gen:
+    sampler_free(&smp);
+    detok_free(&ds);
+fail:
+    if (rc) fprintf(stderr, "E %s\n", err.msg);
+    free(logits);
+    free(ids);
+    llama_free(m);
+    tokenizer_free(tok);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        fputs(usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "generate")) {
+        generate_args a;
+        return parse_generate(argc - 2, argv + 2, &a) ? generate(&a) : 2;
+    }
+    fprintf(stderr, "burst: unknown command '%s'\n%s", argv[1], usage);
+    return 2;
+}

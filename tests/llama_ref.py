@@ -1,0 +1,74 @@
+"""Float64 numpy reference of the LLaMA forward pass (Hugging Face semantics), reading a
+checkpoint directory with its own safetensors reader, independent of burst's C code."""
+import json, os, struct
+import numpy as np
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (hlen,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + hlen])
+    base = 8 + hlen
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        b, e = t["data_offsets"]
+        raw = data[base + b:base + e]
+        if t["dtype"] == "F32":
+            a = np.frombuffer(raw, dtype="<f4")
+        elif t["dtype"] == "F16":
+            a = np.frombuffer(raw, dtype="<f2")
+        elif t["dtype"] == "BF16":
+            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            raise ValueError(f"{path}: {name}: dtype {t['dtype']}")
+        out[name] = a.astype(np.float64).reshape(t["shape"])
+    return out
+
+def load(dir):
+    cfg = json.load(open(os.path.join(dir, "config.json")))
+    index = os.path.join(dir, "model.safetensors.index.json")
+    files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) \
+        else ["model.safetensors"]
+    w = {}
+    for f in files:
+        w.update(read_safetensors(os.path.join(dir, f)))
+    return cfg, w
+
+def rmsnorm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+def rope(x, pos, theta):  # x (n, heads, hd), rotate-half layout
+    hd = x.shape[-1]
+    inv = theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
+    ang = np.asarray(pos, dtype=np.float64)[:, None] * inv[None, :]
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
+    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+def forward(cfg, w, tokens):
+    """Logits (n, vocab) for every position of tokens, causal."""
+    D, H = cfg["hidden_size"], cfg["num_attention_heads"]
+    KV = cfg.get("num_key_value_heads", H)
+    hd, eps, theta = D // H, cfg["rms_norm_eps"], cfg.get("rope_theta", 10000.0)
+    n = len(tokens)
+    pos = np.arange(n)
+    x = w["model.embed_tokens.weight"][np.asarray(tokens)]
+    mask = np.triu(np.full((n, n), -np.inf), 1)
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        h = rmsnorm(x, w[p + "input_layernorm.weight"], eps)
+        q = rope((h @ w[p + "self_attn.q_proj.weight"].T).reshape(n, H, hd), pos, theta)
+        k = rope((h @ w[p + "self_attn.k_proj.weight"].T).reshape(n, KV, hd), pos, theta)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(n, KV, hd)
+        k, v = np.repeat(k, H // KV, axis=1), np.repeat(v, H // KV, axis=1)
+        s = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd) + mask
+        s = np.exp(s - s.max(-1, keepdims=True))
+        o = np.einsum("hqk,khd->qhd", s / s.sum(-1, keepdims=True), v).reshape(n, D)
+        x = x + o @ w[p + "self_attn.o_proj.weight"].T
+        h = rmsnorm(x, w[p + "post_attention_layernorm.weight"], eps)
+        g, u = h @ w[p + "mlp.gate_proj.weight"].T, h @ w[p + "mlp.up_proj.weight"].T
+        x = x + (g / (1 + np.exp(-g)) * u) @ w[p + "mlp.down_proj.weight"].T
+    head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
+    return rmsnorm(x, w["model.norm.weight"], eps) @ head.T

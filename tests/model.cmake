@@ -1,0 +1,6 @@
+add_executable(forward_dump forward_dump.c)
+target_link_libraries(forward_dump PRIVATE burst_model)
+burst_py_test(test_generate test_generate.py LABELS model)
+add_executable(tokenizer_tool tokenizer_tool.c)
+target_link_libraries(tokenizer_tool PRIVATE burst_model)
+burst_py_test(test_tokenizer test_tokenizer.py LABELS model)
