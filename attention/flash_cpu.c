@@ -1,0 +1,122 @@
+// The CPU twin of the flash-attention forward (contract in attention/flash.h). Written plainly:
+// it is the specification the CUDA kernel is tested against.
+//
+// For each (head, tile of FLASH_CPU_BQ queries), walk the key tiles of FLASH_CPU_BK keys that the
+// tile can see, keeping a running row max m, row sum l and unnormalised output acc (online
+// softmax), so the S and P tiles (64x64 floats, 16 KB) stay in L1/L2. Under causal masking a key
+// tile that lies wholly after the last query of the tile is never visited, and only tiles that
+// straddle the diagonal (or run past nk) are masked element by element.
+// Each OpenMP thread owns one scratch block (acc, S, m, l) for the whole parallel region.
+#include "attention/flash.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "common/burst.h"
+
+enum { FLASH_CPU_BQ = 64, FLASH_CPU_BK = 64 };
+
+typedef struct {
+    float *acc; // (FLASH_CPU_BQ, head_dim): unnormalised output of the query tile
+    float *s;   // (FLASH_CPU_BQ, FLASH_CPU_BK): scores, then probabilities, of one key tile
+    float m[FLASH_CPU_BQ], l[FLASH_CPU_BQ]; // running row max and row sum of exp(s - m)
+} flash_cpu_scratch;
+
+static inline const float *q_row(const flash_args *a, int64_t i, int h) {
+    return a->q + i * a->q_stride + (int64_t)h * a->head_dim;
+}
+static inline const float *k_row(const flash_args *a, const float *base, int64_t j, int hk) {
+    return base + j * a->kv_stride + (int64_t)hk * a->head_dim;
+}
+
+// One key tile [k0, k1) against the query rows [q0, q1) of head h: scores, masking, online softmax.
+static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, int h, int hk, int64_t q0,
+                           int64_t q1, int64_t k0, int64_t k1, int masked) {
+    const int d = a->head_dim;
+    for (int64_t i = q0; i < q1; i++) {
+        const float *q = q_row(a, i, h);
+        float *s = w->s + (i - q0) * FLASH_CPU_BK;
+        int r = (int)(i - q0);
+        float mx = -INFINITY;
+        for (int64_t j = k0; j < k1; j++) {
+            float v;
+            if (masked && a->k_pos0 + j > a->q_pos0 + i) v = -INFINITY;
+            else {
+                const float *k = k_row(a, a->k, j, hk);
+                float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                for (int c = 0; c < d; c++) dot += q[c] * k[c];
+                v = dot * a->scale;
+            }
+            s[j - k0] = v;
+            mx = fmaxf(mx, v);
+        }
+        float m_new = fmaxf(w->m[r], mx);
+        if (m_new == -INFINITY) continue; // nothing visible to this row yet
+        float alpha = expf(w->m[r] - m_new); // 0 when the old max is -inf
+        float *acc = w->acc + (int64_t)r * d;
+        for (int c = 0; c < d; c++) acc[c] *= alpha;
+        float sum = 0.0f;
+        for (int64_t j = k0; j < k1; j++) {
+            float p = expf(s[j - k0] - m_new);
+            sum += p;
+            if (p == 0.0f) continue;
+            const float *v = k_row(a, a->v, j, hk);
+            for (int c = 0; c < d; c++) acc[c] += p * v[c];
+        }
+        w->l[r] = w->l[r] * alpha + sum;
+        w->m[r] = m_new;
+    }
+}
+
+// One query tile [q0, q1) of head h: every visible key tile, then normalise and store.
+static void flash_cpu_query_tile(const flash_args *a, flash_cpu_scratch *w, int h, int64_t q0,
+                                 int64_t q1) {
+    const int d = a->head_dim;
+    const int hk = h / (a->n_heads / a->n_kv_heads);
+    for (int r = 0; r < FLASH_CPU_BQ; r++) { w->m[r] = -INFINITY; w->l[r] = 0.0f; }
+    for (int64_t x = 0; x < (int64_t)FLASH_CPU_BQ * d; x++) w->acc[x] = 0.0f;
+
+    // Causal: keys past the last query's position are invisible to the whole tile.
+    int64_t k_end = a->nk;
+    if (a->causal) {
+        int64_t last_visible = a->q_pos0 + q1 - 1 - a->k_pos0; // key index
+        if (last_visible + 1 < k_end) k_end = last_visible + 1 < 0 ? 0 : last_visible + 1;
+    }
+    for (int64_t k0 = 0; k0 < k_end; k0 += FLASH_CPU_BK) {
+        int64_t k1 = k0 + FLASH_CPU_BK < k_end ? k0 + FLASH_CPU_BK : k_end;
+        // Mask only when some key of the tile lies after the first query's position.
+        int masked = a->causal && a->k_pos0 + k1 - 1 > a->q_pos0 + q0;
+        flash_cpu_tile(a, w, h, hk, q0, q1, k0, k1, masked);
+    }
+
+    for (int64_t i = q0; i < q1; i++) {
+        int r = (int)(i - q0);
+        float *o = a->o + i * a->o_stride + (int64_t)h * d;
+        float inv = w->l[r] > 0.0f ? 1.0f / w->l[r] : 0.0f;
+        for (int c = 0; c < d; c++) o[c] = w->acc[(int64_t)r * d + c] * inv;
+        a->lse[(int64_t)h * a->nq + i] = w->l[r] > 0.0f ? w->m[r] + logf(w->l[r]) : -INFINITY;
+    }
+}
+
+void flash_cpu(const flash_args *a) {
+    BURST_ASSERT(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0 && "n_heads must be a multiple of n_kv_heads");
+    BURST_ASSERT(a->nq >= 0 && a->nk >= 0 && a->head_dim > 0 && "negative sizes");
+    const int64_t n_qtiles = ((int64_t)a->nq + FLASH_CPU_BQ - 1) / FLASH_CPU_BQ;
+    const int64_t n_tasks = n_qtiles * a->n_heads;
+#pragma omp parallel
+    {
+        flash_cpu_scratch w;
+        w.acc = burst_malloc((size_t)FLASH_CPU_BQ * (size_t)a->head_dim * sizeof(float));
+        w.s = burst_malloc((size_t)FLASH_CPU_BQ * FLASH_CPU_BK * sizeof(float));
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < n_tasks; t++) {
+            int h = (int)(t / n_qtiles);
+            int64_t q0 = (t % n_qtiles) * FLASH_CPU_BQ;
+            int64_t q1 = q0 + FLASH_CPU_BQ < a->nq ? q0 + FLASH_CPU_BQ : a->nq;
+            flash_cpu_query_tile(a, &w, h, q0, q1);
+        }
+        free(w.acc);
+        free(w.s);
+    }
+}
