@@ -10,7 +10,9 @@
 typedef enum { DTYPE_F32, DTYPE_F16, DTYPE_BF16 } burst_dtype;
 
 size_t dtype_size(burst_dtype t);
-const char *dtype_name(burst_dtype t);
+const char *dtype_name(burst_dtype t); // "F32", "F16", "BF16" as safetensors spells them
+// Parses a safetensors dtype name; returns 0 (and leaves *out alone) when it is not one of ours.
+int dtype_parse(const char *name, burst_dtype *out);
 
 // Hyper-parameters read from config.json.
 typedef struct {
@@ -31,10 +33,11 @@ typedef struct {
 typedef struct {
     const char *name;
     burst_dtype dtype;
-    int ndim;
-    int64_t shape[4];
-    int64_t numel;
-    const void *data; // points into the mapping
+    int ndim;         // 0..4
+    int64_t shape[4]; // (ndim) row-major, outermost first: a Linear weight is [out, in]
+    int64_t numel;    // product of shape
+    size_t nbytes;    // numel * dtype_size(dtype)
+    const void *data; // (nbytes) points into the mapping, aligned to dtype_size(dtype)
 } weights_tensor;
 
 typedef struct weights weights;
@@ -55,3 +58,10 @@ size_t weights_bytes(const weights *w);
 // Errors name the tensor and what was expected.
 burst_status weights_get(const weights *w, const char *name, int ndim, const int64_t *shape,
                          const weights_tensor **out, burst_error *err);
+
+// Every tensor of every file, sorted by name: i in [0, weights_count).
+int64_t weights_count(const weights *w);
+const weights_tensor *weights_at(const weights *w, int64_t i);
+
+// Writes "[64, 172]" (-1 as "*") into buf and returns buf.
+const char *weights_format_shape(int ndim, const int64_t *shape, char *buf, size_t size);

@@ -1,0 +1,389 @@
+// weights/: the real stories260K checkpoint loads with the right config, shapes and values; a
+// table of broken checkpoints (each written into a fresh temporary directory) fails with the
+// right status and one line naming the file and the problem; random mutations of a small valid
+// file never crash (every outcome is OK or an error line).
+#define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
+#include <unistd.h>
+
+#include "tests/test_util.h"
+#include "weights/weights.h"
+
+// ---- temporary checkpoint directories ----
+
+static char *tmp_dir(void) {
+    static char path[512];
+    const char *base = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/burst_weights_XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(path)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    return path;
+}
+
+static void remove_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char path[1024];
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static void write_bytes(const char *dir, const char *name, const void *data, size_t n) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0) {
+        perror(path);
+        exit(1);
+    }
+}
+
+// One file of a test checkpoint: a safetensors file built from a header, or raw bytes.
+typedef struct {
+    const char *name;   // file name in the directory; NULL ends the list
+    const char *header; // JSON header, padded with spaces so the data is 8-byte aligned
+    int64_t data_bytes; // tensor bytes after the header (a byte pattern)
+    uint64_t len_field; // header length written in the first 8 bytes; 0: the true length
+    int misalign;       // pad so that the data starts at an odd offset instead
+    const char *raw;    // the whole file as text instead of header + data
+} case_file;
+
+// Builds the bytes of a case_file; returns the size, *out owned by the caller.
+static size_t build_file(const case_file *cf, uint8_t **out) {
+    if (cf->raw) {
+        size_t n = strlen(cf->raw);
+        *out = memcpy(malloc(n + 1), cf->raw, n + 1);
+        return n;
+    }
+    size_t n = strlen(cf->header);
+    size_t pad = cf->misalign ? ((8 + n) % 2 ? 0 : 1) : (8 - (8 + n) % 8) % 8;
+    size_t hlen = n + pad, total = 8 + hlen + (size_t)cf->data_bytes;
+    uint8_t *b = malloc(total);
+    uint64_t len = cf->len_field ? cf->len_field : hlen;
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(len >> (8 * i));
+    memcpy(b + 8, cf->header, n);
+    memset(b + 8 + n, ' ', pad);
+    for (int64_t i = 0; i < cf->data_bytes; i++) b[8 + hlen + i] = (uint8_t)(i * 7 + 1);
+    *out = b;
+    return total;
+}
+
+static void write_case_file(const char *dir, const case_file *cf) {
+    uint8_t *b;
+    size_t n = build_file(cf, &b);
+    write_bytes(dir, cf->name, b, n);
+    free(b);
+}
+
+// ---- the real checkpoint ----
+
+static int check_real(void) {
+    const char *dir = BURST_MODELS_DIR "/stories260K";
+    weights *w;
+    burst_error err;
+    if (weights_open(dir, &w, &err)) {
+        printf("FAIL stories260K: %s\n", err.msg);
+        return 0;
+    }
+    const llama_config *c = weights_config(w);
+    int ok = c->dim == 64 && c->hidden_dim == 172 && c->n_layers == 5 && c->n_heads == 8 &&
+             c->n_kv_heads == 4 && c->head_dim == 8 && c->vocab_size == 512 &&
+             c->max_seq_len == 512 && c->norm_eps == 1e-5f && c->rope_theta == 10000.0f &&
+             c->tie_embeddings == 1 && c->bos_id == 1 && c->eos_id == 2;
+    printf("%s stories260K config: dim %d hidden %d layers %d heads %d/%d vocab %d\n",
+           ok ? "ok  " : "FAIL", c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads,
+           c->vocab_size);
+
+    // 5 layers x 9 tensors + embed_tokens + norm; lm_head is tied. 1040128 bytes of float32.
+    int counts = weights_count(w) == 47 && weights_bytes(w) == 1040128;
+    for (int64_t i = 1; i < weights_count(w); i++)
+        counts &= strcmp(weights_at(w, i - 1)->name, weights_at(w, i)->name) < 0;
+    printf("%s stories260K: %lld tensors, %zu bytes, sorted by name\n", counts ? "ok  " : "FAIL",
+           (long long)weights_count(w), weights_bytes(w));
+    ok &= counts;
+
+    const char *tok = weights_tokenizer_path(w);
+    int tok_ok = strcmp(tok, BURST_MODELS_DIR "/stories260K/tokenizer.model") == 0;
+    printf("%s tokenizer path %s\n", tok_ok ? "ok  " : "FAIL", tok);
+    ok &= tok_ok;
+
+    // Values read with numpy from the same file (exact float32 values).
+    const struct { const char *name; int ndim; int64_t shape[4]; int64_t at; float want; } t[] = {
+        {"model.embed_tokens.weight", 2, {512, 64}, 1 * 64 + 0, -0.12708568572998047f},
+        {"model.norm.weight", 1, {64}, 0, 2.4583089351654053f},
+        {"model.layers.4.mlp.down_proj.weight", 2, {64, 172}, 63 * 172 + 171, -0.0035068716388195753f},
+        {"model.layers.0.self_attn.k_proj.weight", 2, {32, 64}, -1, 0},
+        {"model.layers.3.self_attn.q_proj.weight", 2, {-1, 64}, -1, 0},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        const weights_tensor *wt;
+        burst_status s = weights_get(w, t[i].name, t[i].ndim, t[i].shape, &wt, &err);
+        int good = s == BURST_OK && wt->dtype == DTYPE_F32 &&
+                   (uintptr_t)wt->data % 4 == 0 && wt->nbytes == (size_t)wt->numel * 4;
+        float v = 0;
+        if (good && t[i].at >= 0) {
+            memcpy(&v, (const float *)wt->data + t[i].at, sizeof v);
+            good = v == t[i].want;
+        }
+        printf("%s get %s%s%s\n", good ? "ok  " : "FAIL", t[i].name, s ? ": " : "", s ? err.msg : "");
+        ok &= good;
+    }
+    const weights_tensor *wt;
+    burst_status s = weights_get(w, "lm_head.weight", 2, (int64_t[]){512, 64}, &wt, &err);
+    int tied = s == BURST_ERR_FORMAT && wt == NULL && strstr(err.msg, "tensor lm_head.weight missing");
+    printf("%s tied lm_head absent: %s\n", tied ? "ok  " : "FAIL", err.msg);
+    ok &= tied;
+    weights_close(w);
+    return ok;
+}
+
+static int check_format_shape(void) {
+    char buf[64], tiny[6];
+    int ok = strcmp(weights_format_shape(3, (int64_t[]){4, -1, 172}, buf, sizeof buf), "[4, *, 172]") == 0 &&
+             strcmp(weights_format_shape(0, NULL, buf, sizeof buf), "[]") == 0 &&
+             strcmp(weights_format_shape(2, (int64_t[]){12345, 6}, tiny, sizeof tiny), "[1234") == 0;
+    printf("%s weights_format_shape\n", ok ? "ok  " : "FAIL");
+    return ok;
+}
+
+// ---- broken checkpoints ----
+
+#define CFG(...) "{\"intermediate_size\": 16, \"max_position_embeddings\": 64, " __VA_ARGS__ "}"
+#define SIZES "\"hidden_size\": 8, \"num_attention_heads\": 2, \"num_hidden_layers\": 1, \"vocab_size\": 32"
+#define VALID_CONFIG CFG(SIZES ", \"num_key_value_heads\": 1, \"rms_norm_eps\": 1e-5")
+#define TA(dtype, shape, offs) "\"t.a\": {\"dtype\": \"" dtype "\", \"shape\": " shape ", \"data_offsets\": " offs "}"
+#define TB(offs) "\"t.b\": {\"dtype\": \"F16\", \"shape\": [12], \"data_offsets\": " offs "}"
+#define GOOD_A "{" TA("F32", "[2, 3]", "[0, 24]") "}"
+#define ST "model.safetensors"
+#define INDEX "model.safetensors.index.json"
+
+typedef struct {
+    const char *what;
+    const char *config;   // config.json text; NULL: VALID_CONFIG; "-": no config.json
+    const char *index;    // model.safetensors.index.json text, or NULL for none
+    case_file files[3];   // ends at the first entry without a name
+    const char *get;      // after a successful open, weights_get this tensor ...
+    int get_ndim;         // ... with this shape
+    int64_t get_shape[4];
+    burst_status want;
+    const char *frag[2];  // the error line must contain both (NULL: no check)
+} bad_case;
+
+static const bad_case cases[] = {
+    {"valid file", .files = {{ST, GOOD_A, 24}}, .get = "t.a", 2, {2, 3}, BURST_OK},
+    {"valid shards", .index = "{\"weight_map\": {\"t.a\": \"s1.safetensors\", \"t.b\": \"s2.safetensors\"}}",
+     .files = {{"s1.safetensors", GOOD_A, 24}, {"s2.safetensors", "{" TB("[0, 24]") "}", 24}},
+     .get = "t.b", 1, {-1}, BURST_OK},
+    {"file < 8 bytes", .files = {{ST, .raw = "abc"}}, .want = BURST_ERR_FORMAT,
+     .frag = {ST ": file is 3 bytes", "too short"}},
+    {"header length past end", .files = {{ST, GOOD_A, 24, .len_field = 10000}},
+     .want = BURST_ERR_FORMAT, .frag = {ST ": header length 10000 past end of file", NULL}},
+    {"malformed JSON", .files = {{ST, "{\"t.a\": {\"dtype\": \"F32\",", 24}},
+     .want = BURST_ERR_FORMAT, .frag = {ST ": malformed JSON header", NULL}},
+    {"header not an object", .files = {{ST, "[1, 2]", 0}}, .want = BURST_ERR_FORMAT,
+     .frag = {ST ": JSON header is not an object", NULL}},
+    {"offsets out of range", .files = {{ST, "{" TA("F32", "[2, 3]", "[0, 48]") "}", 24}},
+     .want = BURST_ERR_FORMAT, .frag = {ST ": tensor t.a data_offsets [0, 48] past end of data (24 bytes)", NULL}},
+    {"overlapping offsets", .files = {{ST, "{" TA("F32", "[2, 3]", "[0, 24]") ", " TB("[16, 40]") "}", 40}},
+     .want = BURST_ERR_FORMAT, .frag = {ST ": tensors t.a [0, 24] and t.b [16, 40] overlap", NULL}},
+    {"begin > end", .files = {{ST, "{" TA("F32", "[2, 3]", "[24, 0]") "}", 24}},
+     .want = BURST_ERR_FORMAT, .frag = {ST ": tensor t.a data_offsets [24, 0] have begin > end", NULL}},
+    {"size mismatch", .files = {{ST, "{" TA("F32", "[2, 3]", "[0, 20]") "}", 24}},
+     .want = BURST_ERR_FORMAT, .frag = {ST ": tensor t.a is 20 bytes, want [2, 3] x F32 = 24", NULL}},
+    {"shape larger than the data", .files = {{ST, "{" TA("BF16", "[100000, 100000]", "[0, 24]") "}", 24}},
+     .want = BURST_ERR_FORMAT, .frag = {"tensor t.a shape [100000, 100000] x BF16 is larger than the data", NULL}},
+    {"shape overflows", .files = {{ST, "{" TA("F32", "[4294967296, 4294967296, 4294967296]", "[0, 24]") "}", 24}},
+     .want = BURST_ERR_FORMAT, .frag = {"tensor t.a shape [4294967296, 4294967296] overflows int64", NULL}},
+    {"dtype F64", .files = {{ST, "{" TA("F64", "[3]", "[0, 24]") "}", 24}},
+     .want = BURST_ERR_FORMAT, .frag = {ST ": tensor t.a dtype F64 unsupported (want F32/F16/BF16)", NULL}},
+    {"dtype I32", .files = {{ST, "{" TA("I32", "[6]", "[0, 24]") "}", 24}},
+     .want = BURST_ERR_FORMAT, .frag = {ST ": tensor t.a dtype I32 unsupported", NULL}},
+    {"no dtype", .files = {{ST, "{\"t.a\": {\"shape\": [6], \"data_offsets\": [0, 24]}}", 24}},
+     .want = BURST_ERR_FORMAT, .frag = {ST ": tensor t.a has no dtype string", NULL}},
+    {"5 dims", .files = {{ST, "{" TA("F32", "[1, 1, 2, 1, 3]", "[0, 24]") "}", 24}},
+     .want = BURST_ERR_FORMAT, .frag = {ST ": tensor t.a has 5 dims (want at most 4)", NULL}},
+    {"negative shape", .files = {{ST, "{" TA("F32", "[-2, -3]", "[0, 24]") "}", 24}},
+     .want = BURST_ERR_FORMAT, .frag = {ST ": tensor t.a shape[0] is not a non-negative integer", NULL}},
+    {"fractional shape", .files = {{ST, "{" TA("F32", "[2.5, 3]", "[0, 24]") "}", 24}},
+     .want = BURST_ERR_FORMAT, .frag = {ST ": tensor t.a shape[0] is not a non-negative integer", NULL}},
+    {"bad data_offsets", .files = {{ST, "{" TA("F32", "[6]", "[0]") "}", 24}},
+     .want = BURST_ERR_FORMAT, .frag = {ST ": tensor t.a data_offsets is not [begin, end]", NULL}},
+    {"misaligned data", .files = {{ST, GOOD_A, 24, .misalign = 1}},
+     .want = BURST_ERR_FORMAT, .frag = {ST ": tensor t.a data at file offset", "not aligned to 4 bytes"}},
+    {"duplicate name", .files = {{ST, "{" TA("F32", "[6]", "[0, 24]") ", " TA("F32", "[6]", "[24, 48]") "}", 48}},
+     .want = BURST_ERR_FORMAT, .frag = {"tensor t.a appears twice (in " ST " and " ST ")", NULL}},
+    {"missing tensor", .files = {{ST, GOOD_A, 24}}, .get = "t.zz", 2, {2, 3},
+     .want = BURST_ERR_FORMAT, .frag = {": tensor t.zz missing", NULL}},
+    {"wrong shape", .files = {{ST, GOOD_A, 24}}, .get = "t.a", 2, {3, 2},
+     .want = BURST_ERR_FORMAT, .frag = {": tensor t.a has shape [2, 3], want [3, 2]", NULL}},
+    {"wrong ndim", .files = {{ST, GOOD_A, 24}}, .get = "t.a", 1, {6},
+     .want = BURST_ERR_FORMAT, .frag = {": tensor t.a has shape [2, 3], want [6]", NULL}},
+    {"bad ndim argument", .files = {{ST, GOOD_A, 24}}, .get = "t.a", 5, {2, 3},
+     .want = BURST_ERR_INVALID, .frag = {"tensor t.a: ndim 5", NULL}},
+    {"no model files", .files = {{0}}, .want = BURST_ERR_IO,
+     .frag = {": no model.safetensors or " INDEX, NULL}},
+    {"missing config.json", .config = "-", .files = {{ST, GOOD_A, 24}}, .want = BURST_ERR_IO,
+     .frag = {"config.json: No such file", NULL}},
+    {"malformed config.json", .config = "{\"hidden_size\": 8,,}", .files = {{ST, GOOD_A, 24}},
+     .want = BURST_ERR_FORMAT, .frag = {"config.json: malformed JSON (at byte", NULL}},
+    {"config not an object", .config = "[8]", .files = {{ST, GOOD_A, 24}},
+     .want = BURST_ERR_FORMAT, .frag = {"config.json: not a JSON object", NULL}},
+    {"missing hidden_size", .config = CFG("\"num_attention_heads\": 2, \"num_hidden_layers\": 1, \"vocab_size\": 32, \"rms_norm_eps\": 1e-5"),
+     .files = {{ST, GOOD_A, 24}}, .want = BURST_ERR_FORMAT,
+     .frag = {"config.json: field hidden_size missing", NULL}},
+    {"missing rms_norm_eps", .config = CFG(SIZES), .files = {{ST, GOOD_A, 24}},
+     .want = BURST_ERR_FORMAT, .frag = {"config.json: field rms_norm_eps missing", NULL}},
+    {"heads do not divide dim", .config = CFG("\"hidden_size\": 8, \"num_attention_heads\": 3, \"num_hidden_layers\": 1, \"vocab_size\": 32, \"rms_norm_eps\": 1e-5"),
+     .files = {{ST, GOOD_A, 24}}, .want = BURST_ERR_FORMAT,
+     .frag = {"config.json: num_attention_heads = 3 does not divide hidden_size = 8", NULL}},
+    {"kv heads do not divide heads", .config = CFG(SIZES ", \"num_key_value_heads\": 3, \"rms_norm_eps\": 1e-5"),
+     .files = {{ST, GOOD_A, 24}}, .want = BURST_ERR_FORMAT,
+     .frag = {"config.json: num_key_value_heads = 3 does not divide num_attention_heads = 2", NULL}},
+    {"odd head dim", .config = CFG("\"hidden_size\": 6, \"num_attention_heads\": 2, \"num_hidden_layers\": 1, \"vocab_size\": 32, \"rms_norm_eps\": 1e-5"),
+     .files = {{ST, GOOD_A, 24}}, .want = BURST_ERR_FORMAT,
+     .frag = {"config.json: head dim 3 is odd", NULL}},
+    {"zero layers", .config = CFG("\"hidden_size\": 8, \"num_attention_heads\": 2, \"num_hidden_layers\": 0, \"vocab_size\": 32, \"rms_norm_eps\": 1e-5"),
+     .files = {{ST, GOOD_A, 24}}, .want = BURST_ERR_FORMAT,
+     .frag = {"config.json: num_hidden_layers = 0 (want > 0)", NULL}},
+    {"fractional vocab", .config = CFG("\"hidden_size\": 8, \"num_attention_heads\": 2, \"num_hidden_layers\": 1, \"vocab_size\": 32.5, \"rms_norm_eps\": 1e-5"),
+     .files = {{ST, GOOD_A, 24}}, .want = BURST_ERR_FORMAT,
+     .frag = {"config.json: field vocab_size is not an integer", NULL}},
+    {"negative eps", .config = CFG(SIZES ", \"rms_norm_eps\": -1e-5"), .files = {{ST, GOOD_A, 24}},
+     .want = BURST_ERR_FORMAT, .frag = {"config.json: field rms_norm_eps is not a positive number", NULL}},
+    {"eos outside vocab", .config = CFG(SIZES ", \"rms_norm_eps\": 1e-5, \"eos_token_id\": 32"),
+     .files = {{ST, GOOD_A, 24}}, .want = BURST_ERR_FORMAT,
+     .frag = {"config.json: bos_token_id = 1 / eos_token_id = 32 outside vocab_size = 32", NULL}},
+    {"rope_scaling", .config = CFG(SIZES ", \"rms_norm_eps\": 1e-5, \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2}"),
+     .files = {{ST, GOOD_A, 24}}, .want = BURST_ERR_FORMAT,
+     .frag = {"config.json: rope_scaling unsupported", NULL}},
+    {"hidden_act gelu", .config = CFG(SIZES ", \"rms_norm_eps\": 1e-5, \"hidden_act\": \"gelu\""),
+     .files = {{ST, GOOD_A, 24}}, .want = BURST_ERR_FORMAT,
+     .frag = {"config.json: hidden_act gelu unsupported (want silu)", NULL}},
+    {"head_dim field differs", .config = CFG(SIZES ", \"rms_norm_eps\": 1e-5, \"head_dim\": 8"),
+     .files = {{ST, GOOD_A, 24}}, .want = BURST_ERR_FORMAT,
+     .frag = {"config.json: head_dim = 8 unsupported (want hidden_size / num_attention_heads = 4)", NULL}},
+    {"index names a missing shard", .index = "{\"weight_map\": {\"t.a\": \"s1.safetensors\", \"t.b\": \"s2.safetensors\"}}",
+     .files = {{"s1.safetensors", GOOD_A, 24}}, .want = BURST_ERR_IO,
+     .frag = {"s2.safetensors: No such file", NULL}},
+    {"index puts a tensor in the wrong shard", .index = "{\"weight_map\": {\"t.a\": \"s1.safetensors\", \"t.b\": \"s1.safetensors\", \"t.c\": \"s2.safetensors\"}}",
+     .files = {{"s1.safetensors", GOOD_A, 24}, {"s2.safetensors", "{" TB("[0, 24]") "}", 24}},
+     .want = BURST_ERR_FORMAT, .frag = {INDEX ": tensor t.b is in s2.safetensors, not in s1.safetensors", NULL}},
+    {"index names a tensor no shard has", .index = "{\"weight_map\": {\"t.a\": \"s1.safetensors\", \"t.c\": \"s1.safetensors\"}}",
+     .files = {{"s1.safetensors", GOOD_A, 24}}, .want = BURST_ERR_FORMAT,
+     .frag = {INDEX ": tensor t.c missing from s1.safetensors", NULL}},
+    {"index shard outside the directory", .index = "{\"weight_map\": {\"t.a\": \"../s1.safetensors\"}}",
+     .files = {{"s1.safetensors", GOOD_A, 24}}, .want = BURST_ERR_FORMAT,
+     .frag = {INDEX ": weight_map[t.a] is not the name of a file in the directory", NULL}},
+    {"index without weight_map", .index = "{\"metadata\": {}}", .files = {{0}},
+     .want = BURST_ERR_FORMAT, .frag = {INDEX ": weight_map missing or empty", NULL}},
+    {"malformed index", .index = "{\"weight_map\": ", .files = {{0}},
+     .want = BURST_ERR_FORMAT, .frag = {INDEX ": malformed JSON", NULL}},
+    {"tensor in two shards", .index = "{\"weight_map\": {\"t.a\": \"s1.safetensors\", \"t.b\": \"s2.safetensors\"}}",
+     .files = {{"s1.safetensors", GOOD_A, 24}, {"s2.safetensors", "{" TA("F16", "[12]", "[0, 24]") ", " TB("[24, 48]") "}", 48}},
+     .want = BURST_ERR_FORMAT, .frag = {"tensor t.a appears twice (in s1.safetensors and s2.safetensors)", NULL}},
+};
+
+static int run_case(const bad_case *c) {
+    char *dir = tmp_dir();
+    const char *config = c->config ? c->config : VALID_CONFIG;
+    if (strcmp(config, "-") != 0) write_bytes(dir, "config.json", config, strlen(config));
+    if (c->index) write_bytes(dir, INDEX, c->index, strlen(c->index));
+    for (int i = 0; i < 3 && c->files[i].name; i++) write_case_file(dir, &c->files[i]);
+
+    burst_error err = {{0}};
+    weights *w = NULL;
+    burst_status s = weights_open(dir, &w, &err);
+    int ok = (s == BURST_OK) == (w != NULL);
+    if (!s && c->get) {
+        const weights_tensor *t;
+        s = weights_get(w, c->get, c->get_ndim, c->get_shape, &t, &err);
+        ok &= s ? t == NULL : t != NULL && strcmp(t->name, c->get) == 0;
+    }
+    weights_close(w);
+    ok &= s == c->want && !strchr(err.msg, '\n');
+    for (int i = 0; i < 2; i++) ok &= !c->frag[i] || strstr(err.msg, c->frag[i]) != NULL;
+    // Every error line names the checkpoint directory (or a file in it).
+    ok &= s == BURST_OK || strstr(err.msg, dir) != NULL;
+    printf("%s %-40s %s: %s\n", ok ? "ok  " : "FAIL", c->what, burst_status_str(s),
+           s ? err.msg : "");
+    if (!ok) printf("     want %s with \"%s\"\n", burst_status_str(c->want), c->frag[0] ? c->frag[0] : "");
+    remove_dir(dir);
+    return ok;
+}
+
+// ---- random mutations ----
+
+// Opens a mutated copy of a valid file. Returns 0 when an error line is malformed; a successful
+// open (counted in *opened) must leave every byte of every tensor readable.
+static int open_mutant(const char *dir, const uint8_t *bytes, size_t n, int *opened) {
+    write_bytes(dir, ST, bytes, n);
+    weights *w;
+    burst_error err = {{0}};
+    burst_status s = weights_open(dir, &w, &err);
+    if (s) return w == NULL && strstr(err.msg, dir) != NULL && !strchr(err.msg, '\n');
+    volatile uint8_t sum = 0;
+    for (int64_t i = 0; i < weights_count(w); i++) {
+        const weights_tensor *t = weights_at(w, i);
+        for (size_t b = 0; b < t->nbytes; b++) sum += ((const uint8_t *)t->data)[b];
+    }
+    weights_close(w);
+    (*opened)++;
+    return 1;
+}
+
+static int check_mutations(int iters) {
+    static const char interesting[] = "{}[]\",:-0123456789eE. \\";
+    const case_file base = {.name = ST, .header = "{\"__metadata__\": {\"format\": \"pt\"}, "
+                                TA("F32", "[2, 3]", "[0, 24]") ", " TB("[24, 48]") ", "
+                                "\"t.c\": {\"dtype\": \"BF16\", \"shape\": [2, 2], \"data_offsets\": [48, 56]}}",
+                            .data_bytes = 56};
+    uint8_t *good;
+    size_t n = build_file(&base, &good);
+    size_t header_end = 8 + (size_t)(good[0] | good[1] << 8);
+    char *dir = tmp_dir();
+    write_bytes(dir, "config.json", VALID_CONFIG, strlen(VALID_CONFIG));
+    uint8_t *m = malloc(n);
+    int n_ok = 0, ok = open_mutant(dir, good, n, &n_ok);
+    for (int it = 0; it < iters && ok; it++) {
+        memcpy(m, good, n);
+        size_t len = n;
+        int kind = (int)(test_rand_u64() % 4), edits = 1 + (int)(test_rand_u64() % 4);
+        for (int e = 0; e < edits; e++) {
+            size_t at = (size_t)(test_rand_u64() % header_end); // the header is where parsing can go wrong
+            if (kind == 0) m[at] = (uint8_t)test_rand_u64();
+            else if (kind == 1) m[at] = (uint8_t)interesting[test_rand_u64() % (sizeof interesting - 1)];
+            else if (kind == 2) m[test_rand_u64() % 8] = (uint8_t)test_rand_u64(); // the length
+        }
+        if (kind == 3) len = (size_t)(test_rand_u64() % n);
+        if (!open_mutant(dir, m, len, &n_ok)) {
+            printf("FAIL mutation %d (kind %d): bad error line\n", it, kind);
+            ok = 0;
+        }
+    }
+    printf("%s %d random mutations: %d still opened, none crashed\n", ok ? "ok  " : "FAIL", iters,
+           n_ok - 1);
+    free(m);
+    free(good);
+    remove_dir(dir);
+    return ok;
+}
+
+int main(void) {
+    test_seed("test_weights");
+    int ok = check_format_shape();
+    ok &= check_real();
+    int failed = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) failed += !run_case(&cases[i]);
+    printf("%s %zu broken checkpoints, %d failed\n", failed ? "FAIL" : "ok  ",
+           sizeof cases / sizeof cases[0], failed);
+    ok &= failed == 0;
+    ok &= check_mutations(2000);
+    return ok ? 0 : 1;
+}

@@ -1,0 +1,32 @@
+// The three stored dtypes a checkpoint may use: size and safetensors name.
+#include "weights.h"
+
+#include <string.h>
+
+size_t dtype_size(burst_dtype t) {
+    switch (t) {
+    case DTYPE_F32: return 4;
+    case DTYPE_F16: return 2;
+    case DTYPE_BF16: return 2;
+    }
+    return 0;
+}
+
+const char *dtype_name(burst_dtype t) {
+    switch (t) {
+    case DTYPE_F32: return "F32";
+    case DTYPE_F16: return "F16";
+    case DTYPE_BF16: return "BF16";
+    }
+    return "?";
+}
+
+int dtype_parse(const char *name, burst_dtype *out) {
+    static const burst_dtype all[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(name, dtype_name(all[i])) == 0) {
+            *out = all[i];
+            return 1;
+        }
+    return 0;
+}
