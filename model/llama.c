@@ -217,7 +217,7 @@ static void attention_layer(llama_model *m, int l, const llama_segment *segs, in
 
 burst_status llama_forward(llama_model *m, const llama_segment *segs, int n_segs,
                            const int *tokens, float *logits, burst_error *err) {
-    int n;
+    int n = 0;
     burst_status st = check_batch(m, segs, n_segs, tokens, &n, err);
     if (st) return st;
     const llama_config *c = &m->cfg;

@@ -28,12 +28,13 @@ for extra in ([], ["--batch", "1"], ["--batch", "3", "--threads", "1"]):
           f"rc={r.returncode} stdout={r.stdout!r} stderr={r.stderr[-400:]!r}")
     check(f"timings on stderr {extra}", "first token after" in r.stderr, r.stderr[-300:])
 
-# The same seed gives the same sampled text; the seed is printed.
-a = run("generate", "--model", STORIES, "--prompt", "Once", "--max-tokens", "30", "--temperature", "1", "--seed", "7")
-b = run("generate", "--model", STORIES, "--prompt", "Once", "--max-tokens", "30", "--temperature", "1", "--seed", "7",
-        "--top-p", "0.999")
-check("seeded sampling repeats", a.returncode == 0 and a.stdout == b.stdout and "seed 7" in a.stderr,
-      f"{a.stdout!r} vs {b.stdout!r}")
+# The same seed gives the same sampled text, with and without top-k/top-p filtering; the seed is printed.
+for extra in ([], ["--top-p", "0.9", "--top-k", "40"]):
+    args = ["generate", "--model", STORIES, "--prompt", "Once", "--max-tokens", "30", "--temperature", "1",
+            "--seed", "7", *extra]
+    a, b = run(*args), run(*args)
+    check(f"seeded sampling repeats {extra}", a.returncode == 0 and a.stdout == b.stdout and "seed 7" in a.stderr
+          and len(a.stdout) > 20, f"{a.stdout!r} vs {b.stdout!r}")
 
 with tempfile.TemporaryDirectory() as tmp:
     cases = [
