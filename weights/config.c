@@ -48,7 +48,7 @@ static burst_status check_supported(const cJSON *root, const char *path, burst_e
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
     if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0))
         return BURST_FAIL(err, BURST_ERR_FORMAT, "%s: hidden_act %s unsupported (want silu)", path,
-                          cJSON_IsString(act) ? act->valuestring : "(not a string)");
+                          cJSON_IsString(act) ? json_show(act->valuestring) : "(not a string)");
     const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
     if (scaling && !cJSON_IsNull(scaling))
         return BURST_FAIL(err, BURST_ERR_FORMAT, "%s: rope_scaling unsupported (want null)", path);

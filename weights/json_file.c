@@ -38,3 +38,11 @@ done:
     fclose(fp);
     return s;
 }
+
+int json_printable(const char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) return 0;
+    return 1;
+}
+
+const char *json_show(const char *s) { return json_printable(s) ? s : "(unprintable)"; }

@@ -10,3 +10,9 @@
 #define JSON_FILE_MAX_BYTES (64u << 20) // far above any real config or index file
 
 burst_status json_file_load(const char *path, cJSON **out, burst_error *err);
+
+// 1 when s has no control characters (a JSON string may hold "\n"), so that it can go into a
+// one-line error message.
+int json_printable(const char *s);
+// s itself when printable, else "(unprintable)".
+const char *json_show(const char *s);

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "json_file.h"
+
 #define ST_MAX_HEADER (100ull << 20) // the safetensors format's own limit on the JSON header
 
 // A JSON number holding a whole value in [0, 2^53] (exact in a double), else -1.
@@ -68,7 +70,7 @@ static burst_status parse_entry(const st_file *f, const cJSON *e, size_t data_st
     if (!dtype_parse(dt->valuestring, &t->dtype))
         return BURST_FAIL(err, BURST_ERR_FORMAT,
                           "%s: tensor %s dtype %.16s unsupported (want F32/F16/BF16)", f->path,
-                          name, dt->valuestring);
+                          name, json_show(dt->valuestring));
     if ((s = parse_shape(f, name, cJSON_GetObjectItemCaseSensitive(e, "shape"), t, err))) return s;
 
     const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
@@ -191,6 +193,11 @@ static burst_status parse_tensors(st_file *f, const cJSON *root, size_t data_sta
     burst_status s = BURST_OK;
     for (const cJSON *e = root->child; e && !s; e = e->next) {
         if (strcmp(e->string, "__metadata__") == 0) continue;
+        if (!json_printable(e->string)) {
+            s = BURST_FAIL(err, BURST_ERR_FORMAT, "%s: tensor #%lld name has a control character",
+                           f->path, (long long)f->n_tensors);
+            break;
+        }
         weights_tensor *t = &f->tensors[f->n_tensors];
         st_range *r = &ranges[f->n_tensors];
         t->name = str_dup(e->string);

@@ -80,11 +80,12 @@ static burst_status read_index(const char *path, cJSON **index, const cJSON **ma
     const char **names = burst_calloc((size_t)n, sizeof *names);
     for (const cJSON *e = (*map)->child; e; e = e->next) {
         const char *shard = cJSON_GetStringValue(e);
-        if (!shard || !*shard || strchr(shard, '/') || strcmp(shard, "..") == 0) {
+        if (!json_printable(e->string) || !shard || !json_printable(shard) || !*shard ||
+            strchr(shard, '/') || strcmp(shard, "..") == 0) {
             free(names);
             return BURST_FAIL(err, BURST_ERR_FORMAT,
                               "%s: weight_map[%s] is not the name of a file in the directory",
-                              path, e->string);
+                              path, json_show(e->string));
         }
         names[k++] = shard;
     }
