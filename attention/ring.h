@@ -1,0 +1,50 @@
+// BurstAttention across G ranks (GAO): each rank keeps its queries and passes its K/V block
+// around the ring (send to rank+1, receive from rank-1) for G steps; after each step it runs the
+// local flash attention (attention/flash.h) of its queries against the block in hand and folds
+// the result into its running output with the online-softmax merge. Double buffering: while
+// step j computes on one buffer, the transfer for step j+1 fills the other. Only the KV heads
+// travel (GQA). Nothing of size N x N, or N/G x N/G, is ever allocated.
+//
+// Also the sharded all-gather merge used by decode: every rank attends the same queries to its
+// own shard, then the partial (O, lse) of all ranks are gathered and merged in rank order, so
+// every rank ends with the same result.
+//
+// Rows and positions: a rank's queries (and its K/V rows) are the runs of a seq_part in row
+// order; row i of run t has position run[t].start + i. The caller owns every buffer, including
+// the workspace (ring_workspace_floats). One call per rank, from that rank's thread; every rank
+// of the communicator must make the same calls in the same order.
+#pragma once
+#include "attention/partition.h"
+#include "comm/comm.h"
+
+typedef struct {
+    comm *c;
+    const float *q;      // (nq, n_heads, head_dim), row i at q + i*q_stride; nq = len of q_part
+    const float *k, *v;  // (nk, n_kv_heads, head_dim), row j at k + j*kv_stride; nk = len of k_part
+    float *o;            // (nq, n_heads, head_dim), row i at o + i*o_stride
+    float *lse;          // per query run t, a block (n_heads, run[t].len), blocks in run order
+    int64_t q_stride, kv_stride, o_stride;
+    seq_part q_part, k_part;
+    int n_heads, n_kv_heads, head_dim, causal;
+    float scale;
+    int64_t max_block_rows; // the largest nk over all ranks (sizes the transfer buffers)
+    float *work;            // ring_workspace_floats(...) floats
+} ring_args;
+
+int64_t ring_workspace_floats(int64_t nq, int64_t max_block_rows, int n_heads, int n_kv_heads,
+                              int head_dim);
+burst_status ring_attention(const ring_args *a, burst_error *err);
+
+// Time spent per ring step, split into local compute and waiting for the transfer (seconds,
+// summed over calls since the last reset). For the overlap benchmark; per thread.
+typedef struct {
+    double compute_s, wait_s;
+    int64_t steps;
+} ring_stats;
+ring_stats *ring_stats_self(void);
+
+// o (n, n_heads, head_dim) with stride o_stride and lse (n_heads, n) hold this rank's partial
+// over its shard; afterwards they hold the merge over all ranks' partials (same on every rank).
+// work: n*(n_heads*head_dim + n_heads)*(G + 1) floats.
+burst_status sharded_merge(comm *c, float *o, int64_t o_stride, float *lse, int n, int n_heads,
+                           int head_dim, float *work, burst_error *err);

