@@ -10,6 +10,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#ifdef __cplusplus // CUDA sources include this header too
+extern "C" {
+#endif
+
 typedef enum {
     BURST_OK = 0,
     BURST_ERR_IO,        // file missing, unreadable, mmap failed
@@ -44,7 +48,7 @@ void burst_log(char level, const char *file, int line, const char *func, const c
 // Fatal errors go through the hook (the daemon logs them its own way), then abort().
 typedef void (*burst_abort_hook)(const char *msg);
 void burst_set_abort_hook(burst_abort_hook hook);
-_Noreturn void burst_abort(const char *file, int line, const char *func, const char *fmt, ...)
+__attribute__((noreturn)) void burst_abort(const char *file, int line, const char *func, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 #define BURST_ASSERT(cond)                                                        \
@@ -70,3 +74,7 @@ double burst_now(void);
 // Allocation that aborts on failure (sizes are size_t; callers compute them in 64 bits).
 void *burst_malloc(size_t bytes);
 void *burst_calloc(size_t n, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
