@@ -13,6 +13,10 @@
 #pragma once
 #include <stdint.h>
 
+#ifdef __cplusplus // the CUDA benchmark calls the CPU twin
+extern "C" {
+#endif
+
 typedef struct {
     const float *q;     // (nq, n_heads, head_dim), row i at q + i*q_stride
     const float *k;     // (nk, n_kv_heads, head_dim), row j at k + j*kv_stride
@@ -28,3 +32,7 @@ typedef struct {
 } flash_args;
 
 void flash_cpu(const flash_args *a);
+
+#ifdef __cplusplus
+}
+#endif

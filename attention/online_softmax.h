@@ -11,6 +11,10 @@
 #pragma once
 #include <stdint.h>
 
+#ifdef __cplusplus // callable from CUDA C++
+extern "C" {
+#endif
+
 typedef struct {
     float *o;           // (n, n_heads, head_dim), row i at o + i*o_stride: running, updated
     float *lse;         // (n_heads, n): running, updated
@@ -21,3 +25,7 @@ typedef struct {
 } online_softmax_args;
 
 void online_softmax_merge(const online_softmax_args *a);
+
+#ifdef __cplusplus
+}
+#endif

@@ -10,6 +10,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#ifdef __cplusplus // CUDA sources include this header too
+extern "C" {
+#endif
+
 typedef enum {
     BURST_OK = 0,
     BURST_ERR_IO,        // file missing, unreadable, mmap failed
@@ -70,3 +74,7 @@ double burst_now(void);
 // Allocation that aborts on failure (sizes are size_t; callers compute them in 64 bits).
 void *burst_malloc(size_t bytes);
 void *burst_calloc(size_t n, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
