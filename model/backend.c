@@ -1,5 +1,27 @@
 // Public wrappers over a backend's function table: argument checks live here, once.
+#include <string.h>
+
 #include "backend_impl.h"
+#ifdef BURST_WITH_CUDA
+#include "backend_cuda.h"
+#endif
+
+burst_status backend_new(const char *name, int device, int n_threads, burst_backend **out,
+                         burst_error *err) {
+    *out = NULL;
+    if (!strcmp(name, "cpu")) {
+        *out = backend_cpu_new(n_threads);
+        return BURST_OK;
+    }
+    if (!strcmp(name, "cuda")) {
+#ifdef BURST_WITH_CUDA
+        return backend_cuda_new(device, out, err);
+#else
+        return BURST_FAIL(err, BURST_ERR_INVALID, "backend cuda: this build has no CUDA (configure with -DBURST_CUDA=ON)");
+#endif
+    }
+    return BURST_FAIL(err, BURST_ERR_INVALID, "backend '%s' unknown (want cpu or cuda)", name);
+}
 
 void backend_free(burst_backend *b) {
     if (b) b->ops->free(b);
@@ -66,4 +88,9 @@ void backend_attention(burst_backend *b, const flash_args *a) {
     BURST_ASSERT(a && a->q && a->k && a->v && a->o && a->lse && a->head_dim > 0);
     BURST_ASSERT(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0);
     b->ops->attention(b, a);
+}
+
+void backend_merge(burst_backend *b, const online_softmax_args *a) {
+    BURST_ASSERT(a && a->o && a->lse && a->o_b && a->lse_b && a->n >= 0);
+    b->ops->merge(b, a);
 }

@@ -7,6 +7,7 @@
 // by one thread at a time (each rank owns its own).
 #pragma once
 #include "attention/flash.h"
+#include "attention/online_softmax.h"
 #include "weights/weights.h"
 
 typedef struct burst_backend burst_backend;
@@ -18,6 +19,9 @@ typedef struct {
     int64_t rows, cols;
 } burst_weight;
 
+// Creates a backend by name: "cpu", or "cuda" (on GPU `device`) when built with CUDA.
+burst_status backend_new(const char *name, int device, int n_threads, burst_backend **out,
+                         burst_error *err);
 burst_backend *backend_cpu_new(int n_threads);
 void backend_free(burst_backend *b);
 const char *backend_name(const burst_backend *b);
@@ -49,3 +53,5 @@ void backend_swiglu(burst_backend *b, float *gate, const float *up, int64_t n);
 void backend_add(burst_backend *b, float *x, const float *y, int64_t n);
 // Local attention (attention/flash.h) on the backend's buffers.
 void backend_attention(burst_backend *b, const flash_args *a);
+// Online-softmax merge of attention partials (attention/online_softmax.h) on the backend's buffers.
+void backend_merge(burst_backend *b, const online_softmax_args *a);

@@ -164,6 +164,11 @@ static void cpu_attention(burst_backend *b, const flash_args *a) {
     flash_cpu(a);
 }
 
+static void cpu_merge(burst_backend *b, const online_softmax_args *a) {
+    (void)b;
+    online_softmax_merge(a);
+}
+
 static const backend_ops cpu_ops = {
     .name = "cpu",
     .free = cpu_free,
@@ -179,6 +184,7 @@ static const backend_ops cpu_ops = {
     .swiglu = cpu_swiglu,
     .add = cpu_add,
     .attention = cpu_attention,
+    .merge = cpu_merge,
 };
 
 burst_backend *backend_cpu_new(int n_threads) {

@@ -21,6 +21,7 @@ typedef struct {
     void (*swiglu)(burst_backend *b, float *gate, const float *up, int64_t n);
     void (*add)(burst_backend *b, float *x, const float *y, int64_t n);
     void (*attention)(burst_backend *b, const flash_args *a);
+    void (*merge)(burst_backend *b, const online_softmax_args *a);
 } backend_ops;
 
 struct burst_backend {

@@ -128,7 +128,8 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
     if (m->opt.ctx > m->cfg.max_seq_len)
         LOG_W("%s: ctx %d is past max_position_embeddings %d; quality may fall beyond it", dir,
               m->opt.ctx, m->cfg.max_seq_len);
-    m->be = backend_cpu_new(m->opt.n_threads);
+    if (!m->opt.backend) m->opt.backend = "cpu";
+    if ((st = backend_new(m->opt.backend, 0, m->opt.n_threads, &m->be, err))) goto fail;
     if ((st = load_tensors(m, err))) goto fail;
     if ((st = kv_cache_init(&m->kv, m->be, m->opt.n_slots, m->cfg.n_layers, m->opt.ctx,
                             m->cfg.n_kv_heads * m->cfg.head_dim, err)))

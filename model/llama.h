@@ -18,6 +18,7 @@ typedef struct {
     int n_slots;   // sequences held at once
     int max_batch; // tokens per llama_forward call; longer prompts are prefilled in chunks
     int n_threads; // CPU threads (0: all)
+    const char *backend; // "cpu" (NULL: cpu) or "cuda"
 } llama_options;
 
 typedef struct {
