@@ -84,6 +84,7 @@ burst_status ring_attention(const ring_args *a, burst_error *err) {
         stats.compute_s += t1 - t0;
         stats.wait_s += burst_now() - t1;
         stats.steps++;
+        stats.transfers += j + 1 < G;
     }
     for (int t = 0; t < a->q_part.n_runs; t++)
         BURST_ASSERT((started[t] || a->q_part.run[t].len == 0) && "a query run saw no key block");

@@ -50,11 +50,12 @@ int64_t ring_workspace_floats(int64_t nq, int64_t max_block_rows, int n_heads, i
                               int head_dim);
 burst_status ring_attention(const ring_args *a, burst_error *err);
 
-// Time spent per ring step, split into local compute and waiting for the transfer (seconds,
-// summed over calls since the last reset). For the overlap benchmark; per thread.
+// Time spent in ring steps, split into local compute and waiting for the transfer that ran
+// beside it (seconds, summed since the caller last zeroed them). For the overlap benchmark;
+// per thread.
 typedef struct {
     double compute_s, wait_s;
-    int64_t steps;
+    int64_t steps, transfers; // steps; steps that overlapped a transfer (all but the last)
 } ring_stats;
 ring_stats *ring_stats_self(void);
 
