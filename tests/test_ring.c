@@ -120,7 +120,74 @@ static int run_ring(ring_case *c, const double *ref_o, const double *ref_lse) {
     // float32 compute over sums of up to 4097 terms: relative error ~1e-6; 1e-5 is the bound.
     ok &= test_compare(what, c->o, ref_o, (int64_t)c->N * dim, 1e-10, 1e-5, 1e-5);
     snprintf(what, sizeof what, "G=%d N=%d lse", c->G, c->N);
-    ok &= test_compare(what, c->lse, ref_lse, (int64_t)c->N * c->n_heads, 1e-12, 1e-5, 1e-5);
+    // lse may be near 0 (N = 1: one small score), where nmse is ill-conditioned: the elementwise
+    // bound carries the check and the nmse bound only catches gross errors.
+    ok &= test_compare(what, c->lse, ref_lse, (int64_t)c->N * c->n_heads, 1e-9, 1e-5, 1e-5);
+    return ok;
+}
+
+// Decode: every rank holds the same nq queries and one contiguous shard of the keys (uneven,
+// some empty); each attends to its shard and sharded_merge combines the partials.
+typedef struct {
+    const ring_case *c;
+    int rank, nq;
+    const int64_t *shard_start; // (G + 1)
+    float *o, *lse;             // per rank outputs (nq, dim), (heads, nq)
+    int rc;
+} merge_job;
+
+static void *merge_rank_main(void *arg) {
+    merge_job *j = arg;
+    const ring_case *c = j->c;
+    int64_t dim = (int64_t)c->n_heads * c->d, kv_dim = (int64_t)c->n_kv * c->d;
+    int64_t k0 = j->shard_start[j->rank], nk = j->shard_start[j->rank + 1] - k0;
+    flash_args a = {.q = c->q + (int64_t)(c->N - j->nq) * dim, .k = c->k + k0 * kv_dim, .v = c->v + k0 * kv_dim,
+                    .o = j->o, .lse = j->lse, .q_stride = dim, .kv_stride = kv_dim, .o_stride = dim,
+                    .nq = j->nq, .nk = (int)nk, .n_heads = c->n_heads, .n_kv_heads = c->n_kv, .head_dim = c->d,
+                    .q_pos0 = c->N - j->nq, .k_pos0 = k0, .causal = 0, .scale = 1.0f / sqrtf((float)c->d)};
+    flash_cpu(&a);
+    float *work = malloc(sizeof(float) * (size_t)sharded_merge_work_floats(c->G, j->nq, c->n_heads, c->d));
+    burst_error err;
+    j->rc = sharded_merge(comm_threads_rank(c->grp, j->rank), NULL, j->o, j->lse, j->nq, c->n_heads, c->d,
+                          work, &err) != BURST_OK;
+    free(work);
+    return NULL;
+}
+
+// The last nq queries of a non-causal case attend to all N keys through G shards.
+static int run_sharded_merge(ring_case *c, const double *ref_o, const double *ref_lse, int nq) {
+    int64_t dim = (int64_t)c->n_heads * c->d, starts[9] = {0};
+    for (int r = 1; r < c->G; r++) starts[r] = (int64_t)(test_uniform(0, 1) * (c->N + 1));
+    starts[c->G] = c->N;
+    for (int r = 1; r < c->G; r++) // sorted cut points: shards may be empty
+        for (int u = r; u > 1 && starts[u] < starts[u - 1]; u--) {
+            int64_t t = starts[u]; starts[u] = starts[u - 1]; starts[u - 1] = t;
+        }
+    c->grp = comm_threads_group_new(c->G);
+    pthread_t th[8];
+    merge_job jobs[8];
+    for (int r = 0; r < c->G; r++) {
+        jobs[r] = (merge_job){.c = c, .rank = r, .nq = nq, .shard_start = starts,
+                              .o = malloc(sizeof(float) * (size_t)(nq * dim)),
+                              .lse = malloc(sizeof(float) * (size_t)(nq * c->n_heads))};
+        pthread_create(&th[r], NULL, merge_rank_main, &jobs[r]);
+    }
+    int ok = 1;
+    for (int r = 0; r < c->G; r++) pthread_join(th[r], NULL), ok &= !jobs[r].rc;
+    comm_threads_group_free(c->grp);
+    double *ro = malloc(sizeof(double) * (size_t)(nq * dim)), *rl = malloc(sizeof(double) * (size_t)(nq * c->n_heads));
+    for (int64_t i = 0; i < nq * dim; i++) ro[i] = ref_o[(int64_t)(c->N - nq) * dim + i];
+    for (int h = 0; h < c->n_heads; h++)
+        for (int i = 0; i < nq; i++) rl[h * nq + i] = ref_lse[(int64_t)h * c->N + c->N - nq + i];
+    char what[96];
+    for (int r = 0; r < c->G; r++) { // every rank ends with the same merged result
+        snprintf(what, sizeof what, "sharded merge G=%d N=%d rank %d O", c->G, c->N, r);
+        ok &= test_compare(what, jobs[r].o, ro, nq * dim, 1e-10, 1e-5, 1e-5);
+        snprintf(what, sizeof what, "sharded merge G=%d N=%d rank %d lse", c->G, c->N, r);
+        ok &= test_compare(what, jobs[r].lse, rl, nq * c->n_heads, 1e-9, 1e-5, 1e-5);
+        free(jobs[r].o), free(jobs[r].lse);
+    }
+    free(ro), free(rl);
     return ok;
 }
 
@@ -149,6 +216,7 @@ int main(void) {
             for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++) {
                 c.G = Gs[gi];
                 ok &= run_ring(&c, ro, rl);
+                if (!c.causal) ok &= run_sharded_merge(&c, ro, rl, N < 3 ? N : 3);
             }
             free(q), free(k), free(v), free(c.o), free(c.lse), free(ro), free(rl);
         }
