@@ -1,11 +1,11 @@
 // `burst`: command-line tools over the engine. `burst generate` prints one completion of a
 // prompt on stdout (the prompt is not repeated) and timings on stderr.
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "cli_args.h"
 #include "model/llama.h"
 #include "model/sampler.h"
 #include "model/tokenizer.h"
@@ -33,29 +33,6 @@ typedef struct {
     uint64_t seed;
 } generate_args;
 
-static int parse_long(const char *flag, const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) {
-        fprintf(stderr, "burst: %s %s: want an integer in [%ld, %ld]\n", flag, s, lo, hi);
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
-
-static int parse_float(const char *flag, const char *s, float lo, float hi, float *out) {
-    char *end;
-    float v = strtof(s, &end);
-    if (*end || end == s || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "burst: %s %s: want a number in [%g, %g]\n", flag, s, lo, hi);
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
-
 static int parse_generate(int argc, char **argv, generate_args *a) {
     *a = (generate_args){.max_tokens = 256, .top_p = 1.0f, .batch = 512,
                          .seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32)};
@@ -74,14 +51,14 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
         int ok = 1;
         if (!strcmp(f, "--model")) a->model = v;
         else if (!strcmp(f, "--prompt")) a->prompt = v;
-        else if (!strcmp(f, "--max-tokens")) ok = parse_long(f, v, 0, 1 << 30, &n), a->max_tokens = (int)n;
-        else if (!strcmp(f, "--top-k")) ok = parse_long(f, v, 0, 1 << 30, &n), a->top_k = (int)n;
-        else if (!strcmp(f, "--ctx")) ok = parse_long(f, v, 1, 1 << 30, &n), a->ctx = (int)n;
-        else if (!strcmp(f, "--batch")) ok = parse_long(f, v, 1, 1 << 20, &n), a->batch = (int)n;
-        else if (!strcmp(f, "--threads")) ok = parse_long(f, v, 1, 4096, &n), a->threads = (int)n;
-        else if (!strcmp(f, "--seed")) ok = parse_long(f, v, 0, 0x7fffffffffffffffL, &n), a->seed = (uint64_t)n;
-        else if (!strcmp(f, "--temperature")) ok = parse_float(f, v, 0, 100, &a->temperature);
-        else if (!strcmp(f, "--top-p")) ok = parse_float(f, v, 0, 1, &a->top_p);
+        else if (!strcmp(f, "--max-tokens")) ok = cli_parse_long("burst", f, v, 0, 1 << 30, &n), a->max_tokens = (int)n;
+        else if (!strcmp(f, "--top-k")) ok = cli_parse_long("burst", f, v, 0, 1 << 30, &n), a->top_k = (int)n;
+        else if (!strcmp(f, "--ctx")) ok = cli_parse_long("burst", f, v, 1, 1 << 30, &n), a->ctx = (int)n;
+        else if (!strcmp(f, "--batch")) ok = cli_parse_long("burst", f, v, 1, 1 << 20, &n), a->batch = (int)n;
+        else if (!strcmp(f, "--threads")) ok = cli_parse_long("burst", f, v, 1, 4096, &n), a->threads = (int)n;
+        else if (!strcmp(f, "--seed")) ok = cli_parse_long("burst", f, v, 0, 0x7fffffffffffffffL, &n), a->seed = (uint64_t)n;
+        else if (!strcmp(f, "--temperature")) ok = cli_parse_float("burst", f, v, 0, 100, &a->temperature);
+        else if (!strcmp(f, "--top-p")) ok = cli_parse_float("burst", f, v, 0, 1, &a->top_p);
         else {
             fprintf(stderr, "burst: %s: unknown option\n%s", f, usage);
             return 0;
