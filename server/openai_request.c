@@ -72,16 +72,18 @@ static int get_prompt(const cJSON *o, const openai_limits *lim, burst_request *r
     burst_error err = {{0}};
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "prompt");
     if (!p) return BAD(e, "'prompt' is required");
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && !cJSON_IsNumber(cJSON_GetArrayItem(p, 0)))
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0 && !cJSON_IsNumber(cJSON_GetArrayItem(p, 0))) {
+        if (cJSON_GetArraySize(p) > 1)
+            return BAD(e, "'prompt': batches of several prompts are not supported (send one prompt per request)");
         p = cJSON_GetArrayItem(p, 0); // a batch of one prompt
+    }
     if (cJSON_IsString(p)) {
         if (tokenizer_encode(lim->tok, p->valuestring, 1, &req->prompt, &req->n_prompt, &err))
             return BAD(e, "'prompt' could not be tokenized: %s", err.msg);
         return 1;
     }
     int n = cJSON_IsArray(p) ? cJSON_GetArraySize(p) : 0;
-    if (n < 1) return BAD(e, "'prompt' must be a string, a non-empty array of token ids, or an array of one of either "
-                          "(batches of several prompts are not supported)");
+    if (n < 1) return BAD(e, "'prompt' must be a string, a non-empty array of token ids, or an array of one of either");
     req->prompt = burst_malloc(sizeof(int) * (size_t)n);
     for (int i = 0; i < n; i++) {
         const cJSON *t = cJSON_GetArrayItem(p, i);

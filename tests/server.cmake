@@ -1,0 +1,1 @@
+burst_py_test(test_server_api test_server_api.py LABELS model)
