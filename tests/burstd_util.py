@@ -123,7 +123,7 @@ def stream_text(events, kind="completion"):
 def generate(model, prompt, max_tokens):
     """`burst generate` greedy text (its trailing newline removed)."""
     r = subprocess.run([os.path.join(BIN, "burst"), "generate", "--model", model, "--prompt", prompt,
-                        "--max-tokens", str(max_tokens), "--temperature", "0"],
+                        "--max-tokens", str(max_tokens), "--temperature", "0", "--threads", "1"],
                        capture_output=True, text=True, timeout=120)
     if r.returncode:
         raise RuntimeError(f"burst generate failed: {r.stderr}")

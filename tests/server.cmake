@@ -1,1 +1,2 @@
 burst_py_test(test_server_api test_server_api.py LABELS model)
+burst_py_test(test_server_load test_server_load.py LABELS model)
