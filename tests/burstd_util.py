@@ -12,6 +12,10 @@ import time
 
 BIN = os.environ["BURST_BIN"]
 MODELS = os.environ["BURST_MODELS_DIR"]
+# One OpenMP thread everywhere: these models are tiny, ctest runs tests side by side on a shared
+# machine, and attention/flash_cpu.c's parallel region does not follow --threads (it spins up a
+# pool of all cores, which stalls the engine thread when the cores are busy).
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 STORIES = os.path.join(MODELS, "stories260K")
 
 
@@ -19,8 +23,8 @@ class Burstd:
     """A running burstd; use as a context manager. .log() is its stderr so far."""
 
     def __init__(self, model, *args, timeout=60):
-        self.proc = subprocess.Popen([os.path.join(BIN, "burstd"), "--model", model, "--port", "0", *args],
-                                     stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen([os.path.join(BIN, "burstd"), "--model", model, "--port", "0", "--threads", "1",
+                                      *args], stderr=subprocess.PIPE, text=True, env=ENV)
         self.lines, self.port = [], None
         ready = threading.Event()
 
@@ -124,7 +128,7 @@ def generate(model, prompt, max_tokens):
     """`burst generate` greedy text (its trailing newline removed)."""
     r = subprocess.run([os.path.join(BIN, "burst"), "generate", "--model", model, "--prompt", prompt,
                         "--max-tokens", str(max_tokens), "--temperature", "0", "--threads", "1"],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120, env=ENV)
     if r.returncode:
         raise RuntimeError(f"burst generate failed: {r.stderr}")
     return r.stdout[:-1] if r.stdout.endswith("\n") else r.stdout

@@ -25,7 +25,7 @@ def tokens(srv, text, bos=True):
     return srv.request("POST", "/tokenize", {"content": text, "add_special": bos})[2]["tokens"]
 
 
-with Burstd(STORIES, "--threads", "1") as srv:
+with Burstd(STORIES) as srv:
     st, _, body = srv.request("GET", "/health")
     check("/health", st == 200 and body["status"] == "ok", body)
     st, _, body = srv.request("GET", "/v1/models")
@@ -139,7 +139,7 @@ with Burstd(STORIES, "--threads", "1") as srv:
     check("burstd still running", srv.proc.poll() is None)
 
 # The API key: every route but /health wants it.
-with Burstd(STORIES, "--api-key", "sekrit", "--threads", "1") as srv:
+with Burstd(STORIES, "--api-key", "sekrit") as srv:
     for hdr in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "sekrit"}):
         st, h, body = srv.request("POST", "/v1/completions", NORMAL, hdr)
         check(f"API key {hdr} -> 401", st == 401 and body["error"]["code"] == "invalid_api_key"

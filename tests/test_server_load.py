@@ -15,7 +15,7 @@ PROMPTS = ["Once upon a time", "Lily and Tom", "The cat sat", "One day, a big do
 N, MAX_TOKENS = 32, 48
 refs = {p: generate(STORIES, p, MAX_TOKENS) for p in PROMPTS}
 
-with Burstd(STORIES, "--slots", "8", "--max-queue", "64", "--threads", "1") as srv:
+with Burstd(STORIES, "--slots", "8", "--max-queue", "64") as srv:
     ttft_before = srv.metric("time_to_first_token_seconds_count")
     results = [None] * N
     start = threading.Barrier(N)
