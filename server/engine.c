@@ -47,7 +47,7 @@ static void set_gauges(engine *e) {
 }
 
 // Hands the DONE event over, logs the request's line and counts it.
-static void report(engine *e, burst_request *r, const request_result *res, char *tail, const char *error) {
+static void log_finished(engine *e, burst_request *r, const request_result *res, char *tail, const char *error) {
     finish_reason why = res->finish;
     request_push(r, REQ_EVENT_DONE, tail, res);
     REQ_LOG(why == FINISH_ERROR ? 'E' : 'I', r, "%s: prompt %d tokens, generated %d tokens, queue %.3f s, ttft %.3f s, "
@@ -82,7 +82,7 @@ static void seq_finish(engine *e, int s, finish_reason why, const char *error) {
                           .ttft_s = q->n_gen ? q->t_first - r->t_accept : 0, .total_s = burst_now() - r->t_accept,
                           .finish = why};
     char *tail = why == FINISH_ERROR ? strdup(error) : why == FINISH_CANCELLED ? NULL : pending_text(e, q);
-    report(e, r, &res, tail, error);
+    log_finished(e, r, &res, tail, error);
     llama_slot_reset(e->model, s);
     sampler_free(&q->smp);
     detok_free(&q->detok);
@@ -122,7 +122,7 @@ static int admit(engine *e) {
             continue;
         }
         request_result res = {.n_prompt = r->n_prompt, .total_s = burst_now() - r->t_accept, .finish = FINISH_CANCELLED};
-        report(e, r, &res, NULL, NULL); // gone before it reached a slot
+        log_finished(e, r, &res, NULL, NULL); // gone before it reached a slot
         request_release(r);
         s--; // the slot is still free
     }
@@ -259,7 +259,7 @@ void engine_stop(engine *e) {
     for (; e->q_len; e->q_len--, e->q_head = (e->q_head + 1) % e->max_queue) {
         burst_request *r = e->queue[e->q_head];
         request_result res = {.n_prompt = r->n_prompt, .total_s = burst_now() - r->t_accept, .finish = FINISH_ERROR};
-        report(e, r, &res, strdup("the server is shutting down"), "the server is shutting down");
+        log_finished(e, r, &res, strdup("the server is shutting down"), "the server is shutting down");
         request_release(r);
     }
     pthread_cond_destroy(&e->cv);
