@@ -70,7 +70,10 @@ char *detok_push(const tokenizer *t, detok_stream *d, int id) {
         d->n--;
         return NULL;
     }
-    if (!complete) {
+    // A UTF-8 character is at most 4 bytes: a run still incomplete after more ids than that holds
+    // invalid bytes and would never complete, so it goes out (as U+FFFD) instead of growing the
+    // window (every push decodes the whole window: waiting forever is quadratic).
+    if (!complete && d->n - d->read <= 4) {
         text[0] = 0;
         return text;
     }

@@ -1,17 +1,20 @@
-// `burst`: command-line tools over the engine. `burst generate` prints one completion of a
-// prompt on stdout (the prompt is not repeated) and timings on stderr.
-#include <errno.h>
+// `burst`: command-line tools. `burst generate` prints one completion of a prompt on stdout (the
+// prompt is not repeated) and timings on stderr, with the model in-process; `burst load` drives
+// a running burstd (server/load.h).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "cli_args.h"
+#include "load.h"
 #include "model/llama.h"
 #include "model/sampler.h"
 #include "model/tokenizer.h"
 
 static const char usage[] =
     "usage: burst generate --model DIR --prompt TEXT [options]\n"
+    "       burst load --url URL [options]   (burst load --help)\n"
     "\n"
     "Prints the completion of TEXT on stdout and timings on stderr.\n"
     "\n"
@@ -35,29 +38,6 @@ typedef struct {
     uint64_t seed;
 } generate_args;
 
-static int parse_long(const char *flag, const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) {
-        fprintf(stderr, "burst: %s %s: want an integer in [%ld, %ld]\n", flag, s, lo, hi);
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
-
-static int parse_float(const char *flag, const char *s, float lo, float hi, float *out) {
-    char *end;
-    float v = strtof(s, &end);
-    if (*end || end == s || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "burst: %s %s: want a number in [%g, %g]\n", flag, s, lo, hi);
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
-
 static int parse_generate(int argc, char **argv, generate_args *a) {
     *a = (generate_args){.max_tokens = 256, .top_p = 1.0f, .batch = 512, .ranks = 1,
                          .seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32)};
@@ -76,15 +56,15 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
         int ok = 1;
         if (!strcmp(f, "--model")) a->model = v;
         else if (!strcmp(f, "--prompt")) a->prompt = v;
-        else if (!strcmp(f, "--max-tokens")) ok = parse_long(f, v, 0, 1 << 30, &n), a->max_tokens = (int)n;
-        else if (!strcmp(f, "--top-k")) ok = parse_long(f, v, 0, 1 << 30, &n), a->top_k = (int)n;
-        else if (!strcmp(f, "--ctx")) ok = parse_long(f, v, 1, 1 << 30, &n), a->ctx = (int)n;
-        else if (!strcmp(f, "--batch")) ok = parse_long(f, v, 1, 1 << 20, &n), a->batch = (int)n;
-        else if (!strcmp(f, "--threads")) ok = parse_long(f, v, 1, 4096, &n), a->threads = (int)n;
-        else if (!strcmp(f, "--ranks")) ok = parse_long(f, v, 1, 64, &n), a->ranks = (int)n;
-        else if (!strcmp(f, "--seed")) ok = parse_long(f, v, 0, 0x7fffffffffffffffL, &n), a->seed = (uint64_t)n;
-        else if (!strcmp(f, "--temperature")) ok = parse_float(f, v, 0, 100, &a->temperature);
-        else if (!strcmp(f, "--top-p")) ok = parse_float(f, v, 0, 1, &a->top_p);
+        else if (!strcmp(f, "--max-tokens")) ok = cli_parse_long("burst", f, v, 0, 1 << 30, &n), a->max_tokens = (int)n;
+        else if (!strcmp(f, "--top-k")) ok = cli_parse_long("burst", f, v, 0, 1 << 30, &n), a->top_k = (int)n;
+        else if (!strcmp(f, "--ctx")) ok = cli_parse_long("burst", f, v, 1, 1 << 30, &n), a->ctx = (int)n;
+        else if (!strcmp(f, "--batch")) ok = cli_parse_long("burst", f, v, 1, 1 << 20, &n), a->batch = (int)n;
+        else if (!strcmp(f, "--threads")) ok = cli_parse_long("burst", f, v, 1, 4096, &n), a->threads = (int)n;
+        else if (!strcmp(f, "--ranks")) ok = cli_parse_long("burst", f, v, 1, 64, &n), a->ranks = (int)n;
+        else if (!strcmp(f, "--seed")) ok = cli_parse_long("burst", f, v, 0, 0x7fffffffffffffffL, &n), a->seed = (uint64_t)n;
+        else if (!strcmp(f, "--temperature")) ok = cli_parse_float("burst", f, v, 0, 100, &a->temperature);
+        else if (!strcmp(f, "--top-p")) ok = cli_parse_float("burst", f, v, 0, 1, &a->top_p);
         else {
             fprintf(stderr, "burst: %s: unknown option\n%s", f, usage);
             return 0;
@@ -180,6 +160,51 @@ fail:
     return rc;
 }
 
+static const char load_usage[] =
+    "usage: burst load --url URL [options]\n"
+    "\n"
+    "Sends streaming completions to a running burstd and prints p50/p90/p99 time to first token,\n"
+    "inter-token latency and throughput, all measured on the client.\n"
+    "\n"
+    "  --url URL           the server, e.g. http://127.0.0.1:8080\n"
+    "  --api-key KEY       sent as \"Authorization: Bearer KEY\"\n"
+    "  --concurrency C     requests in flight at once (default 4)\n"
+    "  --requests R        requests in all (default 16)\n"
+    "  --prompt-tokens P   prompt length in tokens, exactly (default 128)\n"
+    "  --max-tokens M      tokens generated per request, exactly (default 64; EOS is ignored)\n";
+
+static int parse_load(int argc, char **argv, load_args *a) {
+    *a = (load_args){.concurrency = 4, .requests = 16, .prompt_tokens = 128, .max_tokens = 64};
+    for (int i = 0; i < argc; i++) {
+        const char *f = argv[i];
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
+            fputs(load_usage, stdout);
+            exit(0);
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "burst: %s: unknown option or missing value\n%s", f, load_usage);
+            return 0;
+        }
+        const char *v = argv[++i];
+        long n = 0;
+        int ok = 1, *dst = NULL;
+        if (!strcmp(f, "--url")) a->url = v;
+        else if (!strcmp(f, "--api-key")) a->api_key = v;
+        else if (!strcmp(f, "--concurrency")) ok = cli_parse_long("burst", f, v, 1, 4096, &n), dst = &a->concurrency;
+        else if (!strcmp(f, "--requests")) ok = cli_parse_long("burst", f, v, 1, 1 << 24, &n), dst = &a->requests;
+        else if (!strcmp(f, "--prompt-tokens")) ok = cli_parse_long("burst", f, v, 1, 1 << 24, &n), dst = &a->prompt_tokens;
+        else if (!strcmp(f, "--max-tokens")) ok = cli_parse_long("burst", f, v, 1, 1 << 24, &n), dst = &a->max_tokens;
+        else {
+            fprintf(stderr, "burst: %s: unknown option\n%s", f, load_usage);
+            return 0;
+        }
+        if (!ok) return 0;
+        if (dst) *dst = (int)n;
+    }
+    if (!a->url) fprintf(stderr, "burst: load needs --url\n%s", load_usage);
+    return a->url != NULL;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         fputs(usage, argc < 2 ? stderr : stdout);
@@ -188,6 +213,10 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "generate")) {
         generate_args a;
         return parse_generate(argc - 2, argv + 2, &a) ? generate(&a) : 2;
+    }
+    if (!strcmp(argv[1], "load")) {
+        load_args a;
+        return parse_load(argc - 2, argv + 2, &a) ? load_run(&a) : 2;
     }
     fprintf(stderr, "burst: unknown command '%s'\n%s", argv[1], usage);
     return 2;

@@ -1,0 +1,133 @@
+// burstd: the daemon. Loads the model (failing clearly before any port opens), starts the engine
+// thread and the HTTP server, and runs until SIGINT or SIGTERM.
+#define _POSIX_C_SOURCE 200809L
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_args.h"
+#include "engine.h"
+#include "http.h"
+
+static const char usage[] =
+    "usage: burstd --model DIR [options]\n"
+    "\n"
+    "Serves the model over an OpenAI-compatible HTTP API (see README.md).\n"
+    "\n"
+    "  --model DIR       Hugging Face LLaMA directory (config.json, *.safetensors, tokenizer.model)\n"
+    "  --host ADDR       address to listen on (default 127.0.0.1)\n"
+    "  --port N          port (default 8080; 0: any free port, printed at start)\n"
+    "  --api-key KEY     require \"Authorization: Bearer KEY\" (all routes but /health)\n"
+    "  --slots N         requests running at once, each with its own KV cache slot (default 4)\n"
+    "  --ctx N           tokens per slot, prompt + completion (default: the model's context)\n"
+    "  --max-queue N     requests waiting for a slot at most; more get 429 (default 64)\n"
+    "  --batch N         tokens per engine step, decode tokens plus prompt chunks (default 512)\n"
+    "  --ranks G         ranks (threads) sharing each sequence: BurstAttention prefill, sharded\n"
+    "                    KV cache (default 1)\n"
+    "  --threads N       CPU threads in all, shared out among the ranks (default: all cores)\n";
+
+typedef struct {
+    const char *model, *host, *api_key;
+    int port, slots, ctx, max_queue, batch, threads, ranks;
+} burstd_args;
+
+static int parse_args(int argc, char **argv, burstd_args *a) {
+    *a = (burstd_args){.host = "127.0.0.1", .port = 8080, .slots = 4, .max_queue = 64, .batch = 512, .ranks = 1};
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
+            fputs(usage, stdout);
+            exit(0);
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "burstd: %s: unknown option or missing value\n%s", f, usage);
+            return 0;
+        }
+        const char *v = argv[++i];
+        long n = 0;
+        int ok = 1, *dst = NULL;
+        if (!strcmp(f, "--model")) a->model = v;
+        else if (!strcmp(f, "--host")) a->host = v;
+        else if (!strcmp(f, "--api-key")) a->api_key = v;
+        else if (!strcmp(f, "--port")) ok = cli_parse_long("burstd", f, v, 0, 65535, &n), dst = &a->port;
+        else if (!strcmp(f, "--slots")) ok = cli_parse_long("burstd", f, v, 1, 4096, &n), dst = &a->slots;
+        else if (!strcmp(f, "--ctx")) ok = cli_parse_long("burstd", f, v, 1, 1 << 30, &n), dst = &a->ctx;
+        else if (!strcmp(f, "--max-queue")) ok = cli_parse_long("burstd", f, v, 1, 1 << 20, &n), dst = &a->max_queue;
+        else if (!strcmp(f, "--batch")) ok = cli_parse_long("burstd", f, v, 1, 1 << 20, &n), dst = &a->batch;
+        else if (!strcmp(f, "--threads")) ok = cli_parse_long("burstd", f, v, 1, 4096, &n), dst = &a->threads;
+        else if (!strcmp(f, "--ranks")) ok = cli_parse_long("burstd", f, v, 1, 64, &n), dst = &a->ranks;
+        else {
+            fprintf(stderr, "burstd: %s: unknown option\n%s", f, usage);
+            return 0;
+        }
+        if (!ok) return 0;
+        if (dst) *dst = (int)n;
+    }
+    if (!a->model) fprintf(stderr, "burstd: --model DIR is required\n%s", usage);
+    return a->model != NULL;
+}
+
+// The model directory's last component names the model in the API ("stories260K").
+static const char *model_name(const char *dir) {
+    static char name[256];
+    snprintf(name, sizeof name, "%s", dir);
+    size_t n = strlen(name);
+    while (n > 1 && name[n - 1] == '/') name[--n] = 0;
+    const char *slash = strrchr(name, '/');
+    return slash && slash[1] ? slash + 1 : name;
+}
+
+// Loads, serves until a signal, and tears down in reverse order. Returns the exit code.
+static int serve(const burstd_args *a, const sigset_t *stop_signals) {
+    burst_error err = {{0}};
+    char tok_path[4096];
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.model", a->model);
+    tokenizer *tok = NULL;
+    llama_model *m = NULL;
+    metrics *met = NULL;
+    engine *eng = NULL;
+    http_server *http = NULL;
+    llama_options lo = {.ctx = a->ctx, .n_slots = a->slots, .max_batch = a->batch, .n_threads = a->threads,
+                        .n_ranks = a->ranks};
+    if (tokenizer_load(tok_path, &tok, &err) || llama_load(a->model, &lo, &m, &err)) goto fail;
+    const llama_config *c = llama_config_of(m);
+    if (tokenizer_vocab_size(tok) != c->vocab_size) {
+        BURST_FAIL(&err, BURST_ERR_FORMAT, "%s: tokenizer has %d pieces, config.json vocab_size %d (want equal)",
+                   tok_path, tokenizer_vocab_size(tok), c->vocab_size);
+        goto fail;
+    }
+    LOG_I("%s: %d layers, dim %d, %d heads (%d kv), vocab %d; %d slots x %d tokens, %d rank(s), %.1f MB reserved",
+          a->model, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->vocab_size, llama_options_of(m)->n_slots,
+          llama_options_of(m)->ctx, llama_options_of(m)->n_ranks, llama_reserved_bytes(m) / 1e6);
+    met = metrics_new(model_name(a->model));
+    http_options ho = {.host = a->host, .port = a->port, .api_key = a->api_key, .model_name = model_name(a->model)};
+    if (engine_start(m, tok, met, &(engine_options){.max_queue = a->max_queue}, &eng, &err) ||
+        http_start(&ho, eng, m, tok, met, &http, &err))
+        goto fail;
+    LOG_I("listening on http://%s:%d (model %s%s)", a->host, http_port(http), ho.model_name,
+          a->api_key ? ", API key required" : "");
+    int sig;
+    sigwait(stop_signals, &sig);
+    LOG_I("signal %d: stopping", sig);
+fail:
+    if (err.msg[0]) LOG_E("%s", err.msg);
+    http_stop(http);
+    engine_stop(eng);
+    metrics_free(met);
+    llama_free(m);
+    tokenizer_free(tok);
+    return err.msg[0] ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    burstd_args a;
+    if (!parse_args(argc, argv, &a)) return 2;
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t stop_signals; // blocked in every thread, taken by sigwait in serve
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    return serve(&a, &stop_signals);
+}

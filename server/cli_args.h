@@ -1,0 +1,9 @@
+// Command-line value parsing shared by `burst` and `burstd`: integers and numbers with a range,
+// each printing one line "<prog>: --flag value: want ..." on stderr when the value is wrong.
+// Stateless; safe from any thread.
+#pragma once
+
+// Returns 1 and sets *out when s is an integer in [lo, hi]; else prints why and returns 0.
+int cli_parse_long(const char *prog, const char *flag, const char *s, long lo, long hi, long *out);
+// Returns 1 and sets *out when s is a number in [lo, hi]; else prints why and returns 0.
+int cli_parse_float(const char *prog, const char *flag, const char *s, float lo, float hi, float *out);

@@ -1,0 +1,35 @@
+// The engine: one thread that owns the model and runs every request. Each step it
+//   1. drops requests whose client went away (their KV slot is freed at once),
+//   2. admits waiting requests, oldest first, while KV slots last,
+//   3. builds one llama_forward batch: a 1-token segment for every decoding request, then prompt
+//      chunks of the prefilling requests (oldest first) in the tokens left of max_batch,
+//   4. samples the next token of every segment that reached its prompt's end or decodes, and
+//      hands its text to the request's queue (request_push), never waiting on the HTTP side.
+// A request joins or leaves between steps (continuous batching); a long prompt is prefilled over
+// several steps while others decode. Every finished request gets one log line.
+//
+// Memory: the engine borrows the model, tokenizer and metrics (they outlive it) and holds a
+// reference on each submitted request until it finishes.
+// Threads: engine_submit, engine_cancel and engine_counts are thread-safe; start/stop belong to main.
+#pragma once
+#include "metrics.h"
+#include "model/llama.h"
+#include "model/tokenizer.h"
+#include "request.h"
+
+typedef struct {
+    int max_queue; // requests waiting for a slot at most; engine_submit refuses more
+} engine_options;
+
+typedef struct engine engine;
+
+burst_status engine_start(llama_model *m, const tokenizer *tok, metrics *met, const engine_options *opt,
+                          engine **out, burst_error *err);
+// Stops the thread; requests still queued or running finish with FINISH_ERROR ("shutting down").
+void engine_stop(engine *e);
+
+// Queues req (taking a reference) and returns 1, or returns 0 when max_queue are waiting.
+int engine_submit(engine *e, burst_request *req);
+// Marks req cancelled and wakes the engine, which drops it (and frees its slot) at the next step.
+void engine_cancel(engine *e, burst_request *req);
+void engine_counts(engine *e, int *running, int *waiting);

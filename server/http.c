@@ -1,0 +1,215 @@
+// The daemon, routing, API key, request bodies and replies (server/http.h).
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "http_impl.h"
+
+// The one place that sets libmicrohttpd's threading mode: a thread per connection, so that a
+// streamed response's content reader may block until the engine hands over the next token.
+static const unsigned int HTTP_MHD_MODE =
+    MHD_USE_THREAD_PER_CONNECTION | MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+
+typedef enum MHD_Result (*route_fn)(http_server *s, http_request *h);
+
+static const struct {
+    const char *method, *path, *id_prefix;
+    route_fn fn;
+    int public; // served without the API key
+} routes[] = {
+    {"POST", "/v1/completions", "cmpl", http_completions, 0},
+    {"POST", "/v1/chat/completions", "chatcmpl", http_chat_completions, 0},
+    {"GET", "/v1/models", "req", http_models, 0},
+    {"GET", "/health", "req", http_health, 1},
+    {"GET", "/metrics", "req", http_metrics, 0},
+    {"POST", "/tokenize", "req", http_tokenize, 0},
+    {"POST", "/detokenize", "req", http_detokenize, 0},
+};
+enum { N_ROUTES = sizeof routes / sizeof routes[0] };
+
+const char *http_mhd_strerr(enum MHD_Result r) { return r == MHD_YES ? "MHD_YES" : "MHD_NO"; }
+
+enum MHD_Result http_reply(http_request *h, int status, const char *type, char *body) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    BURST_ASSERT(resp && "http: out of memory creating a response");
+    MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type));
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+        MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, routes[h->route].method));
+    if (status == MHD_HTTP_TOO_MANY_REQUESTS) MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1"));
+    if (status == MHD_HTTP_UNAUTHORIZED) MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer"));
+    h->replied = 1;
+    enum MHD_Result r = MHD_queue_response(h->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return r;
+}
+
+enum MHD_Result http_reply_error(http_server *s, http_request *h, const api_error *e) {
+    (void)s;
+    burst_log(e->status >= 500 ? 'E' : 'W', __FILE__, __LINE__, __func__, "%s | %s %s -> %d: %s", h->id, h->method,
+              h->url, e->status, e->message);
+    return http_reply(h, e->status, "application/json", api_error_json(e));
+}
+
+// Index of the byte where s[0, n) stops being UTF-8 (n when it is valid; NUL counts as invalid).
+static size_t utf8_valid_prefix(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        int len = c >= 0x01 && c < 0x80 ? 1 : c >= 0xC2 && c < 0xE0 ? 2 : c >= 0xE0 && c < 0xF0 ? 3 : c >= 0xF0 && c < 0xF5 ? 4 : 0;
+        if (!len || i + (size_t)len > n) return i;
+        for (int k = 1; k < len; k++)
+            if ((s[i + k] & 0xC0) != 0x80) return i;
+        if ((c == 0xE0 && s[i + 1] < 0xA0) || (c == 0xED && s[i + 1] >= 0xA0) || // overlong, surrogates
+            (c == 0xF0 && s[i + 1] < 0x90) || (c == 0xF4 && s[i + 1] >= 0x90))  // overlong, > U+10FFFF
+            return i;
+        i += (size_t)len;
+    }
+    return n;
+}
+
+static int authorized(const http_server *s, http_request *h) {
+    if (!s->api_key || routes[h->route].public) return 1;
+    const char *auth = MHD_lookup_connection_value(h->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    return auth && !strncmp(auth, "Bearer ", 7) && !strcmp(auth + 7, s->api_key);
+}
+
+// The first call for a request: route, method, key and declared size are checked before the body.
+static enum MHD_Result on_headers(http_server *s, http_request *h) {
+    api_error e;
+    int path_known = 0;
+    h->route = -1;
+    for (int i = 0; i < N_ROUTES; i++)
+        if (!strcmp(routes[i].path, h->url)) {
+            path_known = 1;
+            h->route = i;
+            if (!strcmp(routes[i].method, h->method)) break;
+        }
+    snprintf(h->id, sizeof h->id, "%s-%llu", h->route >= 0 ? routes[h->route].id_prefix : "req",
+             (unsigned long long)atomic_fetch_add(&s->next_id, 1));
+    if (!path_known) {
+        api_error_set(&e, 404, "invalid_request_error", "not_found", "no route %s %s", h->method, h->url);
+        return http_reply_error(s, h, &e);
+    }
+    if (strcmp(routes[h->route].method, h->method)) {
+        api_error_set(&e, 405, "invalid_request_error", "method_not_allowed", "%s wants %s, not %s", h->url,
+                      routes[h->route].method, h->method);
+        return http_reply_error(s, h, &e);
+    }
+    if (!authorized(s, h)) {
+        api_error_set(&e, 401, "invalid_request_error", "invalid_api_key",
+                      "missing or wrong API key (send the header \"Authorization: Bearer KEY\")");
+        return http_reply_error(s, h, &e);
+    }
+    const char *cl = MHD_lookup_connection_value(h->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > HTTP_MAX_BODY) h->too_large = 1;
+    return MHD_YES;
+}
+
+static enum MHD_Result on_body(http_request *h, const char *data, size_t n) {
+    if (h->too_large || h->len + n > HTTP_MAX_BODY) {
+        h->too_large = 1;
+        return MHD_YES; // read and drop the rest, then answer 413
+    }
+    if (h->len + n + 1 > h->cap) {
+        h->cap = (h->len + n + 1) * 2;
+        h->body = realloc(h->body, h->cap);
+        BURST_ASSERT(h->body && "http: out of memory reading a body");
+    }
+    memcpy(h->body + h->len, data, n);
+    h->len += n;
+    h->body[h->len] = 0;
+    return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **ctx) {
+    http_server *s = cls;
+    http_request *h = *ctx;
+    if (!h) {
+        *ctx = h = burst_calloc(1, sizeof *h);
+        *h = (http_request){.conn = conn, .method = method, .url = url};
+        return on_headers(s, h);
+    }
+    if (h->replied) { // answered at the headers (404, 405, 401): drop the body
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        enum MHD_Result r = on_body(h, upload, *upload_size);
+        *upload_size = 0;
+        return r;
+    }
+    api_error e;
+    h->t_start = burst_now();
+    if (h->too_large)
+        return http_reply_error(s, h, (api_error_set(&e, 413, "invalid_request_error", "request_too_large",
+                                                     "the body is over %u bytes", HTTP_MAX_BODY), &e));
+    size_t ok = utf8_valid_prefix((const unsigned char *)h->body, h->len);
+    if (ok != h->len)
+        return http_reply_error(s, h, (api_error_set(&e, 400, "invalid_request_error", "invalid_utf8",
+                                                     "the body is not valid UTF-8 (at byte %zu)", ok), &e));
+    if (!h->body) h->body = burst_calloc(1, 1);
+    return routes[h->route].fn(s, h);
+}
+
+// Runs when a request ends, however it ends: a generation whose client went away is cancelled.
+static void on_completed(void *cls, struct MHD_Connection *conn, void **ctx, enum MHD_RequestTerminationCode toe) {
+    http_server *s = cls;
+    http_request *h = *ctx;
+    if (!h) return;
+    if (h->req) {
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) engine_cancel(s->eng, h->req);
+        request_release(h->req);
+    }
+    free(h->body);
+    free(h);
+    *ctx = NULL;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    msg[strcspn(msg, "\n")] = 0;
+    LOG_W("libmicrohttpd: %s", msg);
+}
+
+burst_status http_start(const http_options *opt, engine *eng, const llama_model *m, const tokenizer *tok,
+                        metrics *met, http_server **out, burst_error *err) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
+    char port[16];
+    snprintf(port, sizeof port, "%d", opt->port);
+    int rc = getaddrinfo(opt->host, port, &hints, &ai);
+    if (rc) return BURST_FAIL(err, BURST_ERR_INVALID, "--host %s: %s", opt->host, gai_strerror(rc));
+    http_server *s = burst_calloc(1, sizeof *s);
+    *s = (http_server){.eng = eng, .met = met, .model_name = opt->model_name, .api_key = opt->api_key,
+                       .started = (long long)time(NULL),
+                       .limits = {.tok = tok, .vocab = llama_config_of(m)->vocab_size, .ctx = llama_options_of(m)->ctx}};
+    atomic_init(&s->next_id, 1);
+    s->daemon = MHD_start_daemon(HTTP_MHD_MODE | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0), (uint16_t)opt->port,
+                                 NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                                 MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                 MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->daemon) {
+        free(s);
+        return BURST_FAIL(err, BURST_ERR_IO, "%s:%d: could not listen (address in use, or not this machine's?)",
+                          opt->host, opt->port);
+    }
+    *out = s;
+    return BURST_OK;
+}
+
+int http_port(const http_server *s) {
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    return di ? di->port : -1;
+}
+
+void http_stop(http_server *s) {
+    if (!s) return;
+    MHD_stop_daemon(s->daemon);
+    free(s);
+}

@@ -1,0 +1,28 @@
+// The HTTP layer of burstd (libmicrohttpd): routes, API-key check, request bodies, OpenAI-shaped
+// errors, and Server-Sent Events for streamed completions. HTTP threads parse, validate and
+// format; generation requests go to the engine (server/engine.h) and their tokens come back
+// through each request's queue.
+//
+// Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,
+// GET /metrics, POST /tokenize, POST /detokenize. With an API key, every route but /health wants
+// "Authorization: Bearer KEY".
+//
+// Memory: the server borrows the engine, tokenizer and metrics (they outlive it).
+// Threads: libmicrohttpd runs a thread per connection (set in one place, http.c); http_start
+// and http_stop belong to main.
+#pragma once
+#include "engine.h"
+
+typedef struct {
+    const char *host;    // address to bind (IPv4 or IPv6 literal, or a name)
+    int port;            // 0: any free port (http_port says which)
+    const char *api_key; // NULL: no key
+    const char *model_name;
+} http_options;
+
+typedef struct http_server http_server;
+
+burst_status http_start(const http_options *opt, engine *eng, const llama_model *m, const tokenizer *tok,
+                        metrics *met, http_server **out, burst_error *err);
+int http_port(const http_server *s);
+void http_stop(http_server *s);

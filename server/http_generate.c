@@ -1,0 +1,161 @@
+// /v1/completions and /v1/chat/completions: parse, hand the request to the engine, then either
+// wait for the whole completion or stream it as Server-Sent Events. Both wait on the request's
+// queue in short slices and look at the socket between them, so a client that goes away is
+// noticed (and its request cancelled) even while no token is coming.
+#define _GNU_SOURCE
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "http_impl.h"
+
+static const double POLL_S = 0.1; // how often a waiting HTTP thread checks its client
+
+// 1 when the peer closed its side of the connection (or it failed).
+static int client_gone(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return 0;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return 0;
+    if (p.revents & (POLLERR | POLLHUP | POLLRDHUP)) return 1;
+    char b;
+    return recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+// The next event of h's request, or NULL once its client has gone (the request is then cancelled).
+static request_event *next_event(http_server *s, struct MHD_Connection *conn, burst_request *r) {
+    for (;;) {
+        request_event *ev = request_pop(r, POLL_S);
+        if (ev) return ev;
+        if (client_gone(conn)) {
+            engine_cancel(s->eng, r);
+            return NULL;
+        }
+    }
+}
+
+typedef struct {
+    http_server *s;
+    struct MHD_Connection *conn;
+    burst_request *req; // a reference of its own
+    openai_call call;
+    char *out;          // formatted SSE text not yet handed to libmicrohttpd
+    size_t len, off;
+    int done;
+} sse_stream;
+
+// Formats one event as SSE text: a token chunk, or the end (error or final chunk, then [DONE]).
+static char *sse_format(sse_stream *st, request_event *ev, size_t *len) {
+    char *text = NULL;
+    FILE *f = open_memstream(&text, len);
+    BURST_ASSERT(f && "http: open_memstream failed");
+    char *chunk = NULL;
+    if (ev->kind == REQ_EVENT_TOKEN) {
+        fputs(chunk = openai_chunk_text(&st->call, st->req->id, ev->text), f);
+    } else if (ev->result.finish == FINISH_ERROR) {
+        api_error e;
+        api_error_set(&e, 500, "server_error", NULL, "%s", ev->text);
+        fprintf(f, "data: %s\n\ndata: [DONE]\n\n", chunk = api_error_json(&e));
+    } else {
+        if (ev->text[0]) {
+            fputs(chunk = openai_chunk_text(&st->call, st->req->id, ev->text), f);
+            free(chunk);
+        }
+        fprintf(f, "%sdata: [DONE]\n\n", chunk = openai_chunk_final(&st->call, st->req->id, &ev->result));
+    }
+    free(chunk);
+    st->done = ev->kind == REQ_EVENT_DONE;
+    fclose(f);
+    return text;
+}
+
+// libmicrohttpd's content reader: blocks (this connection's own thread) until there is text.
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    sse_stream *st = cls;
+    while (st->off == st->len) {
+        if (st->done) return MHD_CONTENT_READER_END_OF_STREAM;
+        request_event *ev = next_event(st->s, st->conn, st->req);
+        if (!ev) return MHD_CONTENT_READER_END_WITH_ERROR;
+        free(st->out);
+        st->out = sse_format(st, ev, &st->len);
+        st->off = 0;
+        request_event_free(ev);
+    }
+    size_t n = st->len - st->off < max ? st->len - st->off : max;
+    memcpy(buf, st->out + st->off, n);
+    st->off += n;
+    return (ssize_t)n;
+}
+
+static void sse_free(void *cls) {
+    sse_stream *st = cls;
+    request_release(st->req);
+    free(st->out);
+    free(st);
+}
+
+static enum MHD_Result stream(http_server *s, http_request *h, const openai_call *call) {
+    sse_stream *st = burst_calloc(1, sizeof *st);
+    *st = (sse_stream){.s = s, .conn = h->conn, .req = h->req, .call = *call};
+    request_retain(h->req);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, st, sse_free);
+    BURST_ASSERT(resp && "http: out of memory creating a response");
+    MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream"));
+    MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache"));
+    h->replied = 1;
+    enum MHD_Result r = MHD_queue_response(h->conn, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return r;
+}
+
+// Waits for the whole completion (this connection's own thread), then answers it.
+static enum MHD_Result whole(http_server *s, http_request *h, const openai_call *call) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    BURST_ASSERT(f && "http: open_memstream failed");
+    request_event *ev;
+    while ((ev = next_event(s, h->conn, h->req)) && ev->kind == REQ_EVENT_TOKEN) {
+        fputs(ev->text, f);
+        request_event_free(ev);
+    }
+    if (ev) fputs(ev->text, f);
+    fclose(f);
+    enum MHD_Result r = MHD_NO; // the client went away: close the connection
+    if (ev && ev->result.finish == FINISH_ERROR) {
+        api_error e;
+        r = http_reply_error(s, h, (api_error_set(&e, 500, "server_error", NULL, "%s", ev->text), &e));
+    } else if (ev) {
+        r = http_reply(h, MHD_HTTP_OK, "application/json", openai_response(call, h->req->id, text, &ev->result));
+    }
+    request_event_free(ev);
+    free(text);
+    return r;
+}
+
+static enum MHD_Result generate(http_server *s, http_request *h, openai_kind kind) {
+    api_error e;
+    openai_call call = {.kind = kind, .model = s->model_name, .created = (long long)time(NULL)};
+    burst_request *r = request_new();
+    snprintf(r->id, sizeof r->id, "%s", h->id);
+    r->t_accept = h->t_start;
+    if (!openai_parse(kind, h->body, &s->limits, r, &call, &e)) {
+        request_release(r);
+        return http_reply_error(s, h, &e);
+    }
+    if (!engine_submit(s->eng, r)) {
+        request_release(r);
+        metrics_add(s->met, METRIC_REJECTED, 1);
+        return http_reply_error(s, h, (api_error_set(&e, 429, "rate_limit_error", "queue_full",
+                                                     "the server is busy: the queue of waiting requests is full; "
+                                                     "retry later"), &e));
+    }
+    h->req = r; // released (and cancelled unless it completed) when the HTTP request ends
+    return call.stream ? stream(s, h, &call) : whole(s, h, &call);
+}
+
+enum MHD_Result http_completions(http_server *s, http_request *h) { return generate(s, h, OPENAI_COMPLETION); }
+enum MHD_Result http_chat_completions(http_server *s, http_request *h) { return generate(s, h, OPENAI_CHAT); }

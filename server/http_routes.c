@@ -1,0 +1,94 @@
+// The small routes: /health, /v1/models, /metrics, /tokenize, /detokenize.
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http_impl.h"
+
+static enum MHD_Result reply_json(http_request *h, cJSON *o) {
+    char *body = cJSON_PrintUnformatted(o);
+    BURST_ASSERT(body && "http: out of memory formatting JSON");
+    cJSON_Delete(o);
+    return http_reply(h, MHD_HTTP_OK, "application/json", body);
+}
+
+static enum MHD_Result bad_request(http_server *s, http_request *h, cJSON *o, const char *msg) {
+    api_error e;
+    api_error_set(&e, 400, "invalid_request_error", NULL, "%s", msg);
+    cJSON_Delete(o);
+    return http_reply_error(s, h, &e);
+}
+
+enum MHD_Result http_health(http_server *s, http_request *h) {
+    int running, waiting;
+    engine_counts(s->eng, &running, &waiting);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "status", "ok");
+    cJSON_AddStringToObject(o, "model", s->model_name);
+    cJSON_AddNumberToObject(o, "running", running);
+    cJSON_AddNumberToObject(o, "waiting", waiting);
+    return reply_json(h, o);
+}
+
+enum MHD_Result http_models(http_server *s, http_request *h) {
+    cJSON *o = cJSON_CreateObject(), *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
+    cJSON_AddStringToObject(m, "id", s->model_name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)s->started);
+    cJSON_AddStringToObject(m, "owned_by", "burst");
+    cJSON_AddNumberToObject(m, "max_model_len", s->limits.ctx);
+    return reply_json(h, o);
+}
+
+enum MHD_Result http_metrics(http_server *s, http_request *h) {
+    return http_reply(h, MHD_HTTP_OK, "text/plain; version=0.0.4", metrics_format(s->met));
+}
+
+// {"content": string, "add_special": bool (default false: no BOS)} -> {"tokens": [ids]}
+enum MHD_Result http_tokenize(http_server *s, http_request *h) {
+    cJSON *o = cJSON_Parse(h->body);
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(o, "content");
+    const cJSON *special = cJSON_GetObjectItemCaseSensitive(o, "add_special");
+    if (!cJSON_IsObject(o) || !cJSON_IsString(content) || (special && !cJSON_IsBool(special)))
+        return bad_request(s, h, o, "want {\"content\": string, \"add_special\": optional boolean}");
+    int *ids = NULL, n = 0;
+    burst_error err = {{0}};
+    if (tokenizer_encode(s->limits.tok, content->valuestring, cJSON_IsTrue(special), &ids, &n, &err))
+        return bad_request(s, h, o, err.msg);
+    cJSON_Delete(o);
+    o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "tokens", cJSON_CreateIntArray(ids, n));
+    free(ids);
+    return reply_json(h, o);
+}
+
+// {"tokens": [ids]} -> {"content": string}
+enum MHD_Result http_detokenize(http_server *s, http_request *h) {
+    cJSON *o = cJSON_Parse(h->body);
+    const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(o, "tokens");
+    if (!cJSON_IsObject(o) || !cJSON_IsArray(tokens))
+        return bad_request(s, h, o, "want {\"tokens\": [token ids]}");
+    int n = cJSON_GetArraySize(tokens), *ids = burst_malloc(sizeof(int) * (size_t)(n ? n : 1));
+    for (int i = 0; i < n; i++) {
+        const cJSON *t = cJSON_GetArrayItem(tokens, i);
+        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 ||
+            t->valuedouble >= s->limits.vocab) {
+            free(ids);
+            char msg[128];
+            snprintf(msg, sizeof msg, "'tokens'[%d] must be a token id in [0, %d)", i, s->limits.vocab);
+            return bad_request(s, h, o, msg);
+        }
+        ids[i] = (int)t->valuedouble;
+    }
+    char *text = tokenizer_decode(s->limits.tok, ids, n);
+    free(ids);
+    cJSON_Delete(o);
+    o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "content", text ? text : "");
+    free(text);
+    return reply_json(h, o);
+}

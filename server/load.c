@@ -1,0 +1,177 @@
+#define _POSIX_C_SOURCE 200809L
+#include "load.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http_client.h"
+
+// One request's client-side record.
+typedef struct {
+    double t_send, ttft;  // ttft < 0: no token came
+    double t_last;
+    double *gaps;         // (n_tokens - 1) inter-token gaps
+    int n_tokens, cap, status, done, failed;
+    char error[256];
+    char *pending;        // SSE text not yet split into events
+    size_t n_pending;
+} load_record;
+
+typedef struct {
+    const load_args *a;
+    http_url url;
+    load_record *rec;     // (requests)
+    atomic_int next;
+} load_state;
+
+// One SSE data line: a token chunk, the final chunk, [DONE] or an error.
+static void on_event(load_record *r, const char *data) {
+    if (!strcmp(data, "[DONE]")) {
+        r->done = 1;
+        return;
+    }
+    cJSON *o = cJSON_Parse(data);
+    const cJSON *choice = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0);
+    const cJSON *finish = cJSON_GetObjectItemCaseSensitive(choice, "finish_reason");
+    if (!choice) {
+        const cJSON *msg = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "error"), "message");
+        snprintf(r->error, sizeof r->error, "%s", cJSON_IsString(msg) ? msg->valuestring : data);
+        r->failed = 1;
+    } else if (cJSON_IsNull(finish)) {
+        double now = burst_now();
+        if (r->n_tokens++ == 0) r->ttft = now - r->t_send;
+        else {
+            if (r->n_tokens - 1 > r->cap) r->gaps = realloc(r->gaps, sizeof(double) * (size_t)(r->cap = 2 * r->n_tokens + 16));
+            BURST_ASSERT(r->gaps && "load: out of memory");
+            r->gaps[r->n_tokens - 2] = now - r->t_last;
+        }
+        r->t_last = now;
+    }
+    cJSON_Delete(o);
+}
+
+static void on_body(void *ctx, const char *data, size_t n) {
+    load_record *r = ctx;
+    r->pending = realloc(r->pending, r->n_pending + n + 1);
+    BURST_ASSERT(r->pending && "load: out of memory");
+    memcpy(r->pending + r->n_pending, data, n);
+    r->n_pending += n;
+    r->pending[r->n_pending] = 0;
+    char *end, *start = r->pending;
+    while ((end = strstr(start, "\n\n"))) { // one event per blank-line-terminated block
+        *end = 0;
+        if (!strncmp(start, "data: ", 6)) on_event(r, start + 6);
+        start = end + 2;
+    }
+    r->n_pending -= (size_t)(start - r->pending);
+    memmove(r->pending, start, r->n_pending + 1);
+}
+
+static char *request_body(const load_args *a, int index) {
+    cJSON *o = cJSON_CreateObject(), *p = cJSON_AddArrayToObject(o, "prompt");
+    uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(index + 1);
+    cJSON_AddItemToArray(p, cJSON_CreateNumber(1)); // BOS
+    for (int i = 1; i < a->prompt_tokens; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        cJSON_AddItemToArray(p, cJSON_CreateNumber(3 + (double)(x % 256))); // byte pieces <0x00>..<0xFF>
+    }
+    cJSON_AddNumberToObject(o, "max_tokens", a->max_tokens);
+    cJSON_AddNumberToObject(o, "temperature", 0);
+    cJSON_AddBoolToObject(o, "stream", 1);
+    cJSON_AddBoolToObject(o, "ignore_eos", 1);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+static void *client(void *arg) {
+    load_state *ls = arg;
+    int i;
+    while ((i = atomic_fetch_add(&ls->next, 1)) < ls->a->requests) {
+        load_record *r = &ls->rec[i];
+        burst_error err = {{0}};
+        char *body = request_body(ls->a, i);
+        r->ttft = -1;
+        r->t_send = burst_now();
+        if (http_post(&ls->url, "/v1/completions", ls->a->api_key, body, &r->status, on_body, r, &err))
+            snprintf(r->error, sizeof r->error, "%s", err.msg);
+        else if (r->status != 200) // an error body is one JSON object, not events
+            snprintf(r->error, sizeof r->error, "status %d: %s", r->status, r->pending ? r->pending : "");
+        r->failed |= r->status != 200 || !r->done || r->n_tokens != ls->a->max_tokens;
+        if (r->failed && !r->error[0])
+            snprintf(r->error, sizeof r->error, "status %d, %d of %d tokens%s", r->status, r->n_tokens,
+                     ls->a->max_tokens, r->done ? "" : ", no [DONE]");
+        free(body);
+    }
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// p50/p90/p99 (nearest rank) and mean of v (sorted in place).
+static void print_row(const char *name, double *v, size_t n) {
+    if (!n) {
+        printf("%-22s %10s\n", name, "-");
+        return;
+    }
+    qsort(v, n, sizeof *v, cmp_double);
+    double sum = 0, q[3] = {0.50, 0.90, 0.99};
+    for (size_t i = 0; i < n; i++) sum += v[i];
+    printf("%-22s", name);
+    for (int k = 0; k < 3; k++) printf(" %10.4f", v[(size_t)ceil(q[k] * (double)n) - 1]);
+    printf(" %10.4f %8zu\n", sum / (double)n, n);
+}
+
+static int report(const load_args *a, load_record *rec, double wall) {
+    double *ttft = burst_malloc(sizeof(double) * (size_t)a->requests), *itl;
+    size_t n_ttft = 0, n_itl = 0, n_gaps = 0;
+    long long tokens = 0;
+    int failed = 0;
+    for (int i = 0; i < a->requests; i++) n_gaps += rec[i].n_tokens > 1 ? (size_t)rec[i].n_tokens - 1 : 0;
+    itl = burst_malloc(sizeof(double) * (n_gaps ? n_gaps : 1));
+    for (int i = 0; i < a->requests; i++) {
+        load_record *r = &rec[i];
+        if (r->failed && failed++ < 5) fprintf(stderr, "burst load: request %d: %s\n", i, r->error);
+        if (r->ttft >= 0) ttft[n_ttft++] = r->ttft;
+        for (int j = 0; j + 1 < r->n_tokens; j++) itl[n_itl++] = r->gaps[j];
+        tokens += r->n_tokens;
+    }
+    printf("burst load: %s, %d requests (%d failed), concurrency %d, prompt %d tokens, %d tokens each, %.2f s\n",
+           a->url, a->requests, failed, a->concurrency, a->prompt_tokens, a->max_tokens, wall);
+    printf("%-22s %10s %10s %10s %10s %8s\n", "", "p50", "p90", "p99", "mean", "n");
+    print_row("time to first token s", ttft, n_ttft);
+    print_row("inter-token latency s", itl, n_itl);
+    printf("throughput: %.1f output tokens/s, %.2f requests/s\n", (double)tokens / wall, (a->requests - failed) / wall);
+    free(ttft);
+    free(itl);
+    return failed ? 1 : 0;
+}
+
+int load_run(const load_args *a) {
+    burst_error err = {{0}};
+    load_state ls = {.a = a, .rec = burst_calloc((size_t)a->requests, sizeof(load_record))};
+    if (http_url_parse(a->url, &ls.url, &err)) {
+        fprintf(stderr, "burst: %s\n", err.msg);
+        free(ls.rec);
+        return 2;
+    }
+    pthread_t *th = burst_malloc(sizeof *th * (size_t)a->concurrency);
+    double t0 = burst_now();
+    int started = 0;
+    while (started < a->concurrency && !pthread_create(&th[started], NULL, client, &ls)) started++;
+    if (!started) client(&ls); // no thread could start: run them here, one at a time
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    int rc = report(a, ls.rec, burst_now() - t0);
+    for (int i = 0; i < a->requests; i++) free(ls.rec[i].gaps), free(ls.rec[i].pending);
+    free(ls.rec);
+    free(th);
+    return rc;
+}

@@ -1,0 +1,132 @@
+#define _POSIX_C_SOURCE 200809L
+#include "metrics.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/burst.h"
+
+// Bucket upper bounds in seconds, one set for every latency: from a tiny model's sub-millisecond
+// steps on a CPU to a 7B model's minutes-long prefill of a very long prompt.
+static const double buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5,
+                                 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560};
+enum { N_BUCKETS = sizeof buckets / sizeof buckets[0] };
+
+typedef struct {
+    uint64_t count[N_BUCKETS]; // per bucket (not cumulative; made cumulative when formatted)
+    uint64_t n;
+    double sum;
+} histogram;
+
+struct metrics {
+    pthread_mutex_t mu;
+    char *model; // the model_name label
+    histogram hist[METRIC_N_HISTOGRAMS];
+    uint64_t counter[METRIC_N_COUNTERS];
+    int64_t gauge[METRIC_N_GAUGES];
+};
+
+typedef struct {
+    const char *name, *labels, *help;
+} metric_desc;
+
+static const metric_desc hist_desc[METRIC_N_HISTOGRAMS] = {
+    [METRIC_TTFT] = {"time_to_first_token_seconds", "", "Accepted to first token handed to the HTTP layer."},
+    [METRIC_ITL] = {"inter_token_latency_seconds", "", "Time between consecutive tokens of a request."},
+    [METRIC_E2E] = {"e2e_request_latency_seconds", "", "Accepted to finished."},
+    [METRIC_QUEUE] = {"request_queue_time_seconds", "", "Accepted to admitted to a KV slot."},
+};
+static const metric_desc counter_desc[METRIC_N_COUNTERS] = {
+    [METRIC_PROMPT_TOKENS] = {"prompt_tokens_total", "", "Prompt tokens of admitted requests."},
+    [METRIC_GENERATION_TOKENS] = {"generation_tokens_total", "", "Tokens sampled."},
+    [METRIC_FINISHED_STOP] = {"request_success_total", "finished_reason=\"stop\",", "Requests finished."},
+    [METRIC_FINISHED_LENGTH] = {"request_success_total", "finished_reason=\"length\",", "Requests finished."},
+    [METRIC_CANCELLED] = {"request_cancelled_total", "", "Requests whose client went away."},
+    [METRIC_FAILED] = {"request_failure_total", "", "Requests the engine failed."},
+    [METRIC_REJECTED] = {"request_rejected_total", "", "Requests answered 429 (queue full)."},
+};
+static const metric_desc gauge_desc[METRIC_N_GAUGES] = {
+    [METRIC_RUNNING] = {"num_requests_running", "", "Requests holding a KV slot."},
+    [METRIC_WAITING] = {"num_requests_waiting", "", "Requests waiting for a KV slot."},
+};
+
+metrics *metrics_new(const char *model_name) {
+    metrics *m = burst_calloc(1, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+    m->model = strdup(model_name);
+    BURST_ASSERT(m->model && "metrics: out of memory");
+    return m;
+}
+
+void metrics_free(metrics *m) {
+    if (!m) return;
+    pthread_mutex_destroy(&m->mu);
+    free(m->model);
+    free(m);
+}
+
+void metrics_observe(metrics *m, metric_histogram h, double seconds) {
+    int b = 0;
+    while (b < N_BUCKETS && seconds > buckets[b]) b++;
+    pthread_mutex_lock(&m->mu);
+    histogram *hs = &m->hist[h];
+    if (b < N_BUCKETS) hs->count[b]++;
+    hs->n++;
+    hs->sum += seconds;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_add(metrics *m, metric_counter c, uint64_t n) {
+    pthread_mutex_lock(&m->mu);
+    m->counter[c] += n;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_set(metrics *m, metric_gauge g, int64_t value) {
+    pthread_mutex_lock(&m->mu);
+    m->gauge[g] = value;
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void header(FILE *f, const metric_desc *d, const char *type, const metric_desc *prev) {
+    if (prev && !strcmp(prev->name, d->name)) return; // labelled series share one HELP/TYPE
+    fprintf(f, "# HELP burst:%s %s\n# TYPE burst:%s %s\n", d->name, d->help, d->name, type);
+}
+
+static void format_histogram(FILE *f, const metrics *m, int h) {
+    const metric_desc *d = &hist_desc[h];
+    const histogram *hs = &m->hist[h];
+    header(f, d, "histogram", NULL);
+    uint64_t cum = 0;
+    for (int b = 0; b < N_BUCKETS; b++) {
+        cum += hs->count[b];
+        fprintf(f, "burst:%s_bucket{model_name=\"%s\",le=\"%g\"} %llu\n", d->name, m->model, buckets[b],
+                (unsigned long long)cum);
+    }
+    fprintf(f, "burst:%s_bucket{model_name=\"%s\",le=\"+Inf\"} %llu\n", d->name, m->model, (unsigned long long)hs->n);
+    fprintf(f, "burst:%s_sum{model_name=\"%s\"} %.9g\n", d->name, m->model, hs->sum);
+    fprintf(f, "burst:%s_count{model_name=\"%s\"} %llu\n", d->name, m->model, (unsigned long long)hs->n);
+}
+
+char *metrics_format(metrics *m) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    BURST_ASSERT(f && "metrics: open_memstream failed");
+    pthread_mutex_lock(&m->mu);
+    for (int g = 0; g < METRIC_N_GAUGES; g++) {
+        header(f, &gauge_desc[g], "gauge", NULL);
+        fprintf(f, "burst:%s{model_name=\"%s\"} %lld\n", gauge_desc[g].name, m->model, (long long)m->gauge[g]);
+    }
+    for (int c = 0; c < METRIC_N_COUNTERS; c++) {
+        header(f, &counter_desc[c], "counter", c ? &counter_desc[c - 1] : NULL);
+        fprintf(f, "burst:%s{%smodel_name=\"%s\"} %llu\n", counter_desc[c].name, counter_desc[c].labels, m->model,
+                (unsigned long long)m->counter[c]);
+    }
+    for (int h = 0; h < METRIC_N_HISTOGRAMS; h++) format_histogram(f, m, h);
+    pthread_mutex_unlock(&m->mu);
+    fclose(f);
+    return text;
+}

@@ -1,0 +1,54 @@
+// The OpenAI API's JSON, both ways: request bodies of /v1/completions and /v1/chat/completions
+// become a burst_request (prompt ids, max_tokens, sampling, stop strings), and the engine's
+// output becomes OpenAI-shaped responses, stream chunks ("data: {...}\n\n") and errors.
+//
+// Extensions OpenAI clients ignore: "ignore_eos" (vLLM's) in requests; "time_to_first_token_s"
+// and "queue_time_s" in every "usage" object, and "usage" in the final stream chunk.
+//
+// Stateless apart from the openai_call a request owns (one HTTP thread). Returned strings are
+// malloc'd; the caller frees them. The tokenizer is shared (it is thread-safe).
+#pragma once
+#include <stddef.h>
+
+#include "model/tokenizer.h"
+#include "request.h"
+
+typedef enum { OPENAI_COMPLETION, OPENAI_CHAT } openai_kind;
+
+// An OpenAI-shaped error: {"error": {"message", "type", "code"}} with an HTTP status.
+typedef struct {
+    int status;        // 400, 401, 404, 405, 413, 429, 500
+    const char *type;  // "invalid_request_error" (4xx), "rate_limit_error" (429), "server_error" (500)
+    const char *code;  // NULL or a short machine-readable code
+    char message[512];
+} api_error;
+
+// Fills e and returns 0 (for one-line error returns).
+int api_error_set(api_error *e, int status, const char *type, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+char *api_error_json(const api_error *e);
+
+// One call of a generation route, as the response formatter needs it.
+typedef struct {
+    openai_kind kind;
+    const char *model;   // the model's name (borrowed)
+    long long created;   // unix seconds
+    int stream;
+    int sent_role;       // chat streams name the role in their first chunk only
+} openai_call;
+
+typedef struct {
+    const tokenizer *tok;
+    int vocab, ctx;      // token ids must be < vocab; prompt + max_tokens <= ctx
+} openai_limits;
+
+// Parses a request body (valid UTF-8, NUL-terminated) into req's prompt, max_tokens, sampling,
+// stop strings and ignore_eos, and call->stream. Returns 1, or 0 with a 400 in e.
+int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, burst_request *req,
+                 openai_call *call, api_error *e);
+
+// Stream chunks: one per token; the last carries finish_reason and usage; then "data: [DONE]".
+char *openai_chunk_text(openai_call *call, const char *id, const char *text);
+char *openai_chunk_final(openai_call *call, const char *id, const request_result *res);
+// The whole (non-streamed) response.
+char *openai_response(const openai_call *call, const char *id, const char *text, const request_result *res);

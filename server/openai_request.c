@@ -1,0 +1,189 @@
+// Request side of server/openai.h: validation follows OpenAI's types; every error names the
+// field and what was expected.
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/chat_template.h"
+#include "openai.h"
+
+int api_error_set(api_error *e, int status, const char *type, const char *code, const char *fmt, ...) {
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+#define BAD(e, ...) api_error_set((e), 400, "invalid_request_error", NULL, __VA_ARGS__)
+
+// An optional number in [lo, hi] (absent or null keeps *out).
+static int get_number(const cJSON *o, const char *key, double lo, double hi, double *out, api_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 1;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi))
+        return BAD(e, "'%s' must be a number in [%g, %g]", key, lo, hi);
+    *out = v->valuedouble;
+    return 1;
+}
+
+// An optional integer in [lo, hi].
+static int get_int(const cJSON *o, const char *key, double lo, double hi, double *out, api_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 1;
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
+        return BAD(e, "'%s' must be an integer in [%.0f, %.0f]", key, lo, hi);
+    *out = v->valuedouble;
+    return 1;
+}
+
+static int get_bool(const cJSON *o, const char *key, int *out, api_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 1;
+    if (!cJSON_IsBool(v)) return BAD(e, "'%s' must be a boolean", key);
+    *out = cJSON_IsTrue(v);
+    return 1;
+}
+
+// "stop": a string or an array of up to 4 non-empty strings.
+static int get_stop(const cJSON *o, burst_request *req, api_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "stop");
+    if (!v || cJSON_IsNull(v)) return 1;
+    int n = cJSON_IsString(v) ? 1 : cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+    if (n < 0 || n > 4) return BAD(e, "'stop' must be a string or an array of at most 4 strings");
+    req->stop = burst_calloc((size_t)(n ? n : 1), sizeof *req->stop);
+    for (int i = 0; i < n; i++) {
+        const cJSON *s = cJSON_IsString(v) ? v : cJSON_GetArrayItem(v, i);
+        if (!cJSON_IsString(s) || !s->valuestring[0]) return BAD(e, "'stop' entries must be non-empty strings");
+        req->stop[req->n_stop++] = strdup(s->valuestring);
+    }
+    return 1;
+}
+
+// The prompt of a completion: a string, or token ids, or an array holding one of either.
+static int get_prompt(const cJSON *o, const openai_limits *lim, burst_request *req, api_error *e) {
+    burst_error err = {{0}};
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "prompt");
+    if (!p) return BAD(e, "'prompt' is required");
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0 && !cJSON_IsNumber(cJSON_GetArrayItem(p, 0))) {
+        if (cJSON_GetArraySize(p) > 1)
+            return BAD(e, "'prompt': batches of several prompts are not supported (send one prompt per request)");
+        p = cJSON_GetArrayItem(p, 0); // a batch of one prompt
+    }
+    if (cJSON_IsString(p)) {
+        if (tokenizer_encode(lim->tok, p->valuestring, 1, &req->prompt, &req->n_prompt, &err))
+            return BAD(e, "'prompt' could not be tokenized: %s", err.msg);
+        return 1;
+    }
+    int n = cJSON_IsArray(p) ? cJSON_GetArraySize(p) : 0;
+    if (n < 1) return BAD(e, "'prompt' must be a string, a non-empty array of token ids, or an array of one of either");
+    req->prompt = burst_malloc(sizeof(int) * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        const cJSON *t = cJSON_GetArrayItem(p, i);
+        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 || t->valuedouble >= lim->vocab)
+            return BAD(e, "'prompt'[%d] must be a token id in [0, %d)", i, lim->vocab);
+        req->prompt[req->n_prompt++] = (int)t->valuedouble;
+    }
+    return 1;
+}
+
+// A message's content: a string, or an array of {"type": "text", "text": ...} parts (joined).
+static char *message_text(const cJSON *content, int index, api_error *e) {
+    if (cJSON_IsString(content)) return strdup(content->valuestring);
+    if (!cJSON_IsArray(content)) {
+        BAD(e, "'messages'[%d].content must be a string or an array of text parts", index);
+        return NULL;
+    }
+    size_t len = 0;
+    char *text = NULL;
+    FILE *f = open_memstream(&text, &len);
+    const cJSON *part;
+    cJSON_ArrayForEach(part, content) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(t)) {
+            fclose(f);
+            free(text);
+            BAD(e, "'messages'[%d].content parts must be {\"type\": \"text\", \"text\": string}", index);
+            return NULL;
+        }
+        fputs(t->valuestring, f);
+    }
+    fclose(f);
+    return text;
+}
+
+// The prompt of a chat: messages through the LLaMA-2 chat template.
+static int get_messages(const cJSON *o, const openai_limits *lim, burst_request *req, api_error *e) {
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(o, "messages");
+    int n = cJSON_IsArray(msgs) ? cJSON_GetArraySize(msgs) : 0;
+    if (n < 1) return BAD(e, "'messages' must be a non-empty array");
+    chat_message *cm = burst_calloc((size_t)n, sizeof *cm);
+    int ok = 1;
+    for (int i = 0; i < n && ok; i++) {
+        const cJSON *m = cJSON_GetArrayItem(msgs, i);
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        if (!cJSON_IsString(role)) ok = BAD(e, "'messages'[%d].role must be a string", i);
+        else if (!(cm[i].content = message_text(cJSON_GetObjectItemCaseSensitive(m, "content"), i, e))) ok = 0;
+        else cm[i].role = role->valuestring;
+    }
+    burst_error err = {{0}};
+    if (ok && chat_template_encode(lim->tok, cm, n, &req->prompt, &req->n_prompt, &err))
+        ok = BAD(e, "%s", strstr(err.msg, "messages") ? strstr(err.msg, "messages") : err.msg);
+    for (int i = 0; i < n; i++) free((char *)cm[i].content);
+    free(cm);
+    return ok;
+}
+
+// max_tokens: given, or (chat) what the context leaves, or (completion) OpenAI's default of 16
+// within what the context leaves; prompt + max_tokens must fit the context.
+static int get_max_tokens(const cJSON *o, openai_kind kind, const openai_limits *lim, burst_request *req, api_error *e) {
+    double v = -1;
+    if (!get_int(o, "max_tokens", 1, 1 << 30, &v, e)) return 0;
+    if (kind == OPENAI_CHAT && v < 0 && !get_int(o, "max_completion_tokens", 1, 1 << 30, &v, e)) return 0;
+    int room = lim->ctx - req->n_prompt;
+    if (v < 0 && room >= 1) v = kind == OPENAI_CHAT || room < 16 ? room : 16;
+    if (v < 0 || req->n_prompt + v > lim->ctx)
+        return api_error_set(e, 400, "invalid_request_error", "context_length_exceeded",
+                             "This model's maximum context length is %d tokens. However, you requested %.0f tokens "
+                             "(%d in the %s, %.0f for the completion). Please reduce the length of the %s or the "
+                             "completion.", lim->ctx, req->n_prompt + (v < 0 ? 1 : v), req->n_prompt,
+                             kind == OPENAI_CHAT ? "messages" : "prompt", v < 0 ? 1 : v,
+                             kind == OPENAI_CHAT ? "messages" : "prompt");
+    req->max_tokens = (int)v;
+    return 1;
+}
+
+static int get_sampling(const cJSON *o, burst_request *req, api_error *e) {
+    double temperature = 1, top_p = 1, seed = 0, n = 1;
+    int ok = get_number(o, "temperature", 0, 2, &temperature, e) && get_number(o, "top_p", 0, 1, &top_p, e) &&
+             get_int(o, "seed", -9007199254740991.0, 9007199254740991.0, &seed, e) && get_int(o, "n", 1, 1, &n, e) &&
+             get_bool(o, "ignore_eos", &req->ignore_eos, e);
+    if (ok && top_p <= 0) ok = BAD(e, "'top_p' must be in (0, 1]");
+    req->sampling = (sampler_params){.temperature = (float)temperature, .top_p = (float)top_p,
+                                     .seed = seed ? (uint64_t)(int64_t)seed : (uint64_t)(burst_now() * 1e9)};
+    return ok;
+}
+
+int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, burst_request *req,
+                 openai_call *call, api_error *e) {
+    cJSON *o = cJSON_Parse(body);
+    int ok = 1;
+    if (!cJSON_IsObject(o)) ok = BAD(e, "the body must be a JSON object%s", o ? "" : " (it is not valid JSON)");
+    const cJSON *model = o ? cJSON_GetObjectItemCaseSensitive(o, "model") : NULL;
+    const cJSON *so = o ? cJSON_GetObjectItemCaseSensitive(o, "stream_options") : NULL;
+    if (ok && model && !cJSON_IsString(model)) ok = BAD(e, "'model' must be a string");
+    if (ok && so && !cJSON_IsNull(so) && !cJSON_IsObject(so)) ok = BAD(e, "'stream_options' must be an object");
+    ok = ok && (kind == OPENAI_CHAT ? get_messages(o, lim, req, e) : get_prompt(o, lim, req, e));
+    ok = ok && get_bool(o, "stream", &call->stream, e) && get_stop(o, req, e) && get_sampling(o, req, e);
+    ok = ok && get_max_tokens(o, kind, lim, req, e);
+    cJSON_Delete(o);
+    return ok;
+}

@@ -1,0 +1,83 @@
+#define _POSIX_C_SOURCE 200809L
+#include "request.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/burst.h"
+
+const char *finish_reason_str(finish_reason f) {
+    switch (f) {
+    case FINISH_STOP: return "stop";
+    case FINISH_LENGTH: return "length";
+    case FINISH_CANCELLED: return "cancelled";
+    case FINISH_ERROR: return "error";
+    }
+    return "unknown";
+}
+
+burst_request *request_new(void) {
+    burst_request *r = burst_calloc(1, sizeof *r);
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); // request_pop waits against burst_now's clock
+    pthread_cond_init(&r->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_init(&r->refs, 1);
+    return r;
+}
+
+void request_retain(burst_request *r) { atomic_fetch_add(&r->refs, 1); }
+
+void request_event_free(request_event *e) {
+    if (!e) return;
+    free(e->text);
+    free(e);
+}
+
+void request_release(burst_request *r) {
+    if (!r || atomic_fetch_sub(&r->refs, 1) != 1) return;
+    for (request_event *e = r->head, *next; e; e = next) {
+        next = e->next;
+        request_event_free(e);
+    }
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->stop);
+    free(r->prompt);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+void request_push(burst_request *r, request_event_kind kind, char *text, const request_result *result) {
+    request_event *e = burst_calloc(1, sizeof *e);
+    e->kind = kind;
+    e->text = text ? text : strdup("");
+    if (result) e->result = *result;
+    pthread_mutex_lock(&r->mu);
+    if (r->tail) r->tail->next = e;
+    else r->head = e;
+    r->tail = e;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+request_event *request_pop(burst_request *r, double timeout_s) {
+    double until = burst_now() + timeout_s;
+    struct timespec ts = {.tv_sec = (time_t)until, .tv_nsec = (long)((until - (double)(time_t)until) * 1e9)};
+    pthread_mutex_lock(&r->mu);
+    while (!r->head && pthread_cond_timedwait(&r->cv, &r->mu, &ts) == 0) {}
+    request_event *e = r->head;
+    if (e) {
+        r->head = e->next;
+        if (!r->head) r->tail = NULL;
+        e->next = NULL;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return e;
+}
+
+void request_cancel(burst_request *r) { atomic_store(&r->cancelled, 1); }
+int request_cancelled(burst_request *r) { return atomic_load(&r->cancelled); }

@@ -1,0 +1,74 @@
+// A generation request as it travels between the HTTP thread that accepted it and the engine
+// thread that runs it, and the typed queue that carries its output back.
+//
+// Memory: reference counted. request_new returns one reference (the HTTP side's); the engine
+// takes its own in engine_submit and drops it when the request finishes. The last release frees
+// the prompt, the stop strings and any events not taken.
+// Threads: the fields above `mu` are written by the HTTP thread before engine_submit and only
+// read afterwards. request_push (engine), request_pop (HTTP), request_cancel and
+// request_cancelled (either) are thread-safe.
+#pragma once
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "model/sampler.h"
+
+typedef enum {
+    FINISH_STOP,      // EOS or a stop string
+    FINISH_LENGTH,    // max_tokens or the context limit
+    FINISH_CANCELLED, // the client went away
+    FINISH_ERROR,     // the engine failed (the message is in the DONE event's text)
+} finish_reason;
+
+const char *finish_reason_str(finish_reason f); // "stop", "length", "cancelled", "error"
+
+typedef struct {
+    int n_prompt, n_gen;  // tokens in the prompt, tokens sampled (EOS included)
+    double queue_s;       // accepted -> admitted to a KV slot
+    double ttft_s;        // accepted -> first token handed over (0: none)
+    double total_s;       // accepted -> finished
+    finish_reason finish;
+} request_result;
+
+typedef enum {
+    REQ_EVENT_TOKEN, // one sampled token; text is what it adds (possibly "", never split UTF-8)
+    REQ_EVENT_DONE,  // the last event: text is what was still pending (or the error message)
+} request_event_kind;
+
+typedef struct request_event {
+    request_event_kind kind;
+    char *text;            // malloc'd
+    request_result result; // DONE only
+    struct request_event *next;
+} request_event;
+
+typedef struct burst_request {
+    char id[48];          // "cmpl-7", "chatcmpl-8": the prefix of every log line about it
+    int *prompt;          // (n_prompt) token ids, malloc'd
+    int n_prompt;
+    int max_tokens;       // >= 1
+    int ignore_eos;       // keep sampling past EOS (load tests)
+    sampler_params sampling;
+    char **stop;          // (n_stop) malloc'd strings that end the completion (not included)
+    int n_stop;
+    double t_accept;      // burst_now() when the HTTP thread accepted it
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    request_event *head, *tail; // guarded by mu
+    atomic_int cancelled;
+    atomic_int refs;
+} burst_request;
+
+burst_request *request_new(void);
+void request_retain(burst_request *r);
+void request_release(burst_request *r);
+
+// Engine side: queue an event (takes text, which may be NULL for "").
+void request_push(burst_request *r, request_event_kind kind, char *text, const request_result *result);
+// HTTP side: the next event, waiting at most timeout_s; NULL on timeout. Free with request_event_free.
+request_event *request_pop(burst_request *r, double timeout_s);
+void request_event_free(request_event *e);
+
+void request_cancel(burst_request *r);
+int request_cancelled(burst_request *r);

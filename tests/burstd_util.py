@@ -1,0 +1,155 @@
+"""Helpers for the server tests: start a real burstd on a free port (--port 0; the port is read
+from its "listening on" log line), send requests, read SSE streams, and run `burst generate`
+for the reference text. Standard library only (Debian's /usr/bin/python3)."""
+import http.client
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+BIN = os.environ["BURST_BIN"]
+MODELS = os.environ["BURST_MODELS_DIR"]
+# One OpenMP thread everywhere: these models are tiny, ctest runs tests side by side on a shared
+# machine, and attention/flash_cpu.c's parallel region does not follow --threads (it spins up a
+# pool of all cores, which stalls the engine thread when the cores are busy).
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+STORIES = os.path.join(MODELS, "stories260K")
+
+
+class Burstd:
+    """A running burstd; use as a context manager. .log() is its stderr so far."""
+
+    def __init__(self, model, *args, timeout=60):
+        self.proc = subprocess.Popen([os.path.join(BIN, "burstd"), "--model", model, "--port", "0", "--threads", "1",
+                                      *args], stderr=subprocess.PIPE, text=True, env=ENV)
+        self.lines, self.port = [], None
+        ready = threading.Event()
+
+        def read():
+            for line in self.proc.stderr:
+                self.lines.append(line.rstrip("\n"))
+                m = re.search(r"listening on http://[^ ]*:(\d+)", line)
+                if m:
+                    self.port = int(m.group(1))
+                    ready.set()
+            ready.set()
+        threading.Thread(target=read, daemon=True).start()
+        ready.wait(timeout)
+        if self.port is None:
+            self.stop()
+            raise RuntimeError("burstd did not start:\n" + self.log())
+        self.host, self.url = "127.0.0.1", f"http://127.0.0.1:{self.port}"
+
+    def log(self):
+        return "\n".join(self.lines)
+
+    def wait_log(self, pattern, timeout=30):
+        """The first match of pattern in the log, waiting for it to appear (None on timeout)."""
+        end = time.time() + timeout
+        while time.time() < end:
+            m = re.search(pattern, self.log())
+            if m:
+                return m
+            time.sleep(0.02)
+        return None
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            return self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def connect(self, timeout=120):
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None):
+        """(status, headers, parsed JSON or text) of one request; body may be a dict or bytes."""
+        c = self.connect()
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+        h = {"Content-Type": "application/json", **(headers or {})}
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        data = r.read().decode("utf-8", "replace")
+        c.close()
+        try:
+            data = json.loads(data)
+        except ValueError:
+            pass
+        return r.status, dict(r.getheaders()), data
+
+    def stream(self, path, body, headers=None):
+        """The parsed `data:` payloads of a streamed completion, "[DONE]" included."""
+        c = self.connect()
+        c.request("POST", path, body=json.dumps({**body, "stream": True}).encode(),
+                  headers={"Content-Type": "application/json", **(headers or {})})
+        r = c.getresponse()
+        events = []
+        for line in r:
+            line = line.decode().rstrip("\n")
+            if line.startswith("data: "):
+                payload = line[6:]
+                events.append(payload if payload == "[DONE]" else json.loads(payload))
+        c.close()
+        return r.status, events
+
+    def metric(self, name):
+        """The value of one series of /metrics ("burst:name{labels}" prefix match), as a float."""
+        _, _, text = self.request("GET", "/metrics")
+        for line in text.splitlines():
+            if line.startswith("burst:" + name):
+                return float(line.rsplit(" ", 1)[1])
+        raise KeyError(name)
+
+
+def stream_text(events, kind="completion"):
+    """Concatenated text of a stream's chunks."""
+    out = []
+    for e in events:
+        if isinstance(e, dict) and e.get("choices"):
+            c = e["choices"][0]
+            out.append(c.get("text", "") if kind == "completion" else c.get("delta", {}).get("content", ""))
+    return "".join(out)
+
+
+def generate(model, prompt, max_tokens):
+    """`burst generate` greedy text (its trailing newline removed)."""
+    r = subprocess.run([os.path.join(BIN, "burst"), "generate", "--model", model, "--prompt", prompt,
+                        "--max-tokens", str(max_tokens), "--temperature", "0", "--threads", "1"],
+                       capture_output=True, text=True, timeout=120, env=ENV)
+    if r.returncode:
+        raise RuntimeError(f"burst generate failed: {r.stderr}")
+    return r.stdout[:-1] if r.stdout.endswith("\n") else r.stdout
+
+
+class Checks:
+    """Counts failures; the exit code is the verdict."""
+
+    def __init__(self):
+        self.failures = 0
+
+    def __call__(self, name, ok, detail=""):
+        print(("ok   " if ok else "FAIL ") + name + ("" if ok else ": " + str(detail)[:600]), flush=True)
+        self.failures += not ok
+        return ok
+
+    def exit(self):
+        sys.exit(1 if self.failures else 0)
+
+
+def need_stories():
+    if not os.path.isdir(STORIES):
+        print("skip: no", STORIES)
+        sys.exit(77)

@@ -1,0 +1,26 @@
+// Streams one chat completion and one completion from burstd with the official `openai` npm
+// client (greedy) and prints {"chat": ..., "completion": ..., "usage": ...} as one JSON line.
+// usage: node openai_client.mjs BASE_URL API_KEY MODEL
+import OpenAI from "openai";
+
+const [baseURL, apiKey, model] = process.argv.slice(2);
+const client = new OpenAI({ baseURL: `${baseURL}/v1`, apiKey, maxRetries: 0 });
+
+async function collect(stream, pick) {
+  let text = "", usage = null;
+  for await (const chunk of stream) {
+    text += pick(chunk.choices[0] ?? {}) ?? "";
+    if (chunk.usage) usage = chunk.usage;
+  }
+  return { text, usage };
+}
+
+const chat = await collect(await client.chat.completions.create({
+  model, messages: [{ role: "user", content: "Tell me a story" }], max_tokens: 30, temperature: 0, stream: true,
+}), (c) => c.delta?.content);
+const completion = await collect(await client.completions.create({
+  model, prompt: "Once upon a time", max_tokens: 40, temperature: 0, stream: true,
+}), (c) => c.text);
+const models = await client.models.list();
+console.log(JSON.stringify({ chat: chat.text, completion: completion.text, usage: completion.usage,
+                             models: models.data.map((m) => m.id) }));

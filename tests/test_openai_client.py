@@ -1,0 +1,32 @@
+"""The official `openai` npm client (tests/package.json; `npm ci --prefix tests` installs it)
+streams a chat completion and a completion from burstd, with an API key, and receives the same
+text `burst generate` gives greedily. Skips (77) where node or the package is missing."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from burstd_util import STORIES, Burstd, Checks, generate, need_stories
+
+need_stories()
+HERE = os.path.dirname(os.path.abspath(__file__))
+node = shutil.which("node")
+if not node or not os.path.isdir(os.path.join(HERE, "node_modules", "openai")):
+    print("skip: needs node and the openai package (npm ci --prefix tests)")
+    sys.exit(77)
+check = Checks()
+chat_ref = generate(STORIES, "[INST] Tell me a story [/INST]", 30)
+completion_ref = generate(STORIES, "Once upon a time", 40)
+
+with Burstd(STORIES, "--api-key", "test-key") as srv:
+    r = subprocess.run([node, os.path.join(HERE, "openai_client.mjs"), srv.url, "test-key", "stories260K"],
+                       capture_output=True, text=True, timeout=120)
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    check("openai client ran", r.returncode == 0, r.stderr[-800:])
+    check("streamed chat = burst generate", out.get("chat") == chat_ref, (out.get("chat"), chat_ref))
+    check("streamed completion = burst generate", out.get("completion") == completion_ref,
+          (out.get("completion"), completion_ref))
+    check("usage reaches the client", (out.get("usage") or {}).get("completion_tokens") == 40, out.get("usage"))
+    check("models.list", out.get("models") == ["stories260K"], out.get("models"))
+check.exit()

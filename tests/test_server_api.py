@@ -1,0 +1,163 @@
+"""burstd's HTTP API on stories260K: completions and chats (streamed and whole) give the text
+`burst generate` gives greedily; the chat template, stop strings, seeds, tokenize; every bad input
+gets its status and an OpenAI-shaped error, and a normal request right after succeeds; the API
+key; a missing model fails before the port opens; one log line per request."""
+import os
+import re
+import subprocess
+import tempfile
+
+from burstd_util import BIN, STORIES, Burstd, Checks, generate, need_stories, stream_text
+
+need_stories()
+check = Checks()
+EXPECT = (", there was a little girl named Lily. She loved to play outside in the park. "
+          "One day, she saw a big, red ball.")
+NORMAL = {"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0}
+
+
+def completion_ok(srv):
+    st, _, body = srv.request("POST", "/v1/completions", NORMAL)
+    return st == 200 and body["choices"][0]["text"].startswith(EXPECT)
+
+
+def tokens(srv, text, bos=True):
+    return srv.request("POST", "/tokenize", {"content": text, "add_special": bos})[2]["tokens"]
+
+
+with Burstd(STORIES) as srv:
+    st, _, body = srv.request("GET", "/health")
+    check("/health", st == 200 and body["status"] == "ok", body)
+    st, _, body = srv.request("GET", "/v1/models")
+    check("/v1/models", st == 200 and body["data"][0]["id"] == "stories260K" and body["data"][0]["max_model_len"] == 512, body)
+
+    # Completions: whole, streamed, and the same as burst generate.
+    ref = generate(STORIES, "Once upon a time", 40)
+    st, _, body = srv.request("POST", "/v1/completions", NORMAL)
+    text = body["choices"][0]["text"] if st == 200 else None
+    check("completion = burst generate", text == ref and text.startswith(EXPECT), (st, body, ref))
+    u = body.get("usage", {})
+    check("completion usage", u.get("prompt_tokens") == 5 and u.get("completion_tokens") == 40
+          and u.get("time_to_first_token_s", 0) > 0 and body["choices"][0]["finish_reason"] == "length", u)
+    st, events = srv.stream("/v1/completions", NORMAL)
+    check("streamed completion = whole", st == 200 and stream_text(events) == ref, (st, events[-3:]))
+    check("stream ends with usage then [DONE]", events[-1] == "[DONE]" and events[-2]["usage"]["completion_tokens"] == 40
+          and events[-2]["usage"]["time_to_first_token_s"] > 0 and events[-2]["choices"][0]["finish_reason"] == "length",
+          events[-2:])
+    check("one chunk per token", len(events) == 40 + 2, len(events))
+    check("log line for the request", srv.wait_log(r"cmpl-\d+ \| length: prompt 5 tokens, generated 40 tokens, "
+                                                   r"queue [\d.]+ s, ttft [\d.]+ s, total [\d.]+ s"), srv.log()[-500:])
+
+    # Chats: the LLaMA-2 template, whole and streamed, against burst generate on the templated prompt.
+    chat = {"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 30, "temperature": 0}
+    ref = generate(STORIES, "[INST] Tell me a story [/INST]", 30)
+    st, _, body = srv.request("POST", "/v1/chat/completions", chat)
+    msg = body["choices"][0]["message"] if st == 200 else {}
+    check("chat = burst generate on [INST] ... [/INST]", msg.get("content") == ref and msg.get("role") == "assistant",
+          (st, body, ref))
+    st, events = srv.stream("/v1/chat/completions", chat)
+    check("streamed chat = whole", stream_text(events, "chat") == ref and events[0]["choices"][0]["delta"]["role"]
+          == "assistant" and events[0]["object"] == "chat.completion.chunk", events[:2])
+    sys_chat = [{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Story?"}]
+    want = (tokens(srv, "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello! ") + [2]
+            + tokens(srv, "[INST] Story? [/INST]"))
+    st, _, body = srv.request("POST", "/v1/chat/completions", {"messages": sys_chat, "max_tokens": 2})
+    check("chat template: system, turns, EOS between", st == 200 and body["usage"]["prompt_tokens"] == len(want),
+          (body, len(want)))
+
+    # Stop strings end the text before them, also when streamed; seeds repeat samples.
+    stop = {**NORMAL, "stop": ["Lily", "zzz"]}
+    st, _, body = srv.request("POST", "/v1/completions", stop)
+    check("stop string", body["choices"][0]["text"] == ", there was a little girl named "
+          and body["choices"][0]["finish_reason"] == "stop", body)
+    st, events = srv.stream("/v1/completions", stop)
+    check("stop string streamed", stream_text(events) == ", there was a little girl named ", events[-3:])
+    seeded = {"prompt": "Once", "max_tokens": 30, "temperature": 1, "seed": 7}
+    a, b = (srv.request("POST", "/v1/completions", seeded)[2]["choices"][0]["text"] for _ in range(2))
+    check("same seed, same sample", a == b and len(a) > 10, (a, b))
+    st, _, body = srv.request("POST", "/v1/completions", {"prompt": tokens(srv, "Once upon a time"), "max_tokens": 40,
+                                                          "temperature": 0})
+    check("prompt as token ids", st == 200 and body["choices"][0]["text"].startswith(EXPECT), body)
+
+    ids = tokens(srv, "Hello world, héllo 🙂", bos=False)
+    st, _, body = srv.request("POST", "/detokenize", {"tokens": ids})
+    check("tokenize/detokenize round trip", st == 200 and body["content"] == "Hello world, héllo 🙂", body)
+
+    # Bad input: the status, an OpenAI-shaped error, then a normal request succeeds.
+    C, H = "/v1/completions", "/v1/chat/completions"
+    cases = [
+        ("POST", C, b'{"prompt": "x", ', 400, "not valid JSON"),
+        ("POST", C, b"", 400, "JSON object"),
+        ("POST", C, b"[1, 2]", 400, "JSON object"),
+        ("POST", C, {}, 400, "'prompt' is required"),
+        ("POST", C, {"prompt": 5}, 400, "'prompt' must be"),
+        ("POST", C, {"prompt": [3, 100000]}, 400, "'prompt'[1] must be a token id in [0, 512)"),
+        ("POST", C, {"prompt": ["a", "b"]}, 400, "batches of several prompts are not supported"),
+        ("POST", C, {"prompt": "x", "max_tokens": "10"}, 400, "'max_tokens' must be an integer"),
+        ("POST", C, {"prompt": "x", "max_tokens": 0}, 400, "'max_tokens'"),
+        ("POST", C, {"prompt": "x", "temperature": "hot"}, 400, "'temperature'"),
+        ("POST", C, {"prompt": "x", "top_p": 0}, 400, "'top_p'"),
+        ("POST", C, {"prompt": "x", "stream": "yes"}, 400, "'stream' must be a boolean"),
+        ("POST", C, {"prompt": "x", "stop": [1]}, 400, "'stop'"),
+        ("POST", C, {"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "'stop'"),
+        ("POST", C, {"prompt": "x", "n": 2}, 400, "'n'"),
+        ("POST", C, {"prompt": "x", "model": 3}, 400, "'model' must be a string"),
+        ("POST", C, {"prompt": "x", "max_tokens": 600}, 400, "maximum context length is 512 tokens. However, you "
+         "requested 603 tokens (3 in the prompt, 600 for the completion)"),
+        ("POST", C, {"prompt": "x " * 600}, 400, "maximum context length is 512"),
+        ("POST", C, b'{"prompt": "\xff\xfe"}', 400, "not valid UTF-8 (at byte 12)"),
+        ("POST", C, b'{"prompt": "\xed\xa0\x80"}', 400, "not valid UTF-8"),
+        ("POST", C, b'{"prompt": "x\x00"}', 400, "not valid UTF-8"),
+        ("POST", C, b'{"prompt": "' + b"a" * (9 << 20) + b'"}', 413, "over 8388608 bytes"),
+        ("POST", H, {}, 400, "'messages' must be a non-empty array"),
+        ("POST", H, {"messages": "hi"}, 400, "'messages' must be"),
+        ("POST", H, {"messages": [{"role": "user"}]}, 400, "content must be"),
+        ("POST", H, {"messages": [{"role": 1, "content": "x"}]}, 400, "role must be a string"),
+        ("POST", H, {"messages": [{"role": "assistant", "content": "x"}]}, 400, "role 'assistant' (want 'user'"),
+        ("POST", H, {"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}, 400,
+         "messages: 2 after the system message"),
+        ("POST", H, {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, "content parts must be"),
+        ("POST", "/tokenize", {"content": 3}, 400, "content"),
+        ("POST", "/detokenize", {"tokens": [-1]}, 400, "'tokens'[0]"),
+        ("GET", "/v1/nothing", None, 404, "no route GET /v1/nothing"),
+        ("GET", C, None, 405, "wants POST, not GET"),
+        ("POST", "/health", b"{}", 405, "wants GET, not POST"),
+        ("DELETE", "/v1/models", None, 405, "wants GET"),
+    ]
+    for method, path, body, want_status, want_msg in cases:
+        st, hdr, err = srv.request(method, path, body)
+        e = err.get("error", {}) if isinstance(err, dict) else {}
+        label = f"{method} {path} {str(body)[:50]!r}"
+        check(f"{label} -> {want_status}", st == want_status and want_msg in e.get("message", "")
+              and e.get("type") == "invalid_request_error" and "code" in e, (st, err))
+        if want_status == 405:
+            check(f"{label}: Allow header", hdr.get("Allow") in ("GET", "POST"), hdr)
+        check(f"{label}: a normal request after it succeeds", completion_ok(srv))
+    check("errors are logged with the request id", re.search(r"W server/http.c:\d+ http_reply_error: cmpl-\d+ \| "
+                                                             r"POST /v1/completions -> 400: ", srv.log()), srv.log()[-300:])
+    check("burstd still running", srv.proc.poll() is None)
+
+# The API key: every route but /health wants it.
+with Burstd(STORIES, "--api-key", "sekrit") as srv:
+    for hdr in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "sekrit"}):
+        st, h, body = srv.request("POST", "/v1/completions", NORMAL, hdr)
+        check(f"API key {hdr} -> 401", st == 401 and body["error"]["code"] == "invalid_api_key"
+              and h.get("WWW-Authenticate") == "Bearer", (st, body))
+    st, _, body = srv.request("POST", "/v1/completions", NORMAL, {"Authorization": "Bearer sekrit"})
+    check("right API key -> 200", st == 200 and body["choices"][0]["text"].startswith(EXPECT), body)
+    check("/health needs no key", srv.request("GET", "/health")[0] == 200)
+    check("/metrics needs the key", srv.request("GET", "/metrics")[0] == 401)
+
+# A missing or unusable model directory fails clearly before the port opens; bad flags too.
+with tempfile.TemporaryDirectory() as tmp:
+    for args, want in ([["--model", os.path.join(tmp, "nope")], "nope"],
+                       [["--model", tmp], "tokenizer.model"],
+                       [[], "--model DIR is required"],
+                       [["--model", STORIES, "--port", "http"], "--port http"],
+                       [["--model", STORIES, "--slots", "0"], "--slots 0"],
+                       [["--model", STORIES, "--host", "no.such.host.invalid", "--port", "0"], "no.such.host.invalid"]):
+        r = subprocess.run([os.path.join(BIN, "burstd"), *args], capture_output=True, text=True, timeout=60)
+        check(f"burstd {args[-2:]} fails: {want!r}", r.returncode not in (0, None) and r.returncode < 128
+              and want in r.stderr and "listening" not in r.stderr, (r.returncode, r.stderr[-300:]))
+check.exit()
