@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 from burstd_util import BIN, STORIES, Burstd, Checks, generate, need_stories, stream_text
 
@@ -160,4 +161,15 @@ with tempfile.TemporaryDirectory() as tmp:
         r = subprocess.run([os.path.join(BIN, "burstd"), *args], capture_output=True, text=True, timeout=60)
         check(f"burstd {args[-2:]} fails: {want!r}", r.returncode not in (0, None) and r.returncode < 128
               and want in r.stderr and "listening" not in r.stderr, (r.returncode, r.stderr[-300:]))
+# G = 3 ranks behind the daemon: a prompt long enough for the ring (>= 2G tokens) and concurrent
+# decoding requests give the text one rank gives.
+LONG = "Once upon a time, there was a little boy named Tim. He had a big red ball."
+with Burstd(STORIES, "--ranks", "3", "--slots", "3") as srv:
+    ref = generate(STORIES, LONG, 30)
+    with ThreadPoolExecutor(3) as pool:
+        got = list(pool.map(lambda _: srv.stream("/v1/completions", {"prompt": LONG, "max_tokens": 30,
+                                                                     "temperature": 0, "stream": True}), range(3)))
+    check("--ranks 3: streamed completion = burst generate (G=1)",
+          all(st == 200 and stream_text(ev) == ref for st, ev in got), (ref, [stream_text(ev) for _, ev in got]))
+    check("--ranks 3: short prompt", completion_ok(srv))
 check.exit()
