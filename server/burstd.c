@@ -23,17 +23,23 @@ static const char usage[] =
     "  --ctx N           tokens per slot, prompt + completion (default: the model's context)\n"
     "  --max-queue N     requests waiting for a slot at most; more get 429 (default 64)\n"
     "  --batch N         tokens per engine step, decode tokens plus prompt chunks (default 512)\n"
+    "  --prefill-chunk N prompt tokens of one request per step at most, so that long prompts\n"
+    "                    interleave with other requests (default 256; at most --batch)\n"
+    "  --max-wait S      answer 429 at once when a request's estimated wait for a KV slot is\n"
+    "                    longer than S seconds (default 0: off; --max-queue still applies)\n"
     "  --ranks G         ranks (threads) sharing each sequence: BurstAttention prefill, sharded\n"
     "                    KV cache (default 1)\n"
     "  --threads N       CPU threads in all, shared out among the ranks (default: all cores)\n";
 
 typedef struct {
     const char *model, *host, *api_key;
-    int port, slots, ctx, max_queue, batch, threads, ranks;
+    int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk;
+    float max_wait;
 } burstd_args;
 
 static int parse_args(int argc, char **argv, burstd_args *a) {
-    *a = (burstd_args){.host = "127.0.0.1", .port = 8080, .slots = 4, .max_queue = 64, .batch = 512, .ranks = 1};
+    *a = (burstd_args){.host = "127.0.0.1", .port = 8080, .slots = 4, .max_queue = 64, .batch = 512, .ranks = 1,
+                         .prefill_chunk = 256};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
@@ -55,6 +61,8 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         else if (!strcmp(f, "--ctx")) ok = cli_parse_long("burstd", f, v, 1, 1 << 30, &n), dst = &a->ctx;
         else if (!strcmp(f, "--max-queue")) ok = cli_parse_long("burstd", f, v, 1, 1 << 20, &n), dst = &a->max_queue;
         else if (!strcmp(f, "--batch")) ok = cli_parse_long("burstd", f, v, 1, 1 << 20, &n), dst = &a->batch;
+        else if (!strcmp(f, "--prefill-chunk")) ok = cli_parse_long("burstd", f, v, 1, 1 << 20, &n), dst = &a->prefill_chunk;
+        else if (!strcmp(f, "--max-wait")) ok = cli_parse_float("burstd", f, v, 0, 1e9f, &a->max_wait);
         else if (!strcmp(f, "--threads")) ok = cli_parse_long("burstd", f, v, 1, 4096, &n), dst = &a->threads;
         else if (!strcmp(f, "--ranks")) ok = cli_parse_long("burstd", f, v, 1, 64, &n), dst = &a->ranks;
         else {
@@ -102,7 +110,8 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
           llama_options_of(m)->ctx, llama_options_of(m)->n_ranks, llama_reserved_bytes(m) / 1e6);
     met = metrics_new(model_name(a->model));
     http_options ho = {.host = a->host, .port = a->port, .api_key = a->api_key, .model_name = model_name(a->model)};
-    if (engine_start(m, tok, met, &(engine_options){.max_queue = a->max_queue}, &eng, &err) ||
+    if (engine_start(m, tok, met, &(engine_options){.max_queue = a->max_queue, .prefill_chunk = a->prefill_chunk,
+                                                       .max_wait_s = a->max_wait}, &eng, &err) ||
         http_start(&ho, eng, m, tok, met, &http, &err))
         goto fail;
     LOG_I("listening on http://%s:%d (model %s%s)", a->host, http_port(http), ho.model_name,

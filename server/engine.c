@@ -14,6 +14,7 @@ typedef struct {
     int last;           // the last sampled token, fed back at the next decode step
     int n_gen;
     double t_admit, t_first, t_last;
+    double t_progress;  // when the last progress event went out
     sampler smp;
     detok_stream detok;
     stop_matcher stop;
@@ -23,7 +24,8 @@ struct engine {
     llama_model *model;
     const tokenizer *tok;
     metrics *met;
-    int n_slots, vocab, ctx, max_batch;
+    int n_slots, vocab, ctx, max_batch, prefill_chunk;
+    double max_wait_s;
     engine_seq *seq;        // (n_slots)
     float *logits;          // (n_slots, vocab)
     llama_segment *segs;    // (n_slots)
@@ -37,7 +39,15 @@ struct engine {
     burst_request **queue;  // (max_queue) ring of waiting requests
     int max_queue, q_head, q_len, n_running;
     int stopping, started;
+    // What engine_submit's wait estimate reads (written by the engine after each step):
+    double *slot_left_s;    // (n_slots) estimated seconds until each slot frees (0: free)
+    double request_s;       // running mean of a request's time in a slot
+    double prefill_tok_s;   // running mean of prompt tokens per second in prefill steps
+    double decode_step_s;   // running mean of a decode-only step's time
 };
+
+// Running mean weights for the wait estimate: recent steps count most.
+static double ewma(double mean, double x) { return mean > 0 ? 0.8 * mean + 0.2 * x : x; }
 
 #define REQ_LOG(level, req, fmt, ...) burst_log(level, __FILE__, __LINE__, __func__, "%s | " fmt, (req)->id, __VA_ARGS__)
 
@@ -46,16 +56,27 @@ static void set_gauges(engine *e) {
     metrics_set(e->met, METRIC_WAITING, e->q_len);
 }
 
-// Hands the DONE event over, logs the request's line and counts it.
-static void log_finished(engine *e, burst_request *r, const request_result *res, char *tail, const char *error) {
+// Hands the DONE event over, logs the request's line and counts it. A cancelled request says
+// where it was (queued, in its prefill with how far it got, or decoding).
+static void log_finished(engine *e, burst_request *r, const request_result *res, char *tail, const char *error,
+                         int n_prefilled) {
     finish_reason why = res->finish;
     request_push(r, REQ_EVENT_DONE, tail, res);
+    char what[96];
+    if (why != FINISH_CANCELLED) snprintf(what, sizeof what, "%s", finish_reason_str(why));
+    else if (n_prefilled < 0) snprintf(what, sizeof what, "cancelled (client gone) while queued");
+    else if (n_prefilled < r->n_prompt)
+        snprintf(what, sizeof what, "cancelled (client gone) during prefill at %d/%d prompt tokens", n_prefilled, r->n_prompt);
+    else snprintf(what, sizeof what, "cancelled (client gone) while decoding");
     REQ_LOG(why == FINISH_ERROR ? 'E' : 'I', r, "%s: prompt %d tokens, generated %d tokens, queue %.3f s, ttft %.3f s, "
-            "total %.3f s%s%s", why == FINISH_CANCELLED ? "cancelled (client gone)" : finish_reason_str(why),
-            r->n_prompt, res->n_gen, res->queue_s, res->ttft_s, res->total_s, error ? ": " : "", error ? error : "");
+            "total %.3f s%s%s", what, r->n_prompt, res->n_gen, res->queue_s, res->ttft_s, res->total_s,
+            error ? ": " : "", error ? error : "");
     static const metric_counter counter[] = {[FINISH_STOP] = METRIC_FINISHED_STOP, [FINISH_LENGTH] = METRIC_FINISHED_LENGTH,
-                                             [FINISH_CANCELLED] = METRIC_CANCELLED, [FINISH_ERROR] = METRIC_FAILED};
-    metrics_add(e->met, counter[why], 1);
+                                             [FINISH_CANCELLED] = METRIC_CANCELLED_DECODE, [FINISH_ERROR] = METRIC_FAILED};
+    metric_counter c = counter[why];
+    if (why == FINISH_CANCELLED && n_prefilled < r->n_prompt)
+        c = n_prefilled < 0 ? METRIC_CANCELLED_QUEUED : METRIC_CANCELLED_PREFILL;
+    metrics_add(e->met, c, 1);
     metrics_observe(e->met, METRIC_E2E, res->total_s);
 }
 
@@ -78,11 +99,13 @@ static char *pending_text(engine *e, engine_seq *q) {
 static void seq_finish(engine *e, int s, finish_reason why, const char *error) {
     engine_seq *q = &e->seq[s];
     burst_request *r = q->req;
+    double q_admit = q->t_admit;
     request_result res = {.n_prompt = r->n_prompt, .n_gen = q->n_gen, .queue_s = q->t_admit - r->t_accept,
                           .ttft_s = q->n_gen ? q->t_first - r->t_accept : 0, .total_s = burst_now() - r->t_accept,
                           .finish = why};
     char *tail = why == FINISH_ERROR ? strdup(error) : why == FINISH_CANCELLED ? NULL : pending_text(e, q);
-    log_finished(e, r, &res, tail, error);
+    log_finished(e, r, &res, tail, error, q->n_prefilled);
+    if (q->n_gen) metrics_observe(e->met, METRIC_DECODE, burst_now() - q->t_first);
     llama_slot_reset(e->model, s);
     sampler_free(&q->smp);
     detok_free(&q->detok);
@@ -91,6 +114,8 @@ static void seq_finish(engine *e, int s, finish_reason why, const char *error) {
     *q = (engine_seq){0};
     pthread_mutex_lock(&e->mu);
     e->n_running--;
+    e->slot_left_s[s] = 0;
+    if (why != FINISH_CANCELLED && why != FINISH_ERROR) e->request_s = ewma(e->request_s, burst_now() - q_admit);
     set_gauges(e);
     pthread_mutex_unlock(&e->mu);
 }
@@ -122,7 +147,7 @@ static int admit(engine *e) {
             continue;
         }
         request_result res = {.n_prompt = r->n_prompt, .total_s = burst_now() - r->t_accept, .finish = FINISH_CANCELLED};
-        log_finished(e, r, &res, NULL, NULL); // gone before it reached a slot
+        log_finished(e, r, &res, NULL, NULL, -1); // gone before it reached a slot
         request_release(r);
         s--; // the slot is still free
     }
@@ -168,28 +193,45 @@ static void drop_cancelled(engine *e) {
         if (e->seq[s].req && request_cancelled(e->seq[s].req)) seq_finish(e, s, FINISH_CANCELLED, NULL);
 }
 
-// Fills e->segs/e->tokens for one step; returns the number of segments.
+// Fills e->segs/e->tokens for one step; returns the number of segments. Decoding requests first,
+// one token each; then prompt chunks of at most prefill_chunk tokens, the prompt with the fewest
+// tokens left first (older first among equals), while tokens of max_batch are left. A prompt that
+// gets less than its chunk because others went first counts as a preemption.
 static int build_batch(engine *e) {
     int n_segs = 0, n_tok = 0;
-    for (int s = 0; s < e->n_slots; s++) { // every decoding request advances by one token
+    for (int s = 0; s < e->n_slots; s++) {
         engine_seq *q = &e->seq[s];
         if (!q->req || q->n_prefilled < q->req->n_prompt) continue;
         e->segs[n_segs] = (llama_segment){.slot = s, .n = 1};
         e->seg_seq[n_segs++] = s;
         e->tokens[n_tok++] = q->last;
     }
-    for (;;) { // then prompt chunks, oldest request first, in the tokens left
+    for (;;) {
         int best = -1;
         for (int s = 0; s < e->n_slots; s++) {
             engine_seq *q = &e->seq[s];
             int taken = 0;
             for (int i = 0; i < n_segs; i++) taken |= e->seg_seq[i] == s;
-            if (q->req && !taken && q->n_prefilled < q->req->n_prompt && (best < 0 || q->admitted < e->seq[best].admitted))
-                best = s;
+            if (!q->req || taken || q->n_prefilled >= q->req->n_prompt) continue;
+            int left = q->req->n_prompt - q->n_prefilled;
+            if (best < 0) { best = s; continue; }
+            int best_left = e->seq[best].req->n_prompt - e->seq[best].n_prefilled;
+            if (left < best_left || (left == best_left && q->admitted < e->seq[best].admitted)) best = s;
         }
-        if (best < 0 || n_tok == e->max_batch) break;
+        if (best < 0) break;
         engine_seq *q = &e->seq[best];
-        int left = q->req->n_prompt - q->n_prefilled, n = left < e->max_batch - n_tok ? left : e->max_batch - n_tok;
+        int left = q->req->n_prompt - q->n_prefilled, want = left < e->prefill_chunk ? left : e->prefill_chunk;
+        int n = want < e->max_batch - n_tok ? want : e->max_batch - n_tok;
+        if (n < want) metrics_add(e->met, METRIC_PREEMPTIONS, 1);
+        if (n == 0) { // no room this step; the others wait too (they have more left)
+            for (int s = 0; s < e->n_slots; s++) {
+                engine_seq *o = &e->seq[s];
+                int taken = s == best;
+                for (int i = 0; i < n_segs; i++) taken |= e->seg_seq[i] == s;
+                if (o->req && !taken && o->n_prefilled < o->req->n_prompt) metrics_add(e->met, METRIC_PREEMPTIONS, 1);
+            }
+            break;
+        }
         memcpy(e->tokens + n_tok, q->req->prompt + q->n_prefilled, sizeof(int) * (size_t)n);
         e->segs[n_segs] = (llama_segment){.slot = best, .n = n};
         e->seg_seq[n_segs++] = best;
@@ -198,22 +240,63 @@ static int build_batch(engine *e) {
     return n_segs;
 }
 
+// After a step that ran prompt chunks: progress events for prefills that have taken more than a
+// second (at most four a second each), the prefill-time metric for those that completed.
+static void prefill_progress(engine *e, int seg, double now) {
+    engine_seq *q = &e->seq[e->seg_seq[seg]];
+    burst_request *r = q->req;
+    if (q->n_prefilled == r->n_prompt) {
+        metrics_observe(e->met, METRIC_PREFILL, now - q->t_admit);
+        return;
+    }
+    if (now - r->t_accept < 1.0 || now - q->t_progress < 0.25) return;
+    q->t_progress = now;
+    request_push_progress(r, &(request_progress){.processed = q->n_prefilled, .total = r->n_prompt,
+                                                 .elapsed_s = now - r->t_accept});
+}
+
+// Refreshes what engine_submit's estimate reads and the KV usage gauge. prefill_tokens: prompt
+// tokens in the step that took step_s.
+static void update_estimates(engine *e, int prefill_tokens, double step_s) {
+    int64_t used = 0;
+    for (int s = 0; s < e->n_slots; s++) used += llama_slot_len(e->model, s);
+    metrics_set(e->met, METRIC_KV_USAGE, (double)used / ((double)e->n_slots * e->ctx));
+    pthread_mutex_lock(&e->mu);
+    if (prefill_tokens) e->prefill_tok_s = ewma(e->prefill_tok_s, prefill_tokens / step_s);
+    else e->decode_step_s = ewma(e->decode_step_s, step_s);
+    for (int s = 0; s < e->n_slots; s++) {
+        engine_seq *q = &e->seq[s];
+        if (!q->req) continue;
+        int prompt_left = q->req->n_prompt - q->n_prefilled, gen_left = q->req->max_tokens - q->n_gen;
+        e->slot_left_s[s] = (e->prefill_tok_s > 0 ? prompt_left / e->prefill_tok_s : 0) + gen_left * e->decode_step_s;
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
 // One engine step: one llama_forward over every running request, then sampling.
 static void step(engine *e) {
     drop_cancelled(e);
     int n_segs = build_batch(e);
     if (!n_segs) return;
     burst_error err = {{0}};
+    double t0 = burst_now();
     if (llama_forward(e->model, e->segs, n_segs, e->tokens, e->logits, &err)) {
         for (int i = 0; i < n_segs; i++) seq_finish(e, e->seg_seq[i], FINISH_ERROR, err.msg);
         return;
     }
+    double now = burst_now();
+    int prefill_tokens = 0;
     for (int i = 0; i < n_segs; i++) {
         engine_seq *q = &e->seq[e->seg_seq[i]];
-        if (q->n_prefilled < q->req->n_prompt) q->n_prefilled += e->segs[i].n;
+        if (q->n_prefilled < q->req->n_prompt) {
+            q->n_prefilled += e->segs[i].n;
+            prefill_tokens += e->segs[i].n;
+            prefill_progress(e, i, now);
+        }
         if (q->n_prefilled == q->req->n_prompt)
             seq_sample(e, e->seg_seq[i], e->logits + (int64_t)i * e->vocab);
     }
+    update_estimates(e, prefill_tokens, now - t0);
 }
 
 static void *engine_main(void *arg) {
@@ -228,7 +311,11 @@ burst_status engine_start(llama_model *m, const tokenizer *tok, metrics *met, co
     if (opt->max_queue < 1) return BURST_FAIL(err, BURST_ERR_INVALID, "max_queue %d (want >= 1)", opt->max_queue);
     engine *e = burst_calloc(1, sizeof *e);
     *e = (engine){.model = m, .tok = tok, .met = met, .n_slots = lo->n_slots, .ctx = lo->ctx,
-                  .max_batch = lo->max_batch, .vocab = llama_config_of(m)->vocab_size, .max_queue = opt->max_queue};
+                  .max_batch = lo->max_batch, .vocab = llama_config_of(m)->vocab_size, .max_queue = opt->max_queue,
+                  .prefill_chunk = opt->prefill_chunk > 0 && opt->prefill_chunk < lo->max_batch ? opt->prefill_chunk
+                                                                                              : lo->max_batch,
+                  .max_wait_s = opt->max_wait_s};
+    e->slot_left_s = burst_calloc((size_t)e->n_slots, sizeof(double));
     e->seq = burst_calloc((size_t)e->n_slots, sizeof *e->seq);
     e->logits = burst_malloc(sizeof(float) * (size_t)e->n_slots * (size_t)e->vocab);
     e->segs = burst_malloc(sizeof *e->segs * (size_t)e->n_slots);
@@ -259,7 +346,7 @@ void engine_stop(engine *e) {
     for (; e->q_len; e->q_len--, e->q_head = (e->q_head + 1) % e->max_queue) {
         burst_request *r = e->queue[e->q_head];
         request_result res = {.n_prompt = r->n_prompt, .total_s = burst_now() - r->t_accept, .finish = FINISH_ERROR};
-        log_finished(e, r, &res, strdup("the server is shutting down"), "the server is shutting down");
+        log_finished(e, r, &res, strdup("the server is shutting down"), "the server is shutting down", -1);
         request_release(r);
     }
     pthread_cond_destroy(&e->cv);
@@ -270,20 +357,41 @@ void engine_stop(engine *e) {
     free(e->segs);
     free(e->logits);
     free(e->seq);
+    free(e->slot_left_s);
     free(e);
 }
 
-int engine_submit(engine *e, burst_request *req) {
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// Estimated seconds until a request queued now gets a slot: the k-th slot to free, k the
+// requests ahead, plus a mean request time per round of slots. Called with e->mu held.
+static double estimate_wait(const engine *e) {
+    double left[e->n_slots];
+    memcpy(left, e->slot_left_s, sizeof left);
+    qsort(left, (size_t)e->n_slots, sizeof(double), by_value);
+    int ahead = e->q_len;
+    return left[ahead % e->n_slots] + (double)(ahead / e->n_slots) * e->request_s;
+}
+
+engine_admission engine_submit(engine *e, burst_request *req, double *retry_after_s) {
     pthread_mutex_lock(&e->mu);
-    int ok = e->q_len < e->max_queue && !e->stopping;
-    if (ok) {
+    engine_admission a = ENGINE_ACCEPTED;
+    double wait = estimate_wait(e);
+    if (e->q_len >= e->max_queue || e->stopping) a = ENGINE_QUEUE_FULL;
+    else if (e->max_wait_s > 0 && wait > e->max_wait_s) a = ENGINE_WAIT_TOO_LONG;
+    if (a == ENGINE_ACCEPTED) {
         request_retain(req);
         e->queue[(e->q_head + e->q_len++) % e->max_queue] = req;
         set_gauges(e);
         pthread_cond_signal(&e->cv);
     }
+    // Retry when a slot is expected to free (at least a second from now).
+    *retry_after_s = wait > 1 ? wait : 1;
     pthread_mutex_unlock(&e->mu);
-    return ok;
+    return a;
 }
 
 void engine_cancel(engine *e, burst_request *req) {

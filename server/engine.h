@@ -2,11 +2,14 @@
 //   1. drops requests whose client went away (their KV slot is freed at once),
 //   2. admits waiting requests, oldest first, while KV slots last,
 //   3. builds one llama_forward batch: a 1-token segment for every decoding request, then prompt
-//      chunks of the prefilling requests (oldest first) in the tokens left of max_batch,
+//      chunks of at most prefill_chunk tokens for the prefilling requests, fewest prompt tokens
+//      left first (so a short prompt is not stuck behind a long one), in the tokens left of
+//      max_batch,
 //   4. samples the next token of every segment that reached its prompt's end or decodes, and
 //      hands its text to the request's queue (request_push), never waiting on the HTTP side.
 // A request joins or leaves between steps (continuous batching); a long prompt is prefilled over
-// several steps while others decode. Every finished request gets one log line.
+// several steps while others decode, and reports its progress once it has taken a second. A
+// client that goes away stops its work at the next step. Every finished request gets one log line.
 //
 // Memory: the engine borrows the model, tokenizer and metrics (they outlive it) and holds a
 // reference on each submitted request until it finishes.
@@ -18,8 +21,16 @@
 #include "request.h"
 
 typedef struct {
-    int max_queue; // requests waiting for a slot at most; engine_submit refuses more
+    int max_queue;     // requests waiting for a slot at most; engine_submit refuses more
+    int prefill_chunk; // prompt tokens of one request per step at most (0: max_batch)
+    double max_wait_s; // refuse a request whose estimated wait for a slot is longer (0: off)
 } engine_options;
+
+typedef enum {
+    ENGINE_ACCEPTED,
+    ENGINE_QUEUE_FULL, // max_queue requests are waiting
+    ENGINE_WAIT_TOO_LONG, // the estimated wait for a KV slot is past max_wait_s
+} engine_admission;
 
 typedef struct engine engine;
 
@@ -28,8 +39,8 @@ burst_status engine_start(llama_model *m, const tokenizer *tok, metrics *met, co
 // Stops the thread; requests still queued or running finish with FINISH_ERROR ("shutting down").
 void engine_stop(engine *e);
 
-// Queues req (taking a reference) and returns 1, or returns 0 when max_queue are waiting.
-int engine_submit(engine *e, burst_request *req);
+// Queues req (taking a reference), or refuses it at once; *retry_after_s is then when to retry.
+engine_admission engine_submit(engine *e, burst_request *req, double *retry_after_s);
 // Marks req cancelled and wakes the engine, which drops it (and frees its slot) at the next step.
 void engine_cancel(engine *e, burst_request *req);
 void engine_counts(engine *e, int *running, int *waiting);

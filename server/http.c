@@ -33,13 +33,18 @@ enum { N_ROUTES = sizeof routes / sizeof routes[0] };
 
 const char *http_mhd_strerr(enum MHD_Result r) { return r == MHD_YES ? "MHD_YES" : "MHD_NO"; }
 
-enum MHD_Result http_reply(http_request *h, int status, const char *type, char *body) {
+// retry_after_s: the Retry-After of a 429 (0: 1 s).
+static enum MHD_Result reply(http_request *h, int status, const char *type, char *body, int retry_after_s) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
     BURST_ASSERT(resp && "http: out of memory creating a response");
     MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type));
     if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
         MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, routes[h->route].method));
-    if (status == MHD_HTTP_TOO_MANY_REQUESTS) MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1"));
+    if (status == MHD_HTTP_TOO_MANY_REQUESTS) {
+        char secs[24];
+        snprintf(secs, sizeof secs, "%d", retry_after_s > 0 ? retry_after_s : 1);
+        MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, secs));
+    }
     if (status == MHD_HTTP_UNAUTHORIZED) MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer"));
     h->replied = 1;
     enum MHD_Result r = MHD_queue_response(h->conn, (unsigned)status, resp);
@@ -47,11 +52,15 @@ enum MHD_Result http_reply(http_request *h, int status, const char *type, char *
     return r;
 }
 
+enum MHD_Result http_reply(http_request *h, int status, const char *type, char *body) {
+    return reply(h, status, type, body, 0);
+}
+
 enum MHD_Result http_reply_error(http_server *s, http_request *h, const api_error *e) {
     (void)s;
     burst_log(e->status >= 500 ? 'E' : 'W', __FILE__, __LINE__, __func__, "%s | %s %s -> %d: %s", h->id, h->method,
               h->url, e->status, e->message);
-    return http_reply(h, e->status, "application/json", api_error_json(e));
+    return reply(h, e->status, "application/json", api_error_json(e), e->retry_after_s);
 }
 
 // Index of the byte where s[0, n) stops being UTF-8 (n when it is valid; NUL counts as invalid).

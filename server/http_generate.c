@@ -3,6 +3,7 @@
 // queue in short slices and look at the socket between them, so a client that goes away is
 // noticed (and its request cancelled) even while no token is coming.
 #define _GNU_SOURCE
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +54,9 @@ static char *sse_format(sse_stream *st, request_event *ev, size_t *len) {
     FILE *f = open_memstream(&text, len);
     BURST_ASSERT(f && "http: open_memstream failed");
     char *chunk = NULL;
-    if (ev->kind == REQ_EVENT_TOKEN) {
+    if (ev->kind == REQ_EVENT_PROGRESS) {
+        fputs(chunk = openai_chunk_progress(&st->call, st->req->id, &ev->progress), f);
+    } else if (ev->kind == REQ_EVENT_TOKEN) {
         fputs(chunk = openai_chunk_text(&st->call, st->req->id, ev->text), f);
     } else if (ev->result.finish == FINISH_ERROR) {
         api_error e;
@@ -118,8 +121,8 @@ static enum MHD_Result whole(http_server *s, http_request *h, const openai_call 
     FILE *f = open_memstream(&text, &len);
     BURST_ASSERT(f && "http: open_memstream failed");
     request_event *ev;
-    while ((ev = next_event(s, h->conn, h->req)) && ev->kind == REQ_EVENT_TOKEN) {
-        fputs(ev->text, f);
+    while ((ev = next_event(s, h->conn, h->req)) && ev->kind != REQ_EVENT_DONE) {
+        fputs(ev->text, f); // progress events carry no text
         request_event_free(ev);
     }
     if (ev) fputs(ev->text, f);
@@ -146,12 +149,20 @@ static enum MHD_Result generate(http_server *s, http_request *h, openai_kind kin
         request_release(r);
         return http_reply_error(s, h, &e);
     }
-    if (!engine_submit(s->eng, r)) {
+    double retry_s;
+    engine_admission a = engine_submit(s->eng, r, &retry_s);
+    if (a != ENGINE_ACCEPTED) {
         request_release(r);
         metrics_add(s->met, METRIC_REJECTED, 1);
-        return http_reply_error(s, h, (api_error_set(&e, 429, "rate_limit_error", "queue_full",
-                                                     "the server is busy: the queue of waiting requests is full; "
-                                                     "retry later"), &e));
+        if (a == ENGINE_QUEUE_FULL)
+            api_error_set(&e, 429, "rate_limit_error", "queue_full",
+                          "the server is busy: the queue of waiting requests is full; retry in %.0f s", ceil(retry_s));
+        else
+            api_error_set(&e, 429, "rate_limit_error", "wait_too_long",
+                          "the server is busy: a KV cache slot is expected to free in %.0f s, past --max-wait; "
+                          "retry later", ceil(retry_s));
+        e.retry_after_s = (int)ceil(retry_s);
+        return http_reply_error(s, h, &e);
     }
     h->req = r; // released (and cancelled unless it completed) when the HTTP request ends
     return call.stream ? stream(s, h, &call) : whole(s, h, &call);

@@ -25,7 +25,7 @@ struct metrics {
     char *model; // the model_name label
     histogram hist[METRIC_N_HISTOGRAMS];
     uint64_t counter[METRIC_N_COUNTERS];
-    int64_t gauge[METRIC_N_GAUGES];
+    double gauge[METRIC_N_GAUGES];
 };
 
 typedef struct {
@@ -37,19 +37,25 @@ static const metric_desc hist_desc[METRIC_N_HISTOGRAMS] = {
     [METRIC_ITL] = {"inter_token_latency_seconds", "", "Time between consecutive tokens of a request."},
     [METRIC_E2E] = {"e2e_request_latency_seconds", "", "Accepted to finished."},
     [METRIC_QUEUE] = {"request_queue_time_seconds", "", "Accepted to admitted to a KV slot."},
+    [METRIC_PREFILL] = {"request_prefill_time_seconds", "", "Admitted to the prompt in the KV cache."},
+    [METRIC_DECODE] = {"request_decode_time_seconds", "", "First token to finished."},
 };
 static const metric_desc counter_desc[METRIC_N_COUNTERS] = {
     [METRIC_PROMPT_TOKENS] = {"prompt_tokens_total", "", "Prompt tokens of admitted requests."},
     [METRIC_GENERATION_TOKENS] = {"generation_tokens_total", "", "Tokens sampled."},
     [METRIC_FINISHED_STOP] = {"request_success_total", "finished_reason=\"stop\",", "Requests finished."},
     [METRIC_FINISHED_LENGTH] = {"request_success_total", "finished_reason=\"length\",", "Requests finished."},
-    [METRIC_CANCELLED] = {"request_cancelled_total", "", "Requests whose client went away."},
+    [METRIC_CANCELLED_QUEUED] = {"request_cancelled_total", "reason=\"queued\",", "Requests whose client went away."},
+    [METRIC_CANCELLED_PREFILL] = {"request_cancelled_total", "reason=\"prefill\",", "Requests whose client went away."},
+    [METRIC_CANCELLED_DECODE] = {"request_cancelled_total", "reason=\"decode\",", "Requests whose client went away."},
     [METRIC_FAILED] = {"request_failure_total", "", "Requests the engine failed."},
-    [METRIC_REJECTED] = {"request_rejected_total", "", "Requests answered 429 (queue full)."},
+    [METRIC_REJECTED] = {"request_rejected_total", "", "Requests answered 429 (queue full or wait past --max-wait)."},
+    [METRIC_PREEMPTIONS] = {"num_preemptions_total", "", "Prefill steps cut short to run other requests first."},
 };
 static const metric_desc gauge_desc[METRIC_N_GAUGES] = {
     [METRIC_RUNNING] = {"num_requests_running", "", "Requests holding a KV slot."},
     [METRIC_WAITING] = {"num_requests_waiting", "", "Requests waiting for a KV slot."},
+    [METRIC_KV_USAGE] = {"kv_cache_usage_ratio", "", "KV cache tokens in use over tokens reserved."},
 };
 
 metrics *metrics_new(const char *model_name) {
@@ -84,7 +90,7 @@ void metrics_add(metrics *m, metric_counter c, uint64_t n) {
     pthread_mutex_unlock(&m->mu);
 }
 
-void metrics_set(metrics *m, metric_gauge g, int64_t value) {
+void metrics_set(metrics *m, metric_gauge g, double value) {
     pthread_mutex_lock(&m->mu);
     m->gauge[g] = value;
     pthread_mutex_unlock(&m->mu);
@@ -118,7 +124,7 @@ char *metrics_format(metrics *m) {
     pthread_mutex_lock(&m->mu);
     for (int g = 0; g < METRIC_N_GAUGES; g++) {
         header(f, &gauge_desc[g], "gauge", NULL);
-        fprintf(f, "burst:%s{model_name=\"%s\"} %lld\n", gauge_desc[g].name, m->model, (long long)m->gauge[g]);
+        fprintf(f, "burst:%s{model_name=\"%s\"} %.6g\n", gauge_desc[g].name, m->model, m->gauge[g]);
     }
     for (int c = 0; c < METRIC_N_COUNTERS; c++) {
         header(f, &counter_desc[c], "counter", c ? &counter_desc[c - 1] : NULL);

@@ -11,6 +11,8 @@ typedef enum {
     METRIC_ITL,        // inter_token_latency_seconds: between consecutive tokens of a request
     METRIC_E2E,        // e2e_request_latency_seconds: accepted -> finished
     METRIC_QUEUE,      // request_queue_time_seconds: accepted -> admitted to a KV slot
+    METRIC_PREFILL,    // request_prefill_time_seconds: admitted -> prompt in the KV cache
+    METRIC_DECODE,     // request_decode_time_seconds: first token -> finished
     METRIC_N_HISTOGRAMS,
 } metric_histogram;
 
@@ -19,15 +21,19 @@ typedef enum {
     METRIC_GENERATION_TOKENS, // generation_tokens_total
     METRIC_FINISHED_STOP,     // request_success_total{finished_reason="stop"}
     METRIC_FINISHED_LENGTH,   // request_success_total{finished_reason="length"}
-    METRIC_CANCELLED,         // request_cancelled_total (the client went away)
+    METRIC_CANCELLED_QUEUED,  // request_cancelled_total{reason="queued"}: client gone while waiting
+    METRIC_CANCELLED_PREFILL, // request_cancelled_total{reason="prefill"}: ... during its prefill
+    METRIC_CANCELLED_DECODE,  // request_cancelled_total{reason="decode"}: ... while decoding
     METRIC_FAILED,            // request_failure_total (the engine failed)
-    METRIC_REJECTED,          // request_rejected_total (429: the queue was full)
+    METRIC_REJECTED,          // request_rejected_total (429: queue full, or the wait would pass --max-wait)
+    METRIC_PREEMPTIONS,       // num_preemptions_total: a prefill step cut short for other requests' work
     METRIC_N_COUNTERS,
 } metric_counter;
 
 typedef enum {
     METRIC_RUNNING, // num_requests_running: holding a KV slot
     METRIC_WAITING, // num_requests_waiting: accepted, waiting for a slot
+    METRIC_KV_USAGE, // kv_cache_usage_ratio: KV cache tokens in use / tokens reserved
     METRIC_N_GAUGES,
 } metric_gauge;
 
@@ -37,6 +43,6 @@ metrics *metrics_new(const char *model_name);
 void metrics_free(metrics *m);
 void metrics_observe(metrics *m, metric_histogram h, double seconds);
 void metrics_add(metrics *m, metric_counter c, uint64_t n);
-void metrics_set(metrics *m, metric_gauge g, int64_t value);
+void metrics_set(metrics *m, metric_gauge g, double value);
 // The exposition text (malloc'd).
 char *metrics_format(metrics *m);

@@ -20,6 +20,7 @@ typedef struct {
     int status;        // 400, 401, 404, 405, 413, 429, 500
     const char *type;  // "invalid_request_error" (4xx), "rate_limit_error" (429), "server_error" (500)
     const char *code;  // NULL or a short machine-readable code
+    int retry_after_s; // 429: the Retry-After header (0: 1 s)
     char message[512];
 } api_error;
 
@@ -48,6 +49,9 @@ int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, b
                  openai_call *call, api_error *e);
 
 // Stream chunks: one per token; the last carries finish_reason and usage; then "data: [DONE]".
+// Before the first token, a long prefill sends chunks with no choices and an extra field
+// "prompt_progress": {"processed", "total", "elapsed_s"} (OpenAI clients ignore it).
+char *openai_chunk_progress(openai_call *call, const char *id, const request_progress *p);
 char *openai_chunk_text(openai_call *call, const char *id, const char *text);
 char *openai_chunk_final(openai_call *call, const char *id, const request_result *res);
 // The whole (non-streamed) response.

@@ -15,6 +15,7 @@ int api_error_set(api_error *e, int status, const char *type, const char *code, 
     e->status = status;
     e->type = type;
     e->code = code;
+    e->retry_after_s = 0;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);

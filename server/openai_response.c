@@ -78,6 +78,17 @@ char *openai_chunk_text(openai_call *c, const char *id, const char *text) {
     return sse(o);
 }
 
+char *openai_chunk_progress(openai_call *c, const char *id, const request_progress *p) {
+    cJSON *choice, *o = envelope(c, id, 1, &choice);
+    cJSON_DeleteItemFromObject(o, "choices");
+    cJSON_AddArrayToObject(o, "choices");
+    cJSON *pp = cJSON_AddObjectToObject(o, "prompt_progress");
+    cJSON_AddNumberToObject(pp, "processed", p->processed);
+    cJSON_AddNumberToObject(pp, "total", p->total);
+    cJSON_AddNumberToObject(pp, "elapsed_s", p->elapsed_s);
+    return sse(o);
+}
+
 char *openai_chunk_final(openai_call *c, const char *id, const request_result *res) {
     cJSON *choice, *o = envelope(c, id, 1, &choice);
     add_text(c, choice, "delta", c->kind == OPENAI_COMPLETION ? "" : NULL);

@@ -51,17 +51,27 @@ void request_release(burst_request *r) {
     free(r);
 }
 
-void request_push(burst_request *r, request_event_kind kind, char *text, const request_result *result) {
-    request_event *e = burst_calloc(1, sizeof *e);
-    e->kind = kind;
-    e->text = text ? text : strdup("");
-    if (result) e->result = *result;
+static void push(burst_request *r, request_event *e) {
     pthread_mutex_lock(&r->mu);
     if (r->tail) r->tail->next = e;
     else r->head = e;
     r->tail = e;
     pthread_cond_signal(&r->cv);
     pthread_mutex_unlock(&r->mu);
+}
+
+void request_push(burst_request *r, request_event_kind kind, char *text, const request_result *result) {
+    request_event *e = burst_calloc(1, sizeof *e);
+    e->kind = kind;
+    e->text = text ? text : strdup("");
+    if (result) e->result = *result;
+    push(r, e);
+}
+
+void request_push_progress(burst_request *r, const request_progress *p) {
+    request_event *e = burst_calloc(1, sizeof *e);
+    *e = (request_event){.kind = REQ_EVENT_PROGRESS, .text = strdup(""), .progress = *p};
+    push(r, e);
 }
 
 request_event *request_pop(burst_request *r, double timeout_s) {

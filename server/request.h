@@ -30,7 +30,13 @@ typedef struct {
     finish_reason finish;
 } request_result;
 
+typedef struct {
+    int processed, total; // prompt tokens in the KV cache, of the prompt's
+    double elapsed_s;     // since the request was accepted
+} request_progress;
+
 typedef enum {
+    REQ_EVENT_PROGRESS, // a long prefill's progress before the first token (progress is set)
     REQ_EVENT_TOKEN, // one sampled token; text is what it adds (possibly "", never split UTF-8)
     REQ_EVENT_DONE,  // the last event: text is what was still pending (or the error message)
 } request_event_kind;
@@ -39,6 +45,7 @@ typedef struct request_event {
     request_event_kind kind;
     char *text;            // malloc'd
     request_result result; // DONE only
+    request_progress progress; // PROGRESS only
     struct request_event *next;
 } request_event;
 
@@ -66,6 +73,7 @@ void request_release(burst_request *r);
 
 // Engine side: queue an event (takes text, which may be NULL for "").
 void request_push(burst_request *r, request_event_kind kind, char *text, const request_result *result);
+void request_push_progress(burst_request *r, const request_progress *p);
 // HTTP side: the next event, waiting at most timeout_s; NULL on timeout. Free with request_event_free.
 request_event *request_pop(burst_request *r, double timeout_s);
 void request_event_free(request_event *e);

@@ -12,9 +12,8 @@ import time
 
 BIN = os.environ["BURST_BIN"]
 MODELS = os.environ["BURST_MODELS_DIR"]
-# One OpenMP thread everywhere: these models are tiny, ctest runs tests side by side on a shared
-# machine, and attention/flash_cpu.c's parallel region does not follow --threads (it spins up a
-# pool of all cores, which stalls the engine thread when the cores are busy).
+# One OpenMP thread everywhere: these models are tiny and ctest runs tests side by side on a
+# shared machine, where a pool of spinning OpenMP threads per daemon stalls the engine threads.
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 STORIES = os.path.join(MODELS, "stories260K")
 

@@ -50,7 +50,7 @@ with tempfile.TemporaryDirectory() as tmp:
         t_close = time.time()
         for t in waiters:
             t.join(120)
-        m = srv.wait_log(r"cmpl-\d+ \| cancelled \(client gone\): prompt \d+ tokens, generated (\d+) tokens, "
+        m = srv.wait_log(r"cmpl-\d+ \| cancelled \(client gone\) while decoding: prompt \d+ tokens, generated (\d+) tokens, "
                          r"queue [\d.]+ s, ttft [\d.]+ s, total ([\d.]+) s")
         check("the cancel is logged", m is not None, srv.log()[-800:])
         if m:
@@ -61,6 +61,6 @@ with tempfile.TemporaryDirectory() as tmp:
             check(f"waiting requests served at once ({waited:.3f} s, not ~{remaining:.1f} s)",
                   all(d[0] == 200 and d[1]["choices"][0]["finish_reason"] == "length" for d in done.values())
                   and waited < remaining / 2, (done, waited, remaining))
-        check("metrics count the cancel and the rejection", srv.metric("request_cancelled_total") == 1
+        check("metrics count the cancel and the rejection", srv.metric('request_cancelled_total{reason="decode"') == 1
               and srv.metric("request_rejected_total") == 1 and srv.metric("num_requests_running") == 0)
 check.exit()
