@@ -24,10 +24,11 @@ static const char usage[] =
     "  --seed S            sampling seed (default: from the clock; printed on stderr)\n"
     "  --ctx N             KV cache tokens (default: prompt + max-tokens, at most the model's context)\n"
     "  --batch N           tokens per prefill chunk (default 512)\n"
-    "  --threads N         CPU threads (default: all cores)\n";
+    "  --threads N         CPU threads (default: all cores)\n"
+    "  --backend NAME      cpu (default), cuda, or cuda-fp32 (float32 on the GPU, for exactness)\n";
 
 typedef struct {
-    const char *model, *prompt;
+    const char *model, *prompt, *backend;
     int max_tokens, top_k, ctx, batch, threads;
     float temperature, top_p;
     uint64_t seed;
@@ -79,6 +80,7 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
         else if (!strcmp(f, "--ctx")) ok = parse_long(f, v, 1, 1 << 30, &n), a->ctx = (int)n;
         else if (!strcmp(f, "--batch")) ok = parse_long(f, v, 1, 1 << 20, &n), a->batch = (int)n;
         else if (!strcmp(f, "--threads")) ok = parse_long(f, v, 1, 4096, &n), a->threads = (int)n;
+        else if (!strcmp(f, "--backend")) a->backend = v;
         else if (!strcmp(f, "--seed")) ok = parse_long(f, v, 0, 0x7fffffffffffffffL, &n), a->seed = (uint64_t)n;
         else if (!strcmp(f, "--temperature")) ok = parse_float(f, v, 0, 100, &a->temperature);
         else if (!strcmp(f, "--top-p")) ok = parse_float(f, v, 0, 1, &a->top_p);
@@ -114,7 +116,7 @@ static int generate(const generate_args *a) {
         goto fail;
 
     llama_options opt = {.ctx = a->ctx ? a->ctx : n_prompt + a->max_tokens, .n_slots = 1,
-                         .max_batch = a->batch, .n_threads = a->threads};
+                         .max_batch = a->batch, .n_threads = a->threads, .backend = a->backend};
     double t0 = burst_now();
     if (llama_load(a->model, &opt, &m, &err)) goto fail;
     const llama_config *c = llama_config_of(m);
