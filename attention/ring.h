@@ -10,24 +10,39 @@
 // every rank ends with the same result.
 //
 // Rows and positions: a rank's queries (and its K/V rows) are the runs of a seq_part in row
-// order; row i of run t has position run[t].start + i. The caller owns every buffer, including
-// the workspace (ring_workspace_floats). One call per rank, from that rank's thread; every rank
-// of the communicator must make the same calls in the same order.
+// order; row i of run t has position run[t].start + i. Every query position must also be a key
+// position of some rank (self-attention), so every query row sees at least one key block. The
+// caller owns every buffer, including the workspace (ring_workspace_floats). One call per rank,
+// from that rank's thread; every rank of the communicator must make the same calls in the same
+// order.
 #pragma once
+#include "attention/flash.h"
+#include "attention/online_softmax.h"
 #include "attention/partition.h"
 #include "comm/comm.h"
 
+// How the ring computes and moves data: NULL means the CPU functions (flash_cpu,
+// online_softmax_merge, memcpy); a backend passes its own so that buffers may live on a device.
+typedef struct {
+    void (*attend)(void *ctx, const flash_args *a);
+    void (*merge)(void *ctx, const online_softmax_args *a);
+    void (*copy)(void *ctx, float *dst, const float *src, int64_t n); // n floats
+    void *ctx;
+} attn_ops;
+
 typedef struct {
     comm *c;
-    const float *q;      // (nq, n_heads, head_dim), row i at q + i*q_stride; nq = len of q_part
-    const float *k, *v;  // (nk, n_kv_heads, head_dim), row j at k + j*kv_stride; nk = len of k_part
-    float *o;            // (nq, n_heads, head_dim), row i at o + i*o_stride
-    float *lse;          // per query run t, a block (n_heads, run[t].len), blocks in run order
-    int64_t q_stride, kv_stride, o_stride;
-    seq_part q_part, k_part;
+    const attn_ops *ops;  // NULL: CPU
+    const float *q;       // (nq, n_heads, head_dim), row i at q + i*q_stride; nq = len of q_part
+    const float *k, *v;   // (nk, n_kv_heads, head_dim) contiguous rows; nk = len of k_parts[rank]
+    float *o;             // (nq, n_heads, head_dim), row i at o + i*o_stride
+    float *lse;           // per query run t, a block (n_heads, run[t].len), blocks in run order
+    int64_t q_stride, o_stride;
+    seq_part q_part;
+    const seq_part *k_parts; // (n_ranks) the K/V rows of every rank, so a received block is known
     int n_heads, n_kv_heads, head_dim, causal;
     float scale;
-    int64_t max_block_rows; // the largest nk over all ranks (sizes the transfer buffers)
+    int64_t max_block_rows; // >= the largest K/V row count of any rank (sizes the transfers)
     float *work;            // ring_workspace_floats(...) floats
 } ring_args;
 
@@ -35,16 +50,18 @@ int64_t ring_workspace_floats(int64_t nq, int64_t max_block_rows, int n_heads, i
                               int head_dim);
 burst_status ring_attention(const ring_args *a, burst_error *err);
 
-// Time spent per ring step, split into local compute and waiting for the transfer (seconds,
-// summed over calls since the last reset). For the overlap benchmark; per thread.
+// Time spent in ring steps, split into local compute and waiting for the transfer that ran
+// beside it (seconds, summed since the caller last zeroed them). For the overlap benchmark;
+// per thread.
 typedef struct {
     double compute_s, wait_s;
-    int64_t steps;
+    int64_t steps, transfers; // steps; steps that overlapped a transfer (all but the last)
 } ring_stats;
 ring_stats *ring_stats_self(void);
 
-// o (n, n_heads, head_dim) with stride o_stride and lse (n_heads, n) hold this rank's partial
-// over its shard; afterwards they hold the merge over all ranks' partials (same on every rank).
-// work: n*(n_heads*head_dim + n_heads)*(G + 1) floats.
-burst_status sharded_merge(comm *c, float *o, int64_t o_stride, float *lse, int n, int n_heads,
+// o (n, n_heads, head_dim) contiguous and lse (n_heads, n) hold this rank's partial over its
+// shard; afterwards they hold the merge of all ranks' partials, identical on every rank.
+// work: sharded_merge_work_floats(...) floats.
+int64_t sharded_merge_work_floats(int n_ranks, int n, int n_heads, int head_dim);
+burst_status sharded_merge(comm *c, const attn_ops *ops, float *o, float *lse, int n, int n_heads,
                            int head_dim, float *work, burst_error *err);

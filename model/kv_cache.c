@@ -1,5 +1,4 @@
 #include "kv_cache.h"
-#include <stdlib.h>
 
 burst_status kv_cache_init(kv_cache *c, burst_backend *b, int n_slots, int n_layers, int ctx,
                            int kv_dim, burst_error *err) {
@@ -10,14 +9,12 @@ burst_status kv_cache_init(kv_cache *c, burst_backend *b, int n_slots, int n_lay
     size_t half = kv_cache_bytes(c) / 2;
     c->k = backend_alloc(b, half);
     c->v = backend_alloc(b, half);
-    c->len = burst_calloc((size_t)n_slots, sizeof(int64_t));
     return BURST_OK;
 }
 
 void kv_cache_free(kv_cache *c, burst_backend *b) {
     backend_release(b, c->k);
     backend_release(b, c->v);
-    free(c->len);
     *c = (kv_cache){0};
 }
 

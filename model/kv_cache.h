@@ -1,6 +1,7 @@
-// The KV cache: n_slots sequences of up to ctx tokens each, every layer's keys and values in the
-// backend's memory, reserved once at start-up (nothing grows per request).
-// Owned by the model; one thread (the engine) uses it.
+// One rank's KV cache: room for ctx tokens of each of n_slots sequences (this rank's shard of
+// them), every layer's keys and values in the backend's memory, reserved once at start-up
+// (nothing grows per request). How many rows of a slot are used is the model's bookkeeping.
+// Owned by the rank; that rank's thread uses it.
 #pragma once
 #include "backend.h"
 
@@ -8,7 +9,6 @@ typedef struct {
     int n_slots, n_layers, ctx, kv_dim;
     float *k;     // (n_slots, n_layers, ctx, kv_dim)
     float *v;     // (n_slots, n_layers, ctx, kv_dim)
-    int64_t *len; // (n_slots) tokens stored per slot
 } kv_cache;
 
 burst_status kv_cache_init(kv_cache *c, burst_backend *b, int n_slots, int n_layers, int ctx,

@@ -1,47 +1,85 @@
 #include "llama.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "attention/ring.h"
+#include "comm/comm.h"
+#include "rank_pool.h"
+#include "shard_plan.h"
 
 typedef struct {
     burst_weight attn_norm, wq, wk, wv, wo; // norms (1, dim); wq/wo (dim, dim); wk/wv (kv_dim, dim)
     burst_weight ffn_norm, w_gate, w_up, w_down; // gate/up (hidden, dim); down (dim, hidden)
 } llama_layer;
 
-// Scratch for one forward call of up to max_batch tokens, in backend memory.
+// Scratch for one forward call of up to max_batch rows on one rank, in backend memory.
 typedef struct {
-    float *x;      // (max_batch, dim) the residual stream
-    float *xb;     // (max_batch, dim)
-    float *xb2;    // (max_batch, dim)
-    float *q;      // (max_batch, dim)
-    float *k, *v;  // (max_batch, kv_dim)
-    float *att;    // (max_batch, dim)
-    float *lse;    // (n_heads, max_batch)
+    float *x;        // (max_batch, dim) the residual stream
+    float *xb, *xb2; // (max_batch, dim)
+    float *q;        // (max_batch, dim)
+    float *k, *v;    // (max_batch, kv_dim)
+    float *att;      // (max_batch, dim)
+    float *lse;      // (n_heads, max_batch)
+    float *part_o;   // (max_batch, dim) a replicated segment's partial over the new tokens
+    float *part_lse; // (n_heads, max_batch)
     float *hb, *hb2; // (max_batch, hidden_dim)
-    float *last;   // (n_slots, dim) each segment's last row
-    float *logits; // (n_slots, vocab)
-    int64_t *pos;  // (max_batch) host: position of each token
+    float *last;     // (n_slots, dim) each segment's last row
+    float *logits;   // (n_slots, vocab)
+    float *ring;     // ring_workspace_floats(max_batch, shard_cap, ...)
+    float *merge;    // sharded_merge_work_floats(G, max_batch, ...)
 } llama_scratch;
+
+typedef struct {
+    int rank;
+    burst_backend *be;
+    comm *c;
+    attn_ops ops; // the ring's view of this rank's backend
+    burst_weight embed, final_norm, lm_head;
+    llama_layer *layers; // (n_layers)
+    kv_cache kv;         // this rank's shard of every slot, shard_cap rows each
+    llama_scratch s;
+    size_t scratch_bytes;
+    int *tok;     // (max_batch) host: token of each row this rank runs
+    int64_t *pos; // (max_batch) host: its position
+    int *row0;    // (n_slots) host: first row of each segment
+    burst_status st;
+    burst_error err;
+} llama_rank;
+
+// The call being run, shared by the ranks.
+typedef struct {
+    const int *tokens;
+    float *logits;
+} llama_call;
 
 struct llama_model {
     llama_config cfg;
     llama_options opt;
     weights *w;
-    burst_backend *be;
-    burst_weight embed, final_norm, lm_head;
-    llama_layer *layers; // (n_layers)
-    kv_cache kv;
-    llama_scratch s;
-    size_t scratch_bytes;
+    int G;
+    int64_t shard_cap;  // K/V rows per slot per rank
+    int64_t *shard_len; // (n_slots, G) rows used
+    llama_rank *ranks;  // (G)
+    comm_group *comm;
+    rank_pool *pool;
+    shard_plan plan;
+    llama_call call;
 };
 
-// Looks up "name" (printf-style) with the given shape and hands it to the backend.
-static burst_status get_weight(llama_model *m, burst_weight *out, int64_t rows, int64_t cols,
-                               burst_error *err, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static burst_status get_weight(llama_model *m, burst_weight *out, int64_t rows, int64_t cols,
-                               burst_error *err, const char *fmt, ...) {
+static void ops_attend(void *ctx, const flash_args *a) { backend_attention(ctx, a); }
+static void ops_merge(void *ctx, const online_softmax_args *a) { backend_merge(ctx, a); }
+static void ops_copy(void *ctx, float *dst, const float *src, int64_t n) { backend_copy(ctx, dst, src, n); }
+
+// Looks up "name" (printf-style) with the given shape and hands it to the rank's backend.
+static burst_status get_weight(llama_model *m, llama_rank *R, burst_weight *out, int64_t rows,
+                               int64_t cols, burst_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+static burst_status get_weight(llama_model *m, llama_rank *R, burst_weight *out, int64_t rows,
+                               int64_t cols, burst_error *err, const char *fmt, ...) {
     char name[160];
     va_list ap;
     va_start(ap, fmt);
@@ -51,66 +89,91 @@ static burst_status get_weight(llama_model *m, burst_weight *out, int64_t rows, 
     const weights_tensor *t;
     burst_status st = rows ? weights_get(m->w, name, 2, shape, &t, err)
                            : weights_get(m->w, name, 1, shape + 1, &t, err);
-    return st ? st : backend_weight(m->be, t, out, err);
+    return st ? st : backend_weight(R->be, t, out, err);
 }
 
-static burst_status load_tensors(llama_model *m, burst_error *err) {
+static burst_status load_tensors(llama_model *m, llama_rank *R, burst_error *err) {
     const llama_config *c = &m->cfg;
     int64_t dim = c->dim, kv_dim = (int64_t)c->n_kv_heads * c->head_dim, hid = c->hidden_dim;
     burst_status st;
-    if ((st = get_weight(m, &m->embed, c->vocab_size, dim, err, "model.embed_tokens.weight")) ||
-        (st = get_weight(m, &m->final_norm, 0, dim, err, "model.norm.weight")))
+    if ((st = get_weight(m, R, &R->embed, c->vocab_size, dim, err, "model.embed_tokens.weight")) ||
+        (st = get_weight(m, R, &R->final_norm, 0, dim, err, "model.norm.weight")))
         return st;
-    if (c->tie_embeddings) m->lm_head = m->embed;
-    else if ((st = get_weight(m, &m->lm_head, c->vocab_size, dim, err, "lm_head.weight")))
+    if (c->tie_embeddings) R->lm_head = R->embed;
+    else if ((st = get_weight(m, R, &R->lm_head, c->vocab_size, dim, err, "lm_head.weight")))
         return st;
-    m->layers = burst_calloc((size_t)c->n_layers, sizeof(llama_layer));
+    R->layers = burst_calloc((size_t)c->n_layers, sizeof(llama_layer));
     for (int l = 0; l < c->n_layers; l++) {
-        llama_layer *L = &m->layers[l];
-        if ((st = get_weight(m, &L->attn_norm, 0, dim, err, "model.layers.%d.input_layernorm.weight", l)) ||
-            (st = get_weight(m, &L->wq, dim, dim, err, "model.layers.%d.self_attn.q_proj.weight", l)) ||
-            (st = get_weight(m, &L->wk, kv_dim, dim, err, "model.layers.%d.self_attn.k_proj.weight", l)) ||
-            (st = get_weight(m, &L->wv, kv_dim, dim, err, "model.layers.%d.self_attn.v_proj.weight", l)) ||
-            (st = get_weight(m, &L->wo, dim, dim, err, "model.layers.%d.self_attn.o_proj.weight", l)) ||
-            (st = get_weight(m, &L->ffn_norm, 0, dim, err, "model.layers.%d.post_attention_layernorm.weight", l)) ||
-            (st = get_weight(m, &L->w_gate, hid, dim, err, "model.layers.%d.mlp.gate_proj.weight", l)) ||
-            (st = get_weight(m, &L->w_up, hid, dim, err, "model.layers.%d.mlp.up_proj.weight", l)) ||
-            (st = get_weight(m, &L->w_down, dim, hid, err, "model.layers.%d.mlp.down_proj.weight", l)))
+        llama_layer *L = &R->layers[l];
+        if ((st = get_weight(m, R, &L->attn_norm, 0, dim, err, "model.layers.%d.input_layernorm.weight", l)) ||
+            (st = get_weight(m, R, &L->wq, dim, dim, err, "model.layers.%d.self_attn.q_proj.weight", l)) ||
+            (st = get_weight(m, R, &L->wk, kv_dim, dim, err, "model.layers.%d.self_attn.k_proj.weight", l)) ||
+            (st = get_weight(m, R, &L->wv, kv_dim, dim, err, "model.layers.%d.self_attn.v_proj.weight", l)) ||
+            (st = get_weight(m, R, &L->wo, dim, dim, err, "model.layers.%d.self_attn.o_proj.weight", l)) ||
+            (st = get_weight(m, R, &L->ffn_norm, 0, dim, err, "model.layers.%d.post_attention_layernorm.weight", l)) ||
+            (st = get_weight(m, R, &L->w_gate, hid, dim, err, "model.layers.%d.mlp.gate_proj.weight", l)) ||
+            (st = get_weight(m, R, &L->w_up, hid, dim, err, "model.layers.%d.mlp.up_proj.weight", l)) ||
+            (st = get_weight(m, R, &L->w_down, dim, hid, err, "model.layers.%d.mlp.down_proj.weight", l)))
             return st;
     }
     return BURST_OK;
 }
 
-static void *scratch(llama_model *m, int64_t n_floats) {
+static float *scratch(llama_rank *R, int64_t n_floats) {
     size_t bytes = (size_t)n_floats * sizeof(float);
-    m->scratch_bytes += bytes;
-    return backend_alloc(m->be, bytes);
+    R->scratch_bytes += bytes;
+    return backend_alloc(R->be, bytes);
 }
 
-static void alloc_scratch(llama_model *m) {
+static void alloc_scratch(llama_model *m, llama_rank *R) {
     const llama_config *c = &m->cfg;
     int64_t B = m->opt.max_batch, kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
-    llama_scratch *s = &m->s;
-    s->x = scratch(m, B * c->dim);
-    s->xb = scratch(m, B * c->dim);
-    s->xb2 = scratch(m, B * c->dim);
-    s->q = scratch(m, B * c->dim);
-    s->k = scratch(m, B * kv_dim);
-    s->v = scratch(m, B * kv_dim);
-    s->att = scratch(m, B * c->dim);
-    s->lse = scratch(m, B * c->n_heads);
-    s->hb = scratch(m, B * c->hidden_dim);
-    s->hb2 = scratch(m, B * c->hidden_dim);
-    s->last = scratch(m, (int64_t)m->opt.n_slots * c->dim);
-    s->logits = scratch(m, (int64_t)m->opt.n_slots * c->vocab_size);
-    s->pos = burst_calloc((size_t)B, sizeof(int64_t));
+    llama_scratch *s = &R->s;
+    s->x = scratch(R, B * c->dim);
+    s->xb = scratch(R, B * c->dim);
+    s->xb2 = scratch(R, B * c->dim);
+    s->q = scratch(R, B * c->dim);
+    s->k = scratch(R, B * kv_dim);
+    s->v = scratch(R, B * kv_dim);
+    s->att = scratch(R, B * c->dim);
+    s->lse = scratch(R, B * c->n_heads);
+    s->part_o = scratch(R, B * c->dim);
+    s->part_lse = scratch(R, B * c->n_heads);
+    s->hb = scratch(R, B * c->hidden_dim);
+    s->hb2 = scratch(R, B * c->hidden_dim);
+    s->last = scratch(R, (int64_t)m->opt.n_slots * c->dim);
+    s->logits = scratch(R, (int64_t)m->opt.n_slots * c->vocab_size);
+    s->ring = scratch(R, ring_workspace_floats(B, m->shard_cap, c->n_heads, c->n_kv_heads, c->head_dim));
+    s->merge = scratch(R, sharded_merge_work_floats(m->G, (int)B, c->n_heads, c->head_dim));
+    R->tok = burst_calloc((size_t)B, sizeof(int));
+    R->pos = burst_calloc((size_t)B, sizeof(int64_t));
+    R->row0 = burst_calloc((size_t)m->opt.n_slots, sizeof(int));
 }
 
-static void free_scratch(llama_model *m) {
-    llama_scratch *s = &m->s;
-    float *bufs[] = {s->x, s->xb, s->xb2, s->q, s->k, s->v, s->att, s->lse, s->hb, s->hb2, s->last, s->logits};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) backend_release(m->be, bufs[i]);
-    free(s->pos);
+static void free_rank(llama_rank *R) {
+    llama_scratch *s = &R->s;
+    float *bufs[] = {s->x, s->xb, s->xb2, s->q, s->k, s->v, s->att, s->lse, s->part_o, s->part_lse,
+                     s->hb, s->hb2, s->last, s->logits, s->ring, s->merge};
+    for (size_t i = 0; R->be && i < sizeof bufs / sizeof bufs[0]; i++) backend_release(R->be, bufs[i]);
+    if (R->kv.k) kv_cache_free(&R->kv, R->be);
+    free(R->tok), free(R->pos), free(R->row0), free(R->layers);
+    backend_free(R->be);
+}
+
+static burst_status load_rank(llama_model *m, int r, burst_error *err) {
+    llama_rank *R = &m->ranks[r];
+    int threads = m->opt.n_threads > 0 ? m->opt.n_threads : omp_get_num_procs();
+    R->rank = r;
+    R->c = comm_threads_rank(m->comm, r);
+    burst_status st = backend_new(m->opt.backend, r, threads / m->G > 0 ? threads / m->G : 1, &R->be, err);
+    if (st) return st;
+    R->ops = (attn_ops){.attend = ops_attend, .merge = ops_merge, .copy = ops_copy, .ctx = R->be};
+    if ((st = load_tensors(m, R, err)) ||
+        (st = kv_cache_init(&R->kv, R->be, m->opt.n_slots, m->cfg.n_layers, (int)m->shard_cap,
+                            m->cfg.n_kv_heads * m->cfg.head_dim, err)))
+        return st;
+    alloc_scratch(m, R);
+    return BURST_OK;
 }
 
 burst_status llama_load(const char *dir, const llama_options *opt, llama_model **out,
@@ -125,16 +188,23 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
     if (m->opt.n_slots <= 0) m->opt.n_slots = 1;
     if (m->opt.max_batch <= 0) m->opt.max_batch = 512;
     if (m->opt.max_batch < m->opt.n_slots) m->opt.max_batch = m->opt.n_slots; // one decode token per slot
+    if (m->opt.n_ranks <= 0) m->opt.n_ranks = 1;
+    if (!m->opt.backend) m->opt.backend = "cpu";
     if (m->opt.ctx > m->cfg.max_seq_len)
         LOG_W("%s: ctx %d is past max_position_embeddings %d; quality may fall beyond it", dir,
               m->opt.ctx, m->cfg.max_seq_len);
-    if (!m->opt.backend) m->opt.backend = "cpu";
-    if ((st = backend_new(m->opt.backend, 0, m->opt.n_threads, &m->be, err))) goto fail;
-    if ((st = load_tensors(m, err))) goto fail;
-    if ((st = kv_cache_init(&m->kv, m->be, m->opt.n_slots, m->cfg.n_layers, m->opt.ctx,
-                            m->cfg.n_kv_heads * m->cfg.head_dim, err)))
-        goto fail;
-    alloc_scratch(m);
+    m->G = m->opt.n_ranks;
+    // Zigzag shards differ by at most two rows per prefill call and decode refills the smallest:
+    // an eighth more than an even share (and 8 rows) leaves room for that imbalance.
+    m->shard_cap = m->G == 1 ? m->opt.ctx : (m->opt.ctx + m->G - 1) / m->G + m->opt.ctx / (8 * m->G) + 8;
+    m->shard_len = burst_calloc((size_t)m->opt.n_slots * m->G, sizeof(int64_t));
+    m->comm = comm_threads_group_new(m->G);
+    m->ranks = burst_calloc((size_t)m->G, sizeof(llama_rank));
+    for (int r = 0; r < m->G; r++)
+        if ((st = load_rank(m, r, err))) goto fail;
+    int threads = m->opt.n_threads > 0 ? m->opt.n_threads : omp_get_num_procs();
+    m->pool = rank_pool_new(m->G, threads / m->G > 0 ? threads / m->G : 1);
+    shard_plan_init(&m->plan, m->G, m->opt.n_slots, m->opt.max_batch);
     *out = m;
     return BURST_OK;
 fail:
@@ -144,10 +214,12 @@ fail:
 
 void llama_free(llama_model *m) {
     if (!m) return;
-    if (m->s.x) free_scratch(m);
-    if (m->kv.k) kv_cache_free(&m->kv, m->be);
-    backend_free(m->be);
-    free(m->layers);
+    rank_pool_free(m->pool);
+    for (int r = 0; m->ranks && r < m->G; r++) free_rank(&m->ranks[r]);
+    comm_threads_group_free(m->comm);
+    shard_plan_free(&m->plan);
+    free(m->ranks);
+    free(m->shard_len);
     weights_close(m->w);
     free(m);
 }
@@ -155,14 +227,23 @@ void llama_free(llama_model *m) {
 const llama_config *llama_config_of(const llama_model *m) { return &m->cfg; }
 const char *llama_tokenizer_path(const llama_model *m) { return weights_tokenizer_path(m->w); }
 const llama_options *llama_options_of(const llama_model *m) { return &m->opt; }
-size_t llama_reserved_bytes(const llama_model *m) { return kv_cache_bytes(&m->kv) + m->scratch_bytes; }
+
+size_t llama_reserved_bytes(const llama_model *m) {
+    size_t bytes = 0;
+    for (int r = 0; r < m->G; r++) bytes += kv_cache_bytes(&m->ranks[r].kv) + m->ranks[r].scratch_bytes;
+    return bytes;
+}
+
 int64_t llama_slot_len(const llama_model *m, int slot) {
     BURST_ASSERT(slot >= 0 && slot < m->opt.n_slots);
-    return m->kv.len[slot];
+    int64_t len = 0;
+    for (int r = 0; r < m->G; r++) len += m->shard_len[(int64_t)slot * m->G + r];
+    return len;
 }
+
 void llama_slot_reset(llama_model *m, int slot) {
     BURST_ASSERT(slot >= 0 && slot < m->opt.n_slots);
-    m->kv.len[slot] = 0;
+    for (int r = 0; r < m->G; r++) m->shard_len[(int64_t)slot * m->G + r] = 0;
 }
 
 static burst_status check_batch(const llama_model *m, const llama_segment *segs, int n_segs,
@@ -178,9 +259,10 @@ static burst_status check_batch(const llama_model *m, const llama_segment *segs,
         for (int j = 0; j < i; j++)
             if (segs[j].slot == sg->slot)
                 return BURST_FAIL(err, BURST_ERR_INVALID, "segments %d and %d share slot %d", j, i, sg->slot);
-        if (m->kv.len[sg->slot] + sg->n > m->opt.ctx)
+        int64_t len = llama_slot_len(m, sg->slot);
+        if (len + sg->n > m->opt.ctx)
             return BURST_FAIL(err, BURST_ERR_INVALID, "slot %d: %lld + %d tokens exceed the context of %d",
-                              sg->slot, (long long)m->kv.len[sg->slot], sg->n, m->opt.ctx);
+                              sg->slot, (long long)len, sg->n, m->opt.ctx);
         n += sg->n;
     }
     if (n > m->opt.max_batch)
@@ -193,53 +275,102 @@ static burst_status check_batch(const llama_model *m, const llama_segment *segs,
     return BURST_OK;
 }
 
-// Appends each segment's new K/V rows to its slot and attends its queries over the whole slot.
-static void attention_layer(llama_model *m, int l, const llama_segment *segs, int n_segs) {
-    const llama_config *c = &m->cfg;
-    llama_scratch *s = &m->s;
-    int64_t kv_dim = (int64_t)c->n_kv_heads * c->head_dim, row = 0;
-    for (int i = 0; i < n_segs; i++) {
-        int slot = segs[i].slot, n = segs[i].n;
-        int64_t pos0 = m->kv.len[slot];
-        float *kc = kv_cache_k(&m->kv, slot, l), *vc = kv_cache_v(&m->kv, slot, l);
-        backend_copy(m->be, kc + pos0 * kv_dim, s->k + row * kv_dim, n * kv_dim);
-        backend_copy(m->be, vc + pos0 * kv_dim, s->v + row * kv_dim, n * kv_dim);
-        flash_args a = {
-            .q = s->q + row * c->dim, .k = kc, .v = vc, .o = s->att + row * c->dim, .lse = s->lse,
-            .q_stride = c->dim, .kv_stride = kv_dim, .o_stride = c->dim,
-            .nq = n, .nk = (int)(pos0 + n), .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
-            .head_dim = c->head_dim, .q_pos0 = pos0, .k_pos0 = 0, .causal = 1,
-            .scale = 1.0f / sqrtf((float)c->head_dim),
-        };
-        backend_attention(m->be, &a);
-        row += n;
+// Lays out the rows this rank runs: for each segment, its positions in plan order.
+static int rank_rows(llama_model *m, llama_rank *R) {
+    int n = 0;
+    for (int i = 0; i < m->plan.n_segs; i++) {
+        const seg_plan *sp = &m->plan.seg[i];
+        const seq_part *p = &sp->rows[R->rank];
+        R->row0[i] = n;
+        for (int t = 0; t < p->n_runs; t++)
+            for (int64_t j = 0; j < p->run[t].len; j++, n++) {
+                R->pos[n] = p->run[t].start + j;
+                R->tok[n] = m->call.tokens[sp->tok0 + (R->pos[n] - sp->pos0)];
+            }
     }
+    return n;
 }
 
-burst_status llama_forward(llama_model *m, const llama_segment *segs, int n_segs,
-                           const int *tokens, float *logits, burst_error *err) {
-    int n = 0;
-    burst_status st = check_batch(m, segs, n_segs, tokens, &n, err);
-    if (st) return st;
+// Ring segment: append this rank's K/V rows to its shard, then BurstAttention over all shards.
+static burst_status attend_ring(llama_model *m, llama_rank *R, int l, const seg_plan *sp, int row0) {
     const llama_config *c = &m->cfg;
-    llama_scratch *s = &m->s;
-    burst_backend *be = m->be;
-    int64_t dim = c->dim;
+    int64_t kv_dim = (int64_t)c->n_kv_heads * c->head_dim, dim = c->dim;
+    int64_t old = sp->old_len[R->rank], n = sp->new_len[R->rank];
+    float *kc = kv_cache_k(&R->kv, sp->slot, l), *vc = kv_cache_v(&R->kv, sp->slot, l);
+    backend_copy(R->be, kc + old * kv_dim, R->s.k + row0 * kv_dim, n * kv_dim);
+    backend_copy(R->be, vc + old * kv_dim, R->s.v + row0 * kv_dim, n * kv_dim);
+    ring_args a = {
+        .c = R->c, .ops = &R->ops, .q = R->s.q + row0 * dim, .k = kc, .v = vc,
+        .o = R->s.att + row0 * dim, .lse = R->s.lse, .q_stride = dim, .o_stride = dim,
+        .q_part = sp->rows[R->rank], .k_parts = sp->kv, .n_heads = c->n_heads,
+        .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .causal = 1,
+        .scale = 1.0f / sqrtf((float)c->head_dim), .max_block_rows = m->shard_cap, .work = R->s.ring,
+    };
+    return ring_attention(&a, &R->err);
+}
 
-    for (int i = 0, row = 0; i < n_segs; i++)
-        for (int j = 0; j < segs[i].n; j++) s->pos[row++] = m->kv.len[segs[i].slot] + j;
-    backend_embed(be, s->x, &m->embed, tokens, n);
+// Replicated segment: attend all n queries to this rank's shard, rank 0 adds the new tokens
+// themselves (causal), the partials are merged across ranks, then each rank stores the new K/V
+// entries it owns.
+static burst_status attend_replicated(llama_model *m, llama_rank *R, int l, const seg_plan *sp, int row0) {
+    const llama_config *c = &m->cfg;
+    int64_t kv_dim = (int64_t)c->n_kv_heads * c->head_dim, dim = c->dim, old = sp->old_len[R->rank];
+    float *kc = kv_cache_k(&R->kv, sp->slot, l), *vc = kv_cache_v(&R->kv, sp->slot, l);
+    float *o = R->s.att + row0 * dim, *q = R->s.q + row0 * dim;
+    flash_args a = {
+        .q = q, .k = kc, .v = vc, .o = o, .lse = R->s.lse, .q_stride = dim, .kv_stride = kv_dim,
+        .o_stride = dim, .nq = sp->n, .nk = (int)old, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
+        .head_dim = c->head_dim, .q_pos0 = sp->pos0, .k_pos0 = 0, .causal = 0,
+        .scale = 1.0f / sqrtf((float)c->head_dim),
+    };
+    backend_attention(R->be, &a);
+    if (R->rank == 0) {
+        a.k = R->s.k + row0 * kv_dim, a.v = R->s.v + row0 * kv_dim, a.nk = sp->n;
+        a.k_pos0 = sp->pos0, a.causal = 1, a.o = R->s.part_o, a.lse = R->s.part_lse;
+        backend_attention(R->be, &a);
+        backend_merge(R->be, &(online_softmax_args){
+            .o = o, .lse = R->s.lse, .o_b = R->s.part_o, .lse_b = R->s.part_lse, .o_stride = dim,
+            .o_b_stride = dim, .n = sp->n, .n_heads = c->n_heads, .head_dim = c->head_dim});
+    }
+    burst_status st = sharded_merge(R->c, &R->ops, o, R->s.lse, sp->n, c->n_heads, c->head_dim,
+                                    R->s.merge, &R->err);
+    for (int j = 0, stored = 0; !st && j < sp->n; j++)
+        if (sp->owner[j] == R->rank) {
+            backend_copy(R->be, kc + (old + stored) * kv_dim, R->s.k + (row0 + j) * kv_dim, kv_dim);
+            backend_copy(R->be, vc + (old + stored) * kv_dim, R->s.v + (row0 + j) * kv_dim, kv_dim);
+            stored++;
+        }
+    return st;
+}
+
+// One rank's share of a forward call, top to bottom.
+static burst_status rank_forward(llama_model *m, llama_rank *R) {
+    const llama_config *c = &m->cfg;
+    llama_scratch *s = &R->s;
+    burst_backend *be = R->be;
+    int64_t dim = c->dim;
+    int n = rank_rows(m, R);
+    burst_status st = BURST_OK;
+    if (n > 0) backend_embed(be, s->x, &R->embed, R->tok, n);
 
     for (int l = 0; l < c->n_layers; l++) {
-        const llama_layer *L = &m->layers[l];
+        const llama_layer *L = &R->layers[l];
         // attention block: x += Wo · attn(rope(Wq xn), rope(Wk xn), Wv xn)
-        backend_rmsnorm(be, s->xb, s->x, &L->attn_norm, n, c->norm_eps);
-        backend_matmul(be, s->q, s->xb, &L->wq, n);
-        backend_matmul(be, s->k, s->xb, &L->wk, n);
-        backend_matmul(be, s->v, s->xb, &L->wv, n);
-        backend_rope(be, s->q, s->pos, n, c->n_heads, c->head_dim, c->rope_theta);
-        backend_rope(be, s->k, s->pos, n, c->n_kv_heads, c->head_dim, c->rope_theta);
-        attention_layer(m, l, segs, n_segs);
+        if (n > 0) {
+            backend_rmsnorm(be, s->xb, s->x, &L->attn_norm, n, c->norm_eps);
+            backend_matmul(be, s->q, s->xb, &L->wq, n);
+            backend_matmul(be, s->k, s->xb, &L->wk, n);
+            backend_matmul(be, s->v, s->xb, &L->wv, n);
+            backend_rope(be, s->q, R->pos, n, c->n_heads, c->head_dim, c->rope_theta);
+            backend_rope(be, s->k, R->pos, n, c->n_kv_heads, c->head_dim, c->rope_theta);
+        }
+        // Every rank takes part in every segment's communication, rows or not.
+        for (int i = 0; !st && i < m->plan.n_segs; i++) {
+            const seg_plan *sp = &m->plan.seg[i];
+            st = sp->ring ? attend_ring(m, R, l, sp, R->row0[i]) : attend_replicated(m, R, l, sp, R->row0[i]);
+        }
+        if (st) return st;
+        if (n == 0) continue;
         backend_matmul(be, s->xb2, s->att, &L->wo, n);
         backend_add(be, s->x, s->xb2, (int64_t)n * dim);
         // MLP block: x += Wdown · (silu(Wgate xn) * Wup xn)
@@ -250,25 +381,55 @@ burst_status llama_forward(llama_model *m, const llama_segment *segs, int n_segs
         backend_matmul(be, s->xb2, s->hb, &L->w_down, n);
         backend_add(be, s->x, s->xb2, (int64_t)n * dim);
     }
-
-    // Only each segment's last token needs logits.
-    for (int i = 0, row = 0; i < n_segs; i++) {
-        row += segs[i].n;
-        backend_copy(be, s->last + i * dim, s->x + (int64_t)(row - 1) * dim, dim);
-        m->kv.len[segs[i].slot] += segs[i].n;
+    if (R->rank != 0) return BURST_OK;
+    // Rank 0 holds every segment's last token (zigzag gives it the last chunk): logits there.
+    int n_segs = m->plan.n_segs;
+    for (int i = 0; i < n_segs; i++) {
+        int last = (i + 1 < n_segs ? R->row0[i + 1] : n) - 1;
+        backend_copy(be, s->last + i * dim, s->x + (int64_t)last * dim, dim);
     }
-    backend_rmsnorm(be, s->last, s->last, &m->final_norm, n_segs, c->norm_eps);
-    backend_matmul(be, s->logits, s->last, &m->lm_head, n_segs);
-    backend_to_host(be, logits, s->logits, (int64_t)n_segs * c->vocab_size);
+    backend_rmsnorm(be, s->last, s->last, &R->final_norm, n_segs, c->norm_eps);
+    backend_matmul(be, s->logits, s->last, &R->lm_head, n_segs);
+    backend_to_host(be, m->call.logits, s->logits, (int64_t)n_segs * c->vocab_size);
+    return BURST_OK;
+}
+
+static void run_rank(void *arg, int rank) {
+    llama_model *m = arg;
+    llama_rank *R = &m->ranks[rank];
+    R->st = rank_forward(m, R);
+}
+
+burst_status llama_forward(llama_model *m, const llama_segment *segs, int n_segs,
+                           const int *tokens, float *logits, burst_error *err) {
+    int n = 0, slots[n_segs > 0 ? n_segs : 1], ns[n_segs > 0 ? n_segs : 1];
+    burst_status st = check_batch(m, segs, n_segs, tokens, &n, err);
+    if (st) return st;
+    for (int i = 0; i < n_segs; i++) slots[i] = segs[i].slot, ns[i] = segs[i].n;
+    if ((st = shard_plan_make(&m->plan, slots, ns, n_segs, m->shard_len, m->shard_cap, err))) return st;
+    m->call = (llama_call){.tokens = tokens, .logits = logits};
+    rank_pool_run(m->pool, run_rank, m);
+    for (int r = 0; r < m->G; r++)
+        if (m->ranks[r].st) {
+            // A rank failing mid-call leaves the shards inconsistent: the slots must be reset.
+            for (int i = 0; i < n_segs; i++) llama_slot_reset(m, segs[i].slot);
+            *err = m->ranks[r].err;
+            return m->ranks[r].st;
+        }
+    for (int i = 0; i < n_segs; i++)
+        for (int r = 0; r < m->G; r++)
+            m->shard_len[(int64_t)segs[i].slot * m->G + r] += m->plan.seg[i].new_len[r];
     return BURST_OK;
 }
 
 burst_status llama_prefill(llama_model *m, int slot, const int *tokens, int n, float *logits,
                            burst_error *err) {
     if (n < 1) return BURST_FAIL(err, BURST_ERR_INVALID, "slot %d: empty prompt", slot);
-    if (slot >= 0 && slot < m->opt.n_slots && m->kv.len[slot] + n > m->opt.ctx)
+    if (slot < 0 || slot >= m->opt.n_slots)
+        return BURST_FAIL(err, BURST_ERR_INVALID, "slot %d (want 0..%d)", slot, m->opt.n_slots - 1);
+    if (llama_slot_len(m, slot) + n > m->opt.ctx)
         return BURST_FAIL(err, BURST_ERR_INVALID, "slot %d: %lld + %d tokens exceed the context of %d",
-                          slot, (long long)m->kv.len[slot], n, m->opt.ctx);
+                          slot, (long long)llama_slot_len(m, slot), n, m->opt.ctx);
     for (int done = 0; done < n;) {
         int chunk = n - done < m->opt.max_batch ? n - done : m->opt.max_batch;
         llama_segment seg = {.slot = slot, .n = chunk};

@@ -2,6 +2,11 @@
 // rotary embeddings (rotate-half), grouped-query attention over the KV cache, SwiGLU MLP, tied or
 // untied output head.
 //
+// With n_ranks = G > 1 every sequence is spread over G ranks (threads, each with its own backend
+// and its shard of the KV cache): prompts are split zigzag and attend through BurstAttention's
+// ring, decode steps attend each shard and merge (model/shard_plan.h). Results equal G = 1 up to
+// float32 rounding.
+//
 // One call runs a batch of segments: each segment is the next n tokens of one sequence (a KV
 // cache slot). Their tokens share every matmul; attention runs per segment against that slot's
 // cache. A segment of many tokens is a prefill (chunk), a segment of one token a decode step:
@@ -17,7 +22,8 @@ typedef struct {
     int ctx;       // tokens per KV slot (0: the model's max_position_embeddings)
     int n_slots;   // sequences held at once
     int max_batch; // tokens per llama_forward call; longer prompts are prefilled in chunks
-    int n_threads; // CPU threads (0: all)
+    int n_threads; // CPU threads in all (0: all cores), shared out among the ranks
+    int n_ranks;   // G: ranks sharing each sequence (0: 1)
     const char *backend; // "cpu" (NULL: cpu) or "cuda"
 } llama_options;
 

@@ -24,12 +24,14 @@ static const char usage[] =
     "  --seed S            sampling seed (default: from the clock; printed on stderr)\n"
     "  --ctx N             KV cache tokens (default: prompt + max-tokens, at most the model's context)\n"
     "  --batch N           tokens per prefill chunk (default 512)\n"
-    "  --threads N         CPU threads (default: all cores)\n"
+    "  --ranks G           ranks (threads) sharing the sequence: BurstAttention prefill, sharded\n"
+    "                      KV cache (default 1)\n"
+    "  --threads N         CPU threads in all, shared out among the ranks (default: all cores)\n"
     "  --backend NAME      cpu (default), cuda, or cuda-fp32 (float32 on the GPU, for exactness)\n";
 
 typedef struct {
     const char *model, *prompt, *backend;
-    int max_tokens, top_k, ctx, batch, threads;
+    int max_tokens, top_k, ctx, batch, threads, ranks;
     float temperature, top_p;
     uint64_t seed;
 } generate_args;
@@ -58,7 +60,7 @@ static int parse_float(const char *flag, const char *s, float lo, float hi, floa
 }
 
 static int parse_generate(int argc, char **argv, generate_args *a) {
-    *a = (generate_args){.max_tokens = 256, .top_p = 1.0f, .batch = 512,
+    *a = (generate_args){.max_tokens = 256, .top_p = 1.0f, .batch = 512, .ranks = 1,
                          .seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32)};
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i];
@@ -81,6 +83,7 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
         else if (!strcmp(f, "--batch")) ok = parse_long(f, v, 1, 1 << 20, &n), a->batch = (int)n;
         else if (!strcmp(f, "--threads")) ok = parse_long(f, v, 1, 4096, &n), a->threads = (int)n;
         else if (!strcmp(f, "--backend")) a->backend = v;
+        else if (!strcmp(f, "--ranks")) ok = parse_long(f, v, 1, 64, &n), a->ranks = (int)n;
         else if (!strcmp(f, "--seed")) ok = parse_long(f, v, 0, 0x7fffffffffffffffL, &n), a->seed = (uint64_t)n;
         else if (!strcmp(f, "--temperature")) ok = parse_float(f, v, 0, 100, &a->temperature);
         else if (!strcmp(f, "--top-p")) ok = parse_float(f, v, 0, 1, &a->top_p);
@@ -116,7 +119,8 @@ static int generate(const generate_args *a) {
         goto fail;
 
     llama_options opt = {.ctx = a->ctx ? a->ctx : n_prompt + a->max_tokens, .n_slots = 1,
-                         .max_batch = a->batch, .n_threads = a->threads, .backend = a->backend};
+                         .max_batch = a->batch, .n_threads = a->threads, .n_ranks = a->ranks,
+                         .backend = a->backend};
     double t0 = burst_now();
     if (llama_load(a->model, &opt, &m, &err)) goto fail;
     const llama_config *c = llama_config_of(m);
@@ -127,9 +131,9 @@ static int generate(const generate_args *a) {
     }
     if (tokenizer_vocab_size(tok) != c->vocab_size)
         LOG_W("%s: tokenizer has %d pieces, model vocab_size %d", tok_path, tokenizer_vocab_size(tok), c->vocab_size);
-    fprintf(stderr, "burst: %s: %d layers, dim %d, %d heads (%d kv), vocab %d; ctx %d, %.1f MB reserved, loaded in %.2f s\n",
+    fprintf(stderr, "burst: %s: %d layers, dim %d, %d heads (%d kv), vocab %d; ctx %d, %d rank(s), %.1f MB reserved, loaded in %.2f s\n",
             a->model, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->vocab_size,
-            llama_options_of(m)->ctx, llama_reserved_bytes(m) / 1e6, burst_now() - t0);
+            llama_options_of(m)->ctx, a->ranks, llama_reserved_bytes(m) / 1e6, burst_now() - t0);
 
     sampler smp;
     sampler_init(&smp, &(sampler_params){.temperature = a->temperature, .top_p = a->top_p,

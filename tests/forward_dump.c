@@ -1,8 +1,8 @@
 // Test tool: runs a model on given token ids and writes the logits to a file, for comparison
-// with the float64 reference in test_logits.py.
-//   forward_dump [--backend NAME] DIR OUT BATCH p0 p1 ... [-- d0 d1 ...]
-// Prefills p0.. in chunks of BATCH tokens, then feeds d0.. one token at a time. OUT holds
-// float32 rows of vocab logits: one after the prefill, one after each decode token.
+// with the float64 reference in test_logits.py and across rank counts.
+//   forward_dump [--backend NAME] DIR OUT BATCH RANKS p0 p1 ... [-- d0 d1 ...]
+// Prefills p0.. in chunks of BATCH tokens on RANKS ranks, then feeds d0.. one token at a time.
+// OUT holds float32 rows of vocab logits: one after the prefill, one after each decode token.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,18 +12,19 @@
 int main(int argc, char **argv) {
     const char *backend = "cpu";
     if (argc > 2 && !strcmp(argv[1], "--backend")) backend = argv[2], argc -= 2, argv += 2;
-    if (argc < 5) {
-        fprintf(stderr, "usage: forward_dump [--backend NAME] DIR OUT BATCH p0 p1 ... [-- d0 d1 ...]\n");
+    if (argc < 6) {
+        fprintf(stderr, "usage: forward_dump [--backend NAME] DIR OUT BATCH RANKS p0 p1 ... [-- d0 d1 ...]\n");
         return 2;
     }
-    int n = argc - 4, *ids = malloc(sizeof(int) * (size_t)n), n_prompt = n;
+    int n = argc - 5, *ids = malloc(sizeof(int) * (size_t)n), n_prompt = n;
     for (int i = 0; i < n; i++) {
-        if (!strcmp(argv[4 + i], "--")) n_prompt = n_prompt < i ? n_prompt : i, ids[i] = -1;
-        else ids[i] = atoi(argv[4 + i]);
+        if (!strcmp(argv[5 + i], "--")) n_prompt = n_prompt < i ? n_prompt : i, ids[i] = -1;
+        else ids[i] = atoi(argv[5 + i]);
     }
     burst_error err;
     llama_model *m;
-    llama_options opt = {.ctx = n, .n_slots = 1, .max_batch = atoi(argv[3]), .backend = backend};
+    llama_options opt = {.ctx = n, .n_slots = 1, .max_batch = atoi(argv[3]), .n_ranks = atoi(argv[4]),
+                         .backend = backend};
     if (llama_load(argv[1], &opt, &m, &err)) {
         fprintf(stderr, "E %s\n", err.msg);
         return 1;

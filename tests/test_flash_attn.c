@@ -20,8 +20,9 @@ static int test_flash(const attn_data *t) {
     // O is a convex combination of v in [-1, 1]: errors are absolute, set by fp32 rounding of
     // scores, exp and sums over up to ~4K keys (seen up to 2e-7); nmse at fp32 class (seen up to
     // 2e-12, the long rows with small outputs). lse is about log(nk) + max score, |lse| < 20:
-    // fp32 rounding of its terms gives ~1e-6.
-    int ok = check(t, what, o, lse, 1e-10, 2e-6, 1e-5, 1e-12, 4e-6, 1e-6);
+    // fp32 rounding of its terms gives ~1e-6. Its nmse bound is loose (1e-9) because lse can be
+    // near 0 (one key, a small score: seen 3.7e-12 at |lse| = 0.02); the atol carries the check.
+    int ok = check(t, what, o, lse, 1e-10, 2e-6, 1e-5, 1e-9, 4e-6, 1e-6);
     free(o); free(lse);
     return ok;
 }
@@ -52,7 +53,7 @@ static int test_merge(const attn_data *t, int G) {
     snprintf(tag, sizeof tag, "merge G=%d", G);
     describe(what, sizeof what, &c, tag);
     // Each merge adds a few fp32 roundings of o and lse: a small multiple of the flash bound.
-    int ok = check(t, what, o, lse, 1e-10, 4e-6, 1e-5, 1e-12, 8e-6, 1e-6);
+    int ok = check(t, what, o, lse, 1e-10, 4e-6, 1e-5, 1e-9, 8e-6, 1e-6);
     free(o); free(lse); free(ob); free(lb);
     return ok;
 }

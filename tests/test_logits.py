@@ -12,8 +12,9 @@ TOOL = os.path.join(os.environ["BURST_BIN"], "tests", "forward_dump")
 # Relative L2 error allowed: float32 compute over a few layers lands near 1e-6; 1e-4 is the
 # issue's bound and leaves room for longer sums (hidden 200, 150 positions).
 MAX_REL = 1e-4
-CASES = [  # model shape, prompt length, prefill chunk, decode steps
+CASES = [  # model shape, prompt length, prefill chunk, ranks, decode steps
     dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="f32"), n=37, batch=8, dec=5),
+    dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="f32"), n=37, batch=16, ranks=3, dec=5),
     dict(model=dict(dim=64, hidden=172, layers=3, heads=4, kv_heads=4, vocab=257, dtype="bf16", tie=True,
                     shards=3, rope_theta=500000.0), n=150, batch=64, dec=3),
     dict(model=dict(dim=128, hidden=100, layers=2, heads=8, kv_heads=1, vocab=512, dtype="f16"), n=1, batch=512, dec=4),
@@ -27,7 +28,7 @@ for i, case in enumerate(CASES):
         cfg, w = llama_ref.load(d)
         toks = rng.integers(0, cfg["vocab_size"], case["n"] + case["dec"]).tolist()
         out = os.path.join(d, "logits.bin")
-        args = [TOOL, d, out, str(case["batch"])] + [str(t) for t in toks[:case["n"]]]
+        args = [TOOL, d, out, str(case["batch"]), str(case.get("ranks", 1))] + [str(t) for t in toks[:case["n"]]]
         if case["dec"]:
             args += ["--"] + [str(t) for t in toks[case["n"]:]]
         r = subprocess.run(args, capture_output=True, text=True, timeout=120)
@@ -44,6 +45,6 @@ for i, case in enumerate(CASES):
         ok = got.shape == ref.shape and rel < MAX_REL and \
             np.array_equal(got.argmax(-1)[clear], ref.argmax(-1)[clear])
         failures += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} case {i} {case['model']}: {got.shape[0]} logit rows, rel err {rel:.2e} "
+        print(f"{'ok  ' if ok else 'FAIL'} case {i} {case['model']} G={case.get('ranks', 1)}: {got.shape[0]} logit rows, rel err {rel:.2e} "
               f"(max {MAX_REL:g}), max abs err {np.abs(got - ref).max():.2e}")
 sys.exit(1 if failures else 0)

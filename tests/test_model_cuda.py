@@ -26,7 +26,7 @@ CASES = [  # model shape, prompt length, prefill chunk, decode steps
 
 def dump(backend, d, toks, n, batch):
     out = os.path.join(d, f"logits.{backend}.bin")
-    args = [TOOL, "--backend", backend, d, out, str(batch)] + [str(t) for t in toks[:n]]
+    args = [TOOL, "--backend", backend, d, out, str(batch), "1"] + [str(t) for t in toks[:n]]  # one rank
     if len(toks) > n:
         args += ["--"] + [str(t) for t in toks[n:]]
     r = subprocess.run(args, capture_output=True, text=True, timeout=300)

@@ -43,7 +43,8 @@ static void *rank_main(void *arg) {
         seq_part p = part_of(c, r);
         if (seq_part_len(&p) > max_rows) max_rows = seq_part_len(&p);
     }
-    seq_part p = part_of(c, job->rank);
+    seq_part p = part_of(c, job->rank), parts[8];
+    for (int r = 0; r < c->G; r++) parts[r] = part_of(c, r);
     int64_t n = seq_part_len(&p);
     float *q = malloc(sizeof(float) * (size_t)(n * dim + 1)), *k = malloc(sizeof(float) * (size_t)(n * kv_dim + 1));
     float *v = malloc(sizeof(float) * (size_t)(n * kv_dim + 1)), *o = test_alloc_guarded(n * dim);
@@ -53,7 +54,7 @@ static void *rank_main(void *arg) {
     gather_rows(k, c->k, &p, kv_dim, 0);
     gather_rows(v, c->v, &p, kv_dim, 0);
     ring_args a = {.c = comm_threads_rank(c->grp, job->rank), .q = q, .k = k, .v = v, .o = o, .lse = lse,
-                   .q_stride = dim, .kv_stride = kv_dim, .o_stride = dim, .q_part = p, .k_part = p,
+                   .q_stride = dim, .o_stride = dim, .q_part = p, .k_parts = parts,
                    .n_heads = c->n_heads, .n_kv_heads = c->n_kv, .head_dim = c->d, .causal = c->causal,
                    .scale = 1.0f / sqrtf((float)c->d), .max_block_rows = max_rows, .work = work};
     burst_error err;

@@ -1,0 +1,88 @@
+// Ring attention on G CPU ranks (threads, one core each): time per ring step split into local
+// compute and waiting for the K/V transfer, to show that the transfer hides behind compute.
+//   bench_ring [--ranks G] [--heads H] [--kv-heads K] [--head-dim D] N [N ...]
+// Causal, zigzag partition, random inputs; one run per N (no warm-up: one step is seconds long).
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention/ring.h"
+
+typedef struct {
+    int N, G, H, K, D, rank;
+    comm_group *grp;
+    double secs;
+    ring_stats stats;
+} job;
+
+static void *rank_main(void *p) {
+    job *j = p;
+    omp_set_num_threads(1);
+    seq_part parts[64];
+    int64_t max_rows = 0;
+    for (int r = 0; r < j->G; r++) {
+        parts[r] = partition_zigzag(j->N, j->G, r);
+        if (seq_part_len(&parts[r]) > max_rows) max_rows = seq_part_len(&parts[r]);
+    }
+    int64_t n = seq_part_len(&parts[j->rank]), dim = (int64_t)j->H * j->D, kv_dim = (int64_t)j->K * j->D;
+    float *q = burst_malloc(sizeof(float) * (size_t)(n * dim)), *o = burst_malloc(sizeof(float) * (size_t)(n * dim));
+    float *k = burst_malloc(sizeof(float) * (size_t)(n * kv_dim)), *v = burst_malloc(sizeof(float) * (size_t)(n * kv_dim));
+    float *lse = burst_malloc(sizeof(float) * (size_t)(n * j->H));
+    float *work = burst_malloc(sizeof(float) * (size_t)ring_workspace_floats(n, max_rows, j->H, j->K, j->D));
+    unsigned seed = 1234u + (unsigned)j->rank;
+    for (int64_t i = 0; i < n * dim; i++) q[i] = (float)rand_r(&seed) / RAND_MAX - 0.5f;
+    for (int64_t i = 0; i < n * kv_dim; i++) k[i] = (float)rand_r(&seed) / RAND_MAX - 0.5f, v[i] = k[i];
+    ring_args a = {.c = comm_threads_rank(j->grp, j->rank), .q = q, .k = k, .v = v, .o = o, .lse = lse,
+                   .q_stride = dim, .o_stride = dim, .q_part = parts[j->rank], .k_parts = parts,
+                   .n_heads = j->H, .n_kv_heads = j->K, .head_dim = j->D, .causal = 1,
+                   .scale = 0.125f, .max_block_rows = max_rows, .work = work};
+    *ring_stats_self() = (ring_stats){0};
+    burst_error err;
+    double t0 = burst_now();
+    if (ring_attention(&a, &err)) fprintf(stderr, "E %s\n", err.msg), exit(1);
+    j->secs = burst_now() - t0;
+    j->stats = *ring_stats_self();
+    free(q), free(o), free(k), free(v), free(lse), free(work);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    int G = 2, H = 4, K = 2, D = 64, first_n = 1;
+    for (; first_n + 1 < argc && argv[first_n][0] == '-'; first_n += 2) {
+        int v = atoi(argv[first_n + 1]);
+        if (!strcmp(argv[first_n], "--ranks")) G = v;
+        else if (!strcmp(argv[first_n], "--heads")) H = v;
+        else if (!strcmp(argv[first_n], "--kv-heads")) K = v;
+        else if (!strcmp(argv[first_n], "--head-dim")) D = v;
+        else return fprintf(stderr, "unknown option %s\n", argv[first_n]), 2;
+    }
+    if (first_n >= argc || G < 1 || G > 64) {
+        fprintf(stderr, "usage: bench_ring [--ranks G] [--heads H] [--kv-heads K] [--head-dim D] N [N ...]\n");
+        return 2;
+    }
+    printf("ring attention, causal zigzag, G=%d ranks x 1 thread, heads %d (kv %d), d %d\n", G, H, K, D);
+    printf("%8s %10s %14s %18s %8s\n", "N", "total s", "compute/step", "wait/transfer", "wait %");
+    for (int i = first_n; i < argc; i++) {
+        job jobs[64];
+        pthread_t th[64];
+        comm_group *grp = comm_threads_group_new(G);
+        for (int r = 0; r < G; r++) {
+            jobs[r] = (job){.N = atoi(argv[i]), .G = G, .H = H, .K = K, .D = D, .rank = r, .grp = grp};
+            pthread_create(&th[r], NULL, rank_main, &jobs[r]);
+        }
+        double total = 0, comp = 0, wait = 0;
+        int64_t steps = 0, transfers = 0;
+        for (int r = 0; r < G; r++) {
+            pthread_join(th[r], NULL);
+            total = jobs[r].secs > total ? jobs[r].secs : total;
+            comp += jobs[r].stats.compute_s, wait += jobs[r].stats.wait_s, steps += jobs[r].stats.steps;
+            transfers += jobs[r].stats.transfers;
+        }
+        comm_threads_group_free(grp);
+        printf("%8d %10.3f %11.2f ms %15.3f ms %7.2f%%\n", jobs[0].N, total, 1e3 * comp / steps,
+               transfers ? 1e3 * wait / transfers : 0.0, 100 * wait / (comp + wait));
+    }
+    return 0;
+}
