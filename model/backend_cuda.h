@@ -10,7 +10,9 @@
 //   - fp32 mode (backend "cuda-fp32"), for exactness tests: weights stay float32 (F16/BF16 widen
 //     exactly), GEMMs are fp32 with CUBLAS_COMPUTE_32F and no TF32, attention always runs the
 //     plain fp32 kernel. It matches the CPU backend to float32 rounding.
-// Every op is asynchronous on the instance's one CUDA stream; to_host synchronizes it. A failed
+// Every op is asynchronous on the instance's one CUDA stream; to_host synchronizes it. The stream
+// is non-blocking (it does not wait for the legacy default stream): a caller that writes backend
+// buffers with its own CUDA calls must finish those writes before the next op. A failed
 // CUDA/cuBLAS call aborts through the abort hook (CUDA_CHECK / CUBLAS_CHECK).
 // Ownership: the backend owns its stream, cuBLAS handle, scratch and the device copies of the
 // weights (freed by backend_free); callers own what backend_alloc gave them. Thread safety: one

@@ -11,6 +11,9 @@
 #include "tests/test_util.h"
 
 // Tolerances, with their reasons.
+// Seen on an H100 (worst nmse over all cases): fp32 mode matmul 1.8e-13, attention 1.2e-13,
+// rmsnorm 7e-15, rope 1.4e-15, merge 1.7e-15; bf16 mode matmul 1.3e-5, flash attention 7.7e-6,
+// embed/rmsnorm with F32/F16 weights 3e-6.
 // Element-wise fp32 ops (rmsnorm, rope, swiglu, add, merge) differ from the CPU only by the
 // order of a sum, expf/logf/sincos ulps and FMA contraction: a few float ulps (~1e-7 relative).
 // 1e-5 leaves room; values near zero after cancellation (rope) get atol 1e-6 (inputs are O(1)).
@@ -36,6 +39,7 @@
 #define FA16_ATOL 1e-2
 #define FA16_RTOL 1e-2
 #define FA16_LSE_ATOL 1e-2 // scores move by ~2^-9 x |q||k| scale, lse by a weighted mean of that
+#define FA16_LSE_NMSE 1    // lse can sit near 0 (nq = nk = 1: 0.1672 for 0.1692, nmse 1.3e-4): atol decides
 
 static int failures;
 
@@ -43,10 +47,13 @@ static void check(int ok) { failures += !ok; }
 
 // ---- device buffers with guard words ----
 
+// A cudaMemcpy from pageable memory may return before its DMA lands, and the backend's stream
+// does not wait for the legacy stream: synchronize the device before the backend reads the copy.
 static float *dev_upload(const float *h, int64_t n) { // h holds n floats plus guard words
     float *d;
     CUDA_CHECK(cudaMalloc((void **)&d, (size_t)(n + TEST_GUARD_WORDS) * 4));
     CUDA_CHECK(cudaMemcpy(d, h, (size_t)(n + TEST_GUARD_WORDS) * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaDeviceSynchronize());
     return d;
 }
 // Through the backend: its stream is non-blocking, so a plain cudaMemcpy would not wait for it.
@@ -292,7 +299,7 @@ static void test_attention_case(const backends *B, attn_case c) {
     snprintf(what_l, sizeof what_l, "%s lse", what);
     if (flash) {
         check(compare(what, o_got, o_want, nq_el, FA16_NMSE, FA16_ATOL, FA16_RTOL));
-        check(compare(what_l, l_got, l_want, nl, FA16_NMSE, FA16_LSE_ATOL, 0));
+        check(compare(what_l, l_got, l_want, nl, FA16_LSE_NMSE, FA16_LSE_ATOL, 0));
     } else {
         check(compare(what, o_got, o_want, nq_el, F32_NMSE, F32_ATOL, F32_RTOL));
         check(compare(what_l, l_got, l_want, nl, F32_NMSE, F32_ATOL, F32_RTOL));
