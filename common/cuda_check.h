@@ -1,10 +1,12 @@
-// CUDA_CHECK: the CHECK family's specialisation for CUDA runtime calls (see common/burst.h).
-// A failed call aborts through the abort hook with the expression, file:line, function and
-// cudaGetErrorString. Usable from C and CUDA C++; follow every kernel launch with
-// CUDA_CHECK(cudaGetLastError()).
+// CUDA_CHECK and CUBLAS_CHECK: the CHECK family's specialisations for CUDA runtime and cuBLAS
+// calls (see common/burst.h). A failed call aborts through the abort hook with the expression,
+// file:line, function and the library's error string. Usable from C and CUDA C++; follow every
+// kernel launch with CUDA_CHECK(cudaGetLastError()).
 #pragma once
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include "common/burst.h"
 
 #define CUDA_CHECK(expr) BURST_CHECK_GEN((expr), cudaSuccess, cudaGetErrorString)
+#define CUBLAS_CHECK(expr) BURST_CHECK_GEN((expr), CUBLAS_STATUS_SUCCESS, cublasGetStatusString)

@@ -13,14 +13,14 @@ burst_status backend_new(const char *name, int device, int n_threads, burst_back
         *out = backend_cpu_new(n_threads);
         return BURST_OK;
     }
-    if (!strcmp(name, "cuda")) {
+    if (!strcmp(name, "cuda") || !strcmp(name, "cuda-fp32")) {
 #ifdef BURST_WITH_CUDA
-        return backend_cuda_new(device, out, err);
+        return backend_cuda_new(device, !strcmp(name, "cuda-fp32"), out, err);
 #else
-        return BURST_FAIL(err, BURST_ERR_INVALID, "backend cuda: this build has no CUDA (configure with -DBURST_CUDA=ON)");
+        return BURST_FAIL(err, BURST_ERR_INVALID, "backend %s: this build has no CUDA (configure with -DBURST_CUDA=ON)", name);
 #endif
     }
-    return BURST_FAIL(err, BURST_ERR_INVALID, "backend '%s' unknown (want cpu or cuda)", name);
+    return BURST_FAIL(err, BURST_ERR_INVALID, "backend '%s' unknown (want cpu, cuda or cuda-fp32)", name);
 }
 
 void backend_free(burst_backend *b) {

@@ -1,11 +1,14 @@
 // The operations the LLaMA forward pass needs, behind one interface, so that model/llama.c is
-// written once for every backend (CPU now; CUDA behind the same calls).
+// written once for every backend (CPU, and CUDA in model/backend_cuda.h).
 //
 // Activation buffers come from backend_alloc and live in the backend's memory (host memory for
-// the CPU backend) in float32. Weights keep their stored dtype (F32/F16/BF16); the CPU backend
+// the CPU backend, device memory for CUDA) in float32, zeroed. Weights keep their stored dtype (F32/F16/BF16); the CPU backend
 // points into the weights' mmap and converts tiles inside the matmul. A backend instance is used
 // by one thread at a time (each rank owns its own).
 #pragma once
+#ifdef __cplusplus // the CUDA backend implements it in CUDA C++; weights.h has no guards of its own
+extern "C" {
+#endif
 #include "attention/flash.h"
 #include "attention/online_softmax.h"
 #include "weights/weights.h"
@@ -19,7 +22,8 @@ typedef struct {
     int64_t rows, cols;
 } burst_weight;
 
-// Creates a backend by name: "cpu", or "cuda" (on GPU `device`) when built with CUDA.
+// Creates a backend by name: "cpu", or, when built with CUDA, "cuda" (bf16 weights and GEMMs)
+// or "cuda-fp32" (float32 throughout, for exactness tests) on GPU `device` (model/backend_cuda.h).
 burst_status backend_new(const char *name, int device, int n_threads, burst_backend **out,
                          burst_error *err);
 burst_backend *backend_cpu_new(int n_threads);
@@ -55,3 +59,7 @@ void backend_add(burst_backend *b, float *x, const float *y, int64_t n);
 void backend_attention(burst_backend *b, const flash_args *a);
 // Online-softmax merge of attention partials (attention/online_softmax.h) on the backend's buffers.
 void backend_merge(burst_backend *b, const online_softmax_args *a);
+
+#ifdef __cplusplus
+}
+#endif

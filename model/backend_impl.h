@@ -3,6 +3,10 @@
 #pragma once
 #include "backend.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     const char *name;
     void (*free)(burst_backend *b);
@@ -28,3 +32,7 @@ struct burst_backend {
     const backend_ops *ops;
     void *ctx; // the implementation's state
 };
+
+#ifdef __cplusplus
+}
+#endif

@@ -25,14 +25,15 @@ static const char usage[] =
     "  --top-p P           nucleus sampling mass (default 1: off)\n"
     "  --top-k K           keep the K most likely tokens (default 0: off)\n"
     "  --seed S            sampling seed (default: from the clock; printed on stderr)\n"
-    "  --ctx N             KV cache tokens (default: prompt + max-tokens, at most the model's context)\n"
+    "  --ctx N             KV cache tokens (default: prompt + max-tokens)\n"
     "  --batch N           tokens per prefill chunk (default 512)\n"
     "  --ranks G           ranks (threads) sharing the sequence: BurstAttention prefill, sharded\n"
     "                      KV cache (default 1)\n"
-    "  --threads N         CPU threads in all, shared out among the ranks (default: all cores)\n";
+    "  --threads N         CPU threads in all, shared out among the ranks (default: all cores)\n"
+    "  --backend NAME      cpu (default), cuda, or cuda-fp32 (float32 on the GPU, for exactness)\n";
 
 typedef struct {
-    const char *model, *prompt;
+    const char *model, *prompt, *backend;
     int max_tokens, top_k, ctx, batch, threads, ranks;
     float temperature, top_p;
     uint64_t seed;
@@ -61,6 +62,7 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
         else if (!strcmp(f, "--ctx")) ok = cli_parse_long("burst", f, v, 1, 1 << 30, &n), a->ctx = (int)n;
         else if (!strcmp(f, "--batch")) ok = cli_parse_long("burst", f, v, 1, 1 << 20, &n), a->batch = (int)n;
         else if (!strcmp(f, "--threads")) ok = cli_parse_long("burst", f, v, 1, 4096, &n), a->threads = (int)n;
+        else if (!strcmp(f, "--backend")) a->backend = v;
         else if (!strcmp(f, "--ranks")) ok = cli_parse_long("burst", f, v, 1, 64, &n), a->ranks = (int)n;
         else if (!strcmp(f, "--seed")) ok = cli_parse_long("burst", f, v, 0, 0x7fffffffffffffffL, &n), a->seed = (uint64_t)n;
         else if (!strcmp(f, "--temperature")) ok = cli_parse_float("burst", f, v, 0, 100, &a->temperature);
@@ -97,7 +99,8 @@ static int generate(const generate_args *a) {
         goto fail;
 
     llama_options opt = {.ctx = a->ctx ? a->ctx : n_prompt + a->max_tokens, .n_slots = 1,
-                         .max_batch = a->batch, .n_threads = a->threads, .n_ranks = a->ranks};
+                         .max_batch = a->batch, .n_threads = a->threads, .n_ranks = a->ranks,
+                         .backend = a->backend};
     double t0 = burst_now();
     if (llama_load(a->model, &opt, &m, &err)) goto fail;
     const llama_config *c = llama_config_of(m);

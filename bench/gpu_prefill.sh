@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One call on the GPU machine for the CUDA backend: build with CUDA, run the gpu-labelled tests,
+# then bench_prefill (LLaMA-7B shape, time to first token) and, with "anchor", the Hugging Face
+# prefill anchor (.gpu-kit/torch_prefill.py without its attention sweep, which
+# bench/gpu_run.sh covers) in the same call. Full logs go to $OUT (or /tmp); the tables print last.
+#   bash bench/gpu_prefill.sh [NS] [BATCHES] [anchor]      (lists comma-separated)
+set -o pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp}
+ns=${1:-4096,16384,32768,65536}
+batches=${2:-4096,16384}
+models=${BURST_MODELS_DIR:-$PWD/../shared/models}
+cmake -S . -B build-gpu -DBURST_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release \
+  -DBURST_MODELS_DIR="$models" >"$out/cmake.log" 2>&1 || { tail -20 "$out/cmake.log"; exit 1; }
+cmake --build build-gpu -j16 >"$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -20; exit 1; }
+ctest --test-dir build-gpu -L gpu -E test_model_cuda -V >"$out/ctest_gpu.log" 2>&1
+echo "ctest -L gpu rc=$?"; grep -E "tests passed|Passed|Failed|Skipped" "$out/ctest_gpu.log" | grep -v "^[0-9]*: " | head
+# One line per op family and mode: cases, worst nmse; every FAIL line in full.
+awk '{sub(/^[0-9]+: /, "")} /^== backend/ {mode=$3} mode != "" && /^(ok  |FAIL) / {op=$2; if (op ~ /^attention/) op=substr(op,1,index(op,"(")-1) ($0 ~ /flash/ ? "(flash)" : "(plain)");
+     if ($0 ~ / lse:/) op=op "/lse"; split($0, a, "nmse="); split(a[2], b, " "); k=mode " " op; n[k]++;
+     if (b[1]+0 > w[k]) w[k]=b[1]+0; if ($1=="FAIL") f[k]++}
+     END {for (k in n) printf "%-34s cases %3d  fails %d  worst nmse %.2g\n", k, n[k], f[k], w[k]}' \
+  "$out/ctest_gpu.log" | sort
+grep -E "^[0-9]+: FAIL" "$out/ctest_gpu.log" | head -20
+BURST_BIN=$PWD/build-gpu BURST_MODELS_DIR="$models" python3 tests/test_model_cuda.py 2>&1 | tee "$out/test_model_cuda.log"
+echo "test_model_cuda rc=$?"
+./build-gpu/bench/bench_prefill /tmp/llama7b "$ns" "$batches" 3 2>&1 | tee "$out/bench_prefill.log"
+if [ "$3" = anchor ]; then
+  sed -e 's/for N in \[4096, 16384, 65536, 131072\]:/for N in []:/' .gpu-kit/torch_prefill.py >/tmp/torch_prefill_only.py
+  PYTHONUNBUFFERED=1 python3 /tmp/torch_prefill_only.py 2>&1 | grep -v Warning | tee "$out/torch.log"
+  python3 - "$out/bench_prefill.log" "$out/torch.log" <<'PY'
+import json, sys
+ours = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+hf = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{") and '"model"' in l]
+print("\nLLaMA-7B shape, bf16, one GPU, time to first token s [TFLOP/s], same call")
+print(f"{'N':>6}  {'burst best (batch)':>26}  {'HF cache=False':>18}  {'HF cache=True':>18}")
+for n in sorted({r["N"] for r in ours} | {r["N"] for r in hf}):
+    o = min((r for r in ours if r["N"] == n), key=lambda r: r["ttft_s"], default=None)
+    cell = lambda r: f"{r['ttft_s']:.3f} [{r['tflops']:.0f}]" if r and "ttft_s" in r else "-"
+    h = {r["use_cache"]: r for r in hf if r["N"] == n}
+    print(f"{n:>6}  {cell(o) + (' (' + str(o['max_batch']) + ')' if o else ''):>26}  {cell(h.get(False)):>18}  {cell(h.get(True)):>18}")
+PY
+fi

@@ -1,0 +1,33 @@
+// The CUDA backend (model/backend_cuda.cu): the backend interface of model/backend.h on one GPU.
+//
+// Activations are float32 in device memory (cudaMalloc, zeroed like the CPU backend's calloc;
+// never managed memory). Weights are copied to the device once, at backend_weight time:
+//   - bf16 mode (backend "cuda"): stored as bf16 whatever their file dtype (F32/F16 are rounded
+//     to nearest even); matmul rounds the activation rows to bf16 and runs a cuBLAS bf16 GEMM
+//     with fp32 accumulation and fp32 output; attention rounds Q/K/V to bf16 and runs the
+//     tensor-core flash kernel (attention/flash_cuda.h) for head_dim 64/128, a plain fp32 kernel
+//     for other head sizes (up to 256).
+//   - fp32 mode (backend "cuda-fp32"), for exactness tests: weights stay float32 (F16/BF16 widen
+//     exactly), GEMMs are fp32 with CUBLAS_COMPUTE_32F and no TF32, attention always runs the
+//     plain fp32 kernel. It matches the CPU backend to float32 rounding.
+// Every op is asynchronous on the instance's one CUDA stream; to_host synchronizes it. The stream
+// is non-blocking (it does not wait for the legacy default stream): a caller that writes backend
+// buffers with its own CUDA calls must finish those writes before the next op. A failed
+// CUDA/cuBLAS call aborts through the abort hook (CUDA_CHECK / CUBLAS_CHECK).
+// Ownership: the backend owns its stream, cuBLAS handle, scratch and the device copies of the
+// weights (freed by backend_free); callers own what backend_alloc gave them. Thread safety: one
+// thread uses an instance at a time; separate instances (ranks) may run on separate threads.
+#pragma once
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// A backend on CUDA device `device`; fp32 != 0 selects fp32 mode. Fails with BURST_ERR_DEVICE
+// ("no CUDA device ...") when the device is absent.
+burst_status backend_cuda_new(int device, int fp32, burst_backend **out, burst_error *err);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,395 @@
+// model/backend_cuda against its twin, the CPU backend: every op on fresh random inputs of awkward
+// sizes (1, 7 and 1000 rows; widths that are not multiples of 8 where the op allows; padded
+// strides; positions up to 10^6; weights stored as F32, F16 and BF16), in both modes: "cuda-fp32"
+// (float32 throughout) and "cuda" (bf16 weights, GEMM and flash-attention operands). Output
+// buffers carry guard words on the device; padding between strided rows must stay untouched.
+// Skips (77) when no CUDA device is present.
+#include <cuda_runtime_api.h>
+
+#include "common/cuda_check.h"
+#include "model/backend_cuda.h"
+#include "tests/test_util.h"
+
+// Tolerances, with their reasons.
+// Seen on an H100 (worst nmse over all cases): fp32 mode matmul 1.8e-13, attention 1.2e-13,
+// rmsnorm 7e-15, rope 1.4e-15, merge 1.7e-15; bf16 mode matmul 1.3e-5, flash attention 7.7e-6,
+// embed/rmsnorm with F32/F16 weights 3e-6.
+// Element-wise fp32 ops (rmsnorm, rope, swiglu, add, merge) differ from the CPU only by the
+// order of a sum, expf/logf/sincos ulps and FMA contraction: a few float ulps (~1e-7 relative).
+// 1e-5 leaves room; values near zero after cancellation (rope) get atol 1e-6 (inputs are O(1)).
+#define F32_RTOL 1e-5
+#define F32_ATOL 1e-6
+#define F32_NMSE 1e-10
+// bf16 mode rounds every F32/F16 weight to bf16 (2^-9 relative): embed/rmsnorm outputs move by
+// that much; 2^-8 allows for one more float rounding. nmse: (2^-9)^2 / 3 for uniform rounding.
+#define W16_RTOL (1.0 / 256)
+#define W16_NMSE 1e-5
+// bf16 GEMM: both operands rounded (2^-9 each), independent errors over the sum, so the rms
+// relative error is ~3e-3 and the nmse ~1e-5; elementwise, outputs near zero after cancellation
+// are bounded by atol = 2e-2 x the output's rms. Under 1000 outputs the nmse is left to chance
+// (one output of 17 terms that cancel to 0.09 was seen at nmse 6e-4): atol/rtol decide alone.
+#define MM16_NMSE 1e-4
+#define MM16_RTOL 1e-2
+#define MM16_ATOL_RMS 2e-2
+// fp32 GEMM: cuBLAS sums in another order over up to 1003 terms: relative ~1e-6 of sum|x w|.
+#define MM32_ATOL_RMS 1e-5
+// bf16 flash attention (Q/K/V rounded, P rounded before P V): test_flash_cuda sees O errors up to
+// 1.3e-3 with rounded inputs in the reference; rounding the inputs adds about as much again.
+#define FA16_NMSE 1e-4
+#define FA16_ATOL 1e-2
+#define FA16_RTOL 1e-2
+#define FA16_LSE_ATOL 1e-2 // scores move by ~2^-9 x |q||k| scale, lse by a weighted mean of that
+#define FA16_LSE_NMSE 1    // lse can sit near 0 (nq = nk = 1: 0.1672 for 0.1692, nmse 1.3e-4): atol decides
+
+static int failures;
+
+static void check(int ok) { failures += !ok; }
+
+// ---- device buffers with guard words ----
+
+// A cudaMemcpy from pageable memory may return before its DMA lands, and the backend's stream
+// does not wait for the legacy stream: synchronize the device before the backend reads the copy.
+static float *dev_upload(const float *h, int64_t n) { // h holds n floats plus guard words
+    float *d;
+    CUDA_CHECK(cudaMalloc((void **)&d, (size_t)(n + TEST_GUARD_WORDS) * 4));
+    CUDA_CHECK(cudaMemcpy(d, h, (size_t)(n + TEST_GUARD_WORDS) * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    return d;
+}
+// Through the backend: its stream is non-blocking, so a plain cudaMemcpy would not wait for it.
+static void dev_download(burst_backend *gpu, float *h, const float *d, int64_t n) {
+    backend_to_host(gpu, h, d, n + TEST_GUARD_WORDS);
+}
+static float *host_random(int64_t n, float lo, float hi) {
+    float *h = test_alloc_guarded(n);
+    test_fill(h, n, lo, hi);
+    return h;
+}
+static float *host_clone(const float *h, int64_t n) {
+    float *c = test_alloc_guarded(n);
+    memcpy(c, h, (size_t)(n + TEST_GUARD_WORDS) * 4);
+    return c;
+}
+
+// got (GPU, downloaded with its guard words) against want (CPU backend).
+static int compare(const char *what, const float *got, const float *want, int64_t n, double nmse,
+                   double atol, double rtol) {
+    double *ref = burst_malloc((size_t)(n + 1) * sizeof(double));
+    for (int64_t i = 0; i < n; i++) ref[i] = want[i];
+    int ok = test_compare(what, got, ref, n, nmse, atol, rtol) && test_guard_ok(got, n, what);
+    free(ref);
+    return ok;
+}
+
+static double rms(const float *x, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return n ? sqrt(s / n) : 0;
+}
+
+// ---- weights in each stored dtype ----
+
+static uint16_t bf16_bits(float x) { // round to nearest even (finite x)
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// A bf16-rounded value with |x| >= 2^-14 is exact in f16: encode it bit by bit.
+static uint16_t f16_bits_exact(float x) {
+    uint32_t u;
+    float r;
+    uint32_t b = (uint32_t)bf16_bits(x) << 16;
+    memcpy(&r, &b, 4);
+    if (fabsf(r) < 6.103515625e-05f) r = copysignf(6.103515625e-05f, r);
+    memcpy(&u, &r, 4);
+    uint32_t sign = (u >> 16) & 0x8000u, exp = ((u >> 23) & 0xff) - 127 + 15, man = (u >> 13) & 0x3ff;
+    return (uint16_t)(sign | (exp << 10) | man);
+}
+
+typedef struct {
+    weights_tensor t;
+    void *data;
+} test_weight;
+
+static test_weight make_weight(burst_dtype dt, int64_t rows, int64_t cols, float lo, float hi) {
+    test_weight w = {.t = {.name = "test.weight", .dtype = dt, .ndim = rows ? 2 : 1}};
+    int64_t n = (rows ? rows : 1) * cols;
+    w.t.shape[0] = rows ? rows : cols;
+    w.t.shape[1] = cols;
+    w.t.numel = n;
+    w.t.nbytes = (size_t)n * dtype_size(dt);
+    w.data = burst_malloc(w.t.nbytes);
+    for (int64_t i = 0; i < n; i++) {
+        float x = test_uniform(lo, hi);
+        if (dt == DTYPE_F32) ((float *)w.data)[i] = x;
+        else if (dt == DTYPE_BF16) ((uint16_t *)w.data)[i] = bf16_bits(x);
+        else ((uint16_t *)w.data)[i] = f16_bits_exact(x);
+    }
+    w.t.data = w.data;
+    return w;
+}
+
+typedef struct {
+    burst_backend *cpu, *gpu;
+    int fp32;
+} backends;
+
+static void load_weight(const backends *B, const test_weight *w, burst_weight *cw, burst_weight *gw) {
+    burst_error err;
+    BURST_ASSERT(!backend_weight(B->cpu, &w->t, cw, &err));
+    if (backend_weight(B->gpu, &w->t, gw, &err)) {
+        printf("FAIL weight upload: %s\n", err.msg);
+        exit(1);
+    }
+}
+
+static const burst_dtype DTYPES[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
+static const int NS[] = {1, 7, 1000};
+
+// ---- the ops ----
+
+static void test_embed(const backends *B) {
+    for (int di = 0; di < 3; di++)
+        for (int ni = 0; ni < 3; ni++) {
+            const int n = NS[ni], vocab = 50, dim = 13 + 987 * (ni == 2);
+            test_weight w = make_weight(DTYPES[di], vocab, dim, -1, 1);
+            burst_weight cw, gw;
+            load_weight(B, &w, &cw, &gw);
+            int *tok = burst_malloc((size_t)n * sizeof(int));
+            for (int i = 0; i < n; i++) tok[i] = (int)(test_rand_u64() % vocab);
+            float *want = host_random((int64_t)n * dim, -1, 1), *got = host_clone(want, (int64_t)n * dim);
+            float *d = dev_upload(got, (int64_t)n * dim);
+            backend_embed(B->cpu, want, &cw, tok, n);
+            backend_embed(B->gpu, d, &gw, tok, n);
+            dev_download(B->gpu, got, d, (int64_t)n * dim);
+            char what[96];
+            snprintf(what, sizeof what, "embed %s n=%d dim=%d", dtype_name(DTYPES[di]), n, dim);
+            int exact = B->fp32 || DTYPES[di] == DTYPE_BF16;
+            check(compare(what, got, want, (int64_t)n * dim, exact ? 0 : W16_NMSE, 0, exact ? 0 : W16_RTOL));
+            CUDA_CHECK(cudaFree(d));
+            free(want), free(got), free(tok), free(w.data);
+        }
+}
+
+static void test_rmsnorm(const backends *B) {
+    for (int di = 0; di < 3; di++)
+        for (int ni = 0; ni < 3; ni++)
+            for (int in_place = 0; in_place < 2; in_place++) {
+                const int n = NS[ni], dim = ni == 1 ? 4096 : 1001;
+                const int64_t len = (int64_t)n * dim;
+                test_weight w = make_weight(DTYPES[di], 0, dim, 0.5f, 1.5f);
+                burst_weight cw, gw;
+                load_weight(B, &w, &cw, &gw);
+                float *x = host_random(len, -2, 2), *want = in_place ? x : host_random(len, -1, 1);
+                float *got = host_clone(want, len), *dx = dev_upload(x, len), *dout = in_place ? dx : dev_upload(got, len);
+                backend_rmsnorm(B->gpu, dout, dx, &gw, n, 1e-5f);
+                backend_rmsnorm(B->cpu, want, x, &cw, n, 1e-5f);
+                dev_download(B->gpu, got, dout, len);
+                char what[96];
+                snprintf(what, sizeof what, "rmsnorm %s n=%d dim=%d%s", dtype_name(DTYPES[di]), n, dim, in_place ? " in place" : "");
+                int exact = B->fp32 || DTYPES[di] == DTYPE_BF16;
+                check(compare(what, got, want, len, exact ? F32_NMSE : W16_NMSE, F32_ATOL, exact ? F32_RTOL : W16_RTOL));
+                CUDA_CHECK(cudaFree(dx));
+                if (!in_place) {
+                    CUDA_CHECK(cudaFree(dout));
+                    free(want);
+                }
+                free(x), free(got), free(w.data);
+            }
+}
+
+static void test_matmul(const backends *B) {
+    static const int shapes[][2] = {{77, 1003}, {300, 64}, {1, 17}}; // (rows, cols) of W
+    for (int di = 0; di < 3; di++)
+        for (int si = 0; si < 3; si++)
+            for (int ni = 0; ni < 3; ni++) {
+                const int n = NS[ni], rows = shapes[si][0], cols = shapes[si][1];
+                test_weight w = make_weight(DTYPES[di], rows, cols, -1, 1);
+                burst_weight cw, gw;
+                load_weight(B, &w, &cw, &gw);
+                float *x = host_random((int64_t)n * cols, -1, 1), *want = host_random((int64_t)n * rows, -1, 1);
+                float *got = host_clone(want, (int64_t)n * rows);
+                float *dx = dev_upload(x, (int64_t)n * cols), *dout = dev_upload(got, (int64_t)n * rows);
+                backend_matmul(B->gpu, dout, dx, &gw, n);
+                backend_matmul(B->cpu, want, x, &cw, n);
+                dev_download(B->gpu, got, dout, (int64_t)n * rows);
+                char what[96];
+                snprintf(what, sizeof what, "matmul %s n=%d W=(%d,%d)", dtype_name(DTYPES[di]), n, rows, cols);
+                double r = rms(want, (int64_t)n * rows);
+                if (B->fp32) check(compare(what, got, want, (int64_t)n * rows, F32_NMSE, MM32_ATOL_RMS * r, F32_RTOL));
+                else check(compare(what, got, want, (int64_t)n * rows, n * rows >= 1000 ? MM16_NMSE : 1, MM16_ATOL_RMS * r, MM16_RTOL));
+                CUDA_CHECK(cudaFree(dx));
+                CUDA_CHECK(cudaFree(dout));
+                free(x), free(want), free(got), free(w.data);
+            }
+}
+
+static void test_rope(const backends *B) {
+    static const int dims[][2] = {{1, 8}, {3, 10}, {4, 128}}; // (n_heads, head_dim)
+    for (int si = 0; si < 3; si++)
+        for (int ni = 0; ni < 3; ni++) {
+            const int n = NS[ni], heads = dims[si][0], hd = dims[si][1];
+            const int64_t len = (int64_t)n * heads * hd;
+            int64_t *pos = burst_malloc((size_t)n * sizeof(int64_t));
+            for (int i = 0; i < n; i++) pos[i] = si == 1 ? i : (int64_t)(test_rand_u64() % 1000000);
+            float theta = si == 2 ? 500000.0f : 10000.0f;
+            float *want = host_random(len, -1, 1), *got = host_clone(want, len), *d = dev_upload(got, len);
+            backend_rope(B->gpu, d, pos, n, heads, hd, theta);
+            backend_rope(B->cpu, want, pos, n, heads, hd, theta);
+            dev_download(B->gpu, got, d, len);
+            char what[96];
+            snprintf(what, sizeof what, "rope n=%d heads=%d head_dim=%d theta=%g", n, heads, hd, theta);
+            check(compare(what, got, want, len, F32_NMSE, F32_ATOL, F32_RTOL));
+            CUDA_CHECK(cudaFree(d));
+            free(want), free(got), free(pos);
+        }
+}
+
+static void test_elementwise(const backends *B) {
+    static const int64_t lens[] = {1, 7, 37003};
+    for (int li = 0; li < 3; li++)
+        for (int op = 0; op < 3; op++) { // swiglu, add, copy
+            const int64_t n = lens[li];
+            float *want = host_random(n, -8, 8), *y = host_random(n, -2, 2), *got = host_clone(want, n);
+            float *d = dev_upload(got, n), *dy = dev_upload(y, n);
+            const char *name = op == 0 ? "swiglu" : op == 1 ? "add" : "copy";
+            if (op == 0) backend_swiglu(B->gpu, d, dy, n), backend_swiglu(B->cpu, want, y, n);
+            if (op == 1) backend_add(B->gpu, d, dy, n), backend_add(B->cpu, want, y, n);
+            if (op == 2) backend_copy(B->gpu, d, dy, n), backend_copy(B->cpu, want, y, n);
+            dev_download(B->gpu, got, d, n);
+            char what[64];
+            snprintf(what, sizeof what, "%s n=%lld", name, (long long)n);
+            check(op == 2 ? compare(what, got, want, n, 0, 0, 0) : compare(what, got, want, n, F32_NMSE, F32_ATOL, F32_RTOL));
+            CUDA_CHECK(cudaFree(d));
+            CUDA_CHECK(cudaFree(dy));
+            free(want), free(y), free(got);
+        }
+}
+
+typedef struct {
+    int nq, nk, heads, kv_heads, d;
+    int64_t q_pos0, k_pos0;
+    int causal, pad; // pad: extra elements between rows of q, k/v and o
+} attn_case;
+
+static void test_attention_case(const backends *B, attn_case c) {
+    const int64_t qs = (int64_t)c.heads * c.d + c.pad, ks = (int64_t)c.kv_heads * c.d + 3 * c.pad;
+    const int64_t nq_el = c.nq * qs, nk_el = c.nk * ks, nl = (int64_t)c.heads * c.nq;
+    float *q = host_random(nq_el, -3, 3), *k = host_random(nk_el, -1, 1), *v = host_random(nk_el, -1, 1);
+    float *o_want = host_random(nq_el, -1, 1), *o_got = host_clone(o_want, nq_el);
+    float *l_want = host_random(nl, -1, 1), *l_got = host_clone(l_want, nl);
+    float *dq = dev_upload(q, nq_el), *dk = dev_upload(k, nk_el), *dv = dev_upload(v, nk_el);
+    float *d_o = dev_upload(o_got, nq_el), *dl = dev_upload(l_got, nl);
+    flash_args a = {.q = q, .k = k, .v = v, .o = o_want, .lse = l_want, .q_stride = qs, .kv_stride = ks,
+                    .o_stride = qs, .nq = c.nq, .nk = c.nk, .n_heads = c.heads, .n_kv_heads = c.kv_heads,
+                    .head_dim = c.d, .q_pos0 = c.q_pos0, .k_pos0 = c.k_pos0, .causal = c.causal,
+                    .scale = 1.0f / sqrtf((float)c.d)};
+    backend_attention(B->cpu, &a);
+    a.q = dq, a.k = dk, a.v = dv, a.o = d_o, a.lse = dl;
+    backend_attention(B->gpu, &a);
+    dev_download(B->gpu, o_got, d_o, nq_el);
+    dev_download(B->gpu, l_got, dl, nl);
+    const int flash = !B->fp32 && (c.d == 64 || c.d == 128) && qs % 2 == 0; // else the plain kernel
+    char what[160];
+    snprintf(what, sizeof what, "attention%s nq=%d nk=%d heads=%d/%d d=%d pos0=%lld/%lld causal=%d pad=%d",
+             flash ? "(flash bf16)" : "(plain fp32)", c.nq, c.nk, c.heads, c.kv_heads, c.d,
+             (long long)c.q_pos0, (long long)c.k_pos0, c.causal, c.pad);
+    char what_l[170];
+    snprintf(what_l, sizeof what_l, "%s lse", what);
+    if (flash) {
+        check(compare(what, o_got, o_want, nq_el, FA16_NMSE, FA16_ATOL, FA16_RTOL));
+        check(compare(what_l, l_got, l_want, nl, FA16_LSE_NMSE, FA16_LSE_ATOL, 0));
+    } else {
+        check(compare(what, o_got, o_want, nq_el, F32_NMSE, F32_ATOL, F32_RTOL));
+        check(compare(what_l, l_got, l_want, nl, F32_NMSE, F32_ATOL, F32_RTOL));
+    }
+    float *bufs[] = {dq, dk, dv, d_o, dl};
+    for (int i = 0; i < 5; i++) CUDA_CHECK(cudaFree(bufs[i]));
+    free(q), free(k), free(v), free(o_want), free(o_got), free(l_want), free(l_got);
+}
+
+static void test_attention(const backends *B) {
+    static const attn_case cases[] = {
+        {7, 7, 4, 2, 8, 0, 0, 1, 0},           // stories260K's shape: the plain kernel
+        {1, 1000, 3, 1, 20, 999, 0, 1, 5},     // decode, head_dim not a multiple of 8
+        {1000, 1000, 4, 4, 64, 0, 0, 1, 0},    // a prefill chunk
+        {7, 1007, 8, 2, 128, 1000, 0, 1, 8},   // a chunk after 1000 cached tokens, GQA 4, padded rows
+        {33, 77, 2, 2, 128, 0, 50, 0, 3},      // not causal, keys at an offset, odd strides: plain kernel
+        {7, 20, 2, 1, 64, 0, 5, 1, 0},         // rows 0..4 see no key: O = 0, lse = -inf
+        {1, 1, 1, 1, 64, 0, 0, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_attention_case(B, cases[i]);
+}
+
+static void test_merge(const backends *B) {
+    static const int dims[][2] = {{3, 20}, {8, 128}};
+    for (int si = 0; si < 2; si++)
+        for (int ni = 0; ni < 3; ni++) {
+            const int n = NS[ni], heads = dims[si][0], d = dims[si][1], pad = si ? 0 : 7;
+            const int64_t stride = (int64_t)heads * d + pad, n_o = n * stride, nl = (int64_t)heads * n;
+            float *o_want = host_random(n_o, -1, 1), *ob = host_random(n_o, -1, 1);
+            float *l_want = host_random(nl, -5, 5), *lb = host_random(nl, -5, 5);
+            for (int64_t i = 0; i < nl; i += 5) (i % 2 ? l_want : lb)[i] = -INFINITY; // empty partials
+            float *o_got = host_clone(o_want, n_o), *l_got = host_clone(l_want, nl);
+            float *d_o = dev_upload(o_got, n_o), *d_ob = dev_upload(ob, n_o), *dl = dev_upload(l_got, nl), *dlb = dev_upload(lb, nl);
+            online_softmax_args a = {.o = o_want, .lse = l_want, .o_b = ob, .lse_b = lb, .o_stride = stride,
+                                     .o_b_stride = stride, .n = n, .n_heads = heads, .head_dim = d};
+            backend_merge(B->cpu, &a);
+            a.o = d_o, a.lse = dl, a.o_b = d_ob, a.lse_b = dlb;
+            backend_merge(B->gpu, &a);
+            dev_download(B->gpu, o_got, d_o, n_o);
+            dev_download(B->gpu, l_got, dl, nl);
+            char what[96];
+            snprintf(what, sizeof what, "merge n=%d heads=%d d=%d", n, heads, d);
+            check(compare(what, o_got, o_want, n_o, F32_NMSE, F32_ATOL, F32_RTOL));
+            snprintf(what, sizeof what, "merge n=%d heads=%d d=%d lse", n, heads, d);
+            check(compare(what, l_got, l_want, nl, F32_NMSE, F32_ATOL, F32_RTOL));
+            float *bufs[] = {d_o, d_ob, dl, dlb};
+            for (int i = 0; i < 4; i++) CUDA_CHECK(cudaFree(bufs[i]));
+            free(o_want), free(ob), free(l_want), free(lb), free(o_got), free(l_got);
+        }
+}
+
+// Buffers from backend_alloc are zeroed device memory; release gives them back.
+static void test_alloc(const backends *B) {
+    const int64_t n = 1003;
+    float *d = backend_alloc(B->gpu, (size_t)n * 4), *h = host_random(n, 1, 2);
+    backend_to_host(B->gpu, h, d, n);
+    int zero = 1;
+    for (int64_t i = 0; i < n; i++) zero &= h[i] == 0.0f;
+    printf("%s alloc: %lld floats zeroed\n", zero ? "ok  " : "FAIL", (long long)n);
+    check(zero && test_guard_ok(h, n, "to_host"));
+    backend_release(B->gpu, d);
+    free(h);
+}
+
+int main(void) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        printf("skip: no CUDA device\n");
+        return TEST_SKIP;
+    }
+    test_seed("test_backend_cuda");
+    for (int fp32 = 1; fp32 >= 0; fp32--) {
+        backends B = {.cpu = backend_cpu_new(0), .fp32 = fp32};
+        burst_error err;
+        if (backend_new(fp32 ? "cuda-fp32" : "cuda", 0, 0, &B.gpu, &err)) {
+            printf("FAIL backend_new: %s\n", err.msg);
+            return 1;
+        }
+        printf("== backend %s\n", backend_name(B.gpu));
+        test_alloc(&B);
+        test_embed(&B);
+        test_rmsnorm(&B);
+        test_matmul(&B);
+        test_rope(&B);
+        test_elementwise(&B);
+        test_attention(&B);
+        test_merge(&B);
+        backend_free(B.gpu);
+        backend_free(B.cpu);
+    }
+    printf("%s: %d failures\n", failures ? "FAIL" : "ok", failures);
+    return failures ? 1 : 0;
+}

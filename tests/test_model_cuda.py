@@ -1,0 +1,73 @@
+"""The whole model on the CUDA backend against the CPU backend: logits of random-weight models
+(chunked prefill, then decode steps through the KV cache) from forward_dump, in fp32 mode
+("cuda-fp32") and bf16 mode ("cuda"); and `burst generate` greedy text on stories260K, identical
+between cpu and cuda-fp32. Skips (77) when the build has no CUDA or no device is present."""
+import os, subprocess, sys, tempfile
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from make_random_model import write_model
+
+BIN = os.environ["BURST_BIN"]
+TOOL = os.path.join(BIN, "tests", "forward_dump")
+STORIES = os.path.join(os.environ["BURST_MODELS_DIR"], "stories260K")
+# Relative L2 error of the logits against the CPU backend. fp32: both sides are float32 with
+# different summation orders (cuBLAS, block reductions): ~1e-6 over a few layers. bf16: every
+# weight and GEMM/attention operand rounded to bf16 (2^-9): ~1e-2 after a few layers.
+MAX_REL = {"cuda-fp32": 1e-5, "cuda": 3e-2}
+CASES = [  # model shape, prompt length, prefill chunk, decode steps
+    dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="f32"), n=37, batch=8, dec=5),
+    dict(model=dict(dim=256, hidden=172, layers=3, heads=4, kv_heads=4, vocab=257, dtype="bf16", tie=True,
+                    rope_theta=500000.0), n=150, batch=64, dec=3),  # head_dim 64: the flash kernel in bf16 mode
+    dict(model=dict(dim=256, hidden=100, layers=2, heads=2, kv_heads=1, vocab=512, dtype="f16"), n=1, batch=512, dec=4),
+    dict(model=dict(dim=80, hidden=64, layers=1, heads=5, kv_heads=5, vocab=99, dtype="f32"), n=70, batch=1, dec=0),
+]
+
+
+def dump(backend, d, toks, n, batch):
+    out = os.path.join(d, f"logits.{backend}.bin")
+    args = [TOOL, "--backend", backend, d, out, str(batch), "1"] + [str(t) for t in toks[:n]]  # one rank
+    if len(toks) > n:
+        args += ["--"] + [str(t) for t in toks[n:]]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    return r, (np.fromfile(out, dtype=np.float32) if r.returncode == 0 else None)
+
+
+rng = np.random.default_rng()
+failures = 0
+for i, case in enumerate(CASES):
+    with tempfile.TemporaryDirectory() as d:
+        write_model(d, seed=int(rng.integers(1 << 30)), max_seq=1024, **case["model"])
+        vocab = case["model"]["vocab"]
+        toks = rng.integers(0, vocab, case["n"] + case["dec"]).tolist()
+        rc, ref = dump("cpu", d, toks, case["n"], case["batch"])
+        for backend in ("cuda-fp32", "cuda"):
+            r, got = dump(backend, d, toks, case["n"], case["batch"])
+            if "no CUDA device" in r.stderr:
+                print("skip:", r.stderr.strip())
+                sys.exit(77)
+            if r.returncode or ref is None:
+                print(f"FAIL case {i} {backend}: forward_dump: {r.stderr}{rc.stderr}")
+                failures += 1
+                continue
+            got, want = got.reshape(-1, vocab).astype(np.float64), ref.reshape(-1, vocab).astype(np.float64)
+            rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+            ok = got.shape == want.shape and rel < MAX_REL[backend]
+            failures += not ok
+            print(f"{'ok  ' if ok else 'FAIL'} case {i} {backend} {case['model']}: {got.shape[0]} logit rows, "
+                  f"rel err {rel:.2e} (max {MAX_REL[backend]:g}), max abs err {np.abs(got - want).max():.2e}")
+
+if os.path.isdir(STORIES):  # head_dim 8: the plain attention kernel
+    texts = {}
+    for backend in ("cpu", "cuda-fp32"):
+        r = subprocess.run([os.path.join(BIN, "burst"), "generate", "--model", STORIES, "--prompt", "Once upon a time",
+                            "--max-tokens", "200", "--temperature", "0", "--batch", "5", "--backend", backend],
+                           capture_output=True, text=True, timeout=300)
+        texts[backend] = r.stdout if r.returncode == 0 else None
+        if r.returncode:
+            print(f"FAIL generate {backend}: {r.stderr[-400:]}")
+    ok = texts["cpu"] is not None and texts["cpu"] == texts["cuda-fp32"] and len(texts["cpu"]) > 100
+    failures += not ok
+    print(f"{'ok  ' if ok else 'FAIL'} stories260K greedy, 200 tokens: cpu and cuda-fp32 "
+          f"{'identical' if ok else 'differ'}: {texts['cuda-fp32']!r:.120}")
+sys.exit(1 if failures else 0)
