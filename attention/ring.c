@@ -75,6 +75,9 @@ burst_status ring_attention(const ring_args *a, burst_error *err) {
     int started[PART_MAX_RUNS] = {0};
     for (int j = 0; j < G; j++) {
         burst_status st;
+        // The block to send must be written, and the compute of step j-1 that read the buffer
+        // about to be received into must be done, before the transfer starts.
+        if (j + 1 < G && ops->sync) ops->sync(ops->ctx);
         if (j + 1 < G && (st = comm_ring_start(a->c, block[j % 2], block[(j + 1) % 2], (size_t)bf * sizeof(float), err)))
             return st;
         double t0 = burst_now();
@@ -103,6 +106,7 @@ burst_status sharded_merge(comm *c, const attn_ops *ops, float *o, float *lse, i
     float *send = work, *all = work + per_rank;
     ops->copy(ops->ctx, send, o, (int64_t)n * dim);
     ops->copy(ops->ctx, send + (int64_t)n * dim, lse, (int64_t)n * n_heads);
+    if (ops->sync) ops->sync(ops->ctx);
     burst_status st = comm_allgather(c, send, all, (size_t)per_rank * sizeof(float), err);
     if (st) return st;
     // Start from rank 0's partial and merge the others in rank order: bit-identical on every rank.

@@ -27,6 +27,7 @@ typedef struct {
     void (*attend)(void *ctx, const flash_args *a);
     void (*merge)(void *ctx, const online_softmax_args *a);
     void (*copy)(void *ctx, float *dst, const float *src, int64_t n); // n floats
+    void (*sync)(void *ctx); // optional: wait for queued work (before a buffer goes to comm)
     void *ctx;
 } attn_ops;
 

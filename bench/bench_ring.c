@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
     for (int i = first_n; i < argc; i++) {
         job jobs[64];
         pthread_t th[64];
-        comm_group *grp = comm_threads_group_new(G);
+        comm_group *grp = comm_threads_group_new(G, NULL);
         for (int r = 0; r < G; r++) {
             jobs[r] = (job){.N = atoi(argv[i]), .G = G, .H = H, .K = K, .D = D, .rank = r, .grp = grp};
             pthread_create(&th[r], NULL, rank_main, &jobs[r]);

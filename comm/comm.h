@@ -15,7 +15,10 @@ typedef struct comm_group comm_group;
 
 // In-process transport: a group of G ranks, each a thread of this process. The group owns one
 // helper thread per rank that performs its transfers; free it after every rank has stopped.
-comm_group *comm_threads_group_new(int n_ranks);
+// transfer copies bytes between two ranks' buffers, synchronously, from any thread (NULL: memcpy,
+// for host memory; a GPU backend passes a device copy, so virtual ranks can share one GPU).
+// A buffer handed to the transport must be complete (device work that writes it finished).
+comm_group *comm_threads_group_new(int n_ranks, void (*transfer)(void *dst, const void *src, size_t bytes));
 void comm_threads_group_free(comm_group *g);
 comm *comm_threads_rank(comm_group *g, int rank);
 

@@ -26,6 +26,7 @@ struct comm {
 
 struct comm_group {
     int n;
+    void (*transfer)(void *dst, const void *src, size_t bytes);
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop;
@@ -47,7 +48,7 @@ static void *helper_main(void *arg) {
         BURST_ASSERT(prev->bytes == me->bytes && "ring step: sender and receiver sizes differ");
         const void *src = prev->send;
         pthread_mutex_unlock(&g->mu);
-        memcpy(me->recv, src, me->bytes);
+        g->transfer(me->recv, src, me->bytes);
         pthread_mutex_lock(&g->mu);
         me->received++;
         prev->consumed++;
@@ -57,10 +58,13 @@ static void *helper_main(void *arg) {
     return NULL;
 }
 
-comm_group *comm_threads_group_new(int n_ranks) {
+static void host_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+
+comm_group *comm_threads_group_new(int n_ranks, void (*transfer)(void *dst, const void *src, size_t bytes)) {
     BURST_ASSERT(n_ranks >= 1);
     comm_group *g = burst_calloc(1, sizeof *g);
     g->n = n_ranks;
+    g->transfer = transfer ? transfer : host_copy;
     g->ranks = burst_calloc((size_t)n_ranks, sizeof *g->ranks);
     g->handles = burst_calloc((size_t)n_ranks, sizeof *g->handles);
     BURST_CHECK_GEN(pthread_mutex_init(&g->mu, NULL), 0, strerror);
@@ -142,6 +146,6 @@ burst_status comm_allgather(comm *c, const void *send, void *recv, size_t bytes,
     g->ranks[c->rank].gather_send = send; // read by others only after the barrier
     burst_status st = comm_barrier(c, err);
     for (int r = 0; !st && r < g->n; r++)
-        memcpy((char *)recv + (size_t)r * bytes, g->ranks[r].gather_send, bytes);
+        g->transfer((char *)recv + (size_t)r * bytes, g->ranks[r].gather_send, bytes);
     return st ? st : comm_barrier(c, err); // nobody reuses its send buffer before all have copied
 }

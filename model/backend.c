@@ -90,6 +90,16 @@ void backend_attention(burst_backend *b, const flash_args *a) {
     b->ops->attention(b, a);
 }
 
+static void host_transfer(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+
+backend_transfer_fn backend_transfer(const burst_backend *b) {
+    return b->ops->transfer ? b->ops->transfer : host_transfer;
+}
+
+void backend_sync(burst_backend *b) {
+    if (b->ops->sync) b->ops->sync(b);
+}
+
 void backend_merge(burst_backend *b, const online_softmax_args *a) {
     BURST_ASSERT(a && a->o && a->lse && a->o_b && a->lse_b && a->n >= 0);
     b->ops->merge(b, a);

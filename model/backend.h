@@ -59,6 +59,12 @@ void backend_add(burst_backend *b, float *x, const float *y, int64_t n);
 void backend_attention(burst_backend *b, const flash_args *a);
 // Online-softmax merge of attention partials (attention/online_softmax.h) on the backend's buffers.
 void backend_merge(burst_backend *b, const online_softmax_args *a);
+// Waits until every op queued on the backend has finished (a no-op where ops are synchronous).
+void backend_sync(burst_backend *b);
+// A copy between any two buffers of backends of this kind (of the same or different instances),
+// synchronous and callable from any thread: how comm moves data between ranks.
+typedef void (*backend_transfer_fn)(void *dst, const void *src, size_t bytes);
+backend_transfer_fn backend_transfer(const burst_backend *b);
 
 #ifdef __cplusplus
 }

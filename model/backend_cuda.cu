@@ -442,6 +442,15 @@ void cuda_merge(burst_backend *b, const online_softmax_args *a) {
     online_softmax_merge_cuda(a, c->stream);
 }
 
+void cuda_sync(burst_backend *b) { CUDA_CHECK(cudaStreamSynchronize(ctx_of(b)->stream)); }
+
+// comm's copy between ranks' device buffers (same or different GPUs, found by unified
+// addressing), on the calling thread's own stream so that ranks' transfers run side by side.
+void cuda_transfer(void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamPerThread));
+    CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+}
+
 const backend_ops cuda_ops = {
     .name = "cuda",
     .free = cuda_free,
@@ -458,6 +467,8 @@ const backend_ops cuda_ops = {
     .add = cuda_add,
     .attention = cuda_attention,
     .merge = cuda_merge,
+    .sync = cuda_sync,
+    .transfer = cuda_transfer,
 };
 
 backend_ops cuda_fp32_ops() {
@@ -473,11 +484,12 @@ extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **o
     *out = NULL;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || device < 0 || device >= count) {
+    if (e != cudaSuccess || device < 0 || count == 0) {
         cudaGetLastError();
         return BURST_FAIL(err, BURST_ERR_DEVICE, "cuda:%d: no CUDA device (%d found%s%s)", device, count,
                           e != cudaSuccess ? ": " : "", e != cudaSuccess ? cudaGetErrorString(e) : "");
     }
+    device %= count; // more ranks than GPUs: virtual ranks share them (tests of G > 1 on one GPU)
     CUDA_CHECK(cudaSetDevice(device));
     cuda_ctx *c = (cuda_ctx *)burst_calloc(1, sizeof *c);
     c->device = device;

@@ -24,8 +24,9 @@
 extern "C" {
 #endif
 
-// A backend on CUDA device `device`; fp32 != 0 selects fp32 mode. Fails with BURST_ERR_DEVICE
-// ("no CUDA device ...") when the device is absent.
+// A backend on CUDA device `device` modulo the number of GPUs (several ranks may share one GPU as
+// virtual ranks); fp32 != 0 selects fp32 mode. Fails with BURST_ERR_DEVICE ("no CUDA device ...")
+// when there is none.
 burst_status backend_cuda_new(int device, int fp32, burst_backend **out, burst_error *err);
 
 #ifdef __cplusplus

@@ -26,6 +26,8 @@ typedef struct {
     void (*add)(burst_backend *b, float *x, const float *y, int64_t n);
     void (*attention)(burst_backend *b, const flash_args *a);
     void (*merge)(burst_backend *b, const online_softmax_args *a);
+    void (*sync)(burst_backend *b);                            // optional: ops are synchronous
+    void (*transfer)(void *dst, const void *src, size_t bytes); // optional: memcpy
 } backend_ops;
 
 struct burst_backend {

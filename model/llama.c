@@ -73,6 +73,7 @@ struct llama_model {
 static void ops_attend(void *ctx, const flash_args *a) { backend_attention(ctx, a); }
 static void ops_merge(void *ctx, const online_softmax_args *a) { backend_merge(ctx, a); }
 static void ops_copy(void *ctx, float *dst, const float *src, int64_t n) { backend_copy(ctx, dst, src, n); }
+static void ops_sync(void *ctx) { backend_sync(ctx); }
 
 // Looks up "name" (printf-style) with the given shape and hands it to the rank's backend.
 static burst_status get_weight(llama_model *m, llama_rank *R, burst_weight *out, int64_t rows,
@@ -164,10 +165,9 @@ static burst_status load_rank(llama_model *m, int r, burst_error *err) {
     llama_rank *R = &m->ranks[r];
     int threads = m->opt.n_threads > 0 ? m->opt.n_threads : omp_get_num_procs();
     R->rank = r;
-    R->c = comm_threads_rank(m->comm, r);
     burst_status st = backend_new(m->opt.backend, r, threads / m->G > 0 ? threads / m->G : 1, &R->be, err);
     if (st) return st;
-    R->ops = (attn_ops){.attend = ops_attend, .merge = ops_merge, .copy = ops_copy, .ctx = R->be};
+    R->ops = (attn_ops){.attend = ops_attend, .merge = ops_merge, .copy = ops_copy, .sync = ops_sync, .ctx = R->be};
     if ((st = load_tensors(m, R, err)) ||
         (st = kv_cache_init(&R->kv, R->be, m->opt.n_slots, m->cfg.n_layers, (int)m->shard_cap,
                             m->cfg.n_kv_heads * m->cfg.head_dim, err)))
@@ -198,10 +198,11 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
     // an eighth more than an even share (and 8 rows) leaves room for that imbalance.
     m->shard_cap = m->G == 1 ? m->opt.ctx : (m->opt.ctx + m->G - 1) / m->G + m->opt.ctx / (8 * m->G) + 8;
     m->shard_len = burst_calloc((size_t)m->opt.n_slots * m->G, sizeof(int64_t));
-    m->comm = comm_threads_group_new(m->G);
     m->ranks = burst_calloc((size_t)m->G, sizeof(llama_rank));
     for (int r = 0; r < m->G; r++)
         if ((st = load_rank(m, r, err))) goto fail;
+    m->comm = comm_threads_group_new(m->G, backend_transfer(m->ranks[0].be));
+    for (int r = 0; r < m->G; r++) m->ranks[r].c = comm_threads_rank(m->comm, r);
     int threads = m->opt.n_threads > 0 ? m->opt.n_threads : omp_get_num_procs();
     m->pool = rank_pool_new(m->G, threads / m->G > 0 ? threads / m->G : 1);
     shard_plan_init(&m->plan, m->G, m->opt.n_slots, m->opt.max_batch);

@@ -1,7 +1,8 @@
 """The whole model on the CUDA backend against the CPU backend: logits of random-weight models
 (chunked prefill, then decode steps through the KV cache) from forward_dump, in fp32 mode
-("cuda-fp32") and bf16 mode ("cuda"); and `burst generate` greedy text on stories260K, identical
-between cpu and cuda-fp32. Skips (77) when the build has no CUDA or no device is present."""
+("cuda-fp32") and bf16 mode ("cuda"); ring prefill and sharded decode over G = 2, 4, 8 virtual
+ranks on one GPU against G = 1; and `burst generate` greedy text on stories260K, identical between
+cpu and cuda-fp32, with 1 and 3 ranks. Skips (77) when the build has no CUDA or no device."""
 import os, subprocess, sys, tempfile
 import numpy as np
 
@@ -15,6 +16,10 @@ STORIES = os.path.join(os.environ["BURST_MODELS_DIR"], "stories260K")
 # different summation orders (cuBLAS, block reductions): ~1e-6 over a few layers. bf16: every
 # weight and GEMM/attention operand rounded to bf16 (2^-9): ~1e-2 after a few layers.
 MAX_REL = {"cuda-fp32": 1e-5, "cuda": 3e-2}
+# G ranks against one rank on the same backend: the same roundings of every operand, merged in
+# another order (fp32): ~1e-7 relative in fp32 mode; bf16 mode adds the flash kernel's tiling of
+# other key blocks, still float32 accumulation: well under 1e-2.
+MAX_REL_RANKS = {"cuda-fp32": 1e-5, "cuda": 1e-2}
 CASES = [  # model shape, prompt length, prefill chunk, decode steps
     dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="f32"), n=37, batch=8, dec=5),
     dict(model=dict(dim=256, hidden=172, layers=3, heads=4, kv_heads=4, vocab=257, dtype="bf16", tie=True,
@@ -24,9 +29,9 @@ CASES = [  # model shape, prompt length, prefill chunk, decode steps
 ]
 
 
-def dump(backend, d, toks, n, batch):
-    out = os.path.join(d, f"logits.{backend}.bin")
-    args = [TOOL, "--backend", backend, d, out, str(batch), "1"] + [str(t) for t in toks[:n]]  # one rank
+def dump(backend, d, toks, n, batch, ranks=1):
+    out = os.path.join(d, f"logits.{backend}.{ranks}.bin")
+    args = [TOOL, "--backend", backend, d, out, str(batch), str(ranks)] + [str(t) for t in toks[:n]]
     if len(toks) > n:
         args += ["--"] + [str(t) for t in toks[n:]]
     r = subprocess.run(args, capture_output=True, text=True, timeout=300)
@@ -56,18 +61,29 @@ for i, case in enumerate(CASES):
             failures += not ok
             print(f"{'ok  ' if ok else 'FAIL'} case {i} {backend} {case['model']}: {got.shape[0]} logit rows, "
                   f"rel err {rel:.2e} (max {MAX_REL[backend]:g}), max abs err {np.abs(got - want).max():.2e}")
+            if i > 1:
+                continue
+            for G in (2, 4, 8):  # virtual ranks on this GPU: ring prefill, sharded decode
+                r, g = dump(backend, d, toks, case["n"], case["batch"], G)
+                rel = np.linalg.norm(g - got.ravel()) / np.linalg.norm(got) if g is not None else float("inf")
+                ok = g is not None and g.size == got.size and rel < MAX_REL_RANKS[backend]
+                failures += not ok
+                print(f"{'ok  ' if ok else 'FAIL'} case {i} {backend} G={G} against G=1: rel err {rel:.2e} "
+                      f"(max {MAX_REL_RANKS[backend]:g}){'' if g is not None else ': ' + r.stderr[-300:]}")
 
 if os.path.isdir(STORIES):  # head_dim 8: the plain attention kernel
     texts = {}
-    for backend in ("cpu", "cuda-fp32"):
-        r = subprocess.run([os.path.join(BIN, "burst"), "generate", "--model", STORIES, "--prompt", "Once upon a time",
-                            "--max-tokens", "200", "--temperature", "0", "--batch", "5", "--backend", backend],
-                           capture_output=True, text=True, timeout=300)
-        texts[backend] = r.stdout if r.returncode == 0 else None
+    prompt = "Once upon a time, there was a little boy named Tim. He had a big red ball."
+    for backend, ranks in (("cpu", 1), ("cuda-fp32", 1), ("cuda-fp32", 3)):
+        r = subprocess.run([os.path.join(BIN, "burst"), "generate", "--model", STORIES, "--prompt", prompt,
+                            "--max-tokens", "200", "--temperature", "0", "--batch", "9", "--backend", backend,
+                            "--ranks", str(ranks)], capture_output=True, text=True, timeout=300)
+        texts[backend, ranks] = r.stdout if r.returncode == 0 else None
         if r.returncode:
-            print(f"FAIL generate {backend}: {r.stderr[-400:]}")
-    ok = texts["cpu"] is not None and texts["cpu"] == texts["cuda-fp32"] and len(texts["cpu"]) > 100
-    failures += not ok
-    print(f"{'ok  ' if ok else 'FAIL'} stories260K greedy, 200 tokens: cpu and cuda-fp32 "
-          f"{'identical' if ok else 'differ'}: {texts['cuda-fp32']!r:.120}")
+            print(f"FAIL generate {backend} G={ranks}: {r.stderr[-400:]}")
+    for key in (("cuda-fp32", 1), ("cuda-fp32", 3)):
+        ok = texts["cpu", 1] is not None and texts["cpu", 1] == texts[key] and len(texts["cpu", 1]) > 100
+        failures += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} stories260K greedy, 200 tokens: cpu and {key[0]} G={key[1]} "
+              f"{'identical' if ok else 'differ'}: {texts[key]!r:.120}")
 sys.exit(1 if failures else 0)

@@ -103,7 +103,7 @@ static void reference(const ring_case *c, double *o, double *lse) {
 }
 
 static int run_ring(ring_case *c, const double *ref_o, const double *ref_lse) {
-    c->grp = comm_threads_group_new(c->G);
+    c->grp = comm_threads_group_new(c->G, NULL);
     pthread_t th[8];
     rank_job jobs[8];
     for (int r = 0; r < c->G; r++) {
@@ -163,7 +163,7 @@ static int run_sharded_merge(ring_case *c, const double *ref_o, const double *re
         for (int u = r; u > 1 && starts[u] < starts[u - 1]; u--) {
             int64_t t = starts[u]; starts[u] = starts[u - 1]; starts[u - 1] = t;
         }
-    c->grp = comm_threads_group_new(c->G);
+    c->grp = comm_threads_group_new(c->G, NULL);
     pthread_t th[8];
     merge_job jobs[8];
     for (int r = 0; r < c->G; r++) {
