@@ -29,10 +29,12 @@ static const char usage[] =
     "                    longer than S seconds (default 0: off; --max-queue still applies)\n"
     "  --ranks G         ranks (threads) sharing each sequence: BurstAttention prefill, sharded\n"
     "                    KV cache (default 1)\n"
-    "  --threads N       CPU threads in all, shared out among the ranks (default: all cores)\n";
+    "  --threads N       CPU threads in all, shared out among the ranks (default: all cores)\n"
+    "  --backend NAME    cpu (default), cuda, or cuda-fp32 (float32 on the GPU); rank r runs on\n"
+    "                    GPU r modulo the number of GPUs\n";
 
 typedef struct {
-    const char *model, *host, *api_key;
+    const char *model, *host, *api_key, *backend;
     int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk;
     float max_wait;
 } burstd_args;
@@ -56,6 +58,7 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         if (!strcmp(f, "--model")) a->model = v;
         else if (!strcmp(f, "--host")) a->host = v;
         else if (!strcmp(f, "--api-key")) a->api_key = v;
+        else if (!strcmp(f, "--backend")) a->backend = v;
         else if (!strcmp(f, "--port")) ok = cli_parse_long("burstd", f, v, 0, 65535, &n), dst = &a->port;
         else if (!strcmp(f, "--slots")) ok = cli_parse_long("burstd", f, v, 1, 4096, &n), dst = &a->slots;
         else if (!strcmp(f, "--ctx")) ok = cli_parse_long("burstd", f, v, 1, 1 << 30, &n), dst = &a->ctx;
@@ -97,7 +100,7 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
     engine *eng = NULL;
     http_server *http = NULL;
     llama_options lo = {.ctx = a->ctx, .n_slots = a->slots, .max_batch = a->batch, .n_threads = a->threads,
-                        .n_ranks = a->ranks};
+                        .n_ranks = a->ranks, .backend = a->backend};
     if (tokenizer_load(tok_path, &tok, &err) || llama_load(a->model, &lo, &m, &err)) goto fail;
     const llama_config *c = llama_config_of(m);
     if (tokenizer_vocab_size(tok) != c->vocab_size) {
@@ -105,9 +108,10 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
                    tok_path, tokenizer_vocab_size(tok), c->vocab_size);
         goto fail;
     }
-    LOG_I("%s: %d layers, dim %d, %d heads (%d kv), vocab %d; %d slots x %d tokens, %d rank(s), %.1f MB reserved",
+    LOG_I("%s: %d layers, dim %d, %d heads (%d kv), vocab %d; %d slots x %d tokens, %d rank(s) on %s, %.1f MB reserved",
           a->model, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->vocab_size, llama_options_of(m)->n_slots,
-          llama_options_of(m)->ctx, llama_options_of(m)->n_ranks, llama_reserved_bytes(m) / 1e6);
+          llama_options_of(m)->ctx, llama_options_of(m)->n_ranks, llama_options_of(m)->backend,
+          llama_reserved_bytes(m) / 1e6);
     met = metrics_new(model_name(a->model));
     http_options ho = {.host = a->host, .port = a->port, .api_key = a->api_key, .model_name = model_name(a->model)};
     if (engine_start(m, tok, met, &(engine_options){.max_queue = a->max_queue, .prefill_chunk = a->prefill_chunk,
