@@ -17,6 +17,7 @@ typedef struct {
     double t_last;
     double *gaps;         // (n_tokens - 1) inter-token gaps
     int n_tokens, cap, status, done, failed;
+    int n_progress;       // prompt_progress events (a long prefill reporting before its first token)
     char error[256];
     char *pending;        // SSE text not yet split into events
     size_t n_pending;
@@ -29,7 +30,7 @@ typedef struct {
     atomic_int next;
 } load_state;
 
-// One SSE data line: a token chunk, the final chunk, [DONE] or an error.
+// One SSE data line: a token chunk, the final chunk, a prompt progress chunk, [DONE] or an error.
 static void on_event(load_record *r, const char *data) {
     if (!strcmp(data, "[DONE]")) {
         r->done = 1;
@@ -38,7 +39,9 @@ static void on_event(load_record *r, const char *data) {
     cJSON *o = cJSON_Parse(data);
     const cJSON *choice = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0);
     const cJSON *finish = cJSON_GetObjectItemCaseSensitive(choice, "finish_reason");
-    if (!choice) {
+    if (cJSON_GetObjectItemCaseSensitive(o, "prompt_progress")) {
+        r->n_progress++;
+    } else if (!choice) {
         const cJSON *msg = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "error"), "message");
         snprintf(r->error, sizeof r->error, "%s", cJSON_IsString(msg) ? msg->valuestring : data);
         r->failed = 1;
@@ -150,6 +153,9 @@ static int report(const load_args *a, load_record *rec, double wall) {
     print_row("time to first token s", ttft, n_ttft);
     print_row("inter-token latency s", itl, n_itl);
     printf("throughput: %.1f output tokens/s, %.2f requests/s\n", (double)tokens / wall, (a->requests - failed) / wall);
+    int progress = 0, with_progress = 0;
+    for (int i = 0; i < a->requests; i++) progress += rec[i].n_progress, with_progress += rec[i].n_progress > 0;
+    if (progress) printf("prompt progress: %d events before first tokens, on %d requests\n", progress, with_progress);
     free(ttft);
     free(itl);
     return failed ? 1 : 0;
