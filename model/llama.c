@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "attention/ring.h"
 #include "comm/comm.h"
 #include "rank_pool.h"
 #include "shard_plan.h"
@@ -46,6 +45,7 @@ typedef struct {
     int *tok;     // (max_batch) host: token of each row this rank runs
     int64_t *pos; // (max_batch) host: its position
     int *row0;    // (n_slots) host: first row of each segment
+    ring_stats ring;  // this rank's ring steps since load
     burst_status st;
     burst_error err;
 } llama_rank;
@@ -398,7 +398,18 @@ static burst_status rank_forward(llama_model *m, llama_rank *R) {
 static void run_rank(void *arg, int rank) {
     llama_model *m = arg;
     llama_rank *R = &m->ranks[rank];
+    *ring_stats_self() = R->ring; // the counters live in the thread that runs the rank
     R->st = rank_forward(m, R);
+    R->ring = *ring_stats_self();
+}
+
+ring_stats llama_ring_stats(const llama_model *m) {
+    ring_stats sum = {0};
+    for (int r = 0; r < m->G; r++) {
+        sum.compute_s += m->ranks[r].ring.compute_s, sum.wait_s += m->ranks[r].ring.wait_s;
+        sum.steps += m->ranks[r].ring.steps, sum.transfers += m->ranks[r].ring.transfers;
+    }
+    return sum;
 }
 
 burst_status llama_forward(llama_model *m, const llama_segment *segs, int n_segs,

@@ -15,6 +15,7 @@
 // The model owns the weights mapping, the backend, the KV cache and the scratch buffers, all
 // sized at load. One thread (the engine) uses a model at a time.
 #pragma once
+#include "attention/ring.h"
 #include "backend.h"
 #include "kv_cache.h"
 
@@ -52,6 +53,10 @@ burst_status llama_forward(llama_model *m, const llama_segment *segs, int n_segs
 // Prefills n tokens into a slot in chunks of max_batch; logits (vocab) of the last token.
 burst_status llama_prefill(llama_model *m, int slot, const int *tokens, int n, float *logits,
                            burst_error *err);
+
+// Ring steps run since load, summed over the ranks: seconds of local attention compute and of
+// waiting for the K/V transfer that ran beside it (attention/ring.h); for benchmarks.
+ring_stats llama_ring_stats(const llama_model *m);
 
 int64_t llama_slot_len(const llama_model *m, int slot);
 void llama_slot_reset(llama_model *m, int slot); // forget the slot's tokens

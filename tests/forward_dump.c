@@ -40,6 +40,10 @@ int main(int argc, char **argv) {
         if (!rc) fwrite(logits, sizeof(float), (size_t)vocab, out);
     }
     if (rc) fprintf(stderr, "E %s\n", out ? err.msg : "cannot open output");
+    ring_stats rs = llama_ring_stats(m);
+    if (!rc && rs.steps)
+        fprintf(stderr, "ring: %lld steps, compute %.6f s, waiting for transfers %.6f s over %lld steps with one\n",
+                (long long)rs.steps, rs.compute_s, rs.wait_s, (long long)rs.transfers);
     if (out && fclose(out)) rc = 1;
     llama_free(m);
     free(logits);
