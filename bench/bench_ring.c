@@ -34,7 +34,7 @@ static void *rank_main(void *p) {
     unsigned seed = 1234u + (unsigned)j->rank;
     for (int64_t i = 0; i < n * dim; i++) q[i] = (float)rand_r(&seed) / RAND_MAX - 0.5f;
     for (int64_t i = 0; i < n * kv_dim; i++) k[i] = (float)rand_r(&seed) / RAND_MAX - 0.5f, v[i] = k[i];
-    ring_args a = {.c = comm_threads_rank(j->grp, j->rank), .q = q, .k = k, .v = v, .o = o, .lse = lse,
+    ring_args a = {.c = comm_group_rank(j->grp, j->rank), .q = q, .k = k, .v = v, .o = o, .lse = lse,
                    .q_stride = dim, .o_stride = dim, .q_part = parts[j->rank], .k_parts = parts,
                    .n_heads = j->H, .n_kv_heads = j->K, .head_dim = j->D, .causal = 1,
                    .scale = 0.125f, .max_block_rows = max_rows, .work = work};
@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
             comp += jobs[r].stats.compute_s, wait += jobs[r].stats.wait_s, steps += jobs[r].stats.steps;
             transfers += jobs[r].stats.transfers;
         }
-        comm_threads_group_free(grp);
+        comm_group_free(grp);
         printf("%8d %10.3f %11.2f ms %15.3f ms %7.2f%%\n", jobs[0].N, total, 1e3 * comp / steps,
                transfers ? 1e3 * wait / transfers : 0.0, 100 * wait / (comp + wait));
     }

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "comm/comm.h"
 #include "rank_pool.h"
@@ -201,8 +202,20 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
     m->ranks = burst_calloc((size_t)m->G, sizeof(llama_rank));
     for (int r = 0; r < m->G; r++)
         if ((st = load_rank(m, r, err))) goto fail;
-    m->comm = comm_threads_group_new(m->G, backend_transfer(m->ranks[0].be));
-    for (int r = 0; r < m->G; r++) m->ranks[r].c = comm_threads_rank(m->comm, r);
+    if (!m->opt.comm) m->opt.comm = "threads";
+    if (!strcmp(m->opt.comm, "nccl")) {
+        if (strncmp(m->opt.backend, "cuda", 4)) {
+            st = BURST_FAIL(err, BURST_ERR_INVALID, "comm nccl needs a cuda backend (not %s)", m->opt.backend);
+            goto fail;
+        }
+        if ((st = comm_nccl_group_new(m->G, &m->comm, err))) goto fail;
+    } else if (!strcmp(m->opt.comm, "threads")) {
+        m->comm = comm_threads_group_new(m->G, backend_transfer(m->ranks[0].be));
+    } else {
+        st = BURST_FAIL(err, BURST_ERR_INVALID, "comm '%s' unknown (want threads or nccl)", m->opt.comm);
+        goto fail;
+    }
+    for (int r = 0; r < m->G; r++) m->ranks[r].c = comm_group_rank(m->comm, r);
     int threads = m->opt.n_threads > 0 ? m->opt.n_threads : omp_get_num_procs();
     m->pool = rank_pool_new(m->G, threads / m->G > 0 ? threads / m->G : 1);
     shard_plan_init(&m->plan, m->G, m->opt.n_slots, m->opt.max_batch);
@@ -217,7 +230,7 @@ void llama_free(llama_model *m) {
     if (!m) return;
     rank_pool_free(m->pool);
     for (int r = 0; m->ranks && r < m->G; r++) free_rank(&m->ranks[r]);
-    comm_threads_group_free(m->comm);
+    comm_group_free(m->comm);
     shard_plan_free(&m->plan);
     free(m->ranks);
     free(m->shard_len);

@@ -25,7 +25,8 @@ typedef struct {
     int max_batch; // tokens per llama_forward call; longer prompts are prefilled in chunks
     int n_threads; // CPU threads in all (0: all cores), shared out among the ranks
     int n_ranks;   // G: ranks sharing each sequence (0: 1)
-    const char *backend; // "cpu" (NULL: cpu) or "cuda"
+    const char *backend; // "cpu" (NULL: cpu), "cuda" or "cuda-fp32"
+    const char *comm;    // how ranks talk: "threads" (NULL: threads) or "nccl" (one GPU per rank)
 } llama_options;
 
 typedef struct {

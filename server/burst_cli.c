@@ -30,10 +30,11 @@ static const char usage[] =
     "  --ranks G           ranks (threads) sharing the sequence: BurstAttention prefill, sharded\n"
     "                      KV cache (default 1)\n"
     "  --threads N         CPU threads in all, shared out among the ranks (default: all cores)\n"
-    "  --backend NAME      cpu (default), cuda, or cuda-fp32 (float32 on the GPU, for exactness)\n";
+    "  --backend NAME      cpu (default), cuda, or cuda-fp32 (float32 on the GPU, for exactness)\n"
+    "  --comm NAME         threads (default), or nccl (one GPU per rank)\n";
 
 typedef struct {
-    const char *model, *prompt, *backend;
+    const char *model, *prompt, *backend, *comm;
     int max_tokens, top_k, ctx, batch, threads, ranks;
     float temperature, top_p;
     uint64_t seed;
@@ -63,6 +64,7 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
         else if (!strcmp(f, "--batch")) ok = cli_parse_long("burst", f, v, 1, 1 << 20, &n), a->batch = (int)n;
         else if (!strcmp(f, "--threads")) ok = cli_parse_long("burst", f, v, 1, 4096, &n), a->threads = (int)n;
         else if (!strcmp(f, "--backend")) a->backend = v;
+        else if (!strcmp(f, "--comm")) a->comm = v;
         else if (!strcmp(f, "--ranks")) ok = cli_parse_long("burst", f, v, 1, 64, &n), a->ranks = (int)n;
         else if (!strcmp(f, "--seed")) ok = cli_parse_long("burst", f, v, 0, 0x7fffffffffffffffL, &n), a->seed = (uint64_t)n;
         else if (!strcmp(f, "--temperature")) ok = cli_parse_float("burst", f, v, 0, 100, &a->temperature);
@@ -100,7 +102,7 @@ static int generate(const generate_args *a) {
 
     llama_options opt = {.ctx = a->ctx ? a->ctx : n_prompt + a->max_tokens, .n_slots = 1,
                          .max_batch = a->batch, .n_threads = a->threads, .n_ranks = a->ranks,
-                         .backend = a->backend};
+                         .backend = a->backend, .comm = a->comm};
     double t0 = burst_now();
     if (llama_load(a->model, &opt, &m, &err)) goto fail;
     const llama_config *c = llama_config_of(m);

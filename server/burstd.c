@@ -31,10 +31,11 @@ static const char usage[] =
     "                    KV cache (default 1)\n"
     "  --threads N       CPU threads in all, shared out among the ranks (default: all cores)\n"
     "  --backend NAME    cpu (default), cuda, or cuda-fp32 (float32 on the GPU); rank r runs on\n"
-    "                    GPU r modulo the number of GPUs\n";
+    "                    GPU r modulo the number of GPUs\n"
+    "  --comm NAME       threads (default), or nccl (one GPU per rank)\n";
 
 typedef struct {
-    const char *model, *host, *api_key, *backend;
+    const char *model, *host, *api_key, *backend, *comm;
     int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk;
     float max_wait;
 } burstd_args;
@@ -59,6 +60,7 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         else if (!strcmp(f, "--host")) a->host = v;
         else if (!strcmp(f, "--api-key")) a->api_key = v;
         else if (!strcmp(f, "--backend")) a->backend = v;
+        else if (!strcmp(f, "--comm")) a->comm = v;
         else if (!strcmp(f, "--port")) ok = cli_parse_long("burstd", f, v, 0, 65535, &n), dst = &a->port;
         else if (!strcmp(f, "--slots")) ok = cli_parse_long("burstd", f, v, 1, 4096, &n), dst = &a->slots;
         else if (!strcmp(f, "--ctx")) ok = cli_parse_long("burstd", f, v, 1, 1 << 30, &n), dst = &a->ctx;
@@ -100,7 +102,7 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
     engine *eng = NULL;
     http_server *http = NULL;
     llama_options lo = {.ctx = a->ctx, .n_slots = a->slots, .max_batch = a->batch, .n_threads = a->threads,
-                        .n_ranks = a->ranks, .backend = a->backend};
+                        .n_ranks = a->ranks, .backend = a->backend, .comm = a->comm};
     if (tokenizer_load(tok_path, &tok, &err) || llama_load(a->model, &lo, &m, &err)) goto fail;
     const llama_config *c = llama_config_of(m);
     if (tokenizer_vocab_size(tok) != c->vocab_size) {

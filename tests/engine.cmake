@@ -1,2 +1,5 @@
 burst_test(test_ring SOURCES test_ring.c LIBS burst_attention burst_comm)
 burst_py_test(test_ranks test_ranks.py LABELS model)
+if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+  burst_test(test_comm_nccl SOURCES test_comm_nccl.c LIBS burst_comm CUDA::cudart LABELS gpu)
+endif()

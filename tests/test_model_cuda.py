@@ -74,16 +74,17 @@ for i, case in enumerate(CASES):
 if os.path.isdir(STORIES):  # head_dim 8: the plain attention kernel
     texts = {}
     prompt = "Once upon a time, there was a little boy named Tim. He had a big red ball."
-    for backend, ranks in (("cpu", 1), ("cuda-fp32", 1), ("cuda-fp32", 3)):
+    runs = (("cpu", 1, "threads"), ("cuda-fp32", 1, "threads"), ("cuda-fp32", 3, "threads"), ("cuda-fp32", 1, "nccl"))
+    for backend, ranks, comm in runs:
         r = subprocess.run([os.path.join(BIN, "burst"), "generate", "--model", STORIES, "--prompt", prompt,
                             "--max-tokens", "200", "--temperature", "0", "--batch", "9", "--backend", backend,
-                            "--ranks", str(ranks)], capture_output=True, text=True, timeout=300)
-        texts[backend, ranks] = r.stdout if r.returncode == 0 else None
+                            "--ranks", str(ranks), "--comm", comm], capture_output=True, text=True, timeout=300)
+        texts[backend, ranks, comm] = r.stdout if r.returncode == 0 else None
         if r.returncode:
-            print(f"FAIL generate {backend} G={ranks}: {r.stderr[-400:]}")
-    for key in (("cuda-fp32", 1), ("cuda-fp32", 3)):
-        ok = texts["cpu", 1] is not None and texts["cpu", 1] == texts[key] and len(texts["cpu", 1]) > 100
+            print(f"FAIL generate {backend} G={ranks} comm {comm}: {r.stderr[-400:]}")
+    for key in runs[1:]:
+        ok = texts[runs[0]] is not None and texts[runs[0]] == texts[key] and len(texts[runs[0]]) > 100
         failures += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} stories260K greedy, 200 tokens: cpu and {key[0]} G={key[1]} "
+        print(f"{'ok  ' if ok else 'FAIL'} stories260K greedy, 200 tokens: cpu and {key[0]} G={key[1]} comm {key[2]} "
               f"{'identical' if ok else 'differ'}: {texts[key]!r:.120}")
 sys.exit(1 if failures else 0)

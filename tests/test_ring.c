@@ -53,7 +53,7 @@ static void *rank_main(void *arg) {
     gather_rows(q, c->q, &p, dim, 0);
     gather_rows(k, c->k, &p, kv_dim, 0);
     gather_rows(v, c->v, &p, kv_dim, 0);
-    ring_args a = {.c = comm_threads_rank(c->grp, job->rank), .q = q, .k = k, .v = v, .o = o, .lse = lse,
+    ring_args a = {.c = comm_group_rank(c->grp, job->rank), .q = q, .k = k, .v = v, .o = o, .lse = lse,
                    .q_stride = dim, .o_stride = dim, .q_part = p, .k_parts = parts,
                    .n_heads = c->n_heads, .n_kv_heads = c->n_kv, .head_dim = c->d, .causal = c->causal,
                    .scale = 1.0f / sqrtf((float)c->d), .max_block_rows = max_rows, .work = work};
@@ -112,7 +112,7 @@ static int run_ring(ring_case *c, const double *ref_o, const double *ref_lse) {
     }
     int ok = 1;
     for (int r = 0; r < c->G; r++) pthread_join(th[r], NULL), ok &= !jobs[r].rc;
-    comm_threads_group_free(c->grp);
+    comm_group_free(c->grp);
     char what[128];
     int64_t dim = (int64_t)c->n_heads * c->d;
     snprintf(what, sizeof what, "G=%d N=%d %s heads=%d kv=%d d=%d O", c->G, c->N,
@@ -148,7 +148,7 @@ static void *merge_rank_main(void *arg) {
     flash_cpu(&a);
     float *work = malloc(sizeof(float) * (size_t)sharded_merge_work_floats(c->G, j->nq, c->n_heads, c->d));
     burst_error err;
-    j->rc = sharded_merge(comm_threads_rank(c->grp, j->rank), NULL, j->o, j->lse, j->nq, c->n_heads, c->d,
+    j->rc = sharded_merge(comm_group_rank(c->grp, j->rank), NULL, j->o, j->lse, j->nq, c->n_heads, c->d,
                           work, &err) != BURST_OK;
     free(work);
     return NULL;
@@ -174,7 +174,7 @@ static int run_sharded_merge(ring_case *c, const double *ref_o, const double *re
     }
     int ok = 1;
     for (int r = 0; r < c->G; r++) pthread_join(th[r], NULL), ok &= !jobs[r].rc;
-    comm_threads_group_free(c->grp);
+    comm_group_free(c->grp);
     double *ro = malloc(sizeof(double) * (size_t)(nq * dim)), *rl = malloc(sizeof(double) * (size_t)(nq * c->n_heads));
     for (int64_t i = 0; i < nq * dim; i++) ro[i] = ref_o[(int64_t)(c->N - nq) * dim + i];
     for (int h = 0; h < c->n_heads; h++)
