@@ -117,6 +117,9 @@ static burst_status load_tensors(llama_model *m, llama_rank *R, burst_error *err
             (st = get_weight(m, R, &L->w_up, hid, dim, err, "model.layers.%d.mlp.up_proj.weight", l)) ||
             (st = get_weight(m, R, &L->w_down, dim, hid, err, "model.layers.%d.mlp.down_proj.weight", l)))
             return st;
+        // Uploading a large checkpoint to a device takes a while: say how far it got.
+        if (weights_bytes(m->w) > ((size_t)256 << 20) && (l + 1) % 8 == 0 && strcmp(m->opt.backend, "cpu"))
+            LOG_I("rank %d: %d of %d layers on the %s backend", R->rank, l + 1, c->n_layers, m->opt.backend);
     }
     return BURST_OK;
 }

@@ -44,16 +44,8 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
     *a = (generate_args){.max_tokens = 256, .top_p = 1.0f, .batch = 512, .ranks = 1,
                          .seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32)};
     for (int i = 0; i < argc; i++) {
-        const char *f = argv[i];
-        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
-            fputs(usage, stdout);
-            exit(0);
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "burst: %s: unknown option or missing value\n%s", f, usage);
-            return 0;
-        }
-        const char *v = argv[++i];
+        const char *f = argv[i], *v = cli_value("burst", usage, argc, argv, &i);
+        if (!v) return 0;
         long n;
         int ok = 1;
         if (!strcmp(f, "--model")) a->model = v;
@@ -181,16 +173,8 @@ static const char load_usage[] =
 static int parse_load(int argc, char **argv, load_args *a) {
     *a = (load_args){.concurrency = 4, .requests = 16, .prompt_tokens = 128, .max_tokens = 64};
     for (int i = 0; i < argc; i++) {
-        const char *f = argv[i];
-        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
-            fputs(load_usage, stdout);
-            exit(0);
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "burst: %s: unknown option or missing value\n%s", f, load_usage);
-            return 0;
-        }
-        const char *v = argv[++i];
+        const char *f = argv[i], *v = cli_value("burst", load_usage, argc, argv, &i);
+        if (!v) return 0;
         long n = 0;
         int ok = 1, *dst = NULL;
         if (!strcmp(f, "--url")) a->url = v;

@@ -44,16 +44,8 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
     *a = (burstd_args){.host = "127.0.0.1", .port = 8080, .slots = 4, .max_queue = 64, .batch = 512, .ranks = 1,
                          .prefill_chunk = 256};
     for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
-            fputs(usage, stdout);
-            exit(0);
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "burstd: %s: unknown option or missing value\n%s", f, usage);
-            return 0;
-        }
-        const char *v = argv[++i];
+        const char *f = argv[i], *v = cli_value("burstd", usage, argc, argv, &i);
+        if (!v) return 0;
         long n = 0;
         int ok = 1, *dst = NULL;
         if (!strcmp(f, "--model")) a->model = v;

@@ -3,6 +3,20 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+const char *cli_value(const char *prog, const char *usage, int argc, char **argv, int *i) {
+    const char *f = argv[*i];
+    if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
+        fputs(usage, stdout);
+        exit(0);
+    }
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "%s: %s: unknown option or missing value\n%s", prog, f, usage);
+        return NULL;
+    }
+    return argv[++*i];
+}
 
 int cli_parse_long(const char *prog, const char *flag, const char *s, long lo, long hi, long *out) {
     char *end;

@@ -3,6 +3,9 @@
 // Stateless; safe from any thread.
 #pragma once
 
+// The value of the flag argv[*i] (advancing *i past it). -h/--help prints usage and exits 0;
+// a flag without a value prints why (and the usage) and returns NULL.
+const char *cli_value(const char *prog, const char *usage, int argc, char **argv, int *i);
 // Returns 1 and sets *out when s is an integer in [lo, hi]; else prints why and returns 0.
 int cli_parse_long(const char *prog, const char *flag, const char *s, long lo, long hi, long *out);
 // Returns 1 and sets *out when s is a number in [lo, hi]; else prints why and returns 0.
