@@ -1,8 +1,9 @@
-// Benchmark of the GPU flash-attention forward (attention/flash_cuda.h): B=1, 32 heads, d=128,
-// bf16 Q/K/V with random values, fp32 O. Validates first (two heads against the CPU twin on the
-// same bf16 inputs), then times with cudaEvents: warm-up, an L2 flush before every repeat, the
-// median of the repeats. Prints ms and TFLOP/s (4*N*N*d*heads FLOPs, halved for causal): a tile
-// sweep at one length, then the default tiles over lengths.
+// Benchmark of the GPU flash-attention forward, our kernel (attention/flash_cuda.h) beside cuDNN's
+// fused attention (attention/flash_cudnn.h, when built): B=1, 32 heads, d=128, bf16 Q/K/V with
+// random values, fp32 O. Validates first (two heads against the CPU twin on the same bf16
+// inputs), then times with cudaEvents: warm-up, an L2 flush before every repeat, the median of
+// the repeats. Prints ms and TFLOP/s (4*N*N*d*heads FLOPs, halved for causal): a tile sweep of
+// ours at one length, then ours and cuDNN over lengths, with cuDNN's first call (plan build).
 //
 //   bench_flash_attn [max_n]   (default 131072; 128K runs causal only)
 #include <cuda_bf16.h>
@@ -16,6 +17,7 @@
 
 #include "attention/flash.h"
 #include "attention/flash_cuda.h"
+#include "attention/flash_cudnn.h"
 #include "common/cuda_check.h"
 
 namespace {
@@ -64,10 +66,14 @@ flash_cuda_args args_of(const problem &p, int causal) {
     return a;
 }
 
-void run(const flash_cuda_args &a, flash_cuda_tiles tiles) {
+// What runs: one of our tile shapes, or CUDNN.
+constexpr int CUDNN = FLASH_CUDA_TILES_COUNT;
+
+void run(const flash_cuda_args &a, int impl) {
     burst_error err;
-    if (flash_cuda_with_tiles(&a, tiles, 0, &err) != BURST_OK) {
-        fprintf(stderr, "flash_cuda: %s\n", err.msg);
+    burst_status s = impl == CUDNN ? flash_cudnn(&a, 0, &err) : flash_cuda_with_tiles(&a, (flash_cuda_tiles)impl, 0, &err);
+    if (s != BURST_OK) {
+        fprintf(stderr, "%s: %s\n", impl == CUDNN ? "flash_cudnn" : "flash_cuda", err.msg);
         exit(1);
     }
 }
@@ -80,9 +86,9 @@ float bf16_to_float(uint16_t b) {
 }
 
 // Heads 0 and HEADS-1 of the GPU result against the CPU twin on the same bf16 inputs.
-bool validate(int n, int causal) {
+bool validate(int n, int causal, int impl) {
     problem p = make_problem(n);
-    run(args_of(p, causal), FLASH_CUDA_TILES_DEFAULT);
+    run(args_of(p, causal), impl);
     const int64_t e = (int64_t)n * HEADS * D;
     std::vector<uint16_t> hb(e);
     std::vector<float> q(e), k(e), v(e), o(e), lse((size_t)HEADS * n);
@@ -116,8 +122,9 @@ bool validate(int n, int causal) {
         const double nmse = num / den;
         // bf16 P in P V: ~1e-3 relative per row, nmse ~1e-6; lse is fp32 arithmetic.
         const bool good = nmse < 1e-4 && worst < 1e-2 && worst_lse < 1e-3;
-        printf("validate N=%d %s head %d: nmse %.2e, max |dO| %.2e, max |dlse| %.2e: %s\n", n,
-               causal ? "causal" : "full", h, nmse, worst, worst_lse, good ? "ok" : "FAIL");
+        printf("validate %s N=%d %s head %d: nmse %.2e, max |dO| %.2e, max |dlse| %.2e: %s\n",
+               impl == CUDNN ? "cudnn" : "ours", n, causal ? "causal" : "full", h, nmse, worst, worst_lse,
+               good ? "ok" : "FAIL");
         ok &= good;
     }
     free_problem(p);
@@ -125,15 +132,15 @@ bool validate(int n, int causal) {
 }
 
 // Median ms of `reps` runs after `warm` runs, each run preceded by an L2 flush.
-double time_ms(const flash_cuda_args &a, flash_cuda_tiles tiles, int warm, int reps, void *flush, size_t flush_bytes) {
-    for (int i = 0; i < warm; i++) run(a, tiles);
+double time_ms(const flash_cuda_args &a, int impl, int warm, int reps, void *flush, size_t flush_bytes) {
+    for (int i = 0; i < warm; i++) run(a, impl);
     cudaEvent_t e0, e1;
     CUDA_CHECK(cudaEventCreate(&e0)); CUDA_CHECK(cudaEventCreate(&e1));
     std::vector<double> ms;
     for (int i = 0; i < reps; i++) {
         CUDA_CHECK(cudaMemsetAsync(flush, i, flush_bytes, 0));
         CUDA_CHECK(cudaEventRecord(e0, 0));
-        run(a, tiles);
+        run(a, impl);
         CUDA_CHECK(cudaEventRecord(e1, 0));
         CUDA_CHECK(cudaEventSynchronize(e1));
         float t;
@@ -162,7 +169,10 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
 
-    bool ok = validate(4096, 1) & validate(4096, 0) & validate(1000, 1);
+    const bool cudnn = flash_cudnn_compiled();
+    bool ok = validate(4096, 1, FLASH_CUDA_TILES_DEFAULT) & validate(4096, 0, FLASH_CUDA_TILES_DEFAULT) &
+              validate(1000, 1, FLASH_CUDA_TILES_DEFAULT);
+    if (cudnn) ok &= validate(4096, 1, CUDNN) & validate(4096, 0, CUDNN) & validate(1000, 1, CUDNN);
     if (!ok) { printf("validation FAILED: no timings\n"); return 1; }
 
     const size_t flush_bytes = 256u << 20;
@@ -174,21 +184,33 @@ int main(int argc, char **argv) {
     problem p = make_problem(sweep_n);
     for (int t = 1; t < FLASH_CUDA_TILES_COUNT; t++)
         for (int causal = 1; causal >= 0; causal--) {
-            double ms = time_ms(args_of(p, causal), (flash_cuda_tiles)t, 2, 10, flush, flush_bytes);
+            double ms = time_ms(args_of(p, causal), t, 2, 10, flush, flush_bytes);
             printf("| %s | %d | %.3f | %.1f |\n", flash_cuda_tiles_name[t], causal, ms, tflops(sweep_n, causal, ms));
         }
     free_problem(p);
 
-    printf("\ndefault tiles (%s), B=1 H=%d d=%d\n| N | causal | ms | TFLOP/s |\n|---|---|---|---|\n",
-           flash_cuda_tiles_name[FLASH_CUDA_TILES_DEFAULT], HEADS, D);
-    for (int n : {4096, 16384, 65536, 131072}) {
+    printf("\nours (default tiles %s) and cuDNN %s, B=1 H=%d d=%d; plan: cuDNN's first call, s\n"
+           "| N | causal | ours ms | TFLOP/s | cuDNN ms | TFLOP/s | plan s |\n|---|---|---|---|---|---|---|\n",
+           flash_cuda_tiles_name[FLASH_CUDA_TILES_DEFAULT], cudnn ? "" : "(not built)", HEADS, D);
+    for (int n : {4096, 16384, 32768, 65536, 131072}) {
         if (n > max_n) break;
         problem q = make_problem(n);
         const int reps = n <= 16384 ? 10 : 3;
         for (int causal = 1; causal >= 0; causal--) {
             if (n > 65536 && !causal) continue; // 2 PFLOP a run: too long for the lease
-            double ms = time_ms(args_of(q, causal), FLASH_CUDA_TILES_DEFAULT, 1, reps, flush, flush_bytes);
-            printf("| %d | %d | %.3f | %.1f |\n", n, causal, ms, tflops(n, causal, ms));
+            const flash_cuda_args a = args_of(q, causal);
+            double ms = time_ms(a, FLASH_CUDA_TILES_DEFAULT, 1, reps, flush, flush_bytes);
+            printf("| %d | %d | %.3f | %.1f |", n, causal, ms, tflops(n, causal, ms));
+            if (cudnn) {
+                CUDA_CHECK(cudaDeviceSynchronize());
+                const double t0 = burst_now();
+                run(a, CUDNN);
+                CUDA_CHECK(cudaDeviceSynchronize());
+                const double plan_s = burst_now() - t0;
+                double cms = time_ms(a, CUDNN, 1, reps, flush, flush_bytes);
+                printf(" %.3f | %.1f | %.2f |", cms, tflops(n, causal, cms), plan_s);
+            }
+            printf("\n");
         }
         free_problem(q);
     }

@@ -17,6 +17,12 @@
 //   16K    0.771 [372]      0.694 [413]    0.698 [411]    0.607 [473]
 //   32K    2.096 [341]      1.885 [379]    1.834 [390]    1.434 [498]
 //   64K    does not fit (fp32 KV cache 64 GB + 13.5 GB weights)  3.804 [524]
+// With cuDNN attention (attention/flash_cudnn.h; another call, HF in it: 4K 0.130, 16K 0.614,
+// 32K 1.437 s with KV cache, 0.123 / 0.586 / 1.383 s without):
+//   N      max_batch 16384  32768
+//   4K     0.127 [461]      0.128 [457]
+//   16K    0.589 [487]      0.599 [479]
+//   32K    1.468 [487]      1.403 [509]
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>

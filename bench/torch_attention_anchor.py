@@ -19,7 +19,7 @@ def median_s(fn, reps, warm=1):
 max_n = int(sys.argv[1]) if len(sys.argv) > 1 else 131072
 print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}")
 print("| N | causal | backend | ms | TFLOP/s |\n|---|---|---|---|---|")
-for n in [4096, 16384, 65536, 131072]:
+for n in [4096, 16384, 32768, 65536, 131072]:
     if n > max_n: break
     q = torch.randn(1, 32, n, 128, device="cuda", dtype=torch.bfloat16)
     k = torch.randn_like(q); v = torch.randn_like(q)

@@ -13,14 +13,14 @@
 // Matmul: cublasGemmEx, out^T = W x^T in cuBLAS's column-major terms (W^T as op(A), x^T as B).
 //
 // Measured (H100 80GB HBM3, CUDA 13.0, bench/bench_prefill.c, random LLaMA-7B shape, bf16, one
-// run with .gpu-kit/torch_prefill.py in the same call): time to first token 4K 0.135 s, 16K
-// 0.695 s, 32K 1.834 s (390 TFLOP/s), against Hugging Face transformers (SDPA, with KV cache)
-// 0.133 / 0.607 / 1.434 s. Chunks of 16K or 32K tokens beat 4K chunks at 32K (1.89 / 1.83 s
-// against 2.10 s: fewer re-reads of the K/V prefix, larger GEMMs); an earlier run on another
-// machine measured 1.76 s at 16K chunks. The gap to torch at 32K (0.4 s) is, by estimate, the
-// fp32 activations (~25 GB of element-wise traffic per layer: ~0.27 s at 3 TB/s, about twice
-// torch's bf16 traffic), the flash kernel (~315 TFLOP/s causal against SDPA's ~345) and
-// fp32 GEMM outputs. 64K does not fit: the fp32 KV cache alone is 64 GB.
+// call with .gpu-kit/torch_prefill.py): time to first token with cuDNN attention 4K 0.127 s,
+// 16K 0.589 s, 32K 1.403 s (509 TFLOP/s), against Hugging Face transformers (SDPA) 0.130 / 0.614 /
+// 1.437 s with KV cache and 0.123 / 0.586 / 1.383 s without; with our flash kernel
+// (BURST_FLASH=ours, same call) 0.137 / 0.696 / 1.831 s. Chunks of 16K or 32K tokens beat 4K
+// chunks at 32K (fewer re-reads of the K/V prefix, larger GEMMs). What remains against torch,
+// by estimate: the fp32 activations (~25 GB of element-wise traffic per layer, about twice
+// torch's bf16 traffic), fp32 GEMM outputs, and the bf16 packing of Q/K/V and widening of O
+// around attention. 64K does not fit: the fp32 KV cache alone is 64 GB.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "attention/flash_cuda.h"
+#include "attention/flash_cudnn.h"
 #include "attention/online_softmax_cuda.h"
 #include "backend_cuda.h"
 #include "backend_impl.h"
@@ -38,6 +39,9 @@ namespace {
 constexpr int THREADS = 256;
 constexpr int ATTN_MAX_D = 256;          // plain attention: head_dim up to 32 lanes x 8
 constexpr int ATTN_WARPS = 4;            // plain attention: query rows per block
+// cuDNN's fused attention (attention/flash_cudnn.h) builds a plan per shape (tens of ms): worth
+// it for prefill blocks, never for decode, whose nk changes every token.
+constexpr int CUDNN_MIN_ROWS = 1024;
 constexpr size_t CUBLAS_WORKSPACE = 32u << 20; // cuBLAS asks for 32 MiB on Hopper
 constexpr size_t UPLOAD_CHUNK = 64u << 20;     // bytes per staged weight upload
 
@@ -57,6 +61,7 @@ typedef struct {
 
 typedef struct {
     int device, fp32;
+    int cudnn_min_rows;         // flash_cudnn for blocks of at least this many query rows, else 0
     cudaStream_t stream;
     cublasHandle_t blas;
     void *blas_ws;
@@ -250,6 +255,7 @@ void cuda_free(burst_backend *b) {
     CUDA_CHECK(cudaFree(c->blas_ws));
     CUBLAS_CHECK(cublasDestroy(c->blas));
     CUDA_CHECK(cudaStreamDestroy(c->stream));
+    flash_cudnn_release(); // the calling thread's cuDNN plans (attention/flash_cudnn.h)
     free(c->weights);
     free(c);
     free(b);
@@ -427,6 +433,7 @@ void cuda_attention(burst_backend *b, const flash_args *a) {
                              .n_heads = a->n_heads, .n_kv_heads = a->n_kv_heads, .head_dim = d,
                              .q_pos0 = a->q_pos0, .k_pos0 = a->k_pos0, .causal = a->causal, .scale = a->scale};
         burst_error err;
+        if (c->cudnn_min_rows && a->nq >= c->cudnn_min_rows && flash_cudnn(&f, c->stream, &err) == BURST_OK) return;
         if (flash_cuda(&f, c->stream, &err)) burst_abort(__FILE__, __LINE__, __func__, "%s", err.msg);
         return;
     }
@@ -494,6 +501,8 @@ extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **o
     cuda_ctx *c = (cuda_ctx *)burst_calloc(1, sizeof *c);
     c->device = device;
     c->fp32 = fp32;
+    const char *flash = getenv("BURST_FLASH");
+    c->cudnn_min_rows = flash && strcmp(flash, "ours") == 0 ? 0 : CUDNN_MIN_ROWS;
     CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasCreate(&c->blas));
     CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));

@@ -318,6 +318,9 @@ static void test_attention(const backends *B) {
         {33, 77, 2, 2, 128, 0, 50, 0, 3},      // not causal, keys at an offset, odd strides: plain kernel
         {7, 20, 2, 1, 64, 0, 5, 1, 0},         // rows 0..4 see no key: O = 0, lse = -inf
         {1, 1, 1, 1, 64, 0, 0, 1, 0},
+        {1100, 1100, 4, 4, 128, 0, 0, 1, 0},   // >= 1024 rows: cuDNN when built (flash_cudnn.h)
+        {1030, 3000, 8, 2, 64, 1970, 0, 1, 8}, // cuDNN, diagonal at an offset, GQA 4, padded rows
+        {1024, 500, 4, 2, 128, 0, 600, 1, 0},  // rows see no key: cuDNN declines, flash_cuda runs
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_attention_case(B, cases[i]);
 }

@@ -2,10 +2,14 @@
 // from the same bf16-rounded inputs and against the CPU twin, over awkward sizes, causal with
 // position offsets, GQA 1/2/4, head_dim 64 and 128, every compiled tile shape on one case each;
 // and online_softmax_merge_cuda: G uneven key blocks merged on the GPU equal attention over all.
+// Then the same grid through flash_cudnn when the build has cuDNN, a declined case falling back
+// to flash_cuda as in the backend: declining is a failure for the shapes the backend sends to
+// cuDNN (1024 query rows or more, every row seeing a key), a note for the others.
 // Skips (77) when no CUDA device is present.
 #include <cuda_runtime_api.h>
 
 #include "attention/flash_cuda.h"
+#include "attention/flash_cudnn.h"
 #include "attention/online_softmax_cuda.h"
 #include "common/cuda_check.h"
 #include "tests/attention_ref.h"
@@ -57,14 +61,33 @@ static flash_cuda_args cuda_args(const attn_data *t, const gpu_inputs *g, float 
 // The reference uses the same bf16-rounded Q/K/V, so what remains is the kernel's own rounding:
 // P is rounded to bf16 before P V (2^-9 relative per term): O errors seen up to 1.3e-3 absolute
 // (v in [-1, 1]) and nmse up to 2e-6 on an H100. Products of bf16 are exact in fp32, so lse sees
-// only fp32 sums and ex2.approx (2^-22): seen up to 1e-6.
+// only fp32 sums and ex2.approx (2^-22): seen up to 1e-6. cuDNN rounds P the same way and stages
+// O in bf16 (one more 2^-9 relative rounding): its cases reach nmse 4.8e-6, inside the same bounds.
 #define GPU_O_NMSE 1e-4
 #define GPU_O_ATOL 1e-2
 #define GPU_O_RTOL 1e-2
 #define GPU_LSE_ATOL 1e-4
 #define GPU_LSE_RTOL 1e-5
 
-static int test_case(attn_case c, flash_cuda_tiles tiles, int merge_g) {
+enum { IMPL_FLASH_CUDA, IMPL_CUDNN };
+static const char *const impl_name[2] = {"cuda", "cudnn"};
+static int cudnn_declined; // cases where cuDNN declined and flash_cuda ran instead
+
+// Runs the implementation under test. cuDNN declining a case (BURST_ERR_INVALID) falls back to
+// flash_cuda, as model/backend_cuda.cu does, with cuDNN's reason left in declined->msg (empty
+// when not declined).
+static burst_status run_flash(const flash_cuda_args *a, int impl, flash_cuda_tiles tiles, burst_error *declined,
+                              burst_error *err) {
+    declined->msg[0] = 0;
+    if (impl == IMPL_CUDNN) {
+        burst_status s = flash_cudnn(a, 0, declined);
+        if (s != BURST_ERR_INVALID) return s;
+    }
+    return flash_cuda_with_tiles(a, tiles, 0, err);
+}
+
+// 1 when passed; a case that cuDNN declined although the backend would send it there fails.
+static int test_case(attn_case c, int impl, flash_cuda_tiles tiles, int merge_g) {
     attn_data t;
     data_init(&t, c);
     gpu_inputs g = {upload_bf16(t.q, c.nq * t.q_stride), upload_bf16(t.k, c.nk * t.kv_stride),
@@ -78,12 +101,20 @@ static int test_case(attn_case c, flash_cuda_tiles tiles, int merge_g) {
     int ok = 1;
     if (merge_g == 0) {
         flash_cuda_args a = cuda_args(&t, &g, d_o, d_lse, 0, c.nk);
-        burst_status s = flash_cuda_with_tiles(&a, tiles, 0, &err);
-        if (s != BURST_OK) { printf("FAIL flash_cuda: %s\n", err.msg); ok = 0; }
+        burst_error why;
+        burst_status s = run_flash(&a, impl, tiles, &why, &err);
+        if (s != BURST_OK) { printf("FAIL %s: %s\n", impl_name[impl], err.msg); ok = 0; }
+        if (why.msg[0]) {
+            const int must = c.nq >= 1024 && !(c.causal && c.q_pos0 < c.k_pos0);
+            describe(what, sizeof what, &c, "cudnn");
+            printf("%s %s: declined: %s\n", must ? "FAIL" : "note", what, why.msg);
+            ok &= !must;
+            cudnn_declined++;
+        }
         CUDA_CHECK(cudaDeviceSynchronize());
         download(o, d_o, n_o);
         download(lse, d_lse, n_lse);
-        snprintf(tag, sizeof tag, "cuda %s", flash_cuda_tiles_name[tiles]);
+        snprintf(tag, sizeof tag, "%s %s", impl_name[impl], flash_cuda_tiles_name[tiles]);
         describe(what, sizeof what, &c, tag);
         ok &= check(&t, what, o, lse, GPU_O_NMSE, GPU_O_ATOL, GPU_O_RTOL, 1e-8, GPU_LSE_ATOL, GPU_LSE_RTOL);
         // Against the CPU twin on the same rounded inputs: the same bound, the twin being exact
@@ -95,7 +126,7 @@ static int test_case(attn_case c, flash_cuda_tiles tiles, int merge_g) {
             for (int64_t x = 0; x < (int64_t)c.n_heads * c.head_dim; x++)
                 t.o_ref[i * c.n_heads * c.head_dim + x] = oc[i * t.o_stride + x];
         for (int64_t i = 0; i < n_lse; i++) t.lse_ref[i] = lc[i];
-        snprintf(tag, sizeof tag, "cuda-vs-cpu %s", flash_cuda_tiles_name[tiles]);
+        snprintf(tag, sizeof tag, "%s-vs-cpu %s", impl_name[impl], flash_cuda_tiles_name[tiles]);
         describe(what, sizeof what, &c, tag);
         ok &= check(&t, what, o, lse, GPU_O_NMSE, GPU_O_ATOL, GPU_O_RTOL, 1e-8, GPU_LSE_ATOL, GPU_LSE_RTOL);
         free(oc); free(lc);
@@ -116,7 +147,11 @@ static int test_case(attn_case c, flash_cuda_tiles tiles, int merge_g) {
             for (int y = x; y > 1 && cut[y] < cut[y - 1]; y--) { int64_t s = cut[y]; cut[y] = cut[y - 1]; cut[y - 1] = s; }
         for (int b = 0; b < merge_g; b++) {
             flash_cuda_args a = cuda_args(&t, &g, d_ob, d_lb, cut[b], (int)(cut[b + 1] - cut[b]));
-            if (flash_cuda(&a, 0, &err) != BURST_OK) { printf("FAIL flash_cuda: %s\n", err.msg); ok = 0; }
+            burst_error why;
+            if (run_flash(&a, impl, FLASH_CUDA_TILES_DEFAULT, &why, &err) != BURST_OK) {
+                printf("FAIL %s: %s\n", impl_name[impl], err.msg);
+                ok = 0;
+            }
             online_softmax_merge_cuda(&(online_softmax_args){
                 .o = d_o, .lse = d_lse, .o_b = d_ob, .lse_b = d_lb, .o_stride = t.o_stride,
                 .o_b_stride = t.o_stride, .n = c.nq, .n_heads = c.n_heads, .head_dim = c.head_dim}, 0);
@@ -124,7 +159,7 @@ static int test_case(attn_case c, flash_cuda_tiles tiles, int merge_g) {
         CUDA_CHECK(cudaDeviceSynchronize());
         download(o, d_o, n_o);
         download(lse, d_lse, n_lse);
-        snprintf(tag, sizeof tag, "cuda merge G=%d", merge_g);
+        snprintf(tag, sizeof tag, "%s merge G=%d", impl_name[impl], merge_g);
         describe(what, sizeof what, &c, tag);
         ok &= check(&t, what, o, lse, GPU_O_NMSE, GPU_O_ATOL, GPU_O_RTOL, 1e-8, GPU_LSE_ATOL, GPU_LSE_RTOL);
         CUDA_CHECK(cudaFree(d_ob));
@@ -146,34 +181,39 @@ int main(void) {
     test_seed("test_flash_cuda");
     static const int gqa[3][2] = {{4, 4}, {4, 2}, {8, 2}};
     static const int sizes[][2] = {{1, 1}, {7, 300}, {100, 1000}, {1000, 100}, {333, 777},
-                                   {130, 4097}, {2049, 2049}};
-    int fails = 0, n = 0, which = 0;
-    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
-        for (int causal = 0; causal <= 1; causal++)
-            for (int off = 0; off < (causal ? 4 : 1); off++) {
-                int nq = sizes[s][0], nk = sizes[s][1];
-                int64_t q_pos0 = 500, k_pos0 = 500; // offsets as in test_flash_attn
-                if (off == 1) q_pos0 = k_pos0 + nk - nq;
-                if (off == 2) k_pos0 = q_pos0 + nq / 2;
-                if (off == 3) k_pos0 = q_pos0 + nq;
-                const int *hp = gqa[(which / 2) % 3];
-                attn_case c = {nq, nk, which % 2 ? 128 : 64, hp[0], hp[1], causal, q_pos0, k_pos0};
-                fails += !test_case(c, FLASH_CUDA_TILES_DEFAULT, 0);
-                n++;
-                if (off == 1 || off == 2) {
-                    static const int G[3] = {1, 3, 8};
-                    fails += !test_case(c, FLASH_CUDA_TILES_DEFAULT, G[which % 3]);
+                                   {130, 4097}, {2049, 2049}, {1100, 3000}};
+    const int last_impl = flash_cudnn_compiled() ? IMPL_CUDNN : IMPL_FLASH_CUDA;
+    int fails = 0, n = 0;
+    for (int impl = IMPL_FLASH_CUDA; impl <= last_impl; impl++) {
+        int which = 0;
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+            for (int causal = 0; causal <= 1; causal++)
+                for (int off = 0; off < (causal ? 4 : 1); off++) {
+                    int nq = sizes[s][0], nk = sizes[s][1];
+                    int64_t q_pos0 = 500, k_pos0 = 500; // offsets as in test_flash_attn
+                    if (off == 1) q_pos0 = k_pos0 + nk - nq;
+                    if (off == 2) k_pos0 = q_pos0 + nq / 2;
+                    if (off == 3) k_pos0 = q_pos0 + nq;
+                    const int *hp = gqa[(which / 2) % 3];
+                    attn_case c = {nq, nk, which % 2 ? 128 : 64, hp[0], hp[1], causal, q_pos0, k_pos0};
+                    fails += !test_case(c, impl, FLASH_CUDA_TILES_DEFAULT, 0);
                     n++;
+                    if (off == 1 || off == 2) {
+                        static const int G[3] = {1, 3, 8};
+                        fails += !test_case(c, impl, FLASH_CUDA_TILES_DEFAULT, G[which % 3]);
+                        n++;
+                    }
+                    which++;
                 }
-                which++;
-            }
+    }
     // Every compiled tile shape, both head dims, on an uneven causal case with an offset.
     for (int tl = 1; tl < FLASH_CUDA_TILES_COUNT; tl++)
         for (int d = 64; d <= 128; d += 64) {
             attn_case c = {777, 1500, d, 8, 2, 1, 1000, 277};
-            fails += !test_case(c, (flash_cuda_tiles)tl, 0);
+            fails += !test_case(c, IMPL_FLASH_CUDA, (flash_cuda_tiles)tl, 0);
             n++;
         }
-    printf("%s: %d of %d cases failed\n", fails ? "FAIL" : "ok", fails, n);
+    printf("%s: %d of %d cases failed (cuDNN %s, declined %d)\n", fails ? "FAIL" : "ok", fails, n,
+           flash_cudnn_compiled() ? "built" : "not built", cudnn_declined);
     return fails ? 1 : 0;
 }
