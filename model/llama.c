@@ -62,6 +62,7 @@ struct llama_model {
     llama_options opt;
     weights *w;
     int G;
+    int threads_per_rank; // CPU threads of each rank's OpenMP team and backend
     int64_t shard_cap;  // K/V rows per slot per rank
     int64_t *shard_len; // (n_slots, G) rows used
     llama_rank *ranks;  // (G)
@@ -167,9 +168,8 @@ static void free_rank(llama_rank *R) {
 
 static burst_status load_rank(llama_model *m, int r, burst_error *err) {
     llama_rank *R = &m->ranks[r];
-    int threads = m->opt.n_threads > 0 ? m->opt.n_threads : omp_get_num_procs();
     R->rank = r;
-    burst_status st = backend_new(m->opt.backend, r, threads / m->G > 0 ? threads / m->G : 1, &R->be, err);
+    burst_status st = backend_new(m->opt.backend, r, m->threads_per_rank, &R->be, err);
     if (st) return st;
     R->ops = (attn_ops){.attend = ops_attend, .merge = ops_merge, .copy = ops_copy, .sync = ops_sync, .ctx = R->be};
     if ((st = load_tensors(m, R, err)) ||
@@ -198,6 +198,8 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
         LOG_W("%s: ctx %d is past max_position_embeddings %d; quality may fall beyond it", dir,
               m->opt.ctx, m->cfg.max_seq_len);
     m->G = m->opt.n_ranks;
+    int threads = m->opt.n_threads > 0 ? m->opt.n_threads : omp_get_num_procs();
+    m->threads_per_rank = threads / m->G > 0 ? threads / m->G : 1;
     // Zigzag shards differ by at most two rows per prefill call and decode refills the smallest:
     // an eighth more than an even share (and 8 rows) leaves room for that imbalance.
     m->shard_cap = m->G == 1 ? m->opt.ctx : (m->opt.ctx + m->G - 1) / m->G + m->opt.ctx / (8 * m->G) + 8;
@@ -219,8 +221,7 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
         goto fail;
     }
     for (int r = 0; r < m->G; r++) m->ranks[r].c = comm_group_rank(m->comm, r);
-    int threads = m->opt.n_threads > 0 ? m->opt.n_threads : omp_get_num_procs();
-    m->pool = rank_pool_new(m->G, threads / m->G > 0 ? threads / m->G : 1);
+    m->pool = rank_pool_new(m->G, m->threads_per_rank);
     shard_plan_init(&m->plan, m->G, m->opt.n_slots, m->opt.max_batch);
     *out = m;
     return BURST_OK;

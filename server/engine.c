@@ -197,6 +197,13 @@ static void drop_cancelled(engine *e) {
 // one token each; then prompt chunks of at most prefill_chunk tokens, the prompt with the fewest
 // tokens left first (older first among equals), while tokens of max_batch are left. A prompt that
 // gets less than its chunk because others went first counts as a preemption.
+// Whether slot s already has a segment among the first n_segs of this step.
+static int in_batch(const engine *e, int n_segs, int s) {
+    for (int i = 0; i < n_segs; i++)
+        if (e->seg_seq[i] == s) return 1;
+    return 0;
+}
+
 static int build_batch(engine *e) {
     int n_segs = 0, n_tok = 0;
     for (int s = 0; s < e->n_slots; s++) {
@@ -210,9 +217,7 @@ static int build_batch(engine *e) {
         int best = -1;
         for (int s = 0; s < e->n_slots; s++) {
             engine_seq *q = &e->seq[s];
-            int taken = 0;
-            for (int i = 0; i < n_segs; i++) taken |= e->seg_seq[i] == s;
-            if (!q->req || taken || q->n_prefilled >= q->req->n_prompt) continue;
+            if (!q->req || in_batch(e, n_segs, s) || q->n_prefilled >= q->req->n_prompt) continue;
             int left = q->req->n_prompt - q->n_prefilled;
             if (best < 0) { best = s; continue; }
             int best_left = e->seq[best].req->n_prompt - e->seq[best].n_prefilled;
@@ -226,9 +231,8 @@ static int build_batch(engine *e) {
         if (n == 0) { // no room this step; the others wait too (they have more left)
             for (int s = 0; s < e->n_slots; s++) {
                 engine_seq *o = &e->seq[s];
-                int taken = s == best;
-                for (int i = 0; i < n_segs; i++) taken |= e->seg_seq[i] == s;
-                if (o->req && !taken && o->n_prefilled < o->req->n_prompt) metrics_add(e->met, METRIC_PREEMPTIONS, 1);
+                if (o->req && s != best && !in_batch(e, n_segs, s) && o->n_prefilled < o->req->n_prompt)
+                    metrics_add(e->met, METRIC_PREEMPTIONS, 1);
             }
             break;
         }
