@@ -3,12 +3,12 @@
 
 #include "comm_impl.h"
 
-comm_group *comm_group_alloc(const comm_ops *ops, int n, void *impl) {
-    BURST_ASSERT(n >= 1);
+comm_group *comm_group_alloc(const comm_ops *ops, int n, int first, int n_local, void *impl) {
+    BURST_ASSERT(n >= 1 && first >= 0 && n_local >= 1 && first + n_local <= n);
     comm_group *g = burst_calloc(1, sizeof *g);
-    *g = (comm_group){.ops = ops, .n = n, .impl = impl};
-    g->ranks = burst_calloc((size_t)n, sizeof *g->ranks);
-    for (int r = 0; r < n; r++) g->ranks[r] = (comm){.g = g, .rank = r};
+    *g = (comm_group){.ops = ops, .n = n, .first = first, .n_local = n_local, .impl = impl};
+    g->ranks = burst_calloc((size_t)n_local, sizeof *g->ranks);
+    for (int i = 0; i < n_local; i++) g->ranks[i] = (comm){.g = g, .rank = first + i};
     return g;
 }
 
@@ -22,8 +22,8 @@ void comm_group_free(comm_group *g) {
 }
 
 comm *comm_group_rank(comm_group *g, int rank) {
-    BURST_ASSERT(rank >= 0 && rank < g->n);
-    return &g->ranks[rank];
+    BURST_ASSERT(rank >= g->first && rank < g->first + g->n_local);
+    return &g->ranks[rank - g->first];
 }
 
 int comm_rank(const comm *c) { return c->rank; }
@@ -44,8 +44,8 @@ burst_status comm_allgather(comm *c, const void *send, void *recv, size_t bytes,
 burst_status comm_barrier(comm *c, burst_error *err) { return c->g->ops->barrier(c, err); }
 
 #ifndef BURST_WITH_NCCL
-burst_status comm_nccl_group_new(int n_ranks, comm_group **out, burst_error *err) {
-    (void)n_ranks;
+burst_status comm_nccl_group_new(cluster *cl, int n_ranks, comm_group **out, burst_error *err) {
+    (void)cl, (void)n_ranks;
     *out = NULL;
     return BURST_FAIL(err, BURST_ERR_INVALID, "nccl: this build has no NCCL (configure with CUDA and NCCL found)");
 }

@@ -17,11 +17,13 @@ struct comm {
 
 struct comm_group {
     const comm_ops *ops;
-    int n;
-    comm *ranks; // (n)
-    void *impl;  // the transport's state
+    int n;              // ranks in all, over every process
+    int first, n_local; // the ranks of this process: first .. first + n_local - 1
+    comm *ranks;        // (n_local)
+    void *impl;         // the transport's state
 };
 
-// Allocates a group of n handles for a transport (freed by comm_group_release).
-comm_group *comm_group_alloc(const comm_ops *ops, int n, void *impl);
+// Allocates a group of n ranks, n_local of them (from first) in this process, for a transport
+// (freed by comm_group_release).
+comm_group *comm_group_alloc(const comm_ops *ops, int n, int first, int n_local, void *impl);
 void comm_group_release(comm_group *g);

@@ -1,9 +1,11 @@
-// NCCL transport (comm/comm.h): one process drives G GPUs, rank r on GPU r, each with its own
-// communicator (ncclCommInitAll), communication stream and completion event. A ring step is a
-// grouped ncclSend to rank+1 and ncclRecv from rank-1 on the communication stream, so the
-// transfer runs beside the attention kernels of the compute stream; comm_ring_wait waits for
-// its event. Buffers are device memory, complete before they are handed over (the ring syncs the
-// compute stream first). Multi-node launch is not built yet.
+// NCCL transport (comm/comm.h): each process drives its share of the G ranks, its i-th rank on
+// its GPU i, each rank with its own communicator, communication stream and completion event.
+// The leader makes NCCL's unique id and the cluster carries it to every node (comm/cluster.h);
+// every process then joins its ranks with ncclCommInitRank, inside one NCCL group since one
+// thread initialises several GPUs. A ring step is a grouped ncclSend to rank+1 and ncclRecv
+// from rank-1 on the communication stream, so the transfer runs beside the attention kernels of
+// the compute stream; comm_ring_wait waits for its event. Buffers are device memory, complete
+// before they are handed over (the ring syncs the compute stream first).
 #include <nccl.h>
 #include <stdlib.h>
 
@@ -19,13 +21,14 @@ typedef struct {
     int *token;       // device: one int for the barrier's all-reduce
 } nccl_rank;
 
-static nccl_rank *rank_of(const comm *c) { return &((nccl_rank *)c->g->impl)[c->rank]; }
+static int device_of(const comm *c) { return c->rank - c->g->first; }
+static nccl_rank *rank_of(const comm *c) { return &((nccl_rank *)c->g->impl)[device_of(c)]; }
 
 static burst_status nccl_ring_start(comm *c, const void *send, void *recv, size_t bytes, burst_error *err) {
     (void)err;
     nccl_rank *R = rank_of(c);
     int n = c->g->n;
-    CUDA_CHECK(cudaSetDevice(c->rank));
+    CUDA_CHECK(cudaSetDevice(device_of(c)));
     NCCL_CHECK(ncclGroupStart());
     NCCL_CHECK(ncclSend(send, bytes, ncclUint8, (c->rank + 1) % n, R->nc, R->stream));
     NCCL_CHECK(ncclRecv(recv, bytes, ncclUint8, (c->rank + n - 1) % n, R->nc, R->stream));
@@ -43,7 +46,7 @@ static burst_status nccl_ring_wait(comm *c, burst_error *err) {
 static burst_status nccl_allgather(comm *c, const void *send, void *recv, size_t bytes, burst_error *err) {
     (void)err;
     nccl_rank *R = rank_of(c);
-    CUDA_CHECK(cudaSetDevice(c->rank));
+    CUDA_CHECK(cudaSetDevice(device_of(c)));
     NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, R->nc, R->stream));
     CUDA_CHECK(cudaStreamSynchronize(R->stream));
     return BURST_OK;
@@ -52,7 +55,7 @@ static burst_status nccl_allgather(comm *c, const void *send, void *recv, size_t
 static burst_status nccl_barrier(comm *c, burst_error *err) {
     (void)err;
     nccl_rank *R = rank_of(c);
-    CUDA_CHECK(cudaSetDevice(c->rank));
+    CUDA_CHECK(cudaSetDevice(device_of(c)));
     NCCL_CHECK(ncclAllReduce(R->token, R->token, 1, ncclInt, ncclSum, R->nc, R->stream));
     CUDA_CHECK(cudaStreamSynchronize(R->stream));
     return BURST_OK;
@@ -60,7 +63,7 @@ static burst_status nccl_barrier(comm *c, burst_error *err) {
 
 static void nccl_group_free(comm_group *g) {
     nccl_rank *ranks = g->impl;
-    for (int r = 0; r < g->n; r++) {
+    for (int r = 0; r < g->n_local; r++) {
         CUDA_CHECK(cudaSetDevice(r));
         NCCL_CHECK(ncclCommDestroy(ranks[r].nc));
         CUDA_CHECK(cudaStreamDestroy(ranks[r].stream));
@@ -79,31 +82,39 @@ static const comm_ops nccl_ops = {
     .group_free = nccl_group_free,
 };
 
-burst_status comm_nccl_group_new(int n_ranks, comm_group **out, burst_error *err) {
+burst_status comm_nccl_group_new(cluster *cl, int n_ranks, comm_group **out, burst_error *err) {
     *out = NULL;
-    int count = 0;
+    int P = cluster_nodes(cl), count = 0, first, n_local;
+    if (n_ranks < P) return BURST_FAIL(err, BURST_ERR_INVALID, "nccl: %d ranks over %d nodes (want at least one each)", n_ranks, P);
+    cluster_ranks(cl, cluster_node(cl), n_ranks, &first, &n_local);
     if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0, cudaGetLastError();
-    if (n_ranks < 1 || n_ranks > count)
-        return BURST_FAIL(err, BURST_ERR_DEVICE, "nccl: %d ranks need one GPU each, %d found", n_ranks, count);
-    nccl_rank *ranks = burst_calloc((size_t)n_ranks, sizeof *ranks);
-    ncclComm_t *ncs = burst_calloc((size_t)n_ranks, sizeof *ncs);
-    int *devs = burst_calloc((size_t)n_ranks, sizeof *devs);
-    for (int r = 0; r < n_ranks; r++) devs[r] = r;
-    ncclResult_t rc = ncclCommInitAll(ncs, n_ranks, devs);
+    if (n_local > count)
+        return BURST_FAIL(err, BURST_ERR_DEVICE, "nccl: %d ranks on this node need one GPU each, %d found", n_local, count);
+    ncclUniqueId id, *ids = burst_malloc(sizeof id * (size_t)P);
+    if (cluster_node(cl) == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    burst_status st = cl ? cluster_allgather(cl, &id, ids, sizeof id, err) : BURST_OK;
+    id = ids[0];
+    free(ids);
+    if (st) return st;
+    nccl_rank *ranks = burst_calloc((size_t)n_local, sizeof *ranks);
+    NCCL_CHECK(ncclGroupStart());
+    for (int i = 0; i < n_local; i++) {
+        CUDA_CHECK(cudaSetDevice(i));
+        NCCL_CHECK(ncclCommInitRank(&ranks[i].nc, n_ranks, id, first + i));
+    }
+    ncclResult_t rc = ncclGroupEnd();
     if (rc != ncclSuccess) {
-        free(ranks), free(ncs), free(devs);
-        return BURST_FAIL(err, BURST_ERR_DEVICE, "nccl: ncclCommInitAll over %d GPUs: %s", n_ranks,
-                          ncclGetErrorString(rc));
+        free(ranks);
+        return BURST_FAIL(err, BURST_ERR_DEVICE, "nccl: ranks %d..%d of %d did not join: %s", first,
+                          first + n_local - 1, n_ranks, ncclGetErrorString(rc));
     }
-    for (int r = 0; r < n_ranks; r++) {
-        CUDA_CHECK(cudaSetDevice(r));
-        ranks[r].nc = ncs[r];
-        CUDA_CHECK(cudaStreamCreateWithFlags(&ranks[r].stream, cudaStreamNonBlocking));
-        CUDA_CHECK(cudaEventCreateWithFlags(&ranks[r].done, cudaEventDisableTiming));
-        CUDA_CHECK(cudaMalloc((void **)&ranks[r].token, sizeof(int)));
-        CUDA_CHECK(cudaMemset(ranks[r].token, 0, sizeof(int)));
+    for (int i = 0; i < n_local; i++) {
+        CUDA_CHECK(cudaSetDevice(i));
+        CUDA_CHECK(cudaStreamCreateWithFlags(&ranks[i].stream, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaEventCreateWithFlags(&ranks[i].done, cudaEventDisableTiming));
+        CUDA_CHECK(cudaMalloc((void **)&ranks[i].token, sizeof(int)));
+        CUDA_CHECK(cudaMemset(ranks[i].token, 0, sizeof(int)));
     }
-    free(ncs), free(devs);
-    *out = comm_group_alloc(&nccl_ops, n_ranks, ranks);
+    *out = comm_group_alloc(&nccl_ops, n_ranks, first, n_local, ranks);
     return BURST_OK;
 }

@@ -136,7 +136,7 @@ comm_group *comm_threads_group_new(int n_ranks, void (*transfer)(void *dst, cons
     t->ranks = burst_calloc((size_t)n_ranks, sizeof *t->ranks);
     BURST_CHECK_GEN(pthread_mutex_init(&t->mu, NULL), 0, strerror);
     BURST_CHECK_GEN(pthread_cond_init(&t->cv, NULL), 0, strerror);
-    comm_group *g = comm_group_alloc(&threads_ops, n_ranks, t);
+    comm_group *g = comm_group_alloc(&threads_ops, n_ranks, 0, n_ranks, t);
     for (int r = 0; r < n_ranks; r++)
         BURST_CHECK_GEN(pthread_create(&t->ranks[r].helper, NULL, helper_main, &g->ranks[r]), 0, strerror);
     return g;

@@ -2,11 +2,13 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/cluster.h"
 #include "comm/comm.h"
 #include "rank_pool.h"
 #include "shard_plan.h"
@@ -60,17 +62,33 @@ typedef struct {
 struct llama_model {
     llama_config cfg;
     llama_options opt;
+    char backend[16], comm_name[16]; // opt.backend and opt.comm point here
     weights *w;
     int G;
+    int first, n_local;   // the ranks this process runs: first .. first + n_local - 1
     int threads_per_rank; // CPU threads of each rank's OpenMP team and backend
     int64_t shard_cap;  // K/V rows per slot per rank
-    int64_t *shard_len; // (n_slots, G) rows used
-    llama_rank *ranks;  // (G)
+    int64_t *shard_len; // (n_slots, G) rows used, by every rank (each node keeps the same books)
+    llama_rank *ranks;  // (n_local)
+    cluster *cl;        // NULL: one process
     comm_group *comm;
     rank_pool *pool;
     shard_plan plan;
     llama_call call;
+    atomic_int faulty;    // a node was lost: see llama_fault (read by other threads; set after fault)
+    burst_error fault;
 };
+
+// What the nodes of a cluster agree on at start: the leader's options, and every node's model.
+typedef struct {
+    llama_config cfg;
+    uint64_t weight_bytes;
+    int32_t ctx, n_slots, max_batch, n_ranks;
+    char backend[16], comm[16];
+} node_info;
+
+// The leader's commands to its workers (cluster_broadcast), as int32 words.
+enum { CMD_FORWARD, CMD_RESET, CMD_QUIT }; // FORWARD n_segs n_tokens (slot n)* token*; RESET slot
 
 static void ops_attend(void *ctx, const flash_args *a) { backend_attention(ctx, a); }
 static void ops_merge(void *ctx, const online_softmax_args *a) { backend_merge(ctx, a); }
@@ -166,10 +184,11 @@ static void free_rank(llama_rank *R) {
     backend_free(R->be);
 }
 
-static burst_status load_rank(llama_model *m, int r, burst_error *err) {
-    llama_rank *R = &m->ranks[r];
-    R->rank = r;
-    burst_status st = backend_new(m->opt.backend, r, m->threads_per_rank, &R->be, err);
+// Loads this process's i-th rank (rank first + i) on its device i.
+static burst_status load_rank(llama_model *m, int i, burst_error *err) {
+    llama_rank *R = &m->ranks[i];
+    R->rank = m->first + i;
+    burst_status st = backend_new(m->opt.backend, i, m->threads_per_rank, &R->be, err);
     if (st) return st;
     R->ops = (attn_ops){.attend = ops_attend, .merge = ops_merge, .copy = ops_copy, .sync = ops_sync, .ctx = R->be};
     if ((st = load_tensors(m, R, err)) ||
@@ -178,6 +197,70 @@ static burst_status load_rank(llama_model *m, int r, burst_error *err) {
         return st;
     alloc_scratch(m, R);
     return BURST_OK;
+}
+
+static void set_name(char *dst, size_t cap, const char **opt_field, const char *value) {
+    snprintf(dst, cap, "%s", value);
+    *opt_field = dst;
+}
+
+// Forms the cluster, if any: the workers take the leader's options, and every node checks that
+// all of them loaded the same model.
+static burst_status join_cluster(llama_model *m, const char *dir, burst_error *err) {
+    llama_options *o = &m->opt;
+    double timeout = o->join_timeout_s > 0 ? o->join_timeout_s : 600;
+    burst_status st;
+    if (o->worker) {
+        if (!o->coordinator) return BURST_FAIL(err, BURST_ERR_INVALID, "a worker needs the coordinator's address");
+        st = cluster_join(o->coordinator, timeout, &m->cl, err);
+    } else if (o->n_nodes > 1) {
+        if (!o->coordinator) return BURST_FAIL(err, BURST_ERR_INVALID, "%d nodes need a coordinator address", o->n_nodes);
+        st = cluster_lead(o->coordinator, o->n_nodes, timeout, &m->cl, err);
+    } else {
+        return BURST_OK;
+    }
+    if (st) return st;
+    int P = cluster_nodes(m->cl);
+    node_info mine = {.cfg = m->cfg, .weight_bytes = weights_bytes(m->w), .ctx = o->ctx, .n_slots = o->n_slots,
+                      .max_batch = o->max_batch, .n_ranks = o->n_ranks};
+    snprintf(mine.backend, sizeof mine.backend, "%s", o->backend);
+    snprintf(mine.comm, sizeof mine.comm, "%s", o->comm ? o->comm : "");
+    node_info *all = burst_malloc(sizeof *all * (size_t)P);
+    if (!(st = cluster_allgather(m->cl, &mine, all, sizeof mine, err))) {
+        const node_info *lead = &all[0];
+        for (int node = 1; !st && node < P; node++)
+            if (memcmp(&all[node].cfg, &lead->cfg, sizeof lead->cfg) || all[node].weight_bytes != lead->weight_bytes)
+                st = BURST_FAIL(err, BURST_ERR_INVALID, "node %d has another model than the leader (%d layers, dim %d, "
+                                "%llu bytes of weights there; %d, %d, %llu on the leader); %s here",
+                                node, all[node].cfg.n_layers, all[node].cfg.dim, (unsigned long long)all[node].weight_bytes,
+                                lead->cfg.n_layers, lead->cfg.dim, (unsigned long long)lead->weight_bytes, dir);
+        o->ctx = lead->ctx, o->n_slots = lead->n_slots, o->max_batch = lead->max_batch, o->n_ranks = lead->n_ranks;
+        o->n_nodes = P;
+        set_name(m->backend, sizeof m->backend, &o->backend, lead->backend);
+        if (lead->comm[0]) set_name(m->comm_name, sizeof m->comm_name, &o->comm, lead->comm);
+    }
+    free(all);
+    return st;
+}
+
+// The transport: threads in one process; across nodes tcp for the CPU and NCCL for GPUs.
+static burst_status open_comm(llama_model *m, burst_error *err) {
+    const char *be = m->opt.backend, *name = m->opt.comm;
+    if (!name) name = !m->cl ? "threads" : strncmp(be, "cuda", 4) ? "tcp" : "nccl";
+    if (!strcmp(name, "threads")) {
+        if (m->cl) return BURST_FAIL(err, BURST_ERR_INVALID, "comm threads cannot span %d nodes (want tcp or nccl)", cluster_nodes(m->cl));
+        m->comm = comm_threads_group_new(m->G, backend_transfer(m->ranks[0].be));
+        return BURST_OK;
+    }
+    if (!strcmp(name, "tcp")) {
+        if (strcmp(be, "cpu")) return BURST_FAIL(err, BURST_ERR_INVALID, "comm tcp moves host memory: it needs the cpu backend (not %s)", be);
+        return comm_tcp_group_new(m->cl, m->G, &m->comm, err);
+    }
+    if (!strcmp(name, "nccl")) {
+        if (strncmp(be, "cuda", 4)) return BURST_FAIL(err, BURST_ERR_INVALID, "comm nccl needs a cuda backend (not %s)", be);
+        return comm_nccl_group_new(m->cl, m->G, &m->comm, err);
+    }
+    return BURST_FAIL(err, BURST_ERR_INVALID, "comm '%s' unknown (want threads, tcp or nccl)", name);
 }
 
 burst_status llama_load(const char *dir, const llama_options *opt, llama_model **out,
@@ -194,34 +277,31 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
     if (m->opt.max_batch < m->opt.n_slots) m->opt.max_batch = m->opt.n_slots; // one decode token per slot
     if (m->opt.n_ranks <= 0) m->opt.n_ranks = 1;
     if (!m->opt.backend) m->opt.backend = "cpu";
+    if ((st = join_cluster(m, dir, err))) goto fail;
     if (m->opt.ctx > m->cfg.max_seq_len)
         LOG_W("%s: ctx %d is past max_position_embeddings %d; quality may fall beyond it", dir,
               m->opt.ctx, m->cfg.max_seq_len);
     m->G = m->opt.n_ranks;
+    if (m->G < cluster_nodes(m->cl)) {
+        st = BURST_FAIL(err, BURST_ERR_INVALID, "%d ranks over %d nodes (want at least one rank a node)", m->G,
+                        cluster_nodes(m->cl));
+        goto fail;
+    }
+    cluster_ranks(m->cl, cluster_node(m->cl), m->G, &m->first, &m->n_local);
     int threads = m->opt.n_threads > 0 ? m->opt.n_threads : omp_get_num_procs();
-    m->threads_per_rank = threads / m->G > 0 ? threads / m->G : 1;
+    m->threads_per_rank = threads / m->n_local > 0 ? threads / m->n_local : 1;
     // Zigzag shards differ by at most two rows per prefill call and decode refills the smallest:
     // an eighth more than an even share (and 8 rows) leaves room for that imbalance.
     m->shard_cap = m->G == 1 ? m->opt.ctx : (m->opt.ctx + m->G - 1) / m->G + m->opt.ctx / (8 * m->G) + 8;
     m->shard_len = burst_calloc((size_t)m->opt.n_slots * m->G, sizeof(int64_t));
-    m->ranks = burst_calloc((size_t)m->G, sizeof(llama_rank));
-    for (int r = 0; r < m->G; r++)
-        if ((st = load_rank(m, r, err))) goto fail;
-    if (!m->opt.comm) m->opt.comm = "threads";
-    if (!strcmp(m->opt.comm, "nccl")) {
-        if (strncmp(m->opt.backend, "cuda", 4)) {
-            st = BURST_FAIL(err, BURST_ERR_INVALID, "comm nccl needs a cuda backend (not %s)", m->opt.backend);
-            goto fail;
-        }
-        if ((st = comm_nccl_group_new(m->G, &m->comm, err))) goto fail;
-    } else if (!strcmp(m->opt.comm, "threads")) {
-        m->comm = comm_threads_group_new(m->G, backend_transfer(m->ranks[0].be));
-    } else {
-        st = BURST_FAIL(err, BURST_ERR_INVALID, "comm '%s' unknown (want threads or nccl)", m->opt.comm);
-        goto fail;
-    }
-    for (int r = 0; r < m->G; r++) m->ranks[r].c = comm_group_rank(m->comm, r);
-    m->pool = rank_pool_new(m->G, m->threads_per_rank);
+    m->ranks = burst_calloc((size_t)m->n_local, sizeof(llama_rank));
+    for (int i = 0; i < m->n_local; i++)
+        if ((st = load_rank(m, i, err))) goto fail;
+    if ((st = open_comm(m, err))) goto fail;
+    for (int i = 0; i < m->n_local; i++) m->ranks[i].c = comm_group_rank(m->comm, m->ranks[i].rank);
+    if (m->cl) LOG_I("node %d of %d: ranks %d..%d of %d", cluster_node(m->cl), cluster_nodes(m->cl), m->first,
+                     m->first + m->n_local - 1, m->G);
+    m->pool = rank_pool_new(m->n_local, m->threads_per_rank);
     shard_plan_init(&m->plan, m->G, m->opt.n_slots, m->opt.max_batch);
     *out = m;
     return BURST_OK;
@@ -230,11 +310,15 @@ fail:
     return st;
 }
 
+static void tell_workers(llama_model *m, const int32_t *words, size_t n);
+
 void llama_free(llama_model *m) {
     if (!m) return;
+    if (m->pool && cluster_node(m->cl) == 0) tell_workers(m, (int32_t[]){CMD_QUIT}, 1);
     rank_pool_free(m->pool);
-    for (int r = 0; m->ranks && r < m->G; r++) free_rank(&m->ranks[r]);
+    for (int i = 0; m->ranks && i < m->n_local; i++) free_rank(&m->ranks[i]);
     comm_group_free(m->comm);
+    cluster_free(m->cl);
     shard_plan_free(&m->plan);
     free(m->ranks);
     free(m->shard_len);
@@ -248,7 +332,7 @@ const llama_options *llama_options_of(const llama_model *m) { return &m->opt; }
 
 size_t llama_reserved_bytes(const llama_model *m) {
     size_t bytes = 0;
-    for (int r = 0; r < m->G; r++) bytes += kv_cache_bytes(&m->ranks[r].kv) + m->ranks[r].scratch_bytes;
+    for (int i = 0; i < m->n_local; i++) bytes += kv_cache_bytes(&m->ranks[i].kv) + m->ranks[i].scratch_bytes;
     return bytes;
 }
 
@@ -259,9 +343,30 @@ int64_t llama_slot_len(const llama_model *m, int slot) {
     return len;
 }
 
+const char *llama_fault(const llama_model *m) { return m->faulty ? m->fault.msg : NULL; }
+
+// From now on the model only says why it stopped working.
+static void set_fault(llama_model *m, const burst_error *why) {
+    if (m->faulty) return;
+    m->fault = *why;
+    m->faulty = 1;
+    LOG_E("model out of service: %s", why->msg);
+}
+
+// Leader: the workers repeat every call that changes the books, in the same order.
+static void tell_workers(llama_model *m, const int32_t *words, size_t n) {
+    burst_error e;
+    if (m->cl && !m->faulty && cluster_broadcast(m->cl, words, n * sizeof *words, &e)) set_fault(m, &e);
+}
+
+static void slot_reset(llama_model *m, int slot) {
+    for (int r = 0; r < m->G; r++) m->shard_len[(int64_t)slot * m->G + r] = 0;
+}
+
 void llama_slot_reset(llama_model *m, int slot) {
     BURST_ASSERT(slot >= 0 && slot < m->opt.n_slots);
-    for (int r = 0; r < m->G; r++) m->shard_len[(int64_t)slot * m->G + r] = 0;
+    slot_reset(m, slot);
+    tell_workers(m, (int32_t[]){CMD_RESET, slot}, 2);
 }
 
 static burst_status check_batch(const llama_model *m, const llama_segment *segs, int n_segs,
@@ -422,33 +527,83 @@ static void run_rank(void *arg, int rank) {
 
 ring_stats llama_ring_stats(const llama_model *m) {
     ring_stats sum = {0};
-    for (int r = 0; r < m->G; r++) {
-        sum.compute_s += m->ranks[r].ring.compute_s, sum.wait_s += m->ranks[r].ring.wait_s;
-        sum.steps += m->ranks[r].ring.steps, sum.transfers += m->ranks[r].ring.transfers;
+    for (int i = 0; i < m->n_local; i++) {
+        const ring_stats *s = &m->ranks[i].ring;
+        sum.compute_s += s->compute_s, sum.wait_s += s->wait_s, sum.steps += s->steps, sum.transfers += s->transfers;
     }
     return sum;
 }
 
-burst_status llama_forward(llama_model *m, const llama_segment *segs, int n_segs,
-                           const int *tokens, float *logits, burst_error *err) {
-    int n = 0, slots[n_segs > 0 ? n_segs : 1], ns[n_segs > 0 ? n_segs : 1];
-    burst_status st = check_batch(m, segs, n_segs, tokens, &n, err);
-    if (st) return st;
+// Runs a checked batch on this process's ranks and keeps the books.
+static burst_status run_batch(llama_model *m, const llama_segment *segs, int n_segs, const int *tokens,
+                              float *logits, burst_error *err) {
+    int slots[n_segs], ns[n_segs];
     for (int i = 0; i < n_segs; i++) slots[i] = segs[i].slot, ns[i] = segs[i].n;
-    if ((st = shard_plan_make(&m->plan, slots, ns, n_segs, m->shard_len, m->shard_cap, err))) return st;
+    burst_status st = shard_plan_make(&m->plan, slots, ns, n_segs, m->shard_len, m->shard_cap, err);
+    if (st) return st;
     m->call = (llama_call){.tokens = tokens, .logits = logits};
     rank_pool_run(m->pool, run_rank, m);
-    for (int r = 0; r < m->G; r++)
-        if (m->ranks[r].st) {
-            // A rank failing mid-call leaves the shards inconsistent: the slots must be reset.
-            for (int i = 0; i < n_segs; i++) llama_slot_reset(m, segs[i].slot);
-            *err = m->ranks[r].err;
-            return m->ranks[r].st;
+    for (int i = 0; i < m->n_local; i++)
+        if (m->ranks[i].st) {
+            // A rank failing mid-call leaves the shards inconsistent: the slots must be reset. In a
+            // cluster the failure is a lost connection, so the model is out of service.
+            for (int j = 0; j < n_segs; j++) slot_reset(m, segs[j].slot);
+            if (m->cl) set_fault(m, &m->ranks[i].err);
+            *err = m->ranks[i].err;
+            return m->ranks[i].st;
         }
     for (int i = 0; i < n_segs; i++)
         for (int r = 0; r < m->G; r++)
             m->shard_len[(int64_t)segs[i].slot * m->G + r] += m->plan.seg[i].new_len[r];
     return BURST_OK;
+}
+
+burst_status llama_forward(llama_model *m, const llama_segment *segs, int n_segs,
+                           const int *tokens, float *logits, burst_error *err) {
+    if (m->faulty) return BURST_FAIL(err, BURST_ERR_IO, "model out of service: %s", m->fault.msg);
+    int n = 0;
+    burst_status st = check_batch(m, segs, n_segs, tokens, &n, err);
+    if (st) return st;
+    if (m->cl) {
+        int32_t *cmd = burst_malloc(sizeof(int32_t) * (size_t)(3 + 2 * n_segs + n));
+        cmd[0] = CMD_FORWARD, cmd[1] = n_segs, cmd[2] = n;
+        for (int i = 0; i < n_segs; i++) cmd[3 + 2 * i] = segs[i].slot, cmd[4 + 2 * i] = segs[i].n;
+        memcpy(cmd + 3 + 2 * n_segs, tokens, sizeof(int32_t) * (size_t)n);
+        tell_workers(m, cmd, (size_t)(3 + 2 * n_segs + n));
+        free(cmd);
+        if (m->faulty) return BURST_FAIL(err, BURST_ERR_IO, "model out of service: %s", m->fault.msg);
+    }
+    return run_batch(m, segs, n_segs, tokens, logits, err);
+}
+
+burst_status llama_follow(llama_model *m, burst_error *err) {
+    BURST_ASSERT(m->cl && cluster_node(m->cl) != 0);
+    for (;;) {
+        int32_t *cmd;
+        size_t bytes;
+        burst_status st = cluster_receive(m->cl, (void **)&cmd, &bytes, err);
+        if (st) return st;
+        size_t words = bytes / sizeof(int32_t);
+        int n_segs = words >= 3 ? cmd[1] : 0, n = words >= 3 ? cmd[2] : 0;
+        if (words >= 1 && cmd[0] == CMD_QUIT) {
+            free(cmd);
+            return BURST_OK;
+        }
+        if (words == 2 && cmd[0] == CMD_RESET && cmd[1] >= 0 && cmd[1] < m->opt.n_slots) {
+            slot_reset(m, cmd[1]);
+        } else if (words >= 3 && cmd[0] == CMD_FORWARD && n_segs >= 1 && n_segs <= m->opt.n_slots && n >= 1 &&
+                   words == (size_t)(3 + 2 * n_segs + n)) {
+            llama_segment segs[n_segs];
+            for (int i = 0; i < n_segs; i++) segs[i] = (llama_segment){.slot = cmd[3 + 2 * i], .n = cmd[4 + 2 * i]};
+            int checked;
+            if (!(st = check_batch(m, segs, n_segs, cmd + 3 + 2 * n_segs, &checked, err)))
+                st = run_batch(m, segs, n_segs, cmd + 3 + 2 * n_segs, NULL, err);
+        } else {
+            st = BURST_FAIL(err, BURST_ERR_FORMAT, "the leader sent a malformed command (%zu bytes)", bytes);
+        }
+        free(cmd);
+        if (st) return st;
+    }
 }
 
 burst_status llama_prefill(llama_model *m, int slot, const int *tokens, int n, float *logits,

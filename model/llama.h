@@ -26,7 +26,17 @@ typedef struct {
     int n_threads; // CPU threads in all (0: all cores), shared out among the ranks
     int n_ranks;   // G: ranks sharing each sequence (0: 1)
     const char *backend; // "cpu" (NULL: cpu), "cuda" or "cuda-fp32"
-    const char *comm;    // how ranks talk: "threads" (NULL: threads) or "nccl" (one GPU per rank)
+    const char *comm;    // how ranks talk: "threads" (one process), "tcp" (host memory, any
+                         // processes) or "nccl" (one GPU per rank); NULL: threads alone, in a
+                         // cluster tcp for cpu and nccl for cuda
+    // Several processes ("nodes", comm/cluster.h) may share the G ranks, each running its share.
+    // The leader sets n_nodes > 1 and listens on coordinator; a worker sets worker = 1 and dials
+    // the coordinator, takes every option above (but n_threads) from the leader, then runs
+    // llama_follow. Both wait join_timeout_s (0: 600) for the cluster to form.
+    int n_nodes;
+    const char *coordinator; // "host:port"
+    int worker;
+    double join_timeout_s;
 } llama_options;
 
 typedef struct {
@@ -43,7 +53,7 @@ void llama_free(llama_model *m);
 const llama_config *llama_config_of(const llama_model *m);
 const char *llama_tokenizer_path(const llama_model *m);
 const llama_options *llama_options_of(const llama_model *m);
-size_t llama_reserved_bytes(const llama_model *m); // KV cache + scratch
+size_t llama_reserved_bytes(const llama_model *m); // KV cache + scratch of this process
 
 // Runs the segments' tokens (concatenated in segment order) and writes the logits of each
 // segment's last token to logits (n_segs, vocab) on the host. Fails without side effects if a
@@ -55,9 +65,16 @@ burst_status llama_forward(llama_model *m, const llama_segment *segs, int n_segs
 burst_status llama_prefill(llama_model *m, int slot, const int *tokens, int n, float *logits,
                            burst_error *err);
 
-// Ring steps run since load, summed over the ranks: seconds of local attention compute and of
+// Ring steps run since load, summed over this process's ranks: seconds of local attention compute and of
 // waiting for the K/V transfer that ran beside it (attention/ring.h); for benchmarks.
 ring_stats llama_ring_stats(const llama_model *m);
 
 int64_t llama_slot_len(const llama_model *m, int slot);
 void llama_slot_reset(llama_model *m, int slot); // forget the slot's tokens
+
+// A worker's life: runs the leader's llama_forward and llama_slot_reset calls as they come,
+// until the leader frees its model (BURST_OK) or is lost (an error).
+burst_status llama_follow(llama_model *m, burst_error *err);
+// NULL while the model works; once a node of its cluster is lost, why. Every later
+// llama_forward fails with that reason: the model cannot recover without a restart.
+const char *llama_fault(const llama_model *m);

@@ -1,6 +1,7 @@
 // BurstAttention over G thread ranks (attention/ring.h) against a float64 naive reference:
 // O and lse for G in {1,2,3,4,8}, N in {1,7,64,1000,4097}, causal (zigzag partition) and not
 // (contiguous), GQA ratios 1/2/4, head_dim 64/128; and the sharded all-gather merge of decode.
+// Every case runs twice: ranks talking through the in-process transport, and over loopback TCP.
 #include <pthread.h>
 
 #include "attention/ring.h"
@@ -8,6 +9,7 @@
 
 typedef struct {
     int N, G, n_heads, n_kv, d, causal;
+    int tcp; // comm over loopback TCP (comm_tcp.c) instead of threads
     const float *q, *k, *v; // full sequence: (N, heads, d), (N, kv, d)
     float *o;               // (N, heads, d) gathered by position
     float *lse;             // (heads, N) gathered by position
@@ -102,8 +104,20 @@ static void reference(const ring_case *c, double *o, double *lse) {
     free(s);
 }
 
+// The ranks talk through the in-process transport, or over loopback TCP (c->tcp).
+static comm_group *new_group(const ring_case *c) {
+    if (!c->tcp) return comm_threads_group_new(c->G, NULL);
+    comm_group *g;
+    burst_error err;
+    if (comm_tcp_group_new(NULL, c->G, &g, &err)) {
+        fprintf(stderr, "tcp group of %d: %s\n", c->G, err.msg);
+        exit(1);
+    }
+    return g;
+}
+
 static int run_ring(ring_case *c, const double *ref_o, const double *ref_lse) {
-    c->grp = comm_threads_group_new(c->G, NULL);
+    c->grp = new_group(c);
     pthread_t th[8];
     rank_job jobs[8];
     for (int r = 0; r < c->G; r++) {
@@ -115,7 +129,7 @@ static int run_ring(ring_case *c, const double *ref_o, const double *ref_lse) {
     comm_group_free(c->grp);
     char what[128];
     int64_t dim = (int64_t)c->n_heads * c->d;
-    snprintf(what, sizeof what, "G=%d N=%d %s heads=%d kv=%d d=%d O", c->G, c->N,
+    snprintf(what, sizeof what, "%s G=%d N=%d %s heads=%d kv=%d d=%d O", c->tcp ? "tcp" : "threads", c->G, c->N,
              c->causal ? "causal" : "full", c->n_heads, c->n_kv, c->d);
     // float32 compute over sums of up to 4097 terms: relative error ~1e-6; 1e-5 is the bound.
     ok &= test_compare(what, c->o, ref_o, (int64_t)c->N * dim, 1e-10, 1e-5, 1e-5);
@@ -163,7 +177,7 @@ static int run_sharded_merge(ring_case *c, const double *ref_o, const double *re
         for (int u = r; u > 1 && starts[u] < starts[u - 1]; u--) {
             int64_t t = starts[u]; starts[u] = starts[u - 1]; starts[u - 1] = t;
         }
-    c->grp = comm_threads_group_new(c->G, NULL);
+    c->grp = new_group(c);
     pthread_t th[8];
     merge_job jobs[8];
     for (int r = 0; r < c->G; r++) {
@@ -181,9 +195,9 @@ static int run_sharded_merge(ring_case *c, const double *ref_o, const double *re
         for (int i = 0; i < nq; i++) rl[h * nq + i] = ref_lse[(int64_t)h * c->N + c->N - nq + i];
     char what[96];
     for (int r = 0; r < c->G; r++) { // every rank ends with the same merged result
-        snprintf(what, sizeof what, "sharded merge G=%d N=%d rank %d O", c->G, c->N, r);
+        snprintf(what, sizeof what, "%s sharded merge G=%d N=%d rank %d O", c->tcp ? "tcp" : "threads", c->G, c->N, r);
         ok &= test_compare(what, jobs[r].o, ro, nq * dim, 1e-10, 1e-5, 1e-5);
-        snprintf(what, sizeof what, "sharded merge G=%d N=%d rank %d lse", c->G, c->N, r);
+        snprintf(what, sizeof what, "%s sharded merge G=%d N=%d rank %d lse", c->tcp ? "tcp" : "threads", c->G, c->N, r);
         ok &= test_compare(what, jobs[r].lse, rl, nq * c->n_heads, 1e-9, 1e-5, 1e-5);
         free(jobs[r].o), free(jobs[r].lse);
     }
@@ -213,8 +227,8 @@ int main(void) {
             c.lse = malloc(sizeof(float) * (size_t)(N * c.n_heads));
             double *ro = malloc(sizeof(double) * (size_t)(N * dim)), *rl = malloc(sizeof(double) * (size_t)(N * c.n_heads));
             reference(&c, ro, rl);
-            for (size_t gi = 0; gi < sizeof Gs / sizeof Gs[0]; gi++) {
-                c.G = Gs[gi];
+            for (size_t gi = 0; gi < 2 * sizeof Gs / sizeof Gs[0]; gi++) {
+                c.G = Gs[gi / 2], c.tcp = gi % 2;
                 ok &= run_ring(&c, ro, rl);
                 if (!c.causal) ok &= run_sharded_merge(&c, ro, rl, N < 3 ? N : 3);
             }

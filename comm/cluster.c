@@ -1,0 +1,212 @@
+#include "cluster.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "net.h"
+
+#define CLUSTER_MAGIC 0x54535242u // "BRST"
+#define CLUSTER_VERSION 1u
+#define CLUSTER_MAX_NODES 1024
+
+struct cluster {
+    int node, n_nodes;
+    int *fd;         // leader: (n_nodes) connection to each worker (fd[0] unused); worker: fd[0] to the leader
+    uint32_t *hosts; // (n_nodes)
+    char addr[64];   // the coordinator, for messages
+};
+
+typedef struct {
+    uint32_t magic, version, node, n_nodes;
+} cluster_hello;
+
+static cluster *cluster_new(int node, int n_nodes, const char *addr) {
+    cluster *c = burst_calloc(1, sizeof *c);
+    *c = (cluster){.node = node, .n_nodes = n_nodes};
+    c->fd = burst_malloc(sizeof(int) * (size_t)n_nodes);
+    for (int i = 0; i < n_nodes; i++) c->fd[i] = -1;
+    c->hosts = burst_calloc((size_t)n_nodes, sizeof(uint32_t));
+    snprintf(c->addr, sizeof c->addr, "%s", addr);
+    return c;
+}
+
+void cluster_free(cluster *c) {
+    if (!c) return;
+    for (int i = 0; i < c->n_nodes; i++)
+        if (c->fd[i] >= 0) close(c->fd[i]);
+    free(c->fd), free(c->hosts), free(c);
+}
+
+// A hello must arrive promptly: a stray connection that says nothing is dropped, not waited on.
+static burst_status recv_hello(int fd, cluster_hello *h, burst_error *err) {
+    struct timeval t = {.tv_sec = 10};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof t);
+    burst_status st = net_recv(fd, h, sizeof *h, err);
+    t.tv_sec = 0;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof t);
+    if (!st && (h->magic != CLUSTER_MAGIC || h->version != CLUSTER_VERSION))
+        st = BURST_FAIL(err, BURST_ERR_FORMAT, "not a burst worker (or another version): magic %08x version %u",
+                        h->magic, h->version);
+    return st;
+}
+
+burst_status cluster_lead(const char *addr, int n_nodes, double timeout_s, cluster **out, burst_error *err) {
+    *out = NULL;
+    if (n_nodes < 2 || n_nodes > CLUSTER_MAX_NODES)
+        return BURST_FAIL(err, BURST_ERR_INVALID, "%d nodes (want 2..%d)", n_nodes, CLUSTER_MAX_NODES);
+    uint32_t ip;
+    uint16_t port, bound;
+    int lfd;
+    burst_status st;
+    if ((st = net_resolve(addr, &ip, &port, err)) || (st = net_listen(ip, port, &lfd, &bound, err))) return st;
+    cluster *c = cluster_new(0, n_nodes, addr);
+    c->hosts[0] = 0x7f000001; // the leader reaches its own machine on loopback
+    double deadline = burst_now() + timeout_s;
+    LOG_I("cluster: waiting for %d worker(s) on %s", n_nodes - 1, addr);
+    for (int node = 1; node < n_nodes;) {
+        int fd;
+        uint32_t peer;
+        burst_error e;
+        if ((st = net_accept(lfd, deadline, &fd, &peer, &e))) {
+            BURST_FAIL(err, st, "cluster on %s: %d of %d worker(s) joined in %.0f s (%s)", addr, node - 1,
+                       n_nodes - 1, timeout_s, e.msg);
+            break;
+        }
+        char who[64];
+        net_format(who, sizeof who, peer, 0);
+        cluster_hello h;
+        if (recv_hello(fd, &h, &e)) {
+            LOG_W("cluster: dropped a connection from %s: %s", who, e.msg);
+            close(fd);
+            continue;
+        }
+        c->fd[node] = fd, c->hosts[node] = peer;
+        LOG_I("cluster: node %d of %d joined from %s", node, n_nodes, who);
+        node++;
+    }
+    close(lfd);
+    // Each worker learns its number and every node's address (node 0: the one it dialled).
+    for (int node = 1; !st && node < n_nodes; node++) {
+        cluster_hello h = {CLUSTER_MAGIC, CLUSTER_VERSION, (uint32_t)node, (uint32_t)n_nodes};
+        uint32_t hosts[CLUSTER_MAX_NODES];
+        memcpy(hosts, c->hosts, sizeof(uint32_t) * (size_t)n_nodes);
+        hosts[0] = 0;
+        burst_error e;
+        if ((st = net_send(c->fd[node], &h, sizeof h, &e)) ||
+            (st = net_send(c->fd[node], hosts, sizeof(uint32_t) * (size_t)n_nodes, &e)))
+            BURST_FAIL(err, st, "cluster: node %d lost (%s)", node, e.msg);
+    }
+    if (st) {
+        cluster_free(c);
+        return st;
+    }
+    *out = c;
+    return BURST_OK;
+}
+
+burst_status cluster_join(const char *addr, double timeout_s, cluster **out, burst_error *err) {
+    *out = NULL;
+    uint32_t ip;
+    uint16_t port;
+    int fd;
+    burst_status st;
+    burst_error e;
+    if ((st = net_resolve(addr, &ip, &port, err)) || (st = net_connect(ip, port, burst_now() + timeout_s, &fd, err)))
+        return st;
+    cluster_hello h = {CLUSTER_MAGIC, CLUSTER_VERSION, 0, 0};
+    if ((st = net_send(fd, &h, sizeof h, &e)) || (st = net_recv(fd, &h, sizeof h, &e))) {
+        close(fd);
+        return BURST_FAIL(err, st, "cluster at %s refused us (%s)", addr, e.msg);
+    }
+    if (h.magic != CLUSTER_MAGIC || h.version != CLUSTER_VERSION || h.n_nodes < 2 ||
+        h.n_nodes > CLUSTER_MAX_NODES || h.node < 1 || h.node >= h.n_nodes) {
+        close(fd);
+        return BURST_FAIL(err, BURST_ERR_FORMAT, "cluster at %s: not a burst leader of this version", addr);
+    }
+    cluster *c = cluster_new((int)h.node, (int)h.n_nodes, addr);
+    c->fd[0] = fd;
+    if ((st = net_recv(fd, c->hosts, sizeof(uint32_t) * h.n_nodes, &e))) {
+        cluster_free(c);
+        return BURST_FAIL(err, st, "cluster at %s lost (%s)", addr, e.msg);
+    }
+    c->hosts[0] = net_peer_ip(fd);
+    *out = c;
+    return BURST_OK;
+}
+
+int cluster_node(const cluster *c) { return c ? c->node : 0; }
+int cluster_nodes(const cluster *c) { return c ? c->n_nodes : 1; }
+
+uint32_t cluster_host(const cluster *c, int node) {
+    BURST_ASSERT(c && node >= 0 && node < c->n_nodes);
+    return c->hosts[node];
+}
+
+void cluster_ranks(const cluster *c, int node, int n_ranks, int *first, int *count) {
+    int P = cluster_nodes(c);
+    BURST_ASSERT(node >= 0 && node < P && n_ranks >= P);
+    *first = (int)((int64_t)node * n_ranks / P);
+    *count = (int)((int64_t)(node + 1) * n_ranks / P) - *first;
+}
+
+// One framed message: its size, then its bytes.
+static burst_status send_msg(int fd, const void *msg, size_t bytes, burst_error *err) {
+    uint64_t n = bytes;
+    burst_status st = net_send(fd, &n, sizeof n, err);
+    return st ? st : net_send(fd, msg, bytes, err);
+}
+
+burst_status cluster_allgather(cluster *c, const void *mine, void *all, size_t bytes, burst_error *err) {
+    char *out = all;
+    memcpy(out + (size_t)c->node * bytes, mine, bytes);
+    burst_status st;
+    burst_error e;
+    if (c->node != 0) {
+        if ((st = send_msg(c->fd[0], mine, bytes, &e)) || (st = net_recv(c->fd[0], all, (size_t)c->n_nodes * bytes, &e)))
+            return BURST_FAIL(err, st, "leader at %s lost (%s)", c->addr, e.msg);
+        return BURST_OK;
+    }
+    for (int node = 1; node < c->n_nodes; node++) {
+        uint64_t n;
+        if ((st = net_recv(c->fd[node], &n, sizeof n, &e)) ||
+            (n == bytes && (st = net_recv(c->fd[node], out + (size_t)node * bytes, bytes, &e))))
+            return BURST_FAIL(err, st, "cluster: node %d lost (%s)", node, e.msg);
+        if (n != bytes)
+            return BURST_FAIL(err, BURST_ERR_FORMAT, "cluster: node %d sent %llu bytes where %zu were due", node,
+                              (unsigned long long)n, bytes);
+    }
+    for (int node = 1; node < c->n_nodes; node++)
+        if ((st = net_send(c->fd[node], all, (size_t)c->n_nodes * bytes, &e)))
+            return BURST_FAIL(err, st, "cluster: node %d lost (%s)", node, e.msg);
+    return BURST_OK;
+}
+
+burst_status cluster_broadcast(cluster *c, const void *msg, size_t bytes, burst_error *err) {
+    BURST_ASSERT(c->node == 0);
+    burst_error e;
+    for (int node = 1; node < c->n_nodes; node++)
+        if (send_msg(c->fd[node], msg, bytes, &e))
+            return BURST_FAIL(err, BURST_ERR_IO, "cluster: node %d lost (%s)", node, e.msg);
+    return BURST_OK;
+}
+
+burst_status cluster_receive(cluster *c, void **msg, size_t *bytes, burst_error *err) {
+    BURST_ASSERT(c->node != 0);
+    *msg = NULL;
+    uint64_t n;
+    burst_error e;
+    if (net_recv(c->fd[0], &n, sizeof n, &e))
+        return BURST_FAIL(err, BURST_ERR_IO, "leader at %s lost (%s)", c->addr, e.msg);
+    if (n > ((uint64_t)1 << 32))
+        return BURST_FAIL(err, BURST_ERR_FORMAT, "leader at %s sent a message of %llu bytes", c->addr, (unsigned long long)n);
+    *msg = burst_malloc(n ? (size_t)n : 1);
+    if (net_recv(c->fd[0], *msg, (size_t)n, &e)) {
+        free(*msg), *msg = NULL;
+        return BURST_FAIL(err, BURST_ERR_IO, "leader at %s lost (%s)", c->addr, e.msg);
+    }
+    *bytes = (size_t)n;
+    return BURST_OK;
+}
