@@ -1,6 +1,7 @@
 // `burst`: command-line tools. `burst generate` prints one completion of a prompt on stdout (the
-// prompt is not repeated) and timings on stderr, with the model in-process; `burst load` drives
-// a running burstd (server/load.h).
+// prompt is not repeated) and timings on stderr, with the model in-process; `burst worker` runs
+// a share of the ranks of a burstd (or burst generate) on another process or machine; `burst
+// load` drives a running burstd (server/load.h).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 
 static const char usage[] =
     "usage: burst generate --model DIR --prompt TEXT [options]\n"
+    "       burst worker --model DIR --coordinator HOST:PORT [options]   (burst worker --help)\n"
     "       burst load --url URL [options]   (burst load --help)\n"
     "\n"
     "Prints the completion of TEXT on stdout and timings on stderr.\n"
@@ -27,16 +29,20 @@ static const char usage[] =
     "  --seed S            sampling seed (default: from the clock; printed on stderr)\n"
     "  --ctx N             KV cache tokens (default: prompt + max-tokens)\n"
     "  --batch N           tokens per prefill chunk (default 512)\n"
-    "  --ranks G           ranks (threads) sharing the sequence: BurstAttention prefill, sharded\n"
-    "                      KV cache (default 1)\n"
-    "  --threads N         CPU threads in all, shared out among the ranks (default: all cores)\n"
+    "  --ranks G           ranks sharing the sequence: BurstAttention prefill, sharded KV cache\n"
+    "                      (default 1)\n"
+    "  --threads N         CPU threads of this process, shared out among its ranks (default: all cores)\n"
     "  --backend NAME      cpu (default), cuda, or cuda-fp32 (float32 on the GPU, for exactness)\n"
-    "  --comm NAME         threads (default), or nccl (one GPU per rank)\n";
+    "  --comm NAME         threads (default in one process), tcp (cpu backend, any processes) or\n"
+    "                      nccl (one GPU per rank; default for cuda across nodes)\n"
+    "  --nodes P           processes sharing the G ranks: this one and P-1 `burst worker`s\n"
+    "  --coordinator HOST:PORT  with --nodes: where this process listens for its workers\n"
+    "  --join-timeout S    seconds to wait for the workers to join (default 600)\n";
 
 typedef struct {
-    const char *model, *prompt, *backend, *comm;
-    int max_tokens, top_k, ctx, batch, threads, ranks;
-    float temperature, top_p;
+    const char *model, *prompt, *backend, *comm, *coordinator;
+    int max_tokens, top_k, ctx, batch, threads, ranks, nodes;
+    float temperature, top_p, join_timeout;
     uint64_t seed;
 } generate_args;
 
@@ -57,6 +63,9 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
         else if (!strcmp(f, "--threads")) ok = cli_parse_long("burst", f, v, 1, 4096, &n), a->threads = (int)n;
         else if (!strcmp(f, "--backend")) a->backend = v;
         else if (!strcmp(f, "--comm")) a->comm = v;
+        else if (!strcmp(f, "--coordinator")) a->coordinator = v;
+        else if (!strcmp(f, "--nodes")) ok = cli_parse_long("burst", f, v, 1, 1024, &n), a->nodes = (int)n;
+        else if (!strcmp(f, "--join-timeout")) ok = cli_parse_float("burst", f, v, 0.1f, 1e7f, &a->join_timeout);
         else if (!strcmp(f, "--ranks")) ok = cli_parse_long("burst", f, v, 1, 64, &n), a->ranks = (int)n;
         else if (!strcmp(f, "--seed")) ok = cli_parse_long("burst", f, v, 0, 0x7fffffffffffffffL, &n), a->seed = (uint64_t)n;
         else if (!strcmp(f, "--temperature")) ok = cli_parse_float("burst", f, v, 0, 100, &a->temperature);
@@ -69,6 +78,10 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
     }
     if (!a->model || !a->prompt) {
         fprintf(stderr, "burst: generate needs --model and --prompt\n%s", usage);
+        return 0;
+    }
+    if (a->nodes > 1 && !a->coordinator) {
+        fprintf(stderr, "burst: --nodes %d needs --coordinator HOST:PORT\n", a->nodes);
         return 0;
     }
     return 1;
@@ -94,7 +107,8 @@ static int generate(const generate_args *a) {
 
     llama_options opt = {.ctx = a->ctx ? a->ctx : n_prompt + a->max_tokens, .n_slots = 1,
                          .max_batch = a->batch, .n_threads = a->threads, .n_ranks = a->ranks,
-                         .backend = a->backend, .comm = a->comm};
+                         .backend = a->backend, .comm = a->comm, .n_nodes = a->nodes,
+                         .coordinator = a->coordinator, .join_timeout_s = a->join_timeout};
     double t0 = burst_now();
     if (llama_load(a->model, &opt, &m, &err)) goto fail;
     const llama_config *c = llama_config_of(m);
@@ -157,6 +171,58 @@ fail:
     return rc;
 }
 
+static const char worker_usage[] =
+    "usage: burst worker --model DIR --coordinator HOST:PORT [options]\n"
+    "\n"
+    "Runs a share of the ranks of a burstd or burst generate started with --nodes P and\n"
+    "--coordinator: it joins the leader there, takes the leader's options (ranks, ctx, slots,\n"
+    "batch, backend, comm), checks that both loaded the same model, then runs the leader's steps\n"
+    "until the leader stops (exit 0) or is lost (exit 1). Start P-1 of them, on any machines.\n"
+    "\n"
+    "  --model DIR         the same model as the leader's (a copy on this machine)\n"
+    "  --coordinator HOST:PORT  the leader's --coordinator, as this machine reaches it\n"
+    "  --threads N         CPU threads of this process, shared out among its ranks (default: all cores)\n"
+    "  --join-timeout S    seconds to keep trying to reach the leader (default 600)\n";
+
+typedef struct {
+    const char *model, *coordinator;
+    int threads;
+    float join_timeout;
+} worker_args;
+
+static int parse_worker(int argc, char **argv, worker_args *a) {
+    *a = (worker_args){0};
+    for (int i = 0; i < argc; i++) {
+        const char *f = argv[i], *v = cli_value("burst", worker_usage, argc, argv, &i);
+        if (!v) return 0;
+        long n = 0;
+        int ok = 1;
+        if (!strcmp(f, "--model")) a->model = v;
+        else if (!strcmp(f, "--coordinator")) a->coordinator = v;
+        else if (!strcmp(f, "--threads")) ok = cli_parse_long("burst", f, v, 1, 4096, &n), a->threads = (int)n;
+        else if (!strcmp(f, "--join-timeout")) ok = cli_parse_float("burst", f, v, 0.1f, 1e7f, &a->join_timeout);
+        else {
+            fprintf(stderr, "burst: %s: unknown option\n%s", f, worker_usage);
+            return 0;
+        }
+        if (!ok) return 0;
+    }
+    if (!a->model || !a->coordinator) fprintf(stderr, "burst: worker needs --model and --coordinator\n%s", worker_usage);
+    return a->model && a->coordinator;
+}
+
+static int worker(const worker_args *a) {
+    burst_error err = {{0}};
+    llama_model *m = NULL;
+    llama_options opt = {.n_threads = a->threads, .coordinator = a->coordinator, .worker = 1,
+                         .join_timeout_s = a->join_timeout};
+    int rc = llama_load(a->model, &opt, &m, &err) || llama_follow(m, &err);
+    if (rc) fprintf(stderr, "E %s\n", err.msg);
+    else fprintf(stderr, "burst: worker: the leader has stopped\n");
+    llama_free(m);
+    return rc;
+}
+
 static const char load_usage[] =
     "usage: burst load --url URL [options]\n"
     "\n"
@@ -202,6 +268,10 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "generate")) {
         generate_args a;
         return parse_generate(argc - 2, argv + 2, &a) ? generate(&a) : 2;
+    }
+    if (!strcmp(argv[1], "worker")) {
+        worker_args a;
+        return parse_worker(argc - 2, argv + 2, &a) ? worker(&a) : 2;
     }
     if (!strcmp(argv[1], "load")) {
         load_args a;

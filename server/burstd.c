@@ -27,17 +27,22 @@ static const char usage[] =
     "                    interleave with other requests (default 256; at most --batch)\n"
     "  --max-wait S      answer 429 at once when a request's estimated wait for a KV slot is\n"
     "                    longer than S seconds (default 0: off; --max-queue still applies)\n"
-    "  --ranks G         ranks (threads) sharing each sequence: BurstAttention prefill, sharded\n"
-    "                    KV cache (default 1)\n"
-    "  --threads N       CPU threads in all, shared out among the ranks (default: all cores)\n"
+    "  --ranks G         ranks sharing each sequence: BurstAttention prefill, sharded KV cache\n"
+    "                    (default 1)\n"
+    "  --threads N       CPU threads of this process, shared out among its ranks (default: all cores)\n"
     "  --backend NAME    cpu (default), cuda, or cuda-fp32 (float32 on the GPU); rank r runs on\n"
     "                    GPU r modulo the number of GPUs\n"
-    "  --comm NAME       threads (default), or nccl (one GPU per rank)\n";
+    "  --comm NAME       threads (default in one process), tcp (cpu backend, any processes) or\n"
+    "                    nccl (one GPU per rank; default for cuda across nodes)\n"
+    "  --nodes P         processes sharing the G ranks, this one and P-1 `burst worker`s, each\n"
+    "                    running an even share of the ranks (default 1)\n"
+    "  --coordinator HOST:PORT  with --nodes: where this process listens for its workers\n"
+    "  --join-timeout S  seconds to wait for the workers to join (default 600)\n";
 
 typedef struct {
-    const char *model, *host, *api_key, *backend, *comm;
-    int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk;
-    float max_wait;
+    const char *model, *host, *api_key, *backend, *comm, *coordinator;
+    int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk, nodes;
+    float max_wait, join_timeout;
 } burstd_args;
 
 static int parse_args(int argc, char **argv, burstd_args *a) {
@@ -53,6 +58,9 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         else if (!strcmp(f, "--api-key")) a->api_key = v;
         else if (!strcmp(f, "--backend")) a->backend = v;
         else if (!strcmp(f, "--comm")) a->comm = v;
+        else if (!strcmp(f, "--coordinator")) a->coordinator = v;
+        else if (!strcmp(f, "--nodes")) ok = cli_parse_long("burstd", f, v, 1, 1024, &n), dst = &a->nodes;
+        else if (!strcmp(f, "--join-timeout")) ok = cli_parse_float("burstd", f, v, 0.1f, 1e7f, &a->join_timeout);
         else if (!strcmp(f, "--port")) ok = cli_parse_long("burstd", f, v, 0, 65535, &n), dst = &a->port;
         else if (!strcmp(f, "--slots")) ok = cli_parse_long("burstd", f, v, 1, 4096, &n), dst = &a->slots;
         else if (!strcmp(f, "--ctx")) ok = cli_parse_long("burstd", f, v, 1, 1 << 30, &n), dst = &a->ctx;
@@ -70,7 +78,9 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         if (dst) *dst = (int)n;
     }
     if (!a->model) fprintf(stderr, "burstd: --model DIR is required\n%s", usage);
-    return a->model != NULL;
+    else if (a->nodes > 1 && !a->coordinator) fprintf(stderr, "burstd: --nodes %d needs --coordinator HOST:PORT\n", a->nodes);
+    else return 1;
+    return 0;
 }
 
 // The model directory's last component names the model in the API ("stories260K").
@@ -94,7 +104,8 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
     engine *eng = NULL;
     http_server *http = NULL;
     llama_options lo = {.ctx = a->ctx, .n_slots = a->slots, .max_batch = a->batch, .n_threads = a->threads,
-                        .n_ranks = a->ranks, .backend = a->backend, .comm = a->comm};
+                        .n_ranks = a->ranks, .backend = a->backend, .comm = a->comm, .n_nodes = a->nodes,
+                        .coordinator = a->coordinator, .join_timeout_s = a->join_timeout};
     if (tokenizer_load(tok_path, &tok, &err) || llama_load(a->model, &lo, &m, &err)) goto fail;
     const llama_config *c = llama_config_of(m);
     if (tokenizer_vocab_size(tok) != c->vocab_size) {

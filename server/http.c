@@ -194,7 +194,7 @@ burst_status http_start(const http_options *opt, engine *eng, const llama_model 
     int rc = getaddrinfo(opt->host, port, &hints, &ai);
     if (rc) return BURST_FAIL(err, BURST_ERR_INVALID, "--host %s: %s", opt->host, gai_strerror(rc));
     http_server *s = burst_calloc(1, sizeof *s);
-    *s = (http_server){.eng = eng, .met = met, .model_name = opt->model_name, .api_key = opt->api_key,
+    *s = (http_server){.eng = eng, .model = m, .met = met, .model_name = opt->model_name, .api_key = opt->api_key,
                        .started = (long long)time(NULL),
                        .limits = {.tok = tok, .vocab = llama_config_of(m)->vocab_size, .ctx = llama_options_of(m)->ctx}};
     atomic_init(&s->next_id, 1);

@@ -17,6 +17,7 @@ const char *http_mhd_strerr(enum MHD_Result r);
 struct http_server {
     struct MHD_Daemon *daemon;
     engine *eng;
+    const llama_model *model; // for its health
     metrics *met;
     openai_limits limits;
     const char *model_name, *api_key;

@@ -7,12 +7,14 @@
 
 #include "http_impl.h"
 
-static enum MHD_Result reply_json(http_request *h, cJSON *o) {
+static enum MHD_Result reply_json_status(http_request *h, int status, cJSON *o) {
     char *body = cJSON_PrintUnformatted(o);
     BURST_ASSERT(body && "http: out of memory formatting JSON");
     cJSON_Delete(o);
-    return http_reply(h, MHD_HTTP_OK, "application/json", body);
+    return http_reply(h, status, "application/json", body);
 }
+
+static enum MHD_Result reply_json(http_request *h, cJSON *o) { return reply_json_status(h, MHD_HTTP_OK, o); }
 
 static enum MHD_Result bad_request(http_server *s, http_request *h, cJSON *o, const char *msg) {
     api_error e;
@@ -24,12 +26,15 @@ static enum MHD_Result bad_request(http_server *s, http_request *h, cJSON *o, co
 enum MHD_Result http_health(http_server *s, http_request *h) {
     int running, waiting;
     engine_counts(s->eng, &running, &waiting);
+    // A model that lost a node of its cluster cannot serve again: say so, for load balancers.
+    const char *fault = llama_fault(s->model);
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "status", "ok");
+    cJSON_AddStringToObject(o, "status", fault ? "error" : "ok");
+    if (fault) cJSON_AddStringToObject(o, "error", fault);
     cJSON_AddStringToObject(o, "model", s->model_name);
     cJSON_AddNumberToObject(o, "running", running);
     cJSON_AddNumberToObject(o, "waiting", waiting);
-    return reply_json(h, o);
+    return reply_json_status(h, fault ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, o);
 }
 
 enum MHD_Result http_models(http_server *s, http_request *h) {

@@ -1,0 +1,144 @@
+"""Ranks spread over processes (comm/cluster.h, comm_tcp.c): `burst generate` and burstd as the
+leader with `burst worker`s on loopback.
+- greedy text of stories260K with G ranks over P processes (ring prefill in one shot and in
+  chunks, sharded decode) equals one process with the same G, for (G, P) = (2, 2), (3, 2), (4, 3);
+- burstd with a worker serves the same text over HTTP, /health is ok; when the worker is killed,
+  the next request fails with a clear error instead of hanging, /health turns 503, and burstd
+  still stops cleanly on SIGTERM;
+- a worker exits 0 when its leader stops; a worker with another model is refused on both sides;
+  a leader whose workers never come and a worker whose leader never comes give up at the join
+  timeout with one-line errors; a stray connection to the coordinator is dropped and the real
+  worker still joins; --nodes without --coordinator is a usage error."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from burstd_util import BIN, ENV, STORIES, Burstd, Checks, need_stories
+
+need_stories()
+check = Checks()
+BURST = os.path.join(BIN, "burst")
+PROMPT = ("Once upon a time, there was a little boy named Tim. Tim had a big red ball. He liked to "
+          "throw the ball high in the sky. One day, Tim saw a cat in the tree. The cat was scared.")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def worker(coord, model=STORIES, *args):
+    return subprocess.Popen([BURST, "worker", "--model", model, "--coordinator", coord, "--threads", "1", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+
+
+def generate(*args, timeout=120):
+    return subprocess.run([BURST, "generate", "--model", STORIES, "--prompt", PROMPT, "--max-tokens", "80",
+                           "--threads", "1", *args], capture_output=True, text=True, timeout=timeout, env=ENV)
+
+
+def finish(p, timeout=30):
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        err += "\n(killed: did not exit)"
+    return p.returncode, err
+
+
+# Same text as one process, with the ring crossing process boundaries.
+for G, P, batch in ((2, 2, 512), (3, 2, 512), (4, 3, 512), (3, 2, 7)):
+    one = generate("--ranks", str(G), "--batch", str(batch))
+    coord = f"127.0.0.1:{free_port()}"
+    workers = [worker(coord) for _ in range(P - 1)]
+    many = generate("--ranks", str(G), "--batch", str(batch), "--nodes", str(P), "--coordinator", coord)
+    name = f"G={G} over {P} processes, batch {batch}"
+    check(f"{name}: leader exit 0", many.returncode == 0, many.stderr[-400:])
+    check(f"{name}: same text as one process", many.stdout == one.stdout and len(one.stdout) > 100,
+          f"{many.stdout!r} vs {one.stdout!r}")
+    for i, w in enumerate(workers):
+        rc, err = finish(w)
+        check(f"{name}: worker {i + 1} exits 0 when the leader stops", rc == 0 and "leader has stopped" in err, err[-400:])
+
+# burstd as the leader; then the worker dies.
+coord = f"127.0.0.1:{free_port()}"
+w = worker(coord)
+body = {"prompt": PROMPT, "max_tokens": 40, "temperature": 0}
+with Burstd(STORIES, "--ranks", "3", "--nodes", "2", "--coordinator", coord) as d:
+    want = generate("--ranks", "3", "--max-tokens", "40").stdout.rstrip("\n")
+    status, _, r = d.request("POST", "/v1/completions", body)
+    check("burstd over 2 processes: completion 200", status == 200, r)
+    check("burstd over 2 processes: same text as burst generate", status == 200 and r["choices"][0]["text"] == want,
+          f"{r} vs {want!r}")
+    status, _, h = d.request("GET", "/health")
+    check("health ok with the worker up", status == 200 and h.get("status") == "ok", h)
+    w.kill()
+    w.wait()
+    t0 = time.time()
+    status, _, r = d.request("POST", "/v1/completions", body)
+    check("a request after the worker died fails", status >= 500 and "error" in r, (status, r))
+    check("... at once, not at a timeout", time.time() - t0 < 10, time.time() - t0)
+    status, _, h = d.request("GET", "/health")
+    check("health 503 with the reason", status == 503 and h.get("status") == "error" and "node" in h.get("error", ""),
+          (status, h))
+    status, _, r = d.request("POST", "/v1/completions", body)
+    check("later requests fail too", status >= 500, (status, r))
+    check("burstd stops cleanly on SIGTERM", d.stop() == 0, d.log()[-600:])
+    check("the log says the model is out of service", "out of service" in d.log(), d.log()[-600:])
+
+# A worker with another model: refused by the leader and by the worker itself.
+with tempfile.TemporaryDirectory() as tmp:
+    other = os.path.join(tmp, "other")
+    subprocess.run(["/usr/bin/python3", os.path.join(os.path.dirname(__file__), "make_random_model.py"), other,
+                    "--layers", "2", "--dim", "32", "--heads", "4", "--kv-heads", "2", "--hidden", "48",
+                    "--vocab", "512"], check=True, capture_output=True)
+    coord = f"127.0.0.1:{free_port()}"
+    w = worker(coord, other)
+    lead = generate("--ranks", "2", "--nodes", "2", "--coordinator", coord)
+    rc, err = finish(w)
+    check("leader refuses a worker with another model", lead.returncode == 1 and "another model" in lead.stderr,
+          lead.stderr[-400:])
+    check("the worker says so too", rc == 1 and "another model" in err, err[-400:])
+
+# Nobody comes.
+t0 = time.time()
+r = generate("--ranks", "2", "--nodes", "2", "--coordinator", f"127.0.0.1:{free_port()}", "--join-timeout", "1")
+check("leader without workers gives up at the join timeout",
+      r.returncode == 1 and "0 of 1 worker(s) joined" in r.stderr and time.time() - t0 < 20, r.stderr[-400:])
+t0 = time.time()
+rc, err = finish(worker(f"127.0.0.1:{free_port()}", STORIES, "--join-timeout", "1"))
+check("worker without a leader gives up at the join timeout", rc == 1 and "gave up" in err and time.time() - t0 < 20,
+      err[-400:])
+
+# A stray connection (not a worker) does not take a worker's place.
+port = free_port()
+coord = f"127.0.0.1:{port}"
+lead = subprocess.Popen([BURST, "generate", "--model", STORIES, "--prompt", PROMPT, "--max-tokens", "20", "--threads",
+                         "1", "--ranks", "2", "--nodes", "2", "--coordinator", coord], stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True, env=ENV)
+for _ in range(100):
+    try:
+        stray = socket.create_connection(("127.0.0.1", port))
+        break
+    except OSError:
+        time.sleep(0.1)
+stray.sendall(b"GET / HTTP/1.0\r\n\r\n")
+stray.close()
+w = worker(coord)
+rc, err = finish(lead, 60)
+wrc, werr = finish(w)
+check("a stray connection is dropped and the worker still joins", rc == 0 and "dropped a connection" in err and wrc == 0,
+      err[-400:] + werr[-200:])
+
+r = subprocess.run([BURST, "generate", "--model", STORIES, "--prompt", "x", "--nodes", "2"], capture_output=True,
+                   text=True, env=ENV)
+check("--nodes without --coordinator is a usage error", r.returncode == 2 and "--coordinator" in r.stderr, r.stderr)
+r = subprocess.run([BURST, "worker", "--model", STORIES], capture_output=True, text=True, env=ENV)
+check("worker without --coordinator is a usage error", r.returncode == 2 and "--coordinator" in r.stderr, r.stderr)
+check.exit()
