@@ -1,6 +1,8 @@
 // Ring attention on G CPU ranks (threads, one core each): time per ring step split into local
-// compute and waiting for the K/V transfer, to show that the transfer hides behind compute.
-//   bench_ring [--ranks G] [--heads H] [--kv-heads K] [--head-dim D] N [N ...]
+// compute and waiting for the K/V transfer, to show that the transfer hides behind compute. The
+// ranks talk through the in-process transport, or with --tcp 1 over loopback TCP (comm_tcp.c,
+// the transport of CPU ranks on several machines).
+//   bench_ring [--ranks G] [--heads H] [--kv-heads K] [--head-dim D] [--tcp 0|1] N [N ...]
 // Causal, zigzag partition, random inputs; one run per N (no warm-up: one step is seconds long).
 #include <omp.h>
 #include <pthread.h>
@@ -49,25 +51,30 @@ static void *rank_main(void *p) {
 }
 
 int main(int argc, char **argv) {
-    int G = 2, H = 4, K = 2, D = 64, first_n = 1;
+    int G = 2, H = 4, K = 2, D = 64, tcp = 0, first_n = 1;
     for (; first_n + 1 < argc && argv[first_n][0] == '-'; first_n += 2) {
         int v = atoi(argv[first_n + 1]);
         if (!strcmp(argv[first_n], "--ranks")) G = v;
         else if (!strcmp(argv[first_n], "--heads")) H = v;
         else if (!strcmp(argv[first_n], "--kv-heads")) K = v;
         else if (!strcmp(argv[first_n], "--head-dim")) D = v;
+        else if (!strcmp(argv[first_n], "--tcp")) tcp = v;
         else return fprintf(stderr, "unknown option %s\n", argv[first_n]), 2;
     }
     if (first_n >= argc || G < 1 || G > 64) {
-        fprintf(stderr, "usage: bench_ring [--ranks G] [--heads H] [--kv-heads K] [--head-dim D] N [N ...]\n");
+        fprintf(stderr, "usage: bench_ring [--ranks G] [--heads H] [--kv-heads K] [--head-dim D] [--tcp 0|1] N [N ...]\n");
         return 2;
     }
-    printf("ring attention, causal zigzag, G=%d ranks x 1 thread, heads %d (kv %d), d %d\n", G, H, K, D);
+    printf("ring attention, causal zigzag, G=%d ranks x 1 thread, heads %d (kv %d), d %d, %s transport\n", G, H, K,
+           D, tcp ? "loopback TCP" : "in-process");
     printf("%8s %10s %14s %18s %8s\n", "N", "total s", "compute/step", "wait/transfer", "wait %");
     for (int i = first_n; i < argc; i++) {
         job jobs[64];
         pthread_t th[64];
-        comm_group *grp = comm_threads_group_new(G, NULL);
+        comm_group *grp = NULL;
+        burst_error err;
+        if (!tcp) grp = comm_threads_group_new(G, NULL);
+        else if (comm_tcp_group_new(NULL, G, &grp, &err)) return fprintf(stderr, "E %s\n", err.msg), 1;
         for (int r = 0; r < G; r++) {
             jobs[r] = (job){.N = atoi(argv[i]), .G = G, .H = H, .K = K, .D = D, .rank = r, .grp = grp};
             pthread_create(&th[r], NULL, rank_main, &jobs[r]);

@@ -1,7 +1,8 @@
 // BurstAttention over G thread ranks (attention/ring.h) against a float64 naive reference:
 // O and lse for G in {1,2,3,4,8}, N in {1,7,64,1000,4097}, causal (zigzag partition) and not
 // (contiguous), GQA ratios 1/2/4, head_dim 64/128; and the sharded all-gather merge of decode.
-// Every case runs twice: ranks talking through the in-process transport, and over loopback TCP.
+// Every case runs with the ranks talking through the in-process transport, and all but the
+// largest again over loopback TCP.
 #include <pthread.h>
 
 #include "attention/ring.h"
@@ -227,8 +228,11 @@ int main(void) {
             c.lse = malloc(sizeof(float) * (size_t)(N * c.n_heads));
             double *ro = malloc(sizeof(double) * (size_t)(N * dim)), *rl = malloc(sizeof(double) * (size_t)(N * c.n_heads));
             reference(&c, ro, rl);
+            // TCP for the sizes below 4097 only, whose blocks (up to 1 MB) already take many
+            // partial sends: the large cases are the slow part of this test under ASan.
             for (size_t gi = 0; gi < 2 * sizeof Gs / sizeof Gs[0]; gi++) {
                 c.G = Gs[gi / 2], c.tcp = gi % 2;
+                if (c.tcp && N > 1000) continue;
                 ok &= run_ring(&c, ro, rl);
                 if (!c.causal) ok &= run_sharded_merge(&c, ro, rl, N < 3 ? N : 3);
             }
