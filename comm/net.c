@@ -42,10 +42,17 @@ static struct sockaddr_in sockaddr_of(uint32_t ip, uint16_t port) {
     return (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(ip)};
 }
 
-// Ring steps are large and latency matters for the small collectives: no Nagle delay.
+// Ring steps are large and latency matters for the small collectives: no Nagle delay. A peer
+// machine that dies or drops off the network would leave a receive waiting forever: keepalive
+// probes find it silent within about 30 s (a live peer's kernel answers them, however long its
+// compute), and the failure then shuts the process's other connections (comm_tcp.c).
 static void tune(int fd) {
-    int one = 1;
+    int one = 1, idle_s = 15, interval_s = 5, probes = 3;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
 }
 
 burst_status net_listen(uint32_t ip, uint16_t port, int *fd, uint16_t *bound, burst_error *err) {
