@@ -173,17 +173,25 @@ static int get_sampling(const cJSON *o, burst_request *req, api_error *e) {
     return ok;
 }
 
+// "stream_options": {"include_usage": bool}, only with "stream": true (as OpenAI).
+static int get_stream_options(const cJSON *o, openai_call *call, api_error *e) {
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(o, "stream_options");
+    if (!so || cJSON_IsNull(so)) return 1;
+    if (!cJSON_IsObject(so)) return BAD(e, "'stream_options' must be an object");
+    if (!call->stream) return BAD(e, "'stream_options' is only allowed with 'stream': true");
+    return get_bool(so, "include_usage", &call->include_usage, e);
+}
+
 int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, burst_request *req,
                  openai_call *call, api_error *e) {
     cJSON *o = cJSON_Parse(body);
     int ok = 1;
     if (!cJSON_IsObject(o)) ok = BAD(e, "the body must be a JSON object%s", o ? "" : " (it is not valid JSON)");
     const cJSON *model = o ? cJSON_GetObjectItemCaseSensitive(o, "model") : NULL;
-    const cJSON *so = o ? cJSON_GetObjectItemCaseSensitive(o, "stream_options") : NULL;
     if (ok && model && !cJSON_IsString(model)) ok = BAD(e, "'model' must be a string");
-    if (ok && so && !cJSON_IsNull(so) && !cJSON_IsObject(so)) ok = BAD(e, "'stream_options' must be an object");
     ok = ok && (kind == OPENAI_CHAT ? get_messages(o, lim, req, e) : get_prompt(o, lim, req, e));
-    ok = ok && get_bool(o, "stream", &call->stream, e) && get_stop(o, req, e) && get_sampling(o, req, e);
+    ok = ok && get_bool(o, "stream", &call->stream, e) && get_stream_options(o, call, e) && get_stop(o, req, e);
+    ok = ok && get_sampling(o, req, e);
     ok = ok && get_max_tokens(o, kind, lim, req, e);
     cJSON_Delete(o);
     return ok;

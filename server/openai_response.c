@@ -33,7 +33,8 @@ static cJSON *usage(const request_result *r) {
     return u;
 }
 
-// The envelope every response and chunk shares; *choice is its one choice.
+// The envelope every response and chunk shares; *choice is its one choice, or with choice NULL,
+// "choices" is empty (progress and usage chunks).
 static cJSON *envelope(const openai_call *c, const char *id, int chunk, cJSON **choice) {
     static const char *object[2][2] = {{"text_completion", "text_completion"}, {"chat.completion", "chat.completion.chunk"}};
     cJSON *o = cJSON_CreateObject();
@@ -41,10 +42,17 @@ static cJSON *envelope(const openai_call *c, const char *id, int chunk, cJSON **
     cJSON_AddStringToObject(o, "object", object[c->kind == OPENAI_CHAT][chunk]);
     cJSON_AddNumberToObject(o, "created", (double)c->created);
     cJSON_AddStringToObject(o, "model", c->model);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    if (!choice) return o;
     *choice = cJSON_CreateObject();
     cJSON_AddNumberToObject(*choice, "index", 0);
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), *choice);
+    cJSON_AddItemToArray(choices, *choice);
     return o;
+}
+
+static char *join(const char *a, const char *b) {
+    char *s = burst_malloc(strlen(a) + strlen(b) + 1);
+    return strcat(strcpy(s, a), b);
 }
 
 static char *sse(cJSON *o) {
@@ -79,9 +87,7 @@ char *openai_chunk_text(openai_call *c, const char *id, const char *text) {
 }
 
 char *openai_chunk_progress(openai_call *c, const char *id, const request_progress *p) {
-    cJSON *choice, *o = envelope(c, id, 1, &choice);
-    cJSON_DeleteItemFromObject(o, "choices");
-    cJSON_AddArrayToObject(o, "choices");
+    cJSON *o = envelope(c, id, 1, NULL);
     cJSON *pp = cJSON_AddObjectToObject(o, "prompt_progress");
     cJSON_AddNumberToObject(pp, "processed", p->processed);
     cJSON_AddNumberToObject(pp, "total", p->total);
@@ -93,8 +99,14 @@ char *openai_chunk_final(openai_call *c, const char *id, const request_result *r
     cJSON *choice, *o = envelope(c, id, 1, &choice);
     add_text(c, choice, "delta", c->kind == OPENAI_COMPLETION ? "" : NULL);
     cJSON_AddStringToObject(choice, "finish_reason", finish_reason_str(res->finish));
+    char *finish = sse(o);
+    if (!c->include_usage) return finish;
+    o = envelope(c, id, 1, NULL);
     cJSON_AddItemToObject(o, "usage", usage(res));
-    return sse(o);
+    char *with_usage = sse(o), *both = join(finish, with_usage);
+    free(finish);
+    free(with_usage);
+    return both;
 }
 
 char *openai_response(const openai_call *call, const char *id, const char *text, const request_result *res) {

@@ -20,6 +20,7 @@ const chat = await collect(await client.chat.completions.create({
 }), (c) => c.delta?.content);
 const completion = await collect(await client.completions.create({
   model, prompt: "Once upon a time", max_tokens: 40, temperature: 0, stream: true,
+  stream_options: { include_usage: true },
 }), (c) => c.text);
 const models = await client.models.list();
 console.log(JSON.stringify({ chat: chat.text, completion: completion.text, usage: completion.usage,
