@@ -1,14 +1,28 @@
 // Picks the next token from logits: greedy (temperature 0), or temperature with optional top-k
 // and top-p (nucleus) filtering, from a seeded generator so that a seed reproduces a completion.
-// A sampler belongs to one request; it owns a scratch buffer of vocab entries.
+// Before either, OpenAI's logit_bias and presence/frequency penalties adjust the logits.
+// sampler_logprobs gives the log-probabilities of a logits row (the API's logprobs).
+//
+// A sampler belongs to one request; it owns a scratch buffer of vocab entries, and two more (the
+// adjusted logits, the counts of sampled tokens) only when its request adjusts the logits.
 #pragma once
 #include <stdint.h>
+
+typedef struct {
+    int id;
+    float bias;
+} sampler_bias;
 
 typedef struct {
     float temperature; // 0: greedy
     float top_p;       // 1: off
     int top_k;         // 0: off
     uint64_t seed;
+    // OpenAI's penalties: logit[j] -= count[j] * frequency_penalty + (count[j] > 0) * presence_penalty,
+    // count[j] the times token j was sampled so far (the prompt does not count). 0: off.
+    float presence_penalty, frequency_penalty;
+    sampler_bias *bias; // (n_bias) added to the logits; borrowed (it outlives the sampler)
+    int n_bias;
 } sampler_params;
 
 typedef struct {
@@ -16,9 +30,28 @@ typedef struct {
     uint64_t rng;
     int vocab;
     struct sampler_cand { float prob; int id; } *cand; // (vocab)
+    float *adjusted;   // (vocab) the logits after bias and penalties; NULL when there are none
+    int *counts;       // (vocab) times each token was sampled; NULL without penalties
 } sampler;
 
 void sampler_init(sampler *s, const sampler_params *p, int vocab);
 void sampler_free(sampler *s);
-// logits (vocab) is used as scratch.
-int sampler_sample(sampler *s, float *logits);
+// logits (vocab) is only read.
+int sampler_sample(sampler *s, const float *logits);
+
+enum { SAMPLER_MAX_TOP_LOGPROBS = 20 }; // OpenAI's limit on top_logprobs
+
+typedef struct {
+    int id;
+    double logprob;
+} token_logprob;
+
+typedef struct {
+    token_logprob chosen;
+    int n_top;
+    token_logprob top[SAMPLER_MAX_TOP_LOGPROBS]; // (n_top) most likely first; ties: lower id first
+} sampled_logprobs;
+
+// Log-softmax of a logits row (vocab), in double: token id's and the n_top (<= 20) most likely
+// tokens'. One pass finds the maximum and the top tokens (no sort of the vocab), one more the sum.
+void sampler_logprobs(const float *logits, int vocab, int id, int n_top, sampled_logprobs *out);

@@ -62,3 +62,13 @@ extern "C" char *tokenizer_decode(const tokenizer *t, const int *ids, int n) {
     auto status = t->sp.Decode(std::vector<int>(ids, ids + n), &text);
     return status.ok() ? dup_string(text) : nullptr;
 }
+
+extern "C" char *tokenizer_piece(const tokenizer *t, int id, int *byte) {
+    *byte = -1;
+    if (id < 0 || id >= t->sp.GetPieceSize()) return nullptr;
+    std::string piece = t->sp.IdToPiece(id);
+    if (t->sp.IsByte(id)) *byte = (int)strtol(piece.c_str() + 3, nullptr, 16); // "<0xNN>"
+    else
+        for (size_t at; (at = piece.find("\xE2\x96\x81")) != std::string::npos;) piece.replace(at, 3, " ");
+    return dup_string(piece);
+}

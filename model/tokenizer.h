@@ -22,6 +22,10 @@ burst_status tokenizer_encode(const tokenizer *t, const char *text, int add_bos,
 // Decodes ids into a malloc'd, NUL-terminated string (byte-fallback pieces become their bytes;
 // bytes that do not form valid UTF-8 become U+FFFD). NULL when an id is out of range.
 char *tokenizer_decode(const tokenizer *t, const int *ids, int n);
+// One id's piece as text, malloc'd: SentencePiece's piece with its space mark (U+2581) as a space;
+// control pieces by name ("</s>"). For a byte-fallback piece "<0xNN>", *byte is NN, else -1.
+// NULL when id is out of range.
+char *tokenizer_piece(const tokenizer *t, int id, int *byte);
 
 // Streaming detokenization: text for generated ids as they come, never splitting a UTF-8
 // character (byte-fallback pieces of one emoji arrive as several ids) and keeping the spaces

@@ -61,7 +61,7 @@ static void set_gauges(engine *e) {
 static void log_finished(engine *e, burst_request *r, const request_result *res, char *tail, const char *error,
                          int n_prefilled) {
     finish_reason why = res->finish;
-    request_push(r, REQ_EVENT_DONE, tail, res);
+    request_push_done(r, tail, res);
     char what[96];
     if (why != FINISH_CANCELLED) snprintf(what, sizeof what, "%s", finish_reason_str(why));
     else if (n_prefilled < 0) snprintf(what, sizeof what, "cancelled (client gone) while queued");
@@ -159,7 +159,7 @@ static int admit(engine *e) {
 
 // Samples the next token of slot s from its logits row and hands it over; finishes the request
 // at EOS, a stop string, max_tokens or the context limit.
-static void seq_sample(engine *e, int s, float *logits) {
+static void seq_sample(engine *e, int s, const float *logits) {
     engine_seq *q = &e->seq[s];
     burst_request *r = q->req;
     int id = sampler_sample(&q->smp, logits);
@@ -179,10 +179,15 @@ static void seq_sample(engine *e, int s, float *logits) {
         seq_finish(e, s, FINISH_ERROR, "sampled a token id with no piece");
         return;
     }
+    sampled_logprobs *lp = NULL;
+    if (r->logprobs) { // of the raw logits, as vLLM's default (sampler_sample only read them)
+        lp = burst_malloc(sizeof *lp);
+        sampler_logprobs(logits, e->vocab, id, r->top_logprobs, lp);
+    }
     int stopped = 0;
     char *out = stop_feed(&q->stop, text, &stopped);
     free(text);
-    request_push(r, REQ_EVENT_TOKEN, out, NULL);
+    request_push_token(r, out, lp);
     if (stopped) seq_finish(e, s, FINISH_STOP, NULL);
     else if (q->n_gen >= r->max_tokens || llama_slot_len(e->model, s) + 1 > e->ctx) seq_finish(e, s, FINISH_LENGTH, NULL);
 }

@@ -57,14 +57,14 @@ static char *sse_format(sse_stream *st, request_event *ev, size_t *len) {
     if (ev->kind == REQ_EVENT_PROGRESS) {
         fputs(chunk = openai_chunk_progress(&st->call, st->req->id, &ev->progress), f);
     } else if (ev->kind == REQ_EVENT_TOKEN) {
-        fputs(chunk = openai_chunk_text(&st->call, st->req->id, ev->text), f);
+        fputs(chunk = openai_chunk_text(&st->call, st->req->id, ev->text, ev->logprobs), f);
     } else if (ev->result.finish == FINISH_ERROR) {
         api_error e;
         api_error_set(&e, 500, "server_error", NULL, "%s", ev->text);
         fprintf(f, "data: %s\n\ndata: [DONE]\n\n", chunk = api_error_json(&e));
     } else {
         if (ev->text[0]) {
-            fputs(chunk = openai_chunk_text(&st->call, st->req->id, ev->text), f);
+            fputs(chunk = openai_chunk_text(&st->call, st->req->id, ev->text, NULL), f);
             free(chunk);
         }
         fprintf(f, "%sdata: [DONE]\n\n", chunk = openai_chunk_final(&st->call, st->req->id, &ev->result));
@@ -95,11 +95,13 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void sse_free(void *cls) {
     sse_stream *st = cls;
+    openai_call_free(&st->call);
     request_release(st->req);
     free(st->out);
     free(st);
 }
 
+// Takes call's echo.
 static enum MHD_Result stream(http_server *s, http_request *h, const openai_call *call) {
     sse_stream *st = burst_calloc(1, sizeof *st);
     *st = (sse_stream){.s = s, .conn = h->conn, .req = h->req, .call = *call};
@@ -120,9 +122,16 @@ static enum MHD_Result whole(http_server *s, http_request *h, const openai_call 
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     BURST_ASSERT(f && "http: open_memstream failed");
+    sampled_logprobs *lp = NULL; // (n_lp) the tokens' logprobs, when asked
+    int n_lp = 0, cap = 0;
     request_event *ev;
     while ((ev = next_event(s, h->conn, h->req)) && ev->kind != REQ_EVENT_DONE) {
         fputs(ev->text, f); // progress events carry no text
+        if (ev->logprobs) {
+            if (n_lp == cap) lp = realloc(lp, sizeof *lp * (size_t)(cap = 2 * cap + 16));
+            BURST_ASSERT(lp && "http: out of memory collecting logprobs");
+            lp[n_lp++] = *ev->logprobs;
+        }
         request_event_free(ev);
     }
     if (ev) fputs(ev->text, f);
@@ -132,26 +141,30 @@ static enum MHD_Result whole(http_server *s, http_request *h, const openai_call 
         api_error e;
         r = http_reply_error(s, h, (api_error_set(&e, 500, "server_error", NULL, "%s", ev->text), &e));
     } else if (ev) {
-        r = http_reply(h, MHD_HTTP_OK, "application/json", openai_response(call, h->req->id, text, &ev->result));
+        r = http_reply(h, MHD_HTTP_OK, "application/json",
+                       openai_response(call, h->req->id, text, lp, n_lp, &ev->result));
     }
     request_event_free(ev);
+    free(lp);
     free(text);
     return r;
 }
 
 static enum MHD_Result generate(http_server *s, http_request *h, openai_kind kind) {
     api_error e;
-    openai_call call = {.kind = kind, .model = s->model_name, .created = (long long)time(NULL)};
+    openai_call call = {.kind = kind, .model = s->model_name, .tok = s->limits.tok, .created = (long long)time(NULL)};
     burst_request *r = request_new();
     snprintf(r->id, sizeof r->id, "%s", h->id);
     r->t_accept = h->t_start;
     if (!openai_parse(kind, h->body, &s->limits, r, &call, &e)) {
+        openai_call_free(&call);
         request_release(r);
         return http_reply_error(s, h, &e);
     }
     double retry_s;
     engine_admission a = engine_submit(s->eng, r, &retry_s);
     if (a != ENGINE_ACCEPTED) {
+        openai_call_free(&call);
         request_release(r);
         metrics_add(s->met, METRIC_REJECTED, 1);
         if (a == ENGINE_QUEUE_FULL)
@@ -165,7 +178,10 @@ static enum MHD_Result generate(http_server *s, http_request *h, openai_kind kin
         return http_reply_error(s, h, &e);
     }
     h->req = r; // released (and cancelled unless it completed) when the HTTP request ends
-    return call.stream ? stream(s, h, &call) : whole(s, h, &call);
+    if (call.stream) return stream(s, h, &call);
+    enum MHD_Result res = whole(s, h, &call);
+    openai_call_free(&call);
+    return res;
 }
 
 enum MHD_Result http_completions(http_server *s, http_request *h) { return generate(s, h, OPENAI_COMPLETION); }

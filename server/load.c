@@ -17,6 +17,7 @@ typedef struct {
     double t_last;
     double *gaps;         // (n_tokens - 1) inter-token gaps
     int n_tokens, cap, status, done, failed;
+    int n_usage;          // completion_tokens of the usage chunk (-1: none came)
     int n_progress;       // prompt_progress events (a long prefill reporting before its first token)
     char error[256];
     char *pending;        // SSE text not yet split into events
@@ -30,7 +31,8 @@ typedef struct {
     atomic_int next;
 } load_state;
 
-// One SSE data line: a token chunk, the final chunk, a prompt progress chunk, [DONE] or an error.
+// One SSE data line: a token chunk, the final chunk, the usage chunk, a prompt progress chunk,
+// [DONE] or an error.
 static void on_event(load_record *r, const char *data) {
     if (!strcmp(data, "[DONE]")) {
         r->done = 1;
@@ -39,8 +41,12 @@ static void on_event(load_record *r, const char *data) {
     cJSON *o = cJSON_Parse(data);
     const cJSON *choice = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0);
     const cJSON *finish = cJSON_GetObjectItemCaseSensitive(choice, "finish_reason");
+    const cJSON *usage = cJSON_GetObjectItemCaseSensitive(o, "usage");
     if (cJSON_GetObjectItemCaseSensitive(o, "prompt_progress")) {
         r->n_progress++;
+    } else if (!choice && cJSON_IsObject(usage)) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(usage, "completion_tokens");
+        r->n_usage = cJSON_IsNumber(n) ? n->valueint : -1;
     } else if (!choice) {
         const cJSON *msg = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "error"), "message");
         snprintf(r->error, sizeof r->error, "%s", cJSON_IsString(msg) ? msg->valuestring : data);
@@ -86,6 +92,7 @@ static char *request_body(const load_args *a, int index) {
     cJSON_AddNumberToObject(o, "max_tokens", a->max_tokens);
     cJSON_AddNumberToObject(o, "temperature", 0);
     cJSON_AddBoolToObject(o, "stream", 1);
+    cJSON_AddBoolToObject(cJSON_AddObjectToObject(o, "stream_options"), "include_usage", 1); // the server's count
     cJSON_AddBoolToObject(o, "ignore_eos", 1);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -100,15 +107,16 @@ static void *client(void *arg) {
         burst_error err = {{0}};
         char *body = request_body(ls->a, i);
         r->ttft = -1;
+        r->n_usage = -1;
         r->t_send = burst_now();
         if (http_post(&ls->url, "/v1/completions", ls->a->api_key, body, &r->status, on_body, r, &err))
             snprintf(r->error, sizeof r->error, "%s", err.msg);
         else if (r->status != 200) // an error body is one JSON object, not events
             snprintf(r->error, sizeof r->error, "status %d: %s", r->status, r->pending ? r->pending : "");
-        r->failed |= r->status != 200 || !r->done || r->n_tokens != ls->a->max_tokens;
+        r->failed |= r->status != 200 || !r->done || r->n_tokens != ls->a->max_tokens || r->n_usage != r->n_tokens;
         if (r->failed && !r->error[0])
-            snprintf(r->error, sizeof r->error, "status %d, %d of %d tokens%s", r->status, r->n_tokens,
-                     ls->a->max_tokens, r->done ? "" : ", no [DONE]");
+            snprintf(r->error, sizeof r->error, "status %d, %d of %d tokens (usage says %d)%s", r->status,
+                     r->n_tokens, ls->a->max_tokens, r->n_usage, r->done ? "" : ", no [DONE]");
         free(body);
     }
     return NULL;

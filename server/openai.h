@@ -3,7 +3,7 @@
 // output becomes OpenAI-shaped responses, stream chunks ("data: {...}\n\n") and errors.
 //
 // Extensions OpenAI clients ignore: "ignore_eos" (vLLM's) in requests; "time_to_first_token_s"
-// and "queue_time_s" in every "usage" object, and "usage" in the final stream chunk.
+// and "queue_time_s" in every "usage" object.
 //
 // Stateless apart from the openai_call a request owns (one HTTP thread). Returned strings are
 // malloc'd; the caller frees them. The tokenizer is shared (it is thread-safe).
@@ -33,26 +33,37 @@ char *api_error_json(const api_error *e);
 typedef struct {
     openai_kind kind;
     const char *model;   // the model's name (borrowed)
+    const tokenizer *tok; // for the tokens of logprobs (borrowed)
     long long created;   // unix seconds
     int stream;
+    int include_usage;   // streams: a last chunk with usage and no choices (stream_options)
+    int logprobs;        // the request asked for logprobs
+    char *echo;          // completions with echo: the prompt's text, put before the completion
+                         // (malloc'd; a stream frees it once sent)
+    long long text_offset; // completions with logprobs: characters of text before the next token
     int sent_role;       // chat streams name the role in their first chunk only
 } openai_call;
+
+void openai_call_free(openai_call *call);
 
 typedef struct {
     const tokenizer *tok;
     int vocab, ctx;      // token ids must be < vocab; prompt + max_tokens <= ctx
 } openai_limits;
 
-// Parses a request body (valid UTF-8, NUL-terminated) into req's prompt, max_tokens, sampling,
-// stop strings and ignore_eos, and call->stream. Returns 1, or 0 with a 400 in e.
+// Parses a request body (valid UTF-8, NUL-terminated) into req's prompt, max_tokens, sampling
+// (penalties, logit bias), stop strings, ignore_eos and logprobs, and call's stream, include_usage,
+// logprobs and echo. Returns 1, or 0 with a 400 in e (call may hold echo either way).
 int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, burst_request *req,
                  openai_call *call, api_error *e);
 
-// Stream chunks: one per token; the last carries finish_reason and usage; then "data: [DONE]".
-// Before the first token, a long prefill sends chunks with no choices and an extra field
-// "prompt_progress": {"processed", "total", "elapsed_s"} (OpenAI clients ignore it).
+// Stream chunks: one per token (with its logprobs when asked: lp, else NULL); the last carries
+// finish_reason; with include_usage, a chunk with no choices and the usage follows; then
+// "data: [DONE]". Before the first token, a long prefill sends chunks with no choices and an
+// extra field "prompt_progress": {"processed", "total", "elapsed_s"} (OpenAI clients ignore it).
 char *openai_chunk_progress(openai_call *call, const char *id, const request_progress *p);
-char *openai_chunk_text(openai_call *call, const char *id, const char *text);
+char *openai_chunk_text(openai_call *call, const char *id, const char *text, const sampled_logprobs *lp);
 char *openai_chunk_final(openai_call *call, const char *id, const request_result *res);
-// The whole (non-streamed) response.
-char *openai_response(const openai_call *call, const char *id, const char *text, const request_result *res);
+// The whole (non-streamed) response; lp: the n_lp tokens' logprobs when asked.
+char *openai_response(const openai_call *call, const char *id, const char *text, const sampled_logprobs *lp,
+                      int n_lp, const request_result *res);

@@ -2,6 +2,7 @@
 // field and what was expected.
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -69,7 +70,8 @@ static int get_stop(const cJSON *o, burst_request *req, api_error *e) {
 }
 
 // The prompt of a completion: a string, or token ids, or an array holding one of either.
-static int get_prompt(const cJSON *o, const openai_limits *lim, burst_request *req, api_error *e) {
+// *text: the string (borrowed from o), or NULL for ids.
+static int get_prompt(const cJSON *o, const openai_limits *lim, burst_request *req, const char **text, api_error *e) {
     burst_error err = {{0}};
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "prompt");
     if (!p) return BAD(e, "'prompt' is required");
@@ -79,6 +81,7 @@ static int get_prompt(const cJSON *o, const openai_limits *lim, burst_request *r
         p = cJSON_GetArrayItem(p, 0); // a batch of one prompt
     }
     if (cJSON_IsString(p)) {
+        *text = p->valuestring;
         if (tokenizer_encode(lim->tok, p->valuestring, 1, &req->prompt, &req->n_prompt, &err))
             return BAD(e, "'prompt' could not be tokenized: %s", err.msg);
         return 1;
@@ -163,14 +166,76 @@ static int get_max_tokens(const cJSON *o, openai_kind kind, const openai_limits 
 }
 
 static int get_sampling(const cJSON *o, burst_request *req, api_error *e) {
-    double temperature = 1, top_p = 1, seed = 0, n = 1;
+    double temperature = 1, top_p = 1, seed = 0, n = 1, presence = 0, frequency = 0;
     int ok = get_number(o, "temperature", 0, 2, &temperature, e) && get_number(o, "top_p", 0, 1, &top_p, e) &&
              get_int(o, "seed", -9007199254740991.0, 9007199254740991.0, &seed, e) && get_int(o, "n", 1, 1, &n, e) &&
-             get_bool(o, "ignore_eos", &req->ignore_eos, e);
+             get_number(o, "presence_penalty", -2, 2, &presence, e) &&
+             get_number(o, "frequency_penalty", -2, 2, &frequency, e) && get_bool(o, "ignore_eos", &req->ignore_eos, e);
     if (ok && top_p <= 0) ok = BAD(e, "'top_p' must be in (0, 1]");
     req->sampling = (sampler_params){.temperature = (float)temperature, .top_p = (float)top_p,
-                                     .seed = seed ? (uint64_t)(int64_t)seed : (uint64_t)(burst_now() * 1e9)};
+                                     .seed = seed ? (uint64_t)(int64_t)seed : (uint64_t)(burst_now() * 1e9),
+                                     .presence_penalty = (float)presence, .frequency_penalty = (float)frequency};
     return ok;
+}
+
+// "logit_bias": {"token id": bias in [-100, 100], ...}, added to the logits before sampling.
+static int get_logit_bias(const cJSON *o, const openai_limits *lim, burst_request *req, api_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "logit_bias"), *b;
+    if (!v || cJSON_IsNull(v)) return 1;
+    if (!cJSON_IsObject(v)) return BAD(e, "'logit_bias' must be an object mapping token ids to numbers in [-100, 100]");
+    int n = cJSON_GetArraySize(v);
+    req->sampling.bias = burst_calloc((size_t)(n ? n : 1), sizeof *req->sampling.bias);
+    cJSON_ArrayForEach(b, v) {
+        char *end;
+        long id = strtol(b->string, &end, 10);
+        if (!isdigit((unsigned char)b->string[0]) || *end || id >= lim->vocab)
+            return BAD(e, "'logit_bias' keys must be token ids in [0, %d), not '%.40s'", lim->vocab, b->string);
+        if (!cJSON_IsNumber(b) || !(b->valuedouble >= -100 && b->valuedouble <= 100))
+            return BAD(e, "'logit_bias'['%.40s'] must be a number in [-100, 100]", b->string);
+        req->sampling.bias[req->sampling.n_bias++] = (sampler_bias){(int)id, (float)b->valuedouble};
+    }
+    return 1;
+}
+
+// Completions: "logprobs": the alternatives per token (0..5). Chats: "logprobs": true, with
+// "top_logprobs" alternatives (0..20).
+static int get_logprobs(const cJSON *o, openai_kind kind, burst_request *req, openai_call *call, api_error *e) {
+    double top = -1;
+    if (kind == OPENAI_COMPLETION) {
+        if (!get_int(o, "logprobs", 0, 5, &top, e)) return 0;
+        req->logprobs = top >= 0;
+    } else {
+        if (!get_bool(o, "logprobs", &req->logprobs, e) ||
+            !get_int(o, "top_logprobs", 0, SAMPLER_MAX_TOP_LOGPROBS, &top, e))
+            return 0;
+        if (top >= 0 && !req->logprobs) return BAD(e, "'top_logprobs' needs 'logprobs': true");
+    }
+    req->top_logprobs = top > 0 ? (int)top : 0;
+    call->logprobs = req->logprobs;
+    return 1;
+}
+
+// Completions' "echo": the prompt's text goes before the completion. prompt_text: the prompt as
+// sent, or NULL for token ids (they are decoded).
+static int get_echo(const cJSON *o, const openai_limits *lim, const burst_request *req, const char *prompt_text,
+                    openai_call *call, api_error *e) {
+    int echo = 0;
+    if (!get_bool(o, "echo", &echo, e)) return 0;
+    if (!echo) return 1;
+    // llama_forward gives the logits of a prompt chunk's last token only.
+    if (req->logprobs)
+        return BAD(e, "'echo' with 'logprobs' is not supported (burstd does not compute the prompt's logprobs)");
+    call->echo = prompt_text ? strdup(prompt_text) : tokenizer_decode(lim->tok, req->prompt, req->n_prompt);
+    return 1;
+}
+
+// "stream_options": {"include_usage": bool}, only with "stream": true (as OpenAI).
+static int get_stream_options(const cJSON *o, openai_call *call, api_error *e) {
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(o, "stream_options");
+    if (!so || cJSON_IsNull(so)) return 1;
+    if (!cJSON_IsObject(so)) return BAD(e, "'stream_options' must be an object");
+    if (!call->stream) return BAD(e, "'stream_options' is only allowed with 'stream': true");
+    return get_bool(so, "include_usage", &call->include_usage, e);
 }
 
 int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, burst_request *req,
@@ -179,12 +244,18 @@ int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, b
     int ok = 1;
     if (!cJSON_IsObject(o)) ok = BAD(e, "the body must be a JSON object%s", o ? "" : " (it is not valid JSON)");
     const cJSON *model = o ? cJSON_GetObjectItemCaseSensitive(o, "model") : NULL;
-    const cJSON *so = o ? cJSON_GetObjectItemCaseSensitive(o, "stream_options") : NULL;
     if (ok && model && !cJSON_IsString(model)) ok = BAD(e, "'model' must be a string");
-    if (ok && so && !cJSON_IsNull(so) && !cJSON_IsObject(so)) ok = BAD(e, "'stream_options' must be an object");
-    ok = ok && (kind == OPENAI_CHAT ? get_messages(o, lim, req, e) : get_prompt(o, lim, req, e));
-    ok = ok && get_bool(o, "stream", &call->stream, e) && get_stop(o, req, e) && get_sampling(o, req, e);
+    const char *prompt_text = NULL;
+    ok = ok && (kind == OPENAI_CHAT ? get_messages(o, lim, req, e) : get_prompt(o, lim, req, &prompt_text, e));
+    ok = ok && get_bool(o, "stream", &call->stream, e) && get_stream_options(o, call, e) && get_stop(o, req, e);
+    ok = ok && get_sampling(o, req, e) && get_logit_bias(o, lim, req, e) && get_logprobs(o, kind, req, call, e);
+    ok = ok && (kind == OPENAI_CHAT || get_echo(o, lim, req, prompt_text, call, e));
     ok = ok && get_max_tokens(o, kind, lim, req, e);
     cJSON_Delete(o);
     return ok;
+}
+
+void openai_call_free(openai_call *call) {
+    free(call->echo);
+    call->echo = NULL;
 }

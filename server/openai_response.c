@@ -1,6 +1,7 @@
 // Response side of server/openai.h.
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,7 +34,8 @@ static cJSON *usage(const request_result *r) {
     return u;
 }
 
-// The envelope every response and chunk shares; *choice is its one choice.
+// The envelope every response and chunk shares; *choice is its one choice, or with choice NULL,
+// "choices" is empty (progress and usage chunks).
 static cJSON *envelope(const openai_call *c, const char *id, int chunk, cJSON **choice) {
     static const char *object[2][2] = {{"text_completion", "text_completion"}, {"chat.completion", "chat.completion.chunk"}};
     cJSON *o = cJSON_CreateObject();
@@ -41,10 +43,17 @@ static cJSON *envelope(const openai_call *c, const char *id, int chunk, cJSON **
     cJSON_AddStringToObject(o, "object", object[c->kind == OPENAI_CHAT][chunk]);
     cJSON_AddNumberToObject(o, "created", (double)c->created);
     cJSON_AddStringToObject(o, "model", c->model);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    if (!choice) return o;
     *choice = cJSON_CreateObject();
     cJSON_AddNumberToObject(*choice, "index", 0);
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), *choice);
+    cJSON_AddItemToArray(choices, *choice);
     return o;
+}
+
+static char *join(const char *a, const char *b) {
+    char *s = burst_malloc(strlen(a) + strlen(b) + 1);
+    return strcat(strcpy(s, a), b);
 }
 
 static char *sse(cJSON *o) {
@@ -58,11 +67,93 @@ static char *sse(cJSON *o) {
     return line;
 }
 
-// The choice's text: "text" for completions, a delta (or message) for chats.
+// A token as the API shows it: its piece's text, or for a byte-fallback piece that is not UTF-8 on
+// its own (NUL, 0x80..0xFF) "bytes:\xNN", as OpenAI's completions API shows such tokens (so that
+// they stay distinct as keys of top_logprobs). *byte: the piece's byte, or -1 (the text's bytes).
+static char *token_string(const openai_call *c, int id, int *byte) {
+    char *text = tokenizer_piece(c->tok, id, byte);
+    BURST_ASSERT(text && "openai: a sampled token id has no piece");
+    if (*byte < 0) return text;
+    free(text);
+    text = burst_malloc(16);
+    snprintf(text, 16, *byte > 0 && *byte < 0x80 ? "%c" : "bytes:\\x%02x", *byte);
+    return text;
+}
+
+static long long utf8_chars(const char *s) {
+    long long n = 0;
+    for (; *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
+// Completions' logprobs: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}],
+// "text_offset"}; the offsets count characters from the start of the completion's text.
+static cJSON *completion_logprobs(openai_call *c, const sampled_logprobs *lp, int n) {
+    cJSON *o = cJSON_CreateObject(), *tokens = cJSON_AddArrayToObject(o, "tokens");
+    cJSON *logprobs = cJSON_AddArrayToObject(o, "token_logprobs"), *tops = cJSON_AddArrayToObject(o, "top_logprobs");
+    cJSON *offsets = cJSON_AddArrayToObject(o, "text_offset");
+    int byte;
+    for (int i = 0; i < n; i++) {
+        char *t = token_string(c, lp[i].chosen.id, &byte);
+        cJSON_AddItemToArray(tokens, cJSON_CreateString(t));
+        cJSON_AddItemToArray(logprobs, cJSON_CreateNumber(lp[i].chosen.logprob));
+        cJSON_AddItemToArray(offsets, cJSON_CreateNumber((double)c->text_offset));
+        c->text_offset += utf8_chars(t);
+        free(t);
+        cJSON *top = cJSON_CreateObject();
+        for (int j = 0; j < lp[i].n_top; j++) {
+            t = token_string(c, lp[i].top[j].id, &byte);
+            cJSON_AddNumberToObject(top, t, lp[i].top[j].logprob);
+            free(t);
+        }
+        cJSON_AddItemToArray(tops, top);
+    }
+    return o;
+}
+
+// One token of chats' logprobs: {"token", "logprob", "bytes"}.
+static cJSON *chat_token(const openai_call *c, const token_logprob *tl) {
+    int byte;
+    char *t = token_string(c, tl->id, &byte);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "token", t);
+    cJSON_AddNumberToObject(o, "logprob", tl->logprob);
+    cJSON *bytes = cJSON_AddArrayToObject(o, "bytes");
+    if (byte >= 0) cJSON_AddItemToArray(bytes, cJSON_CreateNumber(byte));
+    for (const char *p = t; byte < 0 && *p; p++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)*p));
+    free(t);
+    return o;
+}
+
+// Chats' logprobs: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
+static cJSON *chat_logprobs(const openai_call *c, const sampled_logprobs *lp, int n) {
+    cJSON *o = cJSON_CreateObject(), *content = cJSON_AddArrayToObject(o, "content");
+    for (int i = 0; i < n; i++) {
+        cJSON *entry = chat_token(c, &lp[i].chosen), *top = cJSON_AddArrayToObject(entry, "top_logprobs");
+        for (int j = 0; j < lp[i].n_top; j++) cJSON_AddItemToArray(top, chat_token(c, &lp[i].top[j]));
+        cJSON_AddItemToArray(content, entry);
+    }
+    return o;
+}
+
+// The choice's "logprobs": null unless asked, else those of the n tokens lp.
+static void add_logprobs(openai_call *c, cJSON *choice, const sampled_logprobs *lp, int n) {
+    if (!c->logprobs) cJSON_AddNullToObject(choice, "logprobs");
+    else cJSON_AddItemToObject(choice, "logprobs", c->kind == OPENAI_COMPLETION ? completion_logprobs(c, lp, n)
+                                                                               : chat_logprobs(c, lp, n));
+}
+
+// The choice's text: "text" for completions (after the echoed prompt: a stream sends it with its
+// first text), a delta (or message) for chats.
 static void add_text(openai_call *c, cJSON *choice, const char *key, const char *text) {
     if (c->kind == OPENAI_COMPLETION) {
-        cJSON_AddStringToObject(choice, "text", text ? text : "");
-        cJSON_AddNullToObject(choice, "logprobs");
+        char *all = join(c->echo ? c->echo : "", text ? text : "");
+        cJSON_AddStringToObject(choice, "text", all);
+        free(all);
+        if (c->stream) {
+            free(c->echo);
+            c->echo = NULL;
+        }
         return;
     }
     cJSON *d = cJSON_AddObjectToObject(choice, key);
@@ -71,17 +162,16 @@ static void add_text(openai_call *c, cJSON *choice, const char *key, const char 
     if (text) cJSON_AddStringToObject(d, "content", text);
 }
 
-char *openai_chunk_text(openai_call *c, const char *id, const char *text) {
+char *openai_chunk_text(openai_call *c, const char *id, const char *text, const sampled_logprobs *lp) {
     cJSON *choice, *o = envelope(c, id, 1, &choice);
     add_text(c, choice, "delta", text);
+    add_logprobs(c, choice, lp, lp ? 1 : 0);
     cJSON_AddNullToObject(choice, "finish_reason");
     return sse(o);
 }
 
 char *openai_chunk_progress(openai_call *c, const char *id, const request_progress *p) {
-    cJSON *choice, *o = envelope(c, id, 1, &choice);
-    cJSON_DeleteItemFromObject(o, "choices");
-    cJSON_AddArrayToObject(o, "choices");
+    cJSON *o = envelope(c, id, 1, NULL);
     cJSON *pp = cJSON_AddObjectToObject(o, "prompt_progress");
     cJSON_AddNumberToObject(pp, "processed", p->processed);
     cJSON_AddNumberToObject(pp, "total", p->total);
@@ -92,15 +182,24 @@ char *openai_chunk_progress(openai_call *c, const char *id, const request_progre
 char *openai_chunk_final(openai_call *c, const char *id, const request_result *res) {
     cJSON *choice, *o = envelope(c, id, 1, &choice);
     add_text(c, choice, "delta", c->kind == OPENAI_COMPLETION ? "" : NULL);
+    add_logprobs(c, choice, NULL, 0);
     cJSON_AddStringToObject(choice, "finish_reason", finish_reason_str(res->finish));
+    char *finish = sse(o);
+    if (!c->include_usage) return finish;
+    o = envelope(c, id, 1, NULL);
     cJSON_AddItemToObject(o, "usage", usage(res));
-    return sse(o);
+    char *with_usage = sse(o), *both = join(finish, with_usage);
+    free(finish);
+    free(with_usage);
+    return both;
 }
 
-char *openai_response(const openai_call *call, const char *id, const char *text, const request_result *res) {
-    openai_call c = *call;
+char *openai_response(const openai_call *call, const char *id, const char *text, const sampled_logprobs *lp,
+                      int n_lp, const request_result *res) {
+    openai_call c = *call; // formatting moves sent_role and text_offset; the caller's call stays as it was
     cJSON *choice, *o = envelope(&c, id, 0, &choice);
     add_text(&c, choice, "message", text);
+    add_logprobs(&c, choice, lp, n_lp);
     cJSON_AddStringToObject(choice, "finish_reason", finish_reason_str(res->finish));
     cJSON_AddItemToObject(o, "usage", usage(res));
     return print(o);

@@ -34,6 +34,7 @@ void request_retain(burst_request *r) { atomic_fetch_add(&r->refs, 1); }
 void request_event_free(request_event *e) {
     if (!e) return;
     free(e->text);
+    free(e->logprobs);
     free(e);
 }
 
@@ -45,6 +46,7 @@ void request_release(burst_request *r) {
     }
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
+    free(r->sampling.bias);
     free(r->prompt);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
@@ -60,11 +62,15 @@ static void push(burst_request *r, request_event *e) {
     pthread_mutex_unlock(&r->mu);
 }
 
-void request_push(burst_request *r, request_event_kind kind, char *text, const request_result *result) {
+void request_push_token(burst_request *r, char *text, sampled_logprobs *logprobs) {
     request_event *e = burst_calloc(1, sizeof *e);
-    e->kind = kind;
-    e->text = text ? text : strdup("");
-    if (result) e->result = *result;
+    *e = (request_event){.kind = REQ_EVENT_TOKEN, .text = text ? text : strdup(""), .logprobs = logprobs};
+    push(r, e);
+}
+
+void request_push_done(burst_request *r, char *text, const request_result *result) {
+    request_event *e = burst_calloc(1, sizeof *e);
+    *e = (request_event){.kind = REQ_EVENT_DONE, .text = text ? text : strdup(""), .result = *result};
     push(r, e);
 }
 

@@ -3,9 +3,9 @@
 //
 // Memory: reference counted. request_new returns one reference (the HTTP side's); the engine
 // takes its own in engine_submit and drops it when the request finishes. The last release frees
-// the prompt, the stop strings and any events not taken.
+// the prompt, the stop strings, the logit bias and any events not taken.
 // Threads: the fields above `mu` are written by the HTTP thread before engine_submit and only
-// read afterwards. request_push (engine), request_pop (HTTP), request_cancel and
+// read afterwards. The request_push_* (engine), request_pop (HTTP), request_cancel and
 // request_cancelled (either) are thread-safe.
 #pragma once
 #include <pthread.h>
@@ -44,6 +44,7 @@ typedef enum {
 typedef struct request_event {
     request_event_kind kind;
     char *text;            // malloc'd
+    sampled_logprobs *logprobs; // TOKEN, when the request asked for logprobs: malloc'd; else NULL
     request_result result; // DONE only
     request_progress progress; // PROGRESS only
     struct request_event *next;
@@ -55,7 +56,9 @@ typedef struct burst_request {
     int n_prompt;
     int max_tokens;       // >= 1
     int ignore_eos;       // keep sampling past EOS (load tests)
-    sampler_params sampling;
+    int logprobs;         // 1: every TOKEN event carries its token's logprobs (of the raw logits)
+    int top_logprobs;     // with logprobs: the most likely alternatives to report (0..20)
+    sampler_params sampling; // its bias (malloc'd) belongs to the request
     char **stop;          // (n_stop) malloc'd strings that end the completion (not included)
     int n_stop;
     double t_accept;      // burst_now() when the HTTP thread accepted it
@@ -71,8 +74,9 @@ burst_request *request_new(void);
 void request_retain(burst_request *r);
 void request_release(burst_request *r);
 
-// Engine side: queue an event (takes text, which may be NULL for "").
-void request_push(burst_request *r, request_event_kind kind, char *text, const request_result *result);
+// Engine side: queue an event. They take text (NULL for "") and logprobs (may be NULL).
+void request_push_token(burst_request *r, char *text, sampled_logprobs *logprobs);
+void request_push_done(burst_request *r, char *text, const request_result *result);
 void request_push_progress(burst_request *r, const request_progress *p);
 // HTTP side: the next event, waiting at most timeout_s; NULL on timeout. Free with request_event_free.
 request_event *request_pop(burst_request *r, double timeout_s);

@@ -1,5 +1,6 @@
 // Streams one chat completion and one completion from burstd with the official `openai` npm
-// client (greedy) and prints {"chat": ..., "completion": ..., "usage": ...} as one JSON line.
+// client (greedy), asks a chat for logprobs, and prints {"chat": ..., "completion": ..., "usage": ...,
+// "logprobs": ...} as one JSON line.
 // usage: node openai_client.mjs BASE_URL API_KEY MODEL
 import OpenAI from "openai";
 
@@ -20,7 +21,12 @@ const chat = await collect(await client.chat.completions.create({
 }), (c) => c.delta?.content);
 const completion = await collect(await client.completions.create({
   model, prompt: "Once upon a time", max_tokens: 40, temperature: 0, stream: true,
+  stream_options: { include_usage: true },
 }), (c) => c.text);
+const scored = await client.chat.completions.create({
+  model, messages: [{ role: "user", content: "Tell me a story" }], max_tokens: 5, temperature: 0,
+  logprobs: true, top_logprobs: 3,
+});
 const models = await client.models.list();
 console.log(JSON.stringify({ chat: chat.text, completion: completion.text, usage: completion.usage,
-                             models: models.data.map((m) => m.id) }));
+                             logprobs: scored.choices[0].logprobs.content, models: models.data.map((m) => m.id) }));

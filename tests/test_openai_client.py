@@ -1,6 +1,7 @@
 """The official `openai` npm client (tests/package.json; `npm ci --prefix tests` installs it)
 streams a chat completion and a completion from burstd, with an API key, and receives the same
-text `burst generate` gives greedily. Skips (77) where node or the package is missing."""
+text `burst generate` gives greedily, the usage it asked for, and a chat's logprobs. Skips (77)
+where node or the package is missing."""
 import json
 import os
 import shutil
@@ -28,5 +29,10 @@ with Burstd(STORIES, "--api-key", "test-key") as srv:
     check("streamed completion = burst generate", out.get("completion") == completion_ref,
           (out.get("completion"), completion_ref))
     check("usage reaches the client", (out.get("usage") or {}).get("completion_tokens") == 40, out.get("usage"))
+    lp = out.get("logprobs") or []
+    check("chat logprobs reach the client: 5 tokens, 3 alternatives, the greedy one first",
+          len(lp) == 5 and all(len(t["top_logprobs"]) == 3 and t["top_logprobs"][0]["token"] == t["token"]
+                               and t["logprob"] <= 0 and t["bytes"] for t in lp)
+          and "".join(t["token"] for t in lp) == chat_ref[:len("".join(t["token"] for t in lp))], lp)
     check("models.list", out.get("models") == ["stories260K"], out.get("models"))
 check.exit()

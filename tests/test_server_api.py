@@ -42,10 +42,15 @@ with Burstd(STORIES) as srv:
           and u.get("time_to_first_token_s", 0) > 0 and body["choices"][0]["finish_reason"] == "length", u)
     st, events = srv.stream("/v1/completions", NORMAL)
     check("streamed completion = whole", st == 200 and stream_text(events) == ref, (st, events[-3:]))
-    check("stream ends with usage then [DONE]", events[-1] == "[DONE]" and events[-2]["usage"]["completion_tokens"] == 40
-          and events[-2]["usage"]["time_to_first_token_s"] > 0 and events[-2]["choices"][0]["finish_reason"] == "length",
+    check("stream ends with finish_reason then [DONE], no usage unless asked", events[-1] == "[DONE]"
+          and events[-2]["choices"][0]["finish_reason"] == "length" and not any("usage" in e for e in events[:-1]),
           events[-2:])
     check("one chunk per token", len(events) == 40 + 2, len(events))
+    st, events = srv.stream("/v1/completions", {**NORMAL, "stream_options": {"include_usage": True}})
+    check("include_usage: a last chunk with no choices and the usage, then [DONE]", events[-1] == "[DONE]"
+          and events[-2]["choices"] == [] and events[-2]["usage"]["completion_tokens"] == 40
+          and events[-2]["usage"]["time_to_first_token_s"] > 0 and events[-3]["choices"][0]["finish_reason"] == "length",
+          events[-3:])
     check("log line for the request", srv.wait_log(r"cmpl-\d+ \| length: prompt 5 tokens, generated 40 tokens, "
                                                    r"queue [\d.]+ s, ttft [\d.]+ s, total [\d.]+ s"), srv.log()[-500:])
 

@@ -1,0 +1,279 @@
+"""The OpenAI fields that change what burstd returns, on stories260K, against a float64 numpy
+reference built from tests/forward_dump's logits of the same positions:
+- logprobs (completions: N alternatives; chats: logprobs + top_logprobs), whole and streamed:
+  each token's logprob and its alternatives (ids, order, values) are the log-softmax of the raw
+  logits; the greedy token is the most likely one; logprobs 0 gives no alternatives;
+- presence/frequency penalties: each greedy token is the argmax of the reference logits, given the
+  tokens before it, with OpenAI's formula applied (so the sequence is the penalized greedy one),
+  and the text differs from the plain one; logit_bias +100 forces a token every time, -100 on the
+  greedy first token changes it (to the reference's choice with that bias);
+- echo, stream_options.include_usage (true, false, absent), and a 400 with an OpenAI-shaped error
+  for every bad value."""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from burstd_util import BIN, ENV, STORIES, Burstd, Checks, need_stories, stream_text
+
+need_stories()
+try:
+    import sentencepiece as spm
+except ImportError:
+    print("skip: python3-sentencepiece missing (the reference token strings)")
+    sys.exit(77)
+
+check = Checks()
+sp = spm.SentencePieceProcessor(model_file=os.path.join(STORIES, "tokenizer.model"))
+# The daemon and forward_dump run the same float32 CPU forward, but the daemon may chunk the prompt
+# differently: logits then differ by ~1e-6. 1e-4 on a logprob leaves room for that, no more.
+TOL = 1e-4
+TIE = 1e-5  # reference logprobs closer than this may swap places in the daemon's ranking
+C, H = "/v1/completions", "/v1/chat/completions"
+# OpenMP's spinning workers cost forward_dump seconds a run on a loaded 2-core machine; passive
+# waiting costs it nothing here (the run itself takes milliseconds).
+DUMP_ENV = {**ENV, "OMP_WAIT_POLICY": "passive"}
+
+
+def token_str(i):
+    i = int(i)
+    """A token as burstd shows it (README, "logprobs"), from SentencePiece's own binding."""
+    if sp.is_byte(i):
+        b = int(sp.id_to_piece(i)[3:5], 16)
+        return chr(b) if 0 < b < 0x80 else "bytes:\\x%02x" % b
+    return sp.id_to_piece(i).replace("\u2581", " ")
+
+
+def token_bytes(i):
+    i = int(i)
+    return [int(sp.id_to_piece(i)[3:5], 16)] if sp.is_byte(i) else list(token_str(i).encode())
+
+
+def ref_logprobs(prompt, fed):
+    """float64 log-softmax of the logits after prompt, then after each id of fed: len(fed)+1 rows."""
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "logits.bin")
+        r = subprocess.run([os.path.join(BIN, "tests", "forward_dump"), STORIES, out, "512", "1",
+                            *map(str, prompt), "--", *map(str, fed)], capture_output=True, text=True, env=DUMP_ENV,
+                           timeout=60)
+        if r.returncode:
+            raise RuntimeError("forward_dump failed: " + r.stderr)
+        x = np.fromfile(out, dtype=np.float32).astype(np.float64).reshape(len(fed) + 1, -1)
+    m = x.max(-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
+
+
+# Token strings back to ids, to feed the daemon's tokens to forward_dump (ordinary pieces win over
+# byte pieces that show as the same character; greedy never picked one of those here).
+ID_OF = {}
+for i in range(sp.get_piece_size()):
+    if token_str(i) not in ID_OF or not sp.is_byte(i):
+        ID_OF[token_str(i)] = i
+
+
+def greedy_ok(prompt, tokens, presence=0.0, frequency=0.0, bias=None):
+    """Whether each token is the argmax of the reference logits after the prompt and the tokens
+    before it, with OpenAI's penalties and logit bias applied: then the whole sequence is the
+    reference's greedy one. Also returns the reference logprobs rows and the ids."""
+    ids = [ID_OF[t] for t in tokens]
+    rows = ref_logprobs(prompt, ids[:-1])
+    for k, row in enumerate(rows):  # logprobs differ from the logits by a constant: same argmax
+        counts = np.bincount(ids[:k], minlength=len(row))
+        x = row - counts * frequency - (counts > 0) * presence
+        for i, b in (bias or {}).items():
+            x[int(i)] += b
+        if int(np.argmax(x)) != ids[k]:
+            return False, rows, ids
+    return True, rows, ids
+
+
+def ranking_ok(got, row):
+    """got: [(token, logprob)], most likely first, against the reference row: same values in the same
+    order, and each token the reference's at its place (or one tied with it)."""
+    order = np.argsort(-row, kind="stable")
+    for j, (tok, lp) in enumerate(got):
+        tied = [k for k in order[:len(got) + 2] if abs(row[k] - row[order[j]]) < TIE]
+        if abs(lp - row[order[j]]) > TOL or tok not in {token_str(k) for k in tied}:
+            return False
+    return True
+
+
+def completion_entries(lp):
+    """Completions' logprobs as [(token, logprob, [(alt token, logprob)], offset)]."""
+    return [(t, v, list(top.items()), off) for t, v, top, off in
+            zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], lp["text_offset"])]
+
+
+def chat_entries(lp):
+    """Chats' logprobs as [(token, logprob, [(alt token, logprob)], bytes)]."""
+    return [(e["token"], e["logprob"], [(a["token"], a["logprob"]) for a in e["top_logprobs"]], e["bytes"])
+            for e in lp["content"]]
+
+
+def streamed_entries(events, kind):
+    """The logprobs entries of a stream's token chunks, in order, and how many each chunk carried."""
+    out, per_chunk = [], []
+    for e in events:
+        if isinstance(e, dict) and e["choices"] and e["choices"][0]["finish_reason"] is None:
+            got = (completion_entries if kind == C else chat_entries)(e["choices"][0]["logprobs"])
+            out += got
+            per_chunk.append(len(got))
+    return out, per_chunk
+
+
+def check_against_ref(name, entries, prompt, n_top, kind):
+    """Every entry against the reference: the greedy id, its logprob, its alternatives; bytes for chats."""
+    greedy, rows, ids = greedy_ok(prompt, [e[0] for e in entries])
+    bad = [] if greedy else ["not the reference's greedy sequence"]
+    for k, (tok, lp, top, extra) in enumerate(entries):
+        ok = abs(lp - rows[k][ids[k]]) <= TOL and len(top) == n_top
+        ok = ok and ranking_ok(top, rows[k]) and (not top or (top[0][0] == tok and top[0][1] == lp))
+        ok = ok and (kind == C or extra == token_bytes(ids[k]))
+        if not ok:
+            bad.append((k, tok, token_str(ids[k]), lp, rows[k][ids[k]], top[:3]))
+    check(name, len(entries) > 0 and not bad, bad[:3])
+
+
+with Burstd(STORIES) as srv:
+    def tokens(text):
+        return srv.request("POST", "/tokenize", {"content": text, "add_special": True})[2]["tokens"]
+
+    PROMPT = "Once upon a time"
+    prompt_ids = tokens(PROMPT)
+    chat_ids = tokens("[INST] Tell me a story [/INST]")  # the chat template of one user message
+    MESSAGES = [{"role": "user", "content": "Tell me a story"}]
+    N = 12
+
+    # Completions: logprobs N, whole and streamed, against the reference.
+    for n_top in (0, 1, 5):
+        body = {"prompt": PROMPT, "max_tokens": N, "temperature": 0, "logprobs": n_top}
+        st, _, resp = srv.request("POST", C, body)
+        choice = resp["choices"][0]
+        whole = completion_entries(choice["logprobs"])
+        check_against_ref(f"completion logprobs={n_top}: tokens, logprobs, alternatives = reference", whole,
+                          prompt_ids, n_top, C)
+        offsets = [sum(len(t) for t, *_ in whole[:k]) for k in range(len(whole))]
+        check(f"completion logprobs={n_top}: text = its tokens, text_offset counts characters",
+              "".join(t for t, *_ in whole) == choice["text"] and [e[3] for e in whole] == offsets,
+              (choice["text"], whole[:2]))
+        st, events = srv.stream(C, body)
+        streamed, per_chunk = streamed_entries(events, C)
+        check(f"streamed completion logprobs={n_top}: one token a chunk, the whole response's entries",
+              streamed == whole and per_chunk == [1] * N and stream_text(events) == choice["text"],
+              (streamed[:2], whole[:2], per_chunk))
+
+    # Chats: logprobs true with top_logprobs, whole and streamed.
+    for n_top in (None, 0, 3, 20):
+        body = {"messages": MESSAGES, "max_tokens": N, "temperature": 0, "logprobs": True}
+        if n_top is not None:
+            body["top_logprobs"] = n_top
+        st, _, resp = srv.request("POST", H, body)
+        whole = chat_entries(resp["choices"][0]["logprobs"])
+        check_against_ref(f"chat top_logprobs={n_top}: tokens, logprobs, bytes, alternatives = reference", whole,
+                          chat_ids, n_top or 0, H)
+        st, events = srv.stream(H, body)
+        streamed, per_chunk = streamed_entries(events, H)
+        check(f"streamed chat top_logprobs={n_top}: one token a chunk, the whole response's entries",
+              streamed == whole and per_chunk == [1] * N, (streamed[:2], whole[:2], per_chunk))
+    st, _, resp = srv.request("POST", H, {"messages": MESSAGES, "max_tokens": 3, "logprobs": False})
+    check("chat without logprobs: logprobs null", st == 200 and resp["choices"][0]["logprobs"] is None, resp)
+
+    # Penalties: the penalized greedy sequence of the reference, and not the plain one.
+    def greedy_tokens(body):
+        st, _, resp = srv.request("POST", C, {"prompt": PROMPT, "temperature": 0, "logprobs": 0, **body})
+        return resp["choices"][0] if st == 200 else {"text": None, "logprobs": {"tokens": [], "token_logprobs": []}}
+
+    plain = greedy_tokens({"max_tokens": 40})
+    check("plain greedy = the reference's", greedy_ok(prompt_ids, plain["logprobs"]["tokens"])[0], plain)
+    for pen in ({"frequency_penalty": 2}, {"presence_penalty": 1.5, "frequency_penalty": -0.5},
+                {"presence_penalty": -2}):
+        got = greedy_tokens({"max_tokens": 40, **pen})
+        ok, rows, ids = greedy_ok(prompt_ids, got["logprobs"]["tokens"], pen.get("presence_penalty", 0),
+                                  pen.get("frequency_penalty", 0))
+        check(f"{pen}: greedy = the reference's penalized greedy, logprobs of the raw logits",
+              ok and len(ids) == 40 and np.allclose(got["logprobs"]["token_logprobs"], rows[np.arange(40), ids],
+                                                    atol=TOL, rtol=0), got)
+        check(f"{pen}: differs from plain greedy", got["text"] != plain["text"], got["text"])
+        st, events = srv.stream(C, {"prompt": PROMPT, "temperature": 0, "max_tokens": 40, **pen})
+        check(f"{pen}: streamed = whole", stream_text(events) == got["text"])
+
+    # logit_bias: +100 forces a token; -100 on the greedy first token gives the runner-up.
+    forced = 300
+    got = greedy_tokens({"max_tokens": 8, "logit_bias": {str(forced): 100}})
+    check("logit_bias +100: that token every time", got["logprobs"]["tokens"] == [token_str(forced)] * 8, got)
+    first = ID_OF[plain["logprobs"]["tokens"][0]]
+    got = greedy_tokens({"max_tokens": 4, "logit_bias": {str(first): -100}})
+    check("logit_bias -100 on the greedy first token: the reference's greedy with that bias",
+          greedy_ok(prompt_ids, got["logprobs"]["tokens"], bias={first: -100})[0]
+          and got["logprobs"]["tokens"][0] != token_str(first), got)
+    # A byte-fallback token that is not UTF-8 alone: "bytes:\xe2" with its byte; its logprob is
+    # the raw one (the bias is not in it), and it is not among the raw top alternatives.
+    byte_e2 = sp.piece_to_id("<0xE2>")
+    st, _, resp = srv.request("POST", H, {"messages": MESSAGES, "max_tokens": 1, "temperature": 0, "logprobs": True,
+                                          "top_logprobs": 2, "logit_bias": {str(byte_e2): 100}})
+    e = resp["choices"][0]["logprobs"]["content"][0]
+    raw = ref_logprobs(chat_ids, [])[0]
+    check("byte token: 'bytes:\\xe2', bytes [226], raw logprob, raw alternatives",
+          e["token"] == "bytes:\\xe2" and e["bytes"] == [226] and abs(e["logprob"] - raw[byte_e2]) <= TOL
+          and ranking_ok([(a["token"], a["logprob"]) for a in e["top_logprobs"]], raw), e)
+
+    # echo: the prompt's text before the completion, whole and streamed (in the first chunk).
+    st, _, plain_resp = srv.request("POST", C, {"prompt": PROMPT, "max_tokens": 10, "temperature": 0})
+    text = plain_resp["choices"][0]["text"]
+    st, _, resp = srv.request("POST", C, {"prompt": PROMPT, "max_tokens": 10, "temperature": 0, "echo": True})
+    check("echo: prompt + completion", resp["choices"][0]["text"] == PROMPT + text, resp["choices"][0])
+    st, events = srv.stream(C, {"prompt": PROMPT, "max_tokens": 10, "temperature": 0, "echo": True})
+    check("echo streamed: the first chunk starts with the prompt", events[0]["choices"][0]["text"].startswith(PROMPT)
+          and stream_text(events) == PROMPT + text, events[:2])
+    st, _, resp = srv.request("POST", C, {"prompt": prompt_ids, "max_tokens": 10, "temperature": 0, "echo": True})
+    check("echo of token ids: their decoded text", resp["choices"][0]["text"] == PROMPT + text, resp["choices"][0])
+
+    # stream_options.include_usage: true adds a last chunk with no choices; false or absent, none.
+    for path, body in ((C, {"prompt": PROMPT, "max_tokens": 5}), (H, {"messages": MESSAGES, "max_tokens": 5})):
+        for include in (True, False, None):
+            b = {**body, "stream_options": {"include_usage": include}} if include is not None else body
+            st, events = srv.stream(path, b)
+            with_usage = [e for e in events[:-1] if "usage" in e]
+            if include:
+                ok = (len(with_usage) == 1 and with_usage[0] is events[-2] and events[-2]["choices"] == []
+                      and events[-2]["usage"]["completion_tokens"] == 5
+                      and events[-3]["choices"][0]["finish_reason"] == "length")
+            else:
+                ok = not with_usage and events[-2]["choices"][0]["finish_reason"] == "length"
+            check(f"{path} include_usage={include}", st == 200 and ok and events[-1] == "[DONE]", events[-3:])
+
+    # Bad values: 400 with an OpenAI-shaped error naming the field.
+    P = {"prompt": PROMPT}
+    M = {"messages": MESSAGES}
+    cases = [
+        (C, {**P, "logprobs": 6}, "'logprobs' must be an integer in [0, 5]"),
+        (C, {**P, "logprobs": -1}, "'logprobs'"),
+        (C, {**P, "logprobs": True}, "'logprobs' must be an integer"),
+        (H, {**M, "logprobs": 3}, "'logprobs' must be a boolean"),
+        (H, {**M, "logprobs": True, "top_logprobs": 21}, "'top_logprobs' must be an integer in [0, 20]"),
+        (H, {**M, "top_logprobs": 2}, "'top_logprobs' needs 'logprobs': true"),
+        (C, {**P, "presence_penalty": 3}, "'presence_penalty' must be a number in [-2, 2]"),
+        (H, {**M, "frequency_penalty": -2.5}, "'frequency_penalty' must be a number in [-2, 2]"),
+        (C, {**P, "frequency_penalty": "2"}, "'frequency_penalty'"),
+        (C, {**P, "logit_bias": {"abc": 1}}, "'logit_bias' keys must be token ids in [0, 512), not 'abc'"),
+        (C, {**P, "logit_bias": {"512": 1}}, "'logit_bias' keys must be token ids in [0, 512), not '512'"),
+        (C, {**P, "logit_bias": {"-1": 1}}, "'logit_bias' keys"),
+        (C, {**P, "logit_bias": {"5": 200}}, "'logit_bias'['5'] must be a number in [-100, 100]"),
+        (H, {**M, "logit_bias": {"5": "x"}}, "'logit_bias'['5'] must be a number"),
+        (C, {**P, "logit_bias": [1]}, "'logit_bias' must be an object"),
+        (C, {**P, "echo": True, "logprobs": 0}, "'echo' with 'logprobs' is not supported"),
+        (C, {**P, "echo": "yes"}, "'echo' must be a boolean"),
+        (C, {**P, "stream_options": {"include_usage": True}}, "'stream_options' is only allowed with 'stream': true"),
+        (C, {**P, "stream": True, "stream_options": {"include_usage": 1}}, "'include_usage' must be a boolean"),
+        (H, {**M, "stream": True, "stream_options": 3}, "'stream_options' must be an object"),
+    ]
+    for path, body, want in cases:
+        st, _, err = srv.request("POST", path, body)
+        e = err.get("error", {}) if isinstance(err, dict) else {}
+        check(f"{path} {body} -> 400", st == 400 and want in e.get("message", "") and e.get("type")
+              == "invalid_request_error" and "code" in e, (st, err))
+    st, _, resp = srv.request("POST", C, {"prompt": PROMPT, "max_tokens": 5, "temperature": 0})
+    check("a normal request after them", st == 200 and resp["choices"][0]["logprobs"] is None, resp)
+check.exit()
