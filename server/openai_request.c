@@ -238,6 +238,27 @@ static int get_stream_options(const cJSON *o, openai_call *call, api_error *e) {
     return get_bool(so, "include_usage", &call->include_usage, e);
 }
 
+// Fields that would change the answer and that burstd does not do: a 400 says so, rather than an
+// answer that ignores them. Their harmless values (null, 1, "text", an empty list) pass.
+static int reject_unsupported(const cJSON *o, api_error *e) {
+    const cJSON *suffix = cJSON_GetObjectItemCaseSensitive(o, "suffix");
+    const cJSON *best_of = cJSON_GetObjectItemCaseSensitive(o, "best_of");
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(o, "response_format");
+    const cJSON *format_type = cJSON_IsObject(format) ? cJSON_GetObjectItemCaseSensitive(format, "type") : NULL;
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(o, "tools");
+    const cJSON *functions = cJSON_GetObjectItemCaseSensitive(o, "functions");
+    if (suffix && !cJSON_IsNull(suffix) && !(cJSON_IsString(suffix) && !suffix->valuestring[0]))
+        return BAD(e, "'suffix' (text insertion) is not supported");
+    if (best_of && !cJSON_IsNull(best_of) && !(cJSON_IsNumber(best_of) && best_of->valuedouble == 1))
+        return BAD(e, "'best_of' other than 1 is not supported");
+    if (format && !cJSON_IsNull(format) && !(cJSON_IsString(format_type) && !strcmp(format_type->valuestring, "text")))
+        return BAD(e, "'response_format' other than {\"type\": \"text\"} is not supported");
+    if ((tools && !cJSON_IsNull(tools) && !(cJSON_IsArray(tools) && cJSON_GetArraySize(tools) == 0)) ||
+        (functions && !cJSON_IsNull(functions) && !(cJSON_IsArray(functions) && cJSON_GetArraySize(functions) == 0)))
+        return BAD(e, "tool and function calling are not supported");
+    return 1;
+}
+
 int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, burst_request *req,
                  openai_call *call, api_error *e) {
     cJSON *o = cJSON_Parse(body);
@@ -245,6 +266,7 @@ int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, b
     if (!cJSON_IsObject(o)) ok = BAD(e, "the body must be a JSON object%s", o ? "" : " (it is not valid JSON)");
     const cJSON *model = o ? cJSON_GetObjectItemCaseSensitive(o, "model") : NULL;
     if (ok && model && !cJSON_IsString(model)) ok = BAD(e, "'model' must be a string");
+    ok = ok && reject_unsupported(o, e);
     const char *prompt_text = NULL;
     ok = ok && (kind == OPENAI_CHAT ? get_messages(o, lim, req, e) : get_prompt(o, lim, req, &prompt_text, e));
     ok = ok && get_bool(o, "stream", &call->stream, e) && get_stream_options(o, call, e) && get_stop(o, req, e);

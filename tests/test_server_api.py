@@ -109,6 +109,12 @@ with Burstd(STORIES) as srv:
         ("POST", C, {"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "'stop'"),
         ("POST", C, {"prompt": "x", "n": 2}, 400, "'n'"),
         ("POST", C, {"prompt": "x", "model": 3}, 400, "'model' must be a string"),
+        ("POST", C, {"prompt": "x", "suffix": "end"}, 400, "'suffix' (text insertion) is not supported"),
+        ("POST", C, {"prompt": "x", "best_of": 3}, 400, "'best_of' other than 1"),
+        ("POST", H, {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}},
+         400, "'response_format' other than"),
+        ("POST", H, {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}, 400,
+         "tool and function calling are not supported"),
         ("POST", C, {"prompt": "x", "max_tokens": 600}, 400, "maximum context length is 512 tokens. However, you "
          "requested 603 tokens (3 in the prompt, 600 for the completion)"),
         ("POST", C, {"prompt": "x " * 600}, 400, "maximum context length is 512"),
@@ -140,6 +146,12 @@ with Burstd(STORIES) as srv:
         if want_status == 405:
             check(f"{label}: Allow header", hdr.get("Allow") in ("GET", "POST"), hdr)
         check(f"{label}: a normal request after it succeeds", completion_ok(srv))
+    # The harmless values of the unsupported fields pass, as clients send them by default.
+    for path, body in ((C, {"prompt": "x", "max_tokens": 2, "suffix": None, "best_of": 1}),
+                       (H, {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2,
+                            "response_format": {"type": "text"}, "tools": [], "user": "u"})):
+        st, _, r = srv.request("POST", path, body)
+        check(f"{path} with default values of unsupported fields -> 200", st == 200, (st, r))
     check("errors are logged with the request id", re.search(r"W server/http.c:\d+ http_reply_error: cmpl-\d+ \| "
                                                              r"POST /v1/completions -> 400: ", srv.log()), srv.log()[-300:])
     check("burstd still running", srv.proc.poll() is None)
