@@ -1,5 +1,6 @@
 // The CPU twin of the flash-attention forward (contract in attention/flash.h). Written plainly:
-// it is the specification the CUDA kernel is tested against.
+// it is the specification the CUDA kernel is tested against. Its two products (the scores Q Kᵀ
+// and P V) work on 4 rows at a time so that each loaded K or V row serves 4 queries.
 //
 // For each (head, tile of FLASH_CPU_BQ queries), walk the key tiles of FLASH_CPU_BK keys that the
 // tile can see, keeping a running row max m, row sum l and unnormalised output acc (online
@@ -12,6 +13,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "attention/dot_cpu.h"
 #include "common/burst.h"
 
 enum { FLASH_CPU_BQ = 64, FLASH_CPU_BK = 64 };
@@ -29,44 +31,53 @@ static inline const float *k_row(const flash_args *a, const float *base, int64_t
     return base + j * a->kv_stride + (int64_t)hk * a->head_dim;
 }
 
-// One key tile [k0, k1) against the query rows [q0, q1) of head h: scores, masking, online softmax.
+// acc (nq, d) += p (nq, FLASH_CPU_BK) · v (nk rows at v_stride): 4 rows of p per loaded row of v.
+static void add_pv(float *acc, const float *p, const float *v, int64_t v_stride, int d, int nq, int nk) {
+    int r = 0;
+    for (; r + 4 <= nq; r += 4) {
+        float *a0 = acc + (int64_t)r * d, *a1 = a0 + d, *a2 = a1 + d, *a3 = a2 + d;
+        const float *p0 = p + r * FLASH_CPU_BK, *p1 = p0 + FLASH_CPU_BK, *p2 = p1 + FLASH_CPU_BK, *p3 = p2 + FLASH_CPU_BK;
+        for (int j = 0; j < nk; j++) {
+            const float *vj = v + j * v_stride;
+            float x0 = p0[j], x1 = p1[j], x2 = p2[j], x3 = p3[j];
+#pragma omp simd
+            for (int c = 0; c < d; c++) a0[c] += x0 * vj[c], a1[c] += x1 * vj[c], a2[c] += x2 * vj[c], a3[c] += x3 * vj[c];
+        }
+    }
+    for (; r < nq; r++)
+        for (int j = 0; j < nk; j++) {
+            const float *vj = v + j * v_stride;
+            float x = p[r * FLASH_CPU_BK + j], *a = acc + (int64_t)r * d;
+#pragma omp simd
+            for (int c = 0; c < d; c++) a[c] += x * vj[c];
+        }
+}
+
+// One key tile [k0, k1) against the query rows [q0, q1) of head h: scores, masking, online
+// softmax (the scores become probabilities in place), then acc += P V.
 static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, int h, int hk, int64_t q0,
                            int64_t q1, int64_t k0, int64_t k1, int masked) {
-    const int d = a->head_dim;
-    for (int64_t i = q0; i < q1; i++) {
-        const float *q = q_row(a, i, h);
-        float *s = w->s + (i - q0) * FLASH_CPU_BK;
-        int r = (int)(i - q0);
-        float mx = -INFINITY;
-        for (int64_t j = k0; j < k1; j++) {
-            float v;
-            if (masked && a->k_pos0 + j > a->q_pos0 + i) v = -INFINITY;
-            else {
-                const float *k = k_row(a, a->k, j, hk);
-                float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                for (int c = 0; c < d; c++) dot += q[c] * k[c];
-                v = dot * a->scale;
-            }
-            s[j - k0] = v;
-            mx = fmaxf(mx, v);
+    const int d = a->head_dim, nq = (int)(q1 - q0), nk = (int)(k1 - k0);
+    dot_rows(q_row(a, q0, h), a->q_stride, nq, k_row(a, a->k, k0, hk), a->kv_stride, nk, d, w->s, FLASH_CPU_BK, 1);
+    for (int r = 0; r < nq; r++) {
+        float *s = w->s + r * FLASH_CPU_BK, mx = -INFINITY;
+        for (int j = 0; j < nk; j++) {
+            s[j] = masked && a->k_pos0 + k0 + j > a->q_pos0 + q0 + r ? -INFINITY : s[j] * a->scale;
+            mx = fmaxf(mx, s[j]);
         }
         float m_new = fmaxf(w->m[r], mx);
-        if (m_new == -INFINITY) continue; // nothing visible to this row yet
-        float alpha = expf(w->m[r] - m_new); // 0 when the old max is -inf
+        if (m_new == -INFINITY) { // nothing visible to this row yet: it adds nothing
+            for (int j = 0; j < nk; j++) s[j] = 0.0f;
+            continue;
+        }
+        float alpha = expf(w->m[r] - m_new), sum = 0.0f; // alpha is 0 when the old max is -inf
         float *acc = w->acc + (int64_t)r * d;
         for (int c = 0; c < d; c++) acc[c] *= alpha;
-        float sum = 0.0f;
-        for (int64_t j = k0; j < k1; j++) {
-            float p = expf(s[j - k0] - m_new);
-            sum += p;
-            if (p == 0.0f) continue;
-            const float *v = k_row(a, a->v, j, hk);
-            for (int c = 0; c < d; c++) acc[c] += p * v[c];
-        }
+        for (int j = 0; j < nk; j++) sum += s[j] = expf(s[j] - m_new);
         w->l[r] = w->l[r] * alpha + sum;
         w->m[r] = m_new;
     }
+    add_pv(w->acc, w->s, k_row(a, a->v, k0, hk), a->kv_stride, d, nq, nk);
 }
 
 // One query tile [q0, q1) of head h: every visible key tile, then normalise and store.

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention/dot_cpu.h"
 #include "backend_impl.h"
 
 enum { MM_ROWS = 16, MM_TOKENS = 64 }; // weight rows per tile; tokens per pass over a tile
@@ -104,50 +105,6 @@ static void cpu_rmsnorm(burst_backend *b, float *out, const float *x, const burs
     free(wf);
 }
 
-static inline float dot(const float *a, const float *b, int64_t n) {
-    float s = 0;
-    #pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-// out[t * out_stride + r] = dot(x row t, w row r) for 4 weight rows and 4 tokens at once: each
-// loaded element of w serves 4 tokens and each of x 4 rows, with the 16 sums in registers (about
-// twice dot()'s speed: bench/bench_matmul_cpu.c).
-static void dot_4x4(const float *w, const float *x, int64_t cols, float *out, int64_t out_stride) {
-    const float *w0 = w, *w1 = w + cols, *w2 = w + 2 * cols, *w3 = w + 3 * cols;
-    const float *x0 = x, *x1 = x + cols, *x2 = x + 2 * cols, *x3 = x + 3 * cols;
-    float s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0;
-    float s20 = 0, s21 = 0, s22 = 0, s23 = 0, s30 = 0, s31 = 0, s32 = 0, s33 = 0;
-    #pragma omp simd reduction(+ : s00, s01, s02, s03, s10, s11, s12, s13, s20, s21, s22, s23, s30, s31, s32, s33)
-    for (int64_t k = 0; k < cols; k++) {
-        float a0 = w0[k], a1 = w1[k], a2 = w2[k], a3 = w3[k];
-        s00 += a0 * x0[k], s01 += a0 * x1[k], s02 += a0 * x2[k], s03 += a0 * x3[k];
-        s10 += a1 * x0[k], s11 += a1 * x1[k], s12 += a1 * x2[k], s13 += a1 * x3[k];
-        s20 += a2 * x0[k], s21 += a2 * x1[k], s22 += a2 * x2[k], s23 += a2 * x3[k];
-        s30 += a3 * x0[k], s31 += a3 * x1[k], s32 += a3 * x2[k], s33 += a3 * x3[k];
-    }
-    float *o0 = out, *o1 = out + out_stride, *o2 = out + 2 * out_stride, *o3 = out + 3 * out_stride;
-    o0[0] = s00, o0[1] = s10, o0[2] = s20, o0[3] = s30;
-    o1[0] = s01, o1[1] = s11, o1[2] = s21, o1[3] = s31;
-    o2[0] = s02, o2[1] = s12, o2[2] = s22, o2[3] = s32;
-    o3[0] = s03, o3[1] = s13, o3[2] = s23, o3[3] = s33;
-}
-
-// One tile of nr weight rows (starting at row r0 of rows) against tokens [i0, i1): 4x4 blocks,
-// then single dot products for the rows and tokens left over.
-static void matmul_tile(float *out, const float *x, const float *w, int64_t r0, int64_t nr, int64_t rows,
-                        int64_t cols, int i0, int i1) {
-    int64_t r4 = nr / 4 * 4;
-    int i4 = i0 + (i1 - i0) / 4 * 4;
-    for (int64_t r = 0; r < r4; r += 4)
-        for (int i = i0; i < i4; i += 4)
-            dot_4x4(w + r * cols, x + (int64_t)i * cols, cols, out + (int64_t)i * rows + r0 + r, rows);
-    for (int64_t r = 0; r < nr; r++)
-        for (int i = r < r4 ? i4 : i0; i < i1; i++)
-            out[(int64_t)i * rows + r0 + r] = dot(x + (int64_t)i * cols, w + r * cols, cols);
-}
-
 static void cpu_matmul(burst_backend *b, float *out, const float *x, const burst_weight *W, int n) {
     const int64_t rows = W->rows, cols = W->cols, n_tiles = (rows + MM_ROWS - 1) / MM_ROWS;
     #pragma omp parallel num_threads(nthreads(b))
@@ -158,8 +115,9 @@ static void cpu_matmul(burst_backend *b, float *out, const float *x, const burst
             int64_t r0 = t * MM_ROWS, nr = rows - r0 < MM_ROWS ? rows - r0 : MM_ROWS;
             const float *w = (const float *)W->data + r0 * cols;
             if (tile) weight_to_f32(W, r0 * cols, nr * cols, tile), w = tile;
-            for (int i0 = 0; i0 < n; i0 += MM_TOKENS)
-                matmul_tile(out, x, w, r0, nr, rows, cols, i0, i0 + MM_TOKENS < n ? i0 + MM_TOKENS : n);
+            for (int64_t i0 = 0; i0 < n; i0 += MM_TOKENS) // out (tokens, rows) = x · wᵀ for this tile
+                dot_rows(w, cols, nr, x + i0 * cols, cols, n - i0 < MM_TOKENS ? n - i0 : MM_TOKENS, cols,
+                         out + i0 * rows + r0, 1, rows);
         }
         free(tile);
     }

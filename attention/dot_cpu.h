@@ -1,0 +1,47 @@
+// Every dot product of na rows of a with nb rows of b, for the CPU matmul (model/backend_cpu.c)
+// and the CPU flash attention's scores (attention/flash_cpu.c). Blocks of 4 rows by 4 rows share
+// their loads: each element of a serves 4 rows of b and each of b 4 rows of a, with the 16 sums in
+// registers, about twice the speed of separate dot products (bench/bench_matmul_cpu.c).
+#pragma once
+#include <stdint.h>
+
+// out[i * out_a + j * out_b] = sum over k < n of a[i * a_stride + k] * b[j * b_stride + k], i, j < 4.
+static inline void dot_4x4(const float *a, int64_t a_stride, const float *b, int64_t b_stride, int64_t n,
+                           float *out, int64_t out_a, int64_t out_b) {
+    const float *a0 = a, *a1 = a + a_stride, *a2 = a + 2 * a_stride, *a3 = a + 3 * a_stride;
+    const float *b0 = b, *b1 = b + b_stride, *b2 = b + 2 * b_stride, *b3 = b + 3 * b_stride;
+    float s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0;
+    float s20 = 0, s21 = 0, s22 = 0, s23 = 0, s30 = 0, s31 = 0, s32 = 0, s33 = 0;
+    #pragma omp simd reduction(+ : s00, s01, s02, s03, s10, s11, s12, s13, s20, s21, s22, s23, s30, s31, s32, s33)
+    for (int64_t k = 0; k < n; k++) {
+        float x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
+        s00 += x0 * b0[k], s01 += x0 * b1[k], s02 += x0 * b2[k], s03 += x0 * b3[k];
+        s10 += x1 * b0[k], s11 += x1 * b1[k], s12 += x1 * b2[k], s13 += x1 * b3[k];
+        s20 += x2 * b0[k], s21 += x2 * b1[k], s22 += x2 * b2[k], s23 += x2 * b3[k];
+        s30 += x3 * b0[k], s31 += x3 * b1[k], s32 += x3 * b2[k], s33 += x3 * b3[k];
+    }
+    float *o0 = out, *o1 = out + out_a, *o2 = out + 2 * out_a, *o3 = out + 3 * out_a;
+    o0[0] = s00, o0[out_b] = s01, o0[2 * out_b] = s02, o0[3 * out_b] = s03;
+    o1[0] = s10, o1[out_b] = s11, o1[2 * out_b] = s12, o1[3 * out_b] = s13;
+    o2[0] = s20, o2[out_b] = s21, o2[2 * out_b] = s22, o2[3 * out_b] = s23;
+    o3[0] = s30, o3[out_b] = s31, o3[2 * out_b] = s32, o3[3 * out_b] = s33;
+}
+
+static inline float dot_1x1(const float *a, const float *b, int64_t n) {
+    float s = 0;
+    #pragma omp simd reduction(+ : s)
+    for (int64_t k = 0; k < n; k++) s += a[k] * b[k];
+    return s;
+}
+
+// out[i * out_a + j * out_b] = dot(a row i, b row j) for i < na, j < nb; rows of n elements.
+static inline void dot_rows(const float *a, int64_t a_stride, int64_t na, const float *b, int64_t b_stride,
+                            int64_t nb, int64_t n, float *out, int64_t out_a, int64_t out_b) {
+    int64_t na4 = na / 4 * 4, nb4 = nb / 4 * 4;
+    for (int64_t i = 0; i < na4; i += 4)
+        for (int64_t j = 0; j < nb4; j += 4)
+            dot_4x4(a + i * a_stride, a_stride, b + j * b_stride, b_stride, n, out + i * out_a + j * out_b, out_a, out_b);
+    for (int64_t i = 0; i < na; i++) // what the blocks left: the last rows of a, then of b
+        for (int64_t j = i < na4 ? nb4 : 0; j < nb; j++)
+            out[i * out_a + j * out_b] = dot_1x1(a + i * a_stride, b + j * b_stride, n);
+}
