@@ -53,7 +53,9 @@ def first_token_time(events):
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    write_model(tmp, dim=128, hidden=256, layers=2, heads=4, kv_heads=2, vocab=512, max_seq=8192,
+    # Sized so that the long prefill takes several seconds on one thread (the orderings below need
+    # it): with the blocked CPU matmul and attention, dim 128 and 2 layers took under 2 s.
+    write_model(tmp, dim=256, hidden=512, layers=6, heads=4, kv_heads=2, vocab=512, max_seq=8192,
                 tokenizer=os.path.join(MODELS, "stories260K", "tokenizer.model"))
     with Burstd(tmp, "--slots", "10", "--ctx", "6100", "--batch", "512", "--prefill-chunk", "128") as srv:
         # Head of line: the long prompt starts, then 8 short requests.
