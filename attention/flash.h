@@ -8,10 +8,13 @@
 // sees no key at all gets O = 0 and lse = -INFINITY (the merge treats it as empty).
 //
 // GQA: query head h reads K/V head h / (n_heads / n_kv_heads).
+// K and V are float32 or bf16 (kv_dtype: a KV cache kept in bf16); Q, O and lse are float32.
 // The caller owns every buffer. flash_cpu is thread-safe for disjoint outputs; it uses
 // OpenMP threads over (head, query tile) when built with OpenMP.
 #pragma once
 #include <stdint.h>
+
+#include "common/dtype.h"
 
 #ifdef __cplusplus // the CUDA benchmark calls the CPU twin
 extern "C" {
@@ -19,8 +22,8 @@ extern "C" {
 
 typedef struct {
     const float *q;     // (nq, n_heads, head_dim), row i at q + i*q_stride
-    const float *k;     // (nk, n_kv_heads, head_dim), row j at k + j*kv_stride
-    const float *v;     // (nk, n_kv_heads, head_dim), row j at v + j*kv_stride
+    const void *k;      // (nk, n_kv_heads, head_dim) kv_dtype, row j at k + j*kv_stride
+    const void *v;      // (nk, n_kv_heads, head_dim) kv_dtype, row j at v + j*kv_stride
     float *o;           // (nq, n_heads, head_dim), row i at o + i*o_stride
     float *lse;         // (n_heads, nq): natural-log log-sum-exp of the scaled scores
     int64_t q_stride, kv_stride, o_stride; // in elements, between consecutive rows
@@ -29,6 +32,7 @@ typedef struct {
     int64_t q_pos0, k_pos0;
     int causal;
     float scale;        // usually 1/sqrt(head_dim)
+    burst_dtype kv_dtype; // DTYPE_F32 (0) or DTYPE_BF16
 } flash_args;
 
 void flash_cpu(const flash_args *a);

@@ -8,6 +8,8 @@
 // tile that lies wholly after the last query of the tile is never visited, and only tiles that
 // straddle the diagonal (or run past nk) are masked element by element.
 // Each OpenMP thread owns one scratch block (acc, S, m, l) for the whole parallel region.
+// A bf16 K/V tile is widened to float32 in that scratch once per query tile that reads it
+// (head_dim values per 64 dot products of head_dim: a small share of the work).
 #include "attention/flash.h"
 
 #include <math.h>
@@ -21,14 +23,27 @@ enum { FLASH_CPU_BQ = 64, FLASH_CPU_BK = 64 };
 typedef struct {
     float *acc; // (FLASH_CPU_BQ, head_dim): unnormalised output of the query tile
     float *s;   // (FLASH_CPU_BQ, FLASH_CPU_BK): scores, then probabilities, of one key tile
+    float *kt, *vt; // (FLASH_CPU_BK, head_dim): a bf16 key tile's K and V rows, widened
     float m[FLASH_CPU_BQ], l[FLASH_CPU_BQ]; // running row max and row sum of exp(s - m)
 } flash_cpu_scratch;
 
 static inline const float *q_row(const flash_args *a, int64_t i, int h) {
     return a->q + i * a->q_stride + (int64_t)h * a->head_dim;
 }
-static inline const float *k_row(const flash_args *a, const float *base, int64_t j, int hk) {
-    return base + j * a->kv_stride + (int64_t)hk * a->head_dim;
+// Rows [k0, k0 + n) of KV head hk of K or V (base) as float32: in place when stored so, else
+// widened into buf. *stride is the distance between the rows returned.
+static const float *kv_tile(const flash_args *a, const void *base, int64_t k0, int n, int hk, float *buf,
+                            int64_t *stride) {
+    const int64_t first = k0 * a->kv_stride + (int64_t)hk * a->head_dim;
+    if (a->kv_dtype == DTYPE_F32) {
+        *stride = a->kv_stride;
+        return (const float *)base + first;
+    }
+    const uint16_t *src = (const uint16_t *)base + first;
+    for (int j = 0; j < n; j++)
+        for (int c = 0; c < a->head_dim; c++) buf[j * a->head_dim + c] = bf16_to_f32(src[j * a->kv_stride + c]);
+    *stride = a->head_dim;
+    return buf;
 }
 
 // acc (nq, d) += p (nq, FLASH_CPU_BK) · v (nk rows at v_stride): 4 rows of p per loaded row of v.
@@ -58,7 +73,9 @@ static void add_pv(float *acc, const float *p, const float *v, int64_t v_stride,
 static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, int h, int hk, int64_t q0,
                            int64_t q1, int64_t k0, int64_t k1, int masked) {
     const int d = a->head_dim, nq = (int)(q1 - q0), nk = (int)(k1 - k0);
-    dot_rows(q_row(a, q0, h), a->q_stride, nq, k_row(a, a->k, k0, hk), a->kv_stride, nk, d, w->s, FLASH_CPU_BK, 1);
+    int64_t k_stride, v_stride;
+    const float *k = kv_tile(a, a->k, k0, nk, hk, w->kt, &k_stride);
+    dot_rows(q_row(a, q0, h), a->q_stride, nq, k, k_stride, nk, d, w->s, FLASH_CPU_BK, 1);
     for (int r = 0; r < nq; r++) {
         float *s = w->s + r * FLASH_CPU_BK, mx = -INFINITY;
         for (int j = 0; j < nk; j++) {
@@ -77,7 +94,8 @@ static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, int h, int
         w->l[r] = w->l[r] * alpha + sum;
         w->m[r] = m_new;
     }
-    add_pv(w->acc, w->s, k_row(a, a->v, k0, hk), a->kv_stride, d, nq, nk);
+    const float *v = kv_tile(a, a->v, k0, nk, hk, w->vt, &v_stride);
+    add_pv(w->acc, w->s, v, v_stride, d, nq, nk);
 }
 
 // One query tile [q0, q1) of head h: every visible key tile, then normalise and store.
@@ -113,6 +131,7 @@ static void flash_cpu_query_tile(const flash_args *a, flash_cpu_scratch *w, int 
 void flash_cpu(const flash_args *a) {
     BURST_ASSERT(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0 && "n_heads must be a multiple of n_kv_heads");
     BURST_ASSERT(a->nq >= 0 && a->nk >= 0 && a->head_dim > 0 && "negative sizes");
+    BURST_ASSERT((a->kv_dtype == DTYPE_F32 || a->kv_dtype == DTYPE_BF16) && "K/V must be F32 or BF16");
     const int64_t n_qtiles = ((int64_t)a->nq + FLASH_CPU_BQ - 1) / FLASH_CPU_BQ;
     const int64_t n_tasks = n_qtiles * a->n_heads;
 #pragma omp parallel
@@ -120,6 +139,8 @@ void flash_cpu(const flash_args *a) {
         flash_cpu_scratch w;
         w.acc = burst_malloc((size_t)FLASH_CPU_BQ * (size_t)a->head_dim * sizeof(float));
         w.s = burst_malloc((size_t)FLASH_CPU_BQ * FLASH_CPU_BK * sizeof(float));
+        w.kt = a->kv_dtype == DTYPE_F32 ? NULL : burst_malloc((size_t)FLASH_CPU_BK * (size_t)a->head_dim * sizeof(float));
+        w.vt = a->kv_dtype == DTYPE_F32 ? NULL : burst_malloc((size_t)FLASH_CPU_BK * (size_t)a->head_dim * sizeof(float));
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < n_tasks; t++) {
             int h = (int)(t / n_qtiles);
@@ -127,7 +148,6 @@ void flash_cpu(const flash_args *a) {
             int64_t q1 = q0 + FLASH_CPU_BQ < a->nq ? q0 + FLASH_CPU_BQ : a->nq;
             flash_cpu_query_tile(a, &w, h, q0, q1);
         }
-        free(w.acc);
-        free(w.s);
+        free(w.acc), free(w.s), free(w.kt), free(w.vt);
     }
 }

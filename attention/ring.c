@@ -5,33 +5,36 @@
 
 static void cpu_attend(void *ctx, const flash_args *a) { (void)ctx, flash_cpu(a); }
 static void cpu_merge(void *ctx, const online_softmax_args *a) { (void)ctx, online_softmax_merge(a); }
-static void cpu_copy(void *ctx, float *dst, const float *src, int64_t n) {
+static void cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
     (void)ctx;
-    memcpy(dst, src, (size_t)n * sizeof(float));
+    memcpy(dst, src, bytes);
 }
 static const attn_ops cpu_ops = {.attend = cpu_attend, .merge = cpu_merge, .copy = cpu_copy};
 
 // A transfer block: K rows then V rows, max_block_rows each.
-static int64_t block_floats(int64_t rows, int n_kv_heads, int head_dim) {
-    return 2 * rows * n_kv_heads * head_dim;
+static size_t block_bytes(int64_t rows, int n_kv_heads, int head_dim, burst_dtype kv_dtype) {
+    return 2 * (size_t)rows * (size_t)n_kv_heads * (size_t)head_dim * dtype_size(kv_dtype);
 }
 
-int64_t ring_workspace_floats(int64_t nq, int64_t max_block_rows, int n_heads, int n_kv_heads,
-                              int head_dim) {
-    // two transfer blocks + one partial output (nq rows) + its lse
-    return 2 * block_floats(max_block_rows, n_kv_heads, head_dim) + nq * n_heads * head_dim + nq * n_heads;
+size_t ring_workspace_bytes(int n_ranks, int64_t nq, int64_t max_block_rows, int n_heads, int n_kv_heads,
+                            int head_dim, burst_dtype kv_dtype) {
+    // two transfer blocks (none for one rank: it only reads its own rows), then one partial
+    // output (nq rows) and its lse
+    size_t blocks = n_ranks > 1 ? 2 * block_bytes(max_block_rows, n_kv_heads, head_dim, kv_dtype) : 0;
+    return blocks + (size_t)nq * (size_t)n_heads * ((size_t)head_dim + 1) * sizeof(float);
 }
 
 static _Thread_local ring_stats stats;
 ring_stats *ring_stats_self(void) { return &stats; }
 
-// Attends every query run to every key run of a block (whose rows are kp), folding the results
-// into (o, lse). started[t] says whether query run t holds a result yet: the first one is written
-// in place, later ones go through the partial buffers and the merge.
-static void attend_block(const ring_args *a, const attn_ops *ops, const float *block, const seq_part *kp,
+// Attends every query run to every key run of a block (rows kp, K and V contiguous rows of the
+// KV dtype), folding the results into (o, lse). started[t] says whether query run t holds a
+// result yet: the first one is written in place, later ones go through the partial buffers and
+// the merge.
+static void attend_block(const ring_args *a, const attn_ops *ops, const char *k, const char *v, const seq_part *kp,
                          float *o_part, float *lse_part, int *started) {
     int64_t kv_dim = (int64_t)a->n_kv_heads * a->head_dim, dim = (int64_t)a->n_heads * a->head_dim;
-    const float *k = block, *v = block + a->max_block_rows * kv_dim;
+    size_t row_bytes = (size_t)kv_dim * dtype_size(a->kv_dtype);
     int64_t q_row = 0;
     for (int t = 0; t < a->q_part.n_runs; q_row += a->q_part.run[t].len, t++) {
         seq_run qr = a->q_part.run[t];
@@ -42,12 +45,12 @@ static void attend_block(const ring_args *a, const attn_ops *ops, const float *b
             if (qr.len == 0 || kr.len == 0) continue;
             if (a->causal && kr.start > qr.start + qr.len - 1) continue; // every key is in the future
             flash_args f = {
-                .q = a->q + q_row * a->q_stride, .k = k + k_row * kv_dim, .v = v + k_row * kv_dim,
+                .q = a->q + q_row * a->q_stride, .k = k + k_row * row_bytes, .v = v + k_row * row_bytes,
                 .o = started[t] ? o_part : o_run, .lse = started[t] ? lse_part : lse_run,
                 .q_stride = a->q_stride, .kv_stride = kv_dim, .o_stride = started[t] ? dim : a->o_stride,
                 .nq = (int)qr.len, .nk = (int)kr.len, .n_heads = a->n_heads, .n_kv_heads = a->n_kv_heads,
                 .head_dim = a->head_dim, .q_pos0 = qr.start, .k_pos0 = kr.start, .causal = a->causal,
-                .scale = a->scale,
+                .scale = a->scale, .kv_dtype = a->kv_dtype,
             };
             ops->attend(ops->ctx, &f);
             if (started[t])
@@ -68,20 +71,25 @@ burst_status ring_attention(const ring_args *a, burst_error *err) {
         if (seq_part_len(&a->k_parts[r]) > a->max_block_rows)
             return BURST_FAIL(err, BURST_ERR_INVALID, "rank %d: %lld K/V rows exceed the block of %lld", r,
                               (long long)seq_part_len(&a->k_parts[r]), (long long)a->max_block_rows);
-    int64_t bf = block_floats(a->max_block_rows, a->n_kv_heads, a->head_dim);
-    float *block[2] = {a->work, a->work + bf}, *o_part = a->work + 2 * bf, *lse_part = o_part + nq * dim;
-    ops->copy(ops->ctx, block[0], a->k, nk * kv_dim);
-    ops->copy(ops->ctx, block[0] + a->max_block_rows * kv_dim, a->v, nk * kv_dim);
+    size_t bb = block_bytes(a->max_block_rows, a->n_kv_heads, a->head_dim, a->kv_dtype);
+    size_t row_bytes = (size_t)kv_dim * dtype_size(a->kv_dtype), half = bb / 2; // V rows follow K's
+    char *block[2] = {a->work, (char *)a->work + bb};
+    float *o_part = (float *)((char *)a->work + (G > 1 ? 2 * bb : 0)), *lse_part = o_part + nq * dim;
+    if (G > 1) { // what step 0 sends
+        ops->copy(ops->ctx, block[0], a->k, (size_t)nk * row_bytes);
+        ops->copy(ops->ctx, block[0] + half, a->v, (size_t)nk * row_bytes);
+    }
     int started[PART_MAX_RUNS] = {0};
     for (int j = 0; j < G; j++) {
         burst_status st;
         // The block to send must be written, and the compute of step j-1 that read the buffer
         // about to be received into must be done, before the transfer starts.
         if (j + 1 < G && ops->sync) ops->sync(ops->ctx);
-        if (j + 1 < G && (st = comm_ring_start(a->c, block[j % 2], block[(j + 1) % 2], (size_t)bf * sizeof(float), err)))
+        if (j + 1 < G && (st = comm_ring_start(a->c, block[j % 2], block[(j + 1) % 2], bb, err)))
             return st;
         double t0 = burst_now();
-        attend_block(a, ops, block[j % 2], &a->k_parts[(rank - j + G) % G], o_part, lse_part, started);
+        const char *k = j ? block[j % 2] : a->k, *v = j ? block[j % 2] + half : a->v; // step 0: own rows
+        attend_block(a, ops, k, v, &a->k_parts[(rank - j + G) % G], o_part, lse_part, started);
         double t1 = burst_now();
         if (j + 1 < G && (st = comm_ring_wait(a->c, err))) return st;
         stats.compute_s += t1 - t0;
@@ -104,14 +112,14 @@ burst_status sharded_merge(comm *c, const attn_ops *ops, float *o, float *lse, i
     int G = comm_size(c);
     int64_t dim = (int64_t)n_heads * head_dim, per_rank = (int64_t)n * (dim + n_heads);
     float *send = work, *all = work + per_rank;
-    ops->copy(ops->ctx, send, o, (int64_t)n * dim);
-    ops->copy(ops->ctx, send + (int64_t)n * dim, lse, (int64_t)n * n_heads);
+    ops->copy(ops->ctx, send, o, (size_t)n * dim * sizeof(float));
+    ops->copy(ops->ctx, send + (int64_t)n * dim, lse, (size_t)n * n_heads * sizeof(float));
     if (ops->sync) ops->sync(ops->ctx);
     burst_status st = comm_allgather(c, send, all, (size_t)per_rank * sizeof(float), err);
     if (st) return st;
     // Start from rank 0's partial and merge the others in rank order: bit-identical on every rank.
-    ops->copy(ops->ctx, o, all, (int64_t)n * dim);
-    ops->copy(ops->ctx, lse, all + (int64_t)n * dim, (int64_t)n * n_heads);
+    ops->copy(ops->ctx, o, all, (size_t)n * dim * sizeof(float));
+    ops->copy(ops->ctx, lse, all + (int64_t)n * dim, (size_t)n * n_heads * sizeof(float));
     for (int r = 1; r < G; r++) {
         const float *part = all + r * per_rank;
         ops->merge(ops->ctx, &(online_softmax_args){

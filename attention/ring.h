@@ -2,8 +2,9 @@
 // around the ring (send to rank+1, receive from rank-1) for G steps; after each step it runs the
 // local flash attention (attention/flash.h) of its queries against the block in hand and folds
 // the result into its running output with the online-softmax merge. Double buffering: while
-// step j computes on one buffer, the transfer for step j+1 fills the other. Only the KV heads
-// travel (GQA). Nothing of size N x N, or N/G x N/G, is ever allocated.
+// step j computes on one buffer, the transfer for step j+1 fills the other (step 0 reads the
+// rank's own rows in place). Only the KV heads travel (GQA), in the KV cache's dtype (float32 or
+// bf16). Nothing of size N x N, or N/G x N/G, is ever allocated.
 //
 // Also the sharded all-gather merge used by decode: every rank attends the same queries to its
 // own shard, then the partial (O, lse) of all ranks are gathered and merged in rank order, so
@@ -26,7 +27,7 @@
 typedef struct {
     void (*attend)(void *ctx, const flash_args *a);
     void (*merge)(void *ctx, const online_softmax_args *a);
-    void (*copy)(void *ctx, float *dst, const float *src, int64_t n); // n floats
+    void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
     void (*sync)(void *ctx); // optional: wait for queued work (before a buffer goes to comm)
     void *ctx;
 } attn_ops;
@@ -35,7 +36,8 @@ typedef struct {
     comm *c;
     const attn_ops *ops;  // NULL: CPU
     const float *q;       // (nq, n_heads, head_dim), row i at q + i*q_stride; nq = len of q_part
-    const float *k, *v;   // (nk, n_kv_heads, head_dim) contiguous rows; nk = len of k_parts[rank]
+    const void *k, *v;    // (nk, n_kv_heads, head_dim) contiguous rows; nk = len of k_parts[rank]
+    burst_dtype kv_dtype; // of k and v: DTYPE_F32 or DTYPE_BF16
     float *o;             // (nq, n_heads, head_dim), row i at o + i*o_stride
     float *lse;           // per query run t, a block (n_heads, run[t].len), blocks in run order
     int64_t q_stride, o_stride;
@@ -44,11 +46,11 @@ typedef struct {
     int n_heads, n_kv_heads, head_dim, causal;
     float scale;
     int64_t max_block_rows; // >= the largest K/V row count of any rank (sizes the transfers)
-    float *work;            // ring_workspace_floats(...) floats
+    void *work;             // ring_workspace_bytes(...) bytes, 16-byte aligned
 } ring_args;
 
-int64_t ring_workspace_floats(int64_t nq, int64_t max_block_rows, int n_heads, int n_kv_heads,
-                              int head_dim);
+size_t ring_workspace_bytes(int n_ranks, int64_t nq, int64_t max_block_rows, int n_heads, int n_kv_heads,
+                            int head_dim, burst_dtype kv_dtype);
 burst_status ring_attention(const ring_args *a, burst_error *err);
 
 // Time spent in ring steps, split into local compute and waiting for the transfer that ran

@@ -1,8 +1,9 @@
 // Ring attention on G CPU ranks (threads, one core each): time per ring step split into local
 // compute and waiting for the K/V transfer, to show that the transfer hides behind compute. The
 // ranks talk through the in-process transport, or with --tcp 1 over loopback TCP (comm_tcp.c,
-// the transport of CPU ranks on several machines).
-//   bench_ring [--ranks G] [--heads H] [--kv-heads K] [--head-dim D] [--tcp 0|1] N [N ...]
+// the transport of CPU ranks on several machines). --kv-bf16 1 holds K/V in bf16, as a bf16 KV
+// cache does (half the bytes on the ring; the CPU widens each tile).
+//   bench_ring [--ranks G] [--heads H] [--kv-heads K] [--head-dim D] [--tcp 0|1] [--kv-bf16 0|1] N [N ...]
 // Causal, zigzag partition, random inputs; one run per N (no warm-up: one step is seconds long).
 #include <omp.h>
 #include <pthread.h>
@@ -14,6 +15,7 @@
 
 typedef struct {
     int N, G, H, K, D, rank;
+    burst_dtype kv_dtype;
     comm_group *grp;
     double secs;
     ring_stats stats;
@@ -30,13 +32,17 @@ static void *rank_main(void *p) {
     }
     int64_t n = seq_part_len(&parts[j->rank]), dim = (int64_t)j->H * j->D, kv_dim = (int64_t)j->K * j->D;
     float *q = burst_malloc(sizeof(float) * (size_t)(n * dim)), *o = burst_malloc(sizeof(float) * (size_t)(n * dim));
-    float *k = burst_malloc(sizeof(float) * (size_t)(n * kv_dim)), *v = burst_malloc(sizeof(float) * (size_t)(n * kv_dim));
+    char *k = burst_malloc(dtype_size(j->kv_dtype) * (size_t)(n * kv_dim));
     float *lse = burst_malloc(sizeof(float) * (size_t)(n * j->H));
-    float *work = burst_malloc(sizeof(float) * (size_t)ring_workspace_floats(n, max_rows, j->H, j->K, j->D));
+    void *work = burst_malloc(ring_workspace_bytes(j->G, n, max_rows, j->H, j->K, j->D, j->kv_dtype));
     unsigned seed = 1234u + (unsigned)j->rank;
     for (int64_t i = 0; i < n * dim; i++) q[i] = (float)rand_r(&seed) / RAND_MAX - 0.5f;
-    for (int64_t i = 0; i < n * kv_dim; i++) k[i] = (float)rand_r(&seed) / RAND_MAX - 0.5f, v[i] = k[i];
-    ring_args a = {.c = comm_group_rank(j->grp, j->rank), .q = q, .k = k, .v = v, .o = o, .lse = lse,
+    for (int64_t i = 0; i < n * kv_dim; i++) {
+        float x = (float)rand_r(&seed) / RAND_MAX - 0.5f;
+        if (j->kv_dtype == DTYPE_F32) ((float *)k)[i] = x;
+        else ((uint16_t *)k)[i] = f32_to_bf16(x);
+    }
+    ring_args a = {.c = comm_group_rank(j->grp, j->rank), .q = q, .k = k, .v = k, .kv_dtype = j->kv_dtype, .o = o, .lse = lse,
                    .q_stride = dim, .o_stride = dim, .q_part = parts[j->rank], .k_parts = parts,
                    .n_heads = j->H, .n_kv_heads = j->K, .head_dim = j->D, .causal = 1,
                    .scale = 0.125f, .max_block_rows = max_rows, .work = work};
@@ -46,12 +52,12 @@ static void *rank_main(void *p) {
     if (ring_attention(&a, &err)) fprintf(stderr, "E %s\n", err.msg), exit(1);
     j->secs = burst_now() - t0;
     j->stats = *ring_stats_self();
-    free(q), free(o), free(k), free(v), free(lse), free(work);
+    free(q), free(o), free(k), free(lse), free(work);
     return NULL;
 }
 
 int main(int argc, char **argv) {
-    int G = 2, H = 4, K = 2, D = 64, tcp = 0, first_n = 1;
+    int G = 2, H = 4, K = 2, D = 64, tcp = 0, kv_bf16 = 0, first_n = 1;
     for (; first_n + 1 < argc && argv[first_n][0] == '-'; first_n += 2) {
         int v = atoi(argv[first_n + 1]);
         if (!strcmp(argv[first_n], "--ranks")) G = v;
@@ -59,14 +65,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[first_n], "--kv-heads")) K = v;
         else if (!strcmp(argv[first_n], "--head-dim")) D = v;
         else if (!strcmp(argv[first_n], "--tcp")) tcp = v;
+        else if (!strcmp(argv[first_n], "--kv-bf16")) kv_bf16 = v;
         else return fprintf(stderr, "unknown option %s\n", argv[first_n]), 2;
     }
     if (first_n >= argc || G < 1 || G > 64) {
-        fprintf(stderr, "usage: bench_ring [--ranks G] [--heads H] [--kv-heads K] [--head-dim D] [--tcp 0|1] N [N ...]\n");
+        fprintf(stderr, "usage: bench_ring [--ranks G] [--heads H] [--kv-heads K] [--head-dim D] [--tcp 0|1] [--kv-bf16 0|1] N [N ...]\n");
         return 2;
     }
-    printf("ring attention, causal zigzag, G=%d ranks x 1 thread, heads %d (kv %d), d %d, %s transport\n", G, H, K,
-           D, tcp ? "loopback TCP" : "in-process");
+    printf("ring attention, causal zigzag, G=%d ranks x 1 thread, heads %d (kv %d), d %d, K/V %s, %s transport\n", G, H,
+           K, D, kv_bf16 ? "bf16" : "f32", tcp ? "loopback TCP" : "in-process");
     printf("%8s %10s %14s %18s %8s\n", "N", "total s", "compute/step", "wait/transfer", "wait %");
     for (int i = first_n; i < argc; i++) {
         job jobs[64];
@@ -76,7 +83,8 @@ int main(int argc, char **argv) {
         if (!tcp) grp = comm_threads_group_new(G, NULL);
         else if (comm_tcp_group_new(NULL, G, &grp, &err)) return fprintf(stderr, "E %s\n", err.msg), 1;
         for (int r = 0; r < G; r++) {
-            jobs[r] = (job){.N = atoi(argv[i]), .G = G, .H = H, .K = K, .D = D, .rank = r, .grp = grp};
+            jobs[r] = (job){.N = atoi(argv[i]), .G = G, .H = H, .K = K, .D = D, .rank = r, .grp = grp,
+                            .kv_dtype = kv_bf16 ? DTYPE_BF16 : DTYPE_F32};
             pthread_create(&th[r], NULL, rank_main, &jobs[r]);
         }
         double total = 0, comp = 0, wait = 0;

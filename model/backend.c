@@ -40,9 +40,14 @@ void backend_to_host(burst_backend *b, float *dst, const float *src, int64_t n) 
     b->ops->to_host(b, dst, src, n);
 }
 
-void backend_copy(burst_backend *b, float *dst, const float *src, int64_t n) {
-    BURST_ASSERT(dst && src && n >= 0);
-    b->ops->copy(b, dst, src, n);
+void backend_copy(burst_backend *b, void *dst, const void *src, size_t bytes) {
+    BURST_ASSERT(dst && src);
+    b->ops->copy(b, dst, src, bytes);
+}
+
+void backend_convert(burst_backend *b, void *dst, burst_dtype to, const float *src, int64_t n) {
+    BURST_ASSERT(dst && src && n >= 0 && (to == DTYPE_F32 || to == DTYPE_BF16));
+    b->ops->convert(b, dst, to, src, n);
 }
 
 burst_status backend_weight(burst_backend *b, const weights_tensor *t, burst_weight *out,
@@ -86,6 +91,7 @@ void backend_add(burst_backend *b, float *x, const float *y, int64_t n) {
 
 void backend_attention(burst_backend *b, const flash_args *a) {
     BURST_ASSERT(a && a->q && a->k && a->v && a->o && a->lse && a->head_dim > 0);
+    BURST_ASSERT(a->kv_dtype == DTYPE_F32 || a->kv_dtype == DTYPE_BF16);
     BURST_ASSERT(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0);
     b->ops->attention(b, a);
 }

@@ -33,8 +33,11 @@ const char *backend_name(const burst_backend *b);
 void *backend_alloc(burst_backend *b, size_t bytes);
 void backend_release(burst_backend *b, void *p);
 void backend_to_host(burst_backend *b, float *dst, const float *src, int64_t n);
-// dst (n) = src (n), both backend buffers.
-void backend_copy(burst_backend *b, float *dst, const float *src, int64_t n);
+// dst = src, bytes of backend buffers.
+void backend_copy(burst_backend *b, void *dst, const void *src, size_t bytes);
+// dst (n elements of dtype `to`, DTYPE_F32 or DTYPE_BF16) = src (n floats) rounded to nearest
+// even; both backend buffers. How K/V rows enter a KV cache of either dtype.
+void backend_convert(burst_backend *b, void *dst, burst_dtype to, const float *src, int64_t n);
 
 // Makes a weights tensor usable by the backend (the CPU backend only borrows the mapping).
 burst_status backend_weight(burst_backend *b, const weights_tensor *t, burst_weight *out,

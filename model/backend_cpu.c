@@ -16,13 +16,6 @@ typedef struct {
     int n_threads;
 } cpu_ctx;
 
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static inline float f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
     if (exp == 0x1f) u = sign | 0x7f800000u | (man << 13); // inf / nan
@@ -69,9 +62,22 @@ static void cpu_release(burst_backend *b, void *p) {
 }
 
 // Host and backend memory are the same here: both directions are one memmove.
-static void cpu_copy(burst_backend *b, float *dst, const float *src, int64_t n) {
+static void cpu_copy(burst_backend *b, void *dst, const void *src, size_t bytes) {
     (void)b;
-    memmove(dst, src, (size_t)n * sizeof(float));
+    memmove(dst, src, bytes);
+}
+
+static void cpu_to_host(burst_backend *b, float *dst, const float *src, int64_t n) {
+    cpu_copy(b, dst, src, (size_t)n * sizeof(float));
+}
+
+static void cpu_convert(burst_backend *b, void *dst, burst_dtype to, const float *src, int64_t n) {
+    if (to == DTYPE_F32) {
+        cpu_copy(b, dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    uint16_t *d = dst;
+    for (int64_t i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
 }
 
 static burst_status cpu_weight(burst_backend *b, const weights_tensor *t, burst_weight *out,
@@ -167,8 +173,9 @@ static const backend_ops cpu_ops = {
     .free = cpu_free,
     .alloc = cpu_alloc,
     .release = cpu_release,
-    .to_host = cpu_copy,
+    .to_host = cpu_to_host,
     .copy = cpu_copy,
+    .convert = cpu_convert,
     .weight = cpu_weight,
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,

@@ -20,7 +20,8 @@
 // chunks at 32K (fewer re-reads of the K/V prefix, larger GEMMs). What remains against torch,
 // by estimate: the fp32 activations (~25 GB of element-wise traffic per layer, about twice
 // torch's bf16 traffic), fp32 GEMM outputs, and the bf16 packing of Q/K/V and widening of O
-// around attention. 64K does not fit: the fp32 KV cache alone is 64 GB.
+// around attention. 64K does not fit with the fp32 KV cache (64 GB); a bf16 cache (32 GB) is read
+// by the attention in place, without the per-call rounding of K/V (not yet measured).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
@@ -195,8 +196,10 @@ __global__ void add_kernel(float *x, const float *y, int64_t n) {
         x[t] += y[t];
 }
 
-// Plain attention (contract of attention/flash.h) in fp32: warp w of the block owns query row
-// blockIdx.x * ATTN_WARPS + w of head blockIdx.y; lane l holds dimensions l, l+32, ...
+// Plain attention (contract of attention/flash.h) in fp32 on K/V of type KV (float or bf16):
+// warp w of the block owns query row blockIdx.x * ATTN_WARPS + w of head blockIdx.y; lane l
+// holds dimensions l, l+32, ...
+template <typename KV>
 __global__ void __launch_bounds__(32 * ATTN_WARPS) attention_plain_kernel(const flash_args a) {
     const int64_t i = (int64_t)blockIdx.x * ATTN_WARPS + threadIdx.x / 32;
     if (i >= a.nq) return;
@@ -217,18 +220,19 @@ __global__ void __launch_bounds__(32 * ATTN_WARPS) attention_plain_kernel(const 
     }
     float m = -INFINITY, l = 0.0f;
     for (int64_t j = 0; j < k_end; j++) {
-        const float *k = a.k + j * a.kv_stride + (int64_t)hk * d, *v = a.v + j * a.kv_stride + (int64_t)hk * d;
+        const KV *k = (const KV *)a.k + j * a.kv_stride + (int64_t)hk * d;
+        const KV *v = (const KV *)a.v + j * a.kv_stride + (int64_t)hk * d;
         float s = 0.0f;
 #pragma unroll
         for (int c = 0; c < ATTN_MAX_D / 32; c++)
-            if (lane + 32 * c < d) s += qv[c] * k[lane + 32 * c];
+            if (lane + 32 * c < d) s += qv[c] * to_f32(k[lane + 32 * c]);
         for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
         s *= a.scale;
         const float m_new = fmaxf(m, s), alpha = expf(m - m_new), p = expf(s - m_new);
         l = l * alpha + p;
 #pragma unroll
         for (int c = 0; c < ATTN_MAX_D / 32; c++)
-            if (lane + 32 * c < d) acc[c] = acc[c] * alpha + p * v[lane + 32 * c];
+            if (lane + 32 * c < d) acc[c] = acc[c] * alpha + p * to_f32(v[lane + 32 * c]);
         m = m_new;
     }
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
@@ -287,9 +291,9 @@ void cuda_to_host(burst_backend *b, float *dst, const float *src, int64_t n) {
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
 }
 
-void cuda_copy(burst_backend *b, float *dst, const float *src, int64_t n) {
+void cuda_copy(burst_backend *b, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = ctx_of(b);
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, c->stream));
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
 }
 
 // Converts `n` elements of file dtype `from` (on the device) into dst of the device dtype.
@@ -368,11 +372,27 @@ void cuda_rmsnorm(burst_backend *b, float *out, const float *x, const burst_weig
 void round_bf16(cuda_ctx *c, __nv_bfloat16 *dst, const float *src, int64_t rows, int64_t cols, int64_t src_stride) {
     const int64_t n = rows * cols;
     if (n == 0) return;
-    if (src_stride == cols && n % 4 == 0 && ((uintptr_t)src & 15) == 0)
+    if (src_stride == cols && n % 4 == 0 && ((uintptr_t)src & 15) == 0 && ((uintptr_t)dst & 3) == 0)
         round_bf16x4_kernel<<<blocks_for(n / 4, 4), THREADS, 0, c->stream>>>((__nv_bfloat162 *)dst, (const float4 *)src, n / 4);
     else
         convert_kernel<float, __nv_bfloat16><<<blocks_for(n, 4), THREADS, 0, c->stream>>>(dst, src, rows, cols, src_stride);
     CUDA_CHECK(cudaGetLastError());
+}
+
+// dst (rows, cols) packed bf16 = src rows of dtype src_dtype (F32 or BF16, row stride src_stride).
+void pack_bf16(cuda_ctx *c, __nv_bfloat16 *dst, const void *src, burst_dtype src_dtype, int64_t rows, int64_t cols,
+               int64_t src_stride) {
+    if (src_dtype == DTYPE_F32) return round_bf16(c, dst, (const float *)src, rows, cols, src_stride);
+    if (rows * cols == 0) return;
+    convert_kernel<__nv_bfloat16, __nv_bfloat16><<<blocks_for(rows * cols, 4), THREADS, 0, c->stream>>>(
+        dst, (const __nv_bfloat16 *)src, rows, cols, src_stride);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+void cuda_convert(burst_backend *b, void *dst, burst_dtype to, const float *src, int64_t n) {
+    cuda_ctx *c = ctx_of(b);
+    if (to == DTYPE_F32) cuda_copy(b, dst, src, (size_t)n * sizeof(float));
+    else round_bf16(c, (__nv_bfloat16 *)dst, src, 1, n, n);
 }
 
 void cuda_matmul(burst_backend *b, float *out, const float *x, const burst_weight *W, int n) {
@@ -420,16 +440,23 @@ void cuda_attention(burst_backend *b, const flash_args *a) {
     const int d = a->head_dim;
     // The flash kernel writes O two floats at a time: it needs an even o_stride, 8-byte aligned o.
     if (!c->fp32 && (d == 64 || d == 128) && a->o_stride % 2 == 0 && (uintptr_t)a->o % 8 == 0) {
-        // bf16 copies of Q/K/V, packed (rows 16-byte aligned), then the flash kernel
+        // bf16 Q/K/V with 16-byte aligned rows, then the flash kernel. Q is rounded into a packed
+        // copy, and so are K/V unless they are bf16 rows aligned already: a bf16 KV cache (d = 64
+        // or 128: 128-byte rows) is read in place.
         const int64_t qw = (int64_t)a->n_heads * d, kw = (int64_t)a->n_kv_heads * d;
         uint16_t *q = (uint16_t *)dev_grow(c, &c->q16, (size_t)a->nq * qw * 2);
-        uint16_t *k = (uint16_t *)dev_grow(c, &c->k16, (size_t)(a->nk ? a->nk : 1) * kw * 2);
-        uint16_t *v = (uint16_t *)dev_grow(c, &c->v16, (size_t)(a->nk ? a->nk : 1) * kw * 2);
         round_bf16(c, (__nv_bfloat16 *)q, a->q, a->nq, qw, a->q_stride);
-        round_bf16(c, (__nv_bfloat16 *)k, a->k, a->nk, kw, a->kv_stride);
-        round_bf16(c, (__nv_bfloat16 *)v, a->v, a->nk, kw, a->kv_stride);
+        const uint16_t *k = (const uint16_t *)a->k, *v = (const uint16_t *)a->v;
+        int64_t kv_stride = a->kv_stride;
+        if (a->kv_dtype != DTYPE_BF16 || kv_stride % 8 || ((uintptr_t)k | (uintptr_t)v) % 16) {
+            uint16_t *k16 = (uint16_t *)dev_grow(c, &c->k16, (size_t)(a->nk ? a->nk : 1) * kw * 2);
+            uint16_t *v16 = (uint16_t *)dev_grow(c, &c->v16, (size_t)(a->nk ? a->nk : 1) * kw * 2);
+            pack_bf16(c, (__nv_bfloat16 *)k16, a->k, a->kv_dtype, a->nk, kw, a->kv_stride);
+            pack_bf16(c, (__nv_bfloat16 *)v16, a->v, a->kv_dtype, a->nk, kw, a->kv_stride);
+            k = k16, v = v16, kv_stride = kw;
+        }
         flash_cuda_args f = {.q = q, .k = k, .v = v, .o = a->o, .lse = a->lse, .q_stride = qw,
-                             .kv_stride = kw, .o_stride = a->o_stride, .nq = a->nq, .nk = a->nk,
+                             .kv_stride = kv_stride, .o_stride = a->o_stride, .nq = a->nq, .nk = a->nk,
                              .n_heads = a->n_heads, .n_kv_heads = a->n_kv_heads, .head_dim = d,
                              .q_pos0 = a->q_pos0, .k_pos0 = a->k_pos0, .causal = a->causal, .scale = a->scale};
         burst_error err;
@@ -440,7 +467,8 @@ void cuda_attention(burst_backend *b, const flash_args *a) {
     if (d > ATTN_MAX_D)
         burst_abort(__FILE__, __LINE__, __func__, "cuda attention: head_dim %d unsupported (want <= %d)", d, ATTN_MAX_D);
     dim3 grid((unsigned)((a->nq + ATTN_WARPS - 1) / ATTN_WARPS), (unsigned)a->n_heads);
-    attention_plain_kernel<<<grid, 32 * ATTN_WARPS, 0, c->stream>>>(*a);
+    if (a->kv_dtype == DTYPE_F32) attention_plain_kernel<float><<<grid, 32 * ATTN_WARPS, 0, c->stream>>>(*a);
+    else attention_plain_kernel<__nv_bfloat16><<<grid, 32 * ATTN_WARPS, 0, c->stream>>>(*a);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -465,6 +493,7 @@ const backend_ops cuda_ops = {
     .release = cuda_release,
     .to_host = cuda_to_host,
     .copy = cuda_copy,
+    .convert = cuda_convert,
     .weight = cuda_weight,
     .embed = cuda_embed,
     .rmsnorm = cuda_rmsnorm,

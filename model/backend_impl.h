@@ -13,7 +13,8 @@ typedef struct {
     void *(*alloc)(burst_backend *b, size_t bytes);
     void (*release)(burst_backend *b, void *p);
     void (*to_host)(burst_backend *b, float *dst, const float *src, int64_t n);
-    void (*copy)(burst_backend *b, float *dst, const float *src, int64_t n);
+    void (*copy)(burst_backend *b, void *dst, const void *src, size_t bytes);
+    void (*convert)(burst_backend *b, void *dst, burst_dtype to, const float *src, int64_t n);
     burst_status (*weight)(burst_backend *b, const weights_tensor *t, burst_weight *out,
                            burst_error *err);
     void (*embed)(burst_backend *b, float *x, const burst_weight *table, const int *tokens, int n);

@@ -31,7 +31,7 @@ typedef struct {
     float *hb, *hb2; // (max_batch, hidden_dim)
     float *last;     // (n_slots, dim) each segment's last row
     float *logits;   // (n_slots, vocab)
-    float *ring;     // ring_workspace_floats(max_batch, shard_cap, ...)
+    void *ring;      // ring_workspace_bytes(G, max_batch, shard_cap, ...)
     float *merge;    // sharded_merge_work_floats(G, max_batch, ...)
 } llama_scratch;
 
@@ -83,7 +83,7 @@ struct llama_model {
 typedef struct {
     llama_config cfg;
     uint64_t weight_bytes;
-    int32_t ctx, n_slots, max_batch, n_ranks;
+    int32_t ctx, n_slots, max_batch, n_ranks, kv_dtype;
     char backend[16], comm[16];
 } node_info;
 
@@ -92,7 +92,7 @@ enum { CMD_FORWARD, CMD_RESET, CMD_QUIT }; // FORWARD n_segs n_tokens (slot n)* 
 
 static void ops_attend(void *ctx, const flash_args *a) { backend_attention(ctx, a); }
 static void ops_merge(void *ctx, const online_softmax_args *a) { backend_merge(ctx, a); }
-static void ops_copy(void *ctx, float *dst, const float *src, int64_t n) { backend_copy(ctx, dst, src, n); }
+static void ops_copy(void *ctx, void *dst, const void *src, size_t bytes) { backend_copy(ctx, dst, src, bytes); }
 static void ops_sync(void *ctx) { backend_sync(ctx); }
 
 // Looks up "name" (printf-style) with the given shape and hands it to the rank's backend.
@@ -167,7 +167,8 @@ static void alloc_scratch(llama_model *m, llama_rank *R) {
     s->hb2 = scratch(R, B * c->hidden_dim);
     s->last = scratch(R, (int64_t)m->opt.n_slots * c->dim);
     s->logits = scratch(R, (int64_t)m->opt.n_slots * c->vocab_size);
-    s->ring = scratch(R, ring_workspace_floats(B, m->shard_cap, c->n_heads, c->n_kv_heads, c->head_dim));
+    size_t ring_bytes = ring_workspace_bytes(m->G, B, m->shard_cap, c->n_heads, c->n_kv_heads, c->head_dim, m->opt.kv_dtype);
+    s->ring = scratch(R, (int64_t)((ring_bytes + sizeof(float) - 1) / sizeof(float)));
     s->merge = scratch(R, sharded_merge_work_floats(m->G, (int)B, c->n_heads, c->head_dim));
     R->tok = burst_calloc((size_t)B, sizeof(int));
     R->pos = burst_calloc((size_t)B, sizeof(int64_t));
@@ -176,7 +177,7 @@ static void alloc_scratch(llama_model *m, llama_rank *R) {
 
 static void free_rank(llama_rank *R) {
     llama_scratch *s = &R->s;
-    float *bufs[] = {s->x, s->xb, s->xb2, s->q, s->k, s->v, s->att, s->lse, s->part_o, s->part_lse,
+    void *bufs[] = {s->x, s->xb, s->xb2, s->q, s->k, s->v, s->att, s->lse, s->part_o, s->part_lse,
                      s->hb, s->hb2, s->last, s->logits, s->ring, s->merge};
     for (size_t i = 0; R->be && i < sizeof bufs / sizeof bufs[0]; i++) backend_release(R->be, bufs[i]);
     if (R->kv.k) kv_cache_free(&R->kv, R->be);
@@ -193,7 +194,7 @@ static burst_status load_rank(llama_model *m, int i, burst_error *err) {
     R->ops = (attn_ops){.attend = ops_attend, .merge = ops_merge, .copy = ops_copy, .sync = ops_sync, .ctx = R->be};
     if ((st = load_tensors(m, R, err)) ||
         (st = kv_cache_init(&R->kv, R->be, m->opt.n_slots, m->cfg.n_layers, (int)m->shard_cap,
-                            m->cfg.n_kv_heads * m->cfg.head_dim, err)))
+                            m->cfg.n_kv_heads * m->cfg.head_dim, m->opt.kv_dtype, err)))
         return st;
     alloc_scratch(m, R);
     return BURST_OK;
@@ -222,7 +223,7 @@ static burst_status join_cluster(llama_model *m, const char *dir, burst_error *e
     if (st) return st;
     int P = cluster_nodes(m->cl);
     node_info mine = {.cfg = m->cfg, .weight_bytes = weights_bytes(m->w), .ctx = o->ctx, .n_slots = o->n_slots,
-                      .max_batch = o->max_batch, .n_ranks = o->n_ranks};
+                      .max_batch = o->max_batch, .n_ranks = o->n_ranks, .kv_dtype = (int32_t)o->kv_dtype};
     snprintf(mine.backend, sizeof mine.backend, "%s", o->backend);
     snprintf(mine.comm, sizeof mine.comm, "%s", o->comm ? o->comm : "");
     node_info *all = burst_malloc(sizeof *all * (size_t)P);
@@ -235,6 +236,7 @@ static burst_status join_cluster(llama_model *m, const char *dir, burst_error *e
                                 node, all[node].cfg.n_layers, all[node].cfg.dim, (unsigned long long)all[node].weight_bytes,
                                 lead->cfg.n_layers, lead->cfg.dim, (unsigned long long)lead->weight_bytes, dir);
         o->ctx = lead->ctx, o->n_slots = lead->n_slots, o->max_batch = lead->max_batch, o->n_ranks = lead->n_ranks;
+        o->kv_dtype = (burst_dtype)lead->kv_dtype;
         o->n_nodes = P;
         set_name(m->backend, sizeof m->backend, &o->backend, lead->backend);
         if (lead->comm[0]) set_name(m->comm_name, sizeof m->comm_name, &o->comm, lead->comm);
@@ -419,11 +421,11 @@ static burst_status attend_ring(llama_model *m, llama_rank *R, int l, const seg_
     const llama_config *c = &m->cfg;
     int64_t kv_dim = (int64_t)c->n_kv_heads * c->head_dim, dim = c->dim;
     int64_t old = sp->old_len[R->rank], n = sp->new_len[R->rank];
-    float *kc = kv_cache_k(&R->kv, sp->slot, l), *vc = kv_cache_v(&R->kv, sp->slot, l);
-    backend_copy(R->be, kc + old * kv_dim, R->s.k + row0 * kv_dim, n * kv_dim);
-    backend_copy(R->be, vc + old * kv_dim, R->s.v + row0 * kv_dim, n * kv_dim);
+    backend_convert(R->be, kv_cache_k(&R->kv, sp->slot, l, old), R->kv.dtype, R->s.k + row0 * kv_dim, n * kv_dim);
+    backend_convert(R->be, kv_cache_v(&R->kv, sp->slot, l, old), R->kv.dtype, R->s.v + row0 * kv_dim, n * kv_dim);
     ring_args a = {
-        .c = R->c, .ops = &R->ops, .q = R->s.q + row0 * dim, .k = kc, .v = vc,
+        .c = R->c, .ops = &R->ops, .q = R->s.q + row0 * dim, .k = kv_cache_k(&R->kv, sp->slot, l, 0),
+        .v = kv_cache_v(&R->kv, sp->slot, l, 0), .kv_dtype = R->kv.dtype,
         .o = R->s.att + row0 * dim, .lse = R->s.lse, .q_stride = dim, .o_stride = dim,
         .q_part = sp->rows[R->rank], .k_parts = sp->kv, .n_heads = c->n_heads,
         .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .causal = 1,
@@ -438,17 +440,21 @@ static burst_status attend_ring(llama_model *m, llama_rank *R, int l, const seg_
 static burst_status attend_replicated(llama_model *m, llama_rank *R, int l, const seg_plan *sp, int row0) {
     const llama_config *c = &m->cfg;
     int64_t kv_dim = (int64_t)c->n_kv_heads * c->head_dim, dim = c->dim, old = sp->old_len[R->rank];
-    float *kc = kv_cache_k(&R->kv, sp->slot, l), *vc = kv_cache_v(&R->kv, sp->slot, l);
     float *o = R->s.att + row0 * dim, *q = R->s.q + row0 * dim;
     flash_args a = {
-        .q = q, .k = kc, .v = vc, .o = o, .lse = R->s.lse, .q_stride = dim, .kv_stride = kv_dim,
-        .o_stride = dim, .nq = sp->n, .nk = (int)old, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
-        .head_dim = c->head_dim, .q_pos0 = sp->pos0, .k_pos0 = 0, .causal = 0,
-        .scale = 1.0f / sqrtf((float)c->head_dim),
+        .q = q, .k = kv_cache_k(&R->kv, sp->slot, l, 0), .v = kv_cache_v(&R->kv, sp->slot, l, 0), .o = o,
+        .lse = R->s.lse, .q_stride = dim, .kv_stride = kv_dim, .o_stride = dim, .nq = sp->n, .nk = (int)old,
+        .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .q_pos0 = sp->pos0,
+        .k_pos0 = 0, .causal = 0, .scale = 1.0f / sqrtf((float)c->head_dim), .kv_dtype = R->kv.dtype,
     };
     backend_attention(R->be, &a);
     if (R->rank == 0) {
-        a.k = R->s.k + row0 * kv_dim, a.v = R->s.v + row0 * kv_dim, a.nk = sp->n;
+        // The new tokens' K/V as the cache will hold them, so that every G gives the same
+        // result; xb2 is free until the output projection and holds n rows of K and of V.
+        char *k_new = (char *)R->s.xb2, *v_new = k_new + (size_t)sp->n * kv_dim * dtype_size(R->kv.dtype);
+        backend_convert(R->be, k_new, R->kv.dtype, R->s.k + row0 * kv_dim, sp->n * kv_dim);
+        backend_convert(R->be, v_new, R->kv.dtype, R->s.v + row0 * kv_dim, sp->n * kv_dim);
+        a.k = k_new, a.v = v_new, a.nk = sp->n;
         a.k_pos0 = sp->pos0, a.causal = 1, a.o = R->s.part_o, a.lse = R->s.part_lse;
         backend_attention(R->be, &a);
         backend_merge(R->be, &(online_softmax_args){
@@ -459,8 +465,8 @@ static burst_status attend_replicated(llama_model *m, llama_rank *R, int l, cons
                                     R->s.merge, &R->err);
     for (int j = 0, stored = 0; !st && j < sp->n; j++)
         if (sp->owner[j] == R->rank) {
-            backend_copy(R->be, kc + (old + stored) * kv_dim, R->s.k + (row0 + j) * kv_dim, kv_dim);
-            backend_copy(R->be, vc + (old + stored) * kv_dim, R->s.v + (row0 + j) * kv_dim, kv_dim);
+            backend_convert(R->be, kv_cache_k(&R->kv, sp->slot, l, old + stored), R->kv.dtype, R->s.k + (row0 + j) * kv_dim, kv_dim);
+            backend_convert(R->be, kv_cache_v(&R->kv, sp->slot, l, old + stored), R->kv.dtype, R->s.v + (row0 + j) * kv_dim, kv_dim);
             stored++;
         }
     return st;
@@ -509,7 +515,7 @@ static burst_status rank_forward(llama_model *m, llama_rank *R) {
     int n_segs = m->plan.n_segs;
     for (int i = 0; i < n_segs; i++) {
         int last = (i + 1 < n_segs ? R->row0[i + 1] : n) - 1;
-        backend_copy(be, s->last + i * dim, s->x + (int64_t)last * dim, dim);
+        backend_copy(be, s->last + i * dim, s->x + (int64_t)last * dim, (size_t)dim * sizeof(float));
     }
     backend_rmsnorm(be, s->last, s->last, &R->final_norm, n_segs, c->norm_eps);
     backend_matmul(be, s->logits, s->last, &R->lm_head, n_segs);

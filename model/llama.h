@@ -26,6 +26,7 @@ typedef struct {
     int n_threads; // CPU threads in all (0: all cores), shared out among the ranks
     int n_ranks;   // G: ranks sharing each sequence (0: 1)
     const char *backend; // "cpu" (NULL: cpu), "cuda" or "cuda-fp32"
+    burst_dtype kv_dtype; // KV cache rows: DTYPE_F32 (the default) or DTYPE_BF16 (half the memory)
     const char *comm;    // how ranks talk: "threads" (one process), "tcp" (host memory, any
                          // processes) or "nccl" (one GPU per rank); NULL: threads alone, in a
                          // cluster tcp for cpu and nccl for cuda

@@ -33,6 +33,7 @@ static const char usage[] =
     "                      (default 1)\n"
     "  --threads N         CPU threads of this process, shared out among its ranks (default: all cores)\n"
     "  --backend NAME      cpu (default), cuda, or cuda-fp32 (float32 on the GPU, for exactness)\n"
+    "  --kv-dtype T        KV cache rows in f32 (default) or bf16 (half the memory)\n"
     "  --comm NAME         threads (default in one process), tcp (cpu backend, any processes) or\n"
     "                      nccl (one GPU per rank; default for cuda across nodes)\n"
     "  --nodes P           processes sharing the G ranks: this one and P-1 `burst worker`s\n"
@@ -44,6 +45,7 @@ typedef struct {
     int max_tokens, top_k, ctx, batch, threads, ranks, nodes;
     float temperature, top_p, join_timeout;
     uint64_t seed;
+    burst_dtype kv_dtype;
 } generate_args;
 
 static int parse_generate(int argc, char **argv, generate_args *a) {
@@ -63,6 +65,7 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
         else if (!strcmp(f, "--threads")) ok = cli_parse_long("burst", f, v, 1, 4096, &n), a->threads = (int)n;
         else if (!strcmp(f, "--backend")) a->backend = v;
         else if (!strcmp(f, "--comm")) a->comm = v;
+        else if (!strcmp(f, "--kv-dtype")) ok = cli_parse_kv_dtype("burst", f, v, &a->kv_dtype);
         else if (!strcmp(f, "--coordinator")) a->coordinator = v;
         else if (!strcmp(f, "--nodes")) ok = cli_parse_long("burst", f, v, 1, 1024, &n), a->nodes = (int)n;
         else if (!strcmp(f, "--join-timeout")) ok = cli_parse_float("burst", f, v, 0.1f, 1e7f, &a->join_timeout);
@@ -107,7 +110,7 @@ static int generate(const generate_args *a) {
 
     llama_options opt = {.ctx = a->ctx ? a->ctx : n_prompt + a->max_tokens, .n_slots = 1,
                          .max_batch = a->batch, .n_threads = a->threads, .n_ranks = a->ranks,
-                         .backend = a->backend, .comm = a->comm, .n_nodes = a->nodes,
+                         .backend = a->backend, .kv_dtype = a->kv_dtype, .comm = a->comm, .n_nodes = a->nodes,
                          .coordinator = a->coordinator, .join_timeout_s = a->join_timeout};
     double t0 = burst_now();
     if (llama_load(a->model, &opt, &m, &err)) goto fail;
@@ -176,8 +179,9 @@ static const char worker_usage[] =
     "\n"
     "Runs a share of the ranks of a burstd or burst generate started with --nodes P and\n"
     "--coordinator: it joins the leader there, takes the leader's options (ranks, ctx, slots,\n"
-    "batch, backend, comm), checks that both loaded the same model, then runs the leader's steps\n"
-    "until the leader stops (exit 0) or is lost (exit 1). Start P-1 of them, on any machines.\n"
+    "batch, backend, KV dtype, comm), checks that both loaded the same model, then runs the\n"
+    "leader's steps until the leader stops (exit 0) or is lost (exit 1). Start P-1 of them, on\n"
+    "any machines.\n"
     "\n"
     "  --model DIR         the same model as the leader's (a copy on this machine)\n"
     "  --coordinator HOST:PORT  the leader's --coordinator, as this machine reaches it\n"

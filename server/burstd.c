@@ -32,6 +32,8 @@ static const char usage[] =
     "  --threads N       CPU threads of this process, shared out among its ranks (default: all cores)\n"
     "  --backend NAME    cpu (default), cuda, or cuda-fp32 (float32 on the GPU); a process's i-th\n"
     "                    rank runs on its GPU i modulo the number of GPUs\n"
+    "  --kv-dtype T      KV cache rows in f32 (default) or bf16 (half the memory: twice the\n"
+    "                    context in the same space; attention reads K/V rounded to bf16)\n"
     "  --comm NAME       threads (default in one process), tcp (cpu backend, any processes) or\n"
     "                    nccl (one GPU per rank; default for cuda across nodes)\n"
     "  --nodes P         processes sharing the G ranks, this one and P-1 `burst worker`s, each\n"
@@ -43,6 +45,7 @@ typedef struct {
     const char *model, *host, *api_key, *backend, *comm, *coordinator;
     int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk, nodes;
     float max_wait, join_timeout;
+    burst_dtype kv_dtype;
 } burstd_args;
 
 static int parse_args(int argc, char **argv, burstd_args *a) {
@@ -58,6 +61,7 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         else if (!strcmp(f, "--api-key")) a->api_key = v;
         else if (!strcmp(f, "--backend")) a->backend = v;
         else if (!strcmp(f, "--comm")) a->comm = v;
+        else if (!strcmp(f, "--kv-dtype")) ok = cli_parse_kv_dtype("burstd", f, v, &a->kv_dtype);
         else if (!strcmp(f, "--coordinator")) a->coordinator = v;
         else if (!strcmp(f, "--nodes")) ok = cli_parse_long("burstd", f, v, 1, 1024, &n), dst = &a->nodes;
         else if (!strcmp(f, "--join-timeout")) ok = cli_parse_float("burstd", f, v, 0.1f, 1e7f, &a->join_timeout);
@@ -104,7 +108,7 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
     engine *eng = NULL;
     http_server *http = NULL;
     llama_options lo = {.ctx = a->ctx, .n_slots = a->slots, .max_batch = a->batch, .n_threads = a->threads,
-                        .n_ranks = a->ranks, .backend = a->backend, .comm = a->comm, .n_nodes = a->nodes,
+                        .n_ranks = a->ranks, .backend = a->backend, .kv_dtype = a->kv_dtype, .comm = a->comm, .n_nodes = a->nodes,
                         .coordinator = a->coordinator, .join_timeout_s = a->join_timeout};
     if (tokenizer_load(tok_path, &tok, &err) || llama_load(a->model, &lo, &m, &err)) goto fail;
     const llama_config *c = llama_config_of(m);
@@ -113,10 +117,10 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
                    tok_path, tokenizer_vocab_size(tok), c->vocab_size);
         goto fail;
     }
-    LOG_I("%s: %d layers, dim %d, %d heads (%d kv), vocab %d; %d slots x %d tokens, %d rank(s) on %s, %.1f MB reserved",
+    LOG_I("%s: %d layers, dim %d, %d heads (%d kv), vocab %d; %d slots x %d tokens (KV %s), %d rank(s) on %s, %.1f MB reserved",
           a->model, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->vocab_size, llama_options_of(m)->n_slots,
-          llama_options_of(m)->ctx, llama_options_of(m)->n_ranks, llama_options_of(m)->backend,
-          llama_reserved_bytes(m) / 1e6);
+          llama_options_of(m)->ctx, dtype_name(llama_options_of(m)->kv_dtype), llama_options_of(m)->n_ranks,
+          llama_options_of(m)->backend, llama_reserved_bytes(m) / 1e6);
     met = metrics_new(model_name(a->model));
     http_options ho = {.host = a->host, .port = a->port, .api_key = a->api_key, .model_name = model_name(a->model)};
     if (engine_start(m, tok, met, &(engine_options){.max_queue = a->max_queue, .prefill_chunk = a->prefill_chunk,

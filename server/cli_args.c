@@ -30,6 +30,16 @@ int cli_parse_long(const char *prog, const char *flag, const char *s, long lo, l
     return 1;
 }
 
+int cli_parse_kv_dtype(const char *prog, const char *flag, const char *s, burst_dtype *out) {
+    burst_dtype t;
+    if (!dtype_parse(s, &t) || t == DTYPE_F16) {
+        fprintf(stderr, "%s: %s %s: want f32 or bf16\n", prog, flag, s);
+        return 0;
+    }
+    *out = t;
+    return 1;
+}
+
 int cli_parse_float(const char *prog, const char *flag, const char *s, float lo, float hi, float *out) {
     char *end;
     float v = strtof(s, &end);

@@ -2,6 +2,7 @@
 // each printing one line "<prog>: --flag value: want ..." on stderr when the value is wrong.
 // Stateless; safe from any thread.
 #pragma once
+#include "common/dtype.h"
 
 // The value of the flag argv[*i] (advancing *i past it). -h/--help prints usage and exits 0;
 // a flag without a value prints why (and the usage) and returns NULL.
@@ -10,3 +11,5 @@ const char *cli_value(const char *prog, const char *usage, int argc, char **argv
 int cli_parse_long(const char *prog, const char *flag, const char *s, long lo, long hi, long *out);
 // Returns 1 and sets *out when s is a number in [lo, hi]; else prints why and returns 0.
 int cli_parse_float(const char *prog, const char *flag, const char *s, float lo, float hi, float *out);
+// Returns 1 and sets *out when s names a KV cache dtype (f32 or bf16); else prints why and returns 0.
+int cli_parse_kv_dtype(const char *prog, const char *flag, const char *s, burst_dtype *out);

@@ -11,6 +11,7 @@
 typedef struct {
     int nq, nk, head_dim, n_heads, n_kv_heads, causal;
     int64_t q_pos0, k_pos0;
+    burst_dtype kv_dtype; // F32, or BF16: K/V are drawn as bf16 values and passed as bf16
 } attn_case;
 
 // Inputs and padded layouts of one case; o is poisoned with the guard pattern before each run.
@@ -18,6 +19,7 @@ typedef struct {
     attn_case c;
     int64_t q_stride, kv_stride, o_stride; // padded by 8 and 4 elements: strides are honoured
     float *q, *k, *v;                      // (n, heads, head_dim) rows at the strides above
+    uint16_t *k16, *v16;                   // bf16 K/V: k and v's bits, same strides (else NULL)
     double *o_ref, *lse_ref;               // (nq, n_heads, head_dim) packed, (n_heads, nq)
 } attn_data;
 
@@ -33,12 +35,21 @@ static void data_init(attn_data *t, attn_case c) {
     test_fill(t->q, c.nq * t->q_stride, -2.0f, 2.0f);
     test_fill(t->k, c.nk * t->kv_stride, -2.0f, 2.0f);
     test_fill(t->v, c.nk * t->kv_stride, -1.0f, 1.0f);
+    t->k16 = t->v16 = NULL;
+    if (c.kv_dtype == DTYPE_BF16) {
+        t->k16 = burst_malloc((size_t)(c.nk * t->kv_stride + 1) * sizeof(uint16_t));
+        t->v16 = burst_malloc((size_t)(c.nk * t->kv_stride + 1) * sizeof(uint16_t));
+        for (int64_t i = 0; i < c.nk * t->kv_stride; i++) {
+            t->k16[i] = f32_to_bf16(t->k[i]), t->k[i] = bf16_to_f32(t->k16[i]);
+            t->v16[i] = f32_to_bf16(t->v[i]), t->v[i] = bf16_to_f32(t->v16[i]);
+        }
+    }
     t->o_ref = burst_malloc((size_t)c.nq * c.n_heads * c.head_dim * sizeof(double));
     t->lse_ref = burst_malloc((size_t)c.n_heads * c.nq * sizeof(double));
 }
 
 static void data_free(attn_data *t) {
-    free(t->q); free(t->k); free(t->v); free(t->o_ref); free(t->lse_ref);
+    free(t->q); free(t->k); free(t->v); free(t->k16); free(t->v16); free(t->o_ref); free(t->lse_ref);
 }
 
 // Naive attention in double: every visible key of every row, one row at a time.
@@ -81,8 +92,12 @@ static void reference(attn_data *t) {
 
 static flash_args args_for(const attn_data *t, float *o, float *lse, int64_t k_begin, int nk) {
     const attn_case c = t->c;
+    const int bf16 = c.kv_dtype == DTYPE_BF16;
     return (flash_args){
-        .q = t->q, .k = t->k + k_begin * t->kv_stride, .v = t->v + k_begin * t->kv_stride,
+        .q = t->q,
+        .k = bf16 ? (const void *)(t->k16 + k_begin * t->kv_stride) : (const void *)(t->k + k_begin * t->kv_stride),
+        .v = bf16 ? (const void *)(t->v16 + k_begin * t->kv_stride) : (const void *)(t->v + k_begin * t->kv_stride),
+        .kv_dtype = c.kv_dtype,
         .o = o, .lse = lse, .q_stride = t->q_stride, .kv_stride = t->kv_stride,
         .o_stride = t->o_stride, .nq = c.nq, .nk = nk, .n_heads = c.n_heads,
         .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim, .q_pos0 = c.q_pos0,
@@ -123,7 +138,7 @@ static float *poisoned(int64_t n) {
 }
 
 static void describe(char *buf, size_t len, const attn_case *c, const char *tag) {
-    snprintf(buf, len, "%s d=%d nq=%d nk=%d h=%d/%d %s qpos0=%lld kpos0=%lld", tag, c->head_dim,
+    snprintf(buf, len, "%s d=%d nq=%d nk=%d h=%d/%d %s qpos0=%lld kpos0=%lld kv %s", tag, c->head_dim,
              c->nq, c->nk, c->n_heads, c->n_kv_heads, c->causal ? "causal" : "full",
-             (long long)c->q_pos0, (long long)c->k_pos0);
+             (long long)c->q_pos0, (long long)c->k_pos0, dtype_name(c->kv_dtype));
 }

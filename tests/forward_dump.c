@@ -1,6 +1,6 @@
 // Test tool: runs a model on given token ids and writes the logits to a file, for comparison
 // with the float64 reference in test_logits.py and across rank counts.
-//   forward_dump [--backend NAME] DIR OUT BATCH RANKS p0 p1 ... [-- d0 d1 ...]
+//   forward_dump [--backend NAME] [--kv-dtype f32|bf16] DIR OUT BATCH RANKS p0 p1 ... [-- d0 d1 ...]
 // Prefills p0.. in chunks of BATCH tokens on RANKS ranks, then feeds d0.. one token at a time.
 // OUT holds float32 rows of vocab logits: one after the prefill, one after each decode token.
 #include <stdio.h>
@@ -11,9 +11,12 @@
 
 int main(int argc, char **argv) {
     const char *backend = "cpu";
-    if (argc > 2 && !strcmp(argv[1], "--backend")) backend = argv[2], argc -= 2, argv += 2;
+    burst_dtype kv_dtype = DTYPE_F32;
+    for (; argc > 2 && !strncmp(argv[1], "--", 2); argc -= 2, argv += 2)
+        if (!strcmp(argv[1], "--backend")) backend = argv[2];
+        else if (strcmp(argv[1], "--kv-dtype") || !dtype_parse(argv[2], &kv_dtype)) argc = 0; // usage
     if (argc < 6) {
-        fprintf(stderr, "usage: forward_dump [--backend NAME] DIR OUT BATCH RANKS p0 p1 ... [-- d0 d1 ...]\n");
+        fprintf(stderr, "usage: forward_dump [--backend NAME] [--kv-dtype f32|bf16] DIR OUT BATCH RANKS p0 p1 ... [-- d0 d1 ...]\n");
         return 2;
     }
     int n = argc - 5, *ids = malloc(sizeof(int) * (size_t)n), n_prompt = n;
@@ -24,7 +27,7 @@ int main(int argc, char **argv) {
     burst_error err;
     llama_model *m;
     llama_options opt = {.ctx = n, .n_slots = 1, .max_batch = atoi(argv[3]), .n_ranks = atoi(argv[4]),
-                         .backend = backend};
+                         .backend = backend, .kv_dtype = kv_dtype};
     if (llama_load(argv[1], &opt, &m, &err)) {
         fprintf(stderr, "E %s\n", err.msg);
         return 1;

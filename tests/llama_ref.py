@@ -47,8 +47,15 @@ def rope(x, pos, theta):  # x (n, heads, hd), rotate-half layout
     x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
     return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
 
-def forward(cfg, w, tokens):
-    """Logits (n, vocab) for every position of tokens, causal."""
+def bf16(x):
+    """x rounded to the nearest bf16 value (ties to even), through float32 as burst rounds it."""
+    u = np.asarray(x, dtype=np.float32).view(np.uint32)
+    u = (u + np.uint32(0x7fff) + ((u >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xffff0000)
+    return u.view(np.float32).astype(np.float64)
+
+def forward(cfg, w, tokens, kv_bf16=False):
+    """Logits (n, vocab) for every position of tokens, causal; kv_bf16: K/V rounded to bf16 as a
+    bf16 KV cache holds them."""
     D, H = cfg["hidden_size"], cfg["num_attention_heads"]
     KV = cfg.get("num_key_value_heads", H)
     hd, eps, theta = D // H, cfg["rms_norm_eps"], cfg.get("rope_theta", 10000.0)
@@ -62,6 +69,8 @@ def forward(cfg, w, tokens):
         q = rope((h @ w[p + "self_attn.q_proj.weight"].T).reshape(n, H, hd), pos, theta)
         k = rope((h @ w[p + "self_attn.k_proj.weight"].T).reshape(n, KV, hd), pos, theta)
         v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(n, KV, hd)
+        if kv_bf16:
+            k, v = bf16(k), bf16(v)
         k, v = np.repeat(k, H // KV, axis=1), np.repeat(v, H // KV, axis=1)
         s = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd) + mask
         s = np.exp(s - s.max(-1, keepdims=True))

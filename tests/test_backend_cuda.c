@@ -90,17 +90,11 @@ static double rms(const float *x, int64_t n) {
 
 // ---- weights in each stored dtype ----
 
-static uint16_t bf16_bits(float x) { // round to nearest even (finite x)
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 // A bf16-rounded value with |x| >= 2^-14 is exact in f16: encode it bit by bit.
 static uint16_t f16_bits_exact(float x) {
     uint32_t u;
     float r;
-    uint32_t b = (uint32_t)bf16_bits(x) << 16;
+    uint32_t b = (uint32_t)f32_to_bf16(x) << 16;
     memcpy(&r, &b, 4);
     if (fabsf(r) < 6.103515625e-05f) r = copysignf(6.103515625e-05f, r);
     memcpy(&u, &r, 4);
@@ -125,11 +119,11 @@ static test_weight make_weight(burst_dtype dt, int64_t rows, int64_t cols, float
     w.approx = burst_malloc((size_t)n * sizeof(float));
     for (int64_t i = 0; i < n; i++) {
         float x = test_uniform(lo, hi);
-        uint32_t b = (uint32_t)bf16_bits(x) << 16;
+        uint32_t b = (uint32_t)f32_to_bf16(x) << 16;
         if (dt == DTYPE_F32) w.approx[i] = x;
         else memcpy(&w.approx[i], &b, 4);
         if (dt == DTYPE_F32) ((float *)w.data)[i] = x;
-        else if (dt == DTYPE_BF16) ((uint16_t *)w.data)[i] = bf16_bits(x);
+        else if (dt == DTYPE_BF16) ((uint16_t *)w.data)[i] = f32_to_bf16(x);
         else ((uint16_t *)w.data)[i] = f16_bits_exact(x);
     }
     w.t.data = w.data;
@@ -272,7 +266,7 @@ static void test_elementwise(const backends *B) {
             const char *name = op == 0 ? "swiglu" : op == 1 ? "add" : "copy";
             if (op == 0) backend_swiglu(B->gpu, d, dy, n), backend_swiglu(B->cpu, want, y, n);
             if (op == 1) backend_add(B->gpu, d, dy, n), backend_add(B->cpu, want, y, n);
-            if (op == 2) backend_copy(B->gpu, d, dy, n), backend_copy(B->cpu, want, y, n);
+            if (op == 2) backend_copy(B->gpu, d, dy, (size_t)n * 4), backend_copy(B->cpu, want, y, (size_t)n * 4);
             dev_download(B->gpu, got, d, n);
             char what[64];
             snprintf(what, sizeof what, "%s n=%lld", name, (long long)n);
@@ -283,11 +277,50 @@ static void test_elementwise(const backends *B) {
         }
 }
 
+// backend_convert, the way K/V rows enter the KV cache: bit for bit the CPU's rounding, at
+// aligned and unaligned destinations (a cache row of odd width starts at any even byte).
+static void test_convert(const backends *B) {
+    static const int64_t lens[] = {1, 7, 37003};
+    for (int li = 0; li < 3; li++)
+        for (int to = 0; to < 2; to++)
+            for (int skew = 0; skew < 2; skew++) {
+                const int64_t n = lens[li];
+                const burst_dtype dt = to ? DTYPE_BF16 : DTYPE_F32;
+                const size_t es = dtype_size(dt), bytes = (size_t)(n + skew) * es;
+                float *x = host_random(n, -8, 8);
+                // ties between two bf16 values, which round to the even one
+                for (int64_t i = 0; i < n; i += 5) x[i] = (i % 2 ? -1.0f : 1.0f) * (1.0f + (float)(i % 3) / 128 + 1.0f / 256);
+                float *dx = dev_upload(x, n);
+                char *want = calloc(1, bytes), *got = calloc(1, bytes), *d = backend_alloc(B->gpu, bytes);
+                backend_convert(B->cpu, want + skew * es, dt, x, n);
+                backend_convert(B->gpu, d + skew * es, dt, dx, n);
+                backend_sync(B->gpu);
+                CUDA_CHECK(cudaMemcpy(got, d, bytes, cudaMemcpyDeviceToHost));
+                int ok = memcmp(got, want, bytes) == 0;
+                printf("%s convert to %s n=%lld at element %d: %s\n", ok ? "ok  " : "FAIL", dtype_name(dt), (long long)n,
+                       skew, ok ? "bit-identical to the CPU" : "differs from the CPU");
+                check(ok);
+                backend_release(B->gpu, d);
+                CUDA_CHECK(cudaFree(dx));
+                free(x), free(want), free(got);
+            }
+}
+
 typedef struct {
     int nq, nk, heads, kv_heads, d;
     int64_t q_pos0, k_pos0;
     int causal, pad; // pad: extra elements between rows of q, k/v and o
+    int bf16_kv;     // K/V passed as bf16 (a bf16 KV cache)
 } attn_case;
+
+// A device copy of n bf16 values.
+static uint16_t *dev_upload16(const uint16_t *h, int64_t n) {
+    uint16_t *d;
+    CUDA_CHECK(cudaMalloc((void **)&d, (size_t)(n + 1) * 2));
+    CUDA_CHECK(cudaMemcpy(d, h, (size_t)n * 2, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    return d;
+}
 
 static void test_attention_case(const backends *B, attn_case c) {
     const int64_t qs = (int64_t)c.heads * c.d + c.pad, ks = (int64_t)c.kv_heads * c.d + 3 * c.pad;
@@ -297,20 +330,24 @@ static void test_attention_case(const backends *B, attn_case c) {
     float *l_want = host_random(nl, -1, 1), *l_got = host_clone(l_want, nl);
     float *dq = dev_upload(q, nq_el), *dk = dev_upload(k, nk_el), *dv = dev_upload(v, nk_el);
     float *d_o = dev_upload(o_got, nq_el), *dl = dev_upload(l_got, nl);
+    uint16_t *k16 = calloc((size_t)nk_el + 1, 2), *v16 = calloc((size_t)nk_el + 1, 2);
+    for (int64_t i = 0; i < nk_el; i++) k16[i] = f32_to_bf16(k[i]), v16[i] = f32_to_bf16(v[i]);
+    uint16_t *dk16 = dev_upload16(k16, nk_el), *dv16 = dev_upload16(v16, nk_el);
     flash_args a = {.q = q, .k = k, .v = v, .o = o_want, .lse = l_want, .q_stride = qs, .kv_stride = ks,
                     .o_stride = qs, .nq = c.nq, .nk = c.nk, .n_heads = c.heads, .n_kv_heads = c.kv_heads,
                     .head_dim = c.d, .q_pos0 = c.q_pos0, .k_pos0 = c.k_pos0, .causal = c.causal,
-                    .scale = 1.0f / sqrtf((float)c.d)};
+                    .scale = 1.0f / sqrtf((float)c.d), .kv_dtype = c.bf16_kv ? DTYPE_BF16 : DTYPE_F32};
+    if (c.bf16_kv) a.k = k16, a.v = v16;
     backend_attention(B->cpu, &a);
-    a.q = dq, a.k = dk, a.v = dv, a.o = d_o, a.lse = dl;
+    a.q = dq, a.k = c.bf16_kv ? (const void *)dk16 : dk, a.v = c.bf16_kv ? (const void *)dv16 : dv, a.o = d_o, a.lse = dl;
     backend_attention(B->gpu, &a);
     dev_download(B->gpu, o_got, d_o, nq_el);
     dev_download(B->gpu, l_got, dl, nl);
     const int flash = !B->fp32 && (c.d == 64 || c.d == 128) && qs % 2 == 0; // else the plain kernel
     char what[160];
-    snprintf(what, sizeof what, "attention%s nq=%d nk=%d heads=%d/%d d=%d pos0=%lld/%lld causal=%d pad=%d",
+    snprintf(what, sizeof what, "attention%s nq=%d nk=%d heads=%d/%d d=%d pos0=%lld/%lld causal=%d pad=%d kv %s",
              flash ? "(flash bf16)" : "(plain fp32)", c.nq, c.nk, c.heads, c.kv_heads, c.d,
-             (long long)c.q_pos0, (long long)c.k_pos0, c.causal, c.pad);
+             (long long)c.q_pos0, (long long)c.k_pos0, c.causal, c.pad, c.bf16_kv ? "bf16" : "f32");
     char what_l[170];
     snprintf(what_l, sizeof what_l, "%s lse", what);
     if (flash) {
@@ -320,23 +357,30 @@ static void test_attention_case(const backends *B, attn_case c) {
         check(compare(what, o_got, o_want, nq_el, F32_NMSE, F32_ATOL, F32_RTOL));
         check(compare(what_l, l_got, l_want, nl, F32_NMSE, F32_ATOL, F32_RTOL));
     }
-    float *bufs[] = {dq, dk, dv, d_o, dl};
-    for (int i = 0; i < 5; i++) CUDA_CHECK(cudaFree(bufs[i]));
-    free(q), free(k), free(v), free(o_want), free(o_got), free(l_want), free(l_got);
+    void *bufs[] = {dq, dk, dv, d_o, dl, dk16, dv16};
+    for (int i = 0; i < 7; i++) CUDA_CHECK(cudaFree(bufs[i]));
+    free(q), free(k), free(v), free(k16), free(v16), free(o_want), free(o_got), free(l_want), free(l_got);
 }
 
 static void test_attention(const backends *B) {
     static const attn_case cases[] = {
-        {7, 7, 4, 2, 8, 0, 0, 1, 0},           // stories260K's shape: the plain kernel
-        {1, 1000, 3, 1, 20, 999, 0, 1, 5},     // decode, head_dim not a multiple of 8
-        {1000, 1000, 4, 4, 64, 0, 0, 1, 0},    // a prefill chunk
-        {7, 1007, 8, 2, 128, 1000, 0, 1, 8},   // a chunk after 1000 cached tokens, GQA 4, padded rows
-        {33, 77, 2, 2, 128, 0, 50, 0, 3},      // not causal, keys at an offset, odd strides: plain kernel
-        {7, 20, 2, 1, 64, 0, 5, 1, 0},         // rows 0..4 see no key: O = 0, lse = -inf
-        {1, 1, 1, 1, 64, 0, 0, 1, 0},
-        {1100, 1100, 4, 4, 128, 0, 0, 1, 0},   // >= 1024 rows: cuDNN when built (flash_cudnn.h)
-        {1030, 3000, 8, 2, 64, 1970, 0, 1, 8}, // cuDNN, diagonal at an offset, GQA 4, padded rows
-        {1024, 500, 4, 2, 128, 0, 600, 1, 0},  // rows see no key: cuDNN declines, flash_cuda runs
+        {7, 7, 4, 2, 8, 0, 0, 1, 0, 0},           // stories260K's shape: the plain kernel
+        {1, 1000, 3, 1, 20, 999, 0, 1, 5, 0},     // decode, head_dim not a multiple of 8
+        {1000, 1000, 4, 4, 64, 0, 0, 1, 0, 0},    // a prefill chunk
+        {7, 1007, 8, 2, 128, 1000, 0, 1, 8, 0},   // a chunk after 1000 cached tokens, GQA 4, padded rows
+        {33, 77, 2, 2, 128, 0, 50, 0, 3, 0},      // not causal, keys at an offset, odd strides: plain kernel
+        {7, 20, 2, 1, 64, 0, 5, 1, 0, 0},         // rows 0..4 see no key: O = 0, lse = -inf
+        {1, 1, 1, 1, 64, 0, 0, 1, 0, 0},
+        {1100, 1100, 4, 4, 128, 0, 0, 1, 0, 0},   // >= 1024 rows: cuDNN when built (flash_cudnn.h)
+        {1030, 3000, 8, 2, 64, 1970, 0, 1, 8, 0}, // cuDNN, diagonal at an offset, GQA 4, padded rows
+        {1024, 500, 4, 2, 128, 0, 600, 1, 0, 0},  // rows see no key: cuDNN declines, flash_cuda runs
+        // A bf16 KV cache: read in place where rows are 16-byte aligned, else packed first.
+        {7, 7, 4, 2, 8, 0, 0, 1, 0, 1},           // the plain kernel on bf16 K/V
+        {1, 3001, 8, 2, 128, 3000, 0, 1, 0, 1},   // decode against a long cache
+        {3, 1000, 4, 1, 64, 997, 0, 1, 8, 1},     // a few decode rows of several slots' kind, padded rows
+        {33, 77, 2, 2, 128, 0, 50, 0, 3, 1},      // rows not 16-byte aligned: packed
+        {1000, 1000, 4, 4, 64, 0, 0, 1, 0, 1},    // a prefill chunk
+        {1100, 2100, 4, 2, 128, 1000, 0, 1, 0, 1},// cuDNN on a chunk after 1000 cached tokens
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_attention_case(B, cases[i]);
 }
@@ -404,6 +448,7 @@ int main(void) {
         test_matmul(&B);
         test_rope(&B);
         test_elementwise(&B);
+        test_convert(&B);
         test_attention(&B);
         test_merge(&B);
         backend_free(B.gpu);

@@ -2,6 +2,8 @@
 // shapes (head_dim, nq/nk not multiples of the tile, causal with position offsets that leave
 // key blocks fully, partly or not masked, GQA ratio 1/2/4, padded row strides), and the
 // online-softmax merge: attention over G uneven key blocks merged equals attention over all keys.
+// Every other case passes K/V in bf16 (a bf16 KV cache), drawn as bf16 values so that the
+// reference sees the same numbers and the fp32 bounds hold.
 #include <math.h>
 
 #include "attention/flash.h"
@@ -80,7 +82,8 @@ int main(void) {
                 if (off == 3) k_pos0 = q_pos0 + nq;
                 // Every 9 consecutive cases cover all (head_dim, GQA) pairs.
                 const int *hp = gqa[(which / 3) % 3];
-                attn_case c = {nq, nk, dims[which % 3], hp[0], hp[1], causal, q_pos0, k_pos0};
+                attn_case c = {nq, nk, dims[which % 3], hp[0], hp[1], causal, q_pos0, k_pos0,
+                               which % 2 ? DTYPE_BF16 : DTYPE_F32};
                 which++;
                 attn_data t;
                 data_init(&t, c);
@@ -95,7 +98,7 @@ int main(void) {
                 data_free(&t);
             }
     // One long causal square block with d=128: many tiles, the full diagonal, one head.
-    attn_case big = {4097, 4097, 128, 1, 1, 1, 0, 0};
+    attn_case big = {4097, 4097, 128, 1, 1, 1, 0, 0, DTYPE_F32};
     attn_data t;
     data_init(&t, big);
     reference(&t);

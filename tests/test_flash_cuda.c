@@ -195,7 +195,7 @@ int main(void) {
                     if (off == 2) k_pos0 = q_pos0 + nq / 2;
                     if (off == 3) k_pos0 = q_pos0 + nq;
                     const int *hp = gqa[(which / 2) % 3];
-                    attn_case c = {nq, nk, which % 2 ? 128 : 64, hp[0], hp[1], causal, q_pos0, k_pos0};
+                    attn_case c = {nq, nk, which % 2 ? 128 : 64, hp[0], hp[1], causal, q_pos0, k_pos0, DTYPE_F32};
                     fails += !test_case(c, impl, FLASH_CUDA_TILES_DEFAULT, 0);
                     n++;
                     if (off == 1 || off == 2) {
@@ -209,7 +209,7 @@ int main(void) {
     // Every compiled tile shape, both head dims, on an uneven causal case with an offset.
     for (int tl = 1; tl < FLASH_CUDA_TILES_COUNT; tl++)
         for (int d = 64; d <= 128; d += 64) {
-            attn_case c = {777, 1500, d, 8, 2, 1, 1000, 277};
+            attn_case c = {777, 1500, d, 8, 2, 1, 1000, 277, DTYPE_F32};
             fails += !test_case(c, IMPL_FLASH_CUDA, (flash_cuda_tiles)tl, 0);
             n++;
         }

@@ -1,6 +1,7 @@
 """Logits of burst's CPU forward (batched, chunked prefill, then decode steps through the KV
 cache) against the float64 numpy reference in llama_ref.py, on random-weight models with GQA,
-odd sizes, every dtype, tied and untied heads, sharded files."""
+odd sizes, every dtype, tied and untied heads, sharded files, and a bf16 KV cache (the reference
+then rounds K/V to bf16 the same way)."""
 import os, subprocess, sys, tempfile
 import numpy as np
 
@@ -19,6 +20,8 @@ CASES = [  # model shape, prompt length, prefill chunk, ranks, decode steps
                     shards=3, rope_theta=500000.0), n=150, batch=64, dec=3),
     dict(model=dict(dim=128, hidden=100, layers=2, heads=8, kv_heads=1, vocab=512, dtype="f16"), n=1, batch=512, dec=4),
     dict(model=dict(dim=80, hidden=64, layers=1, heads=5, kv_heads=5, vocab=99, dtype="f32"), n=70, batch=1, dec=0),
+    dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="bf16"), n=45, batch=16, dec=5, kv="bf16"),
+    dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="f32"), n=45, batch=16, ranks=3, dec=5, kv="bf16"),
 ]
 rng = np.random.default_rng()
 failures = 0
@@ -28,7 +31,8 @@ for i, case in enumerate(CASES):
         cfg, w = llama_ref.load(d)
         toks = rng.integers(0, cfg["vocab_size"], case["n"] + case["dec"]).tolist()
         out = os.path.join(d, "logits.bin")
-        args = [TOOL, d, out, str(case["batch"]), str(case.get("ranks", 1))] + [str(t) for t in toks[:case["n"]]]
+        kv = case.get("kv", "f32")
+        args = [TOOL, "--kv-dtype", kv, d, out, str(case["batch"]), str(case.get("ranks", 1))] + [str(t) for t in toks[:case["n"]]]
         if case["dec"]:
             args += ["--"] + [str(t) for t in toks[case["n"]:]]
         r = subprocess.run(args, capture_output=True, text=True, timeout=120)
@@ -37,7 +41,7 @@ for i, case in enumerate(CASES):
             failures += 1
             continue
         got = np.fromfile(out, dtype=np.float32).reshape(-1, cfg["vocab_size"]).astype(np.float64)
-        ref = llama_ref.forward(cfg, w, toks)[case["n"] - 1:]
+        ref = llama_ref.forward(cfg, w, toks, kv_bf16=kv == "bf16")[case["n"] - 1:]
         rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
         # Greedy choices must agree wherever the reference's top two are not a near tie.
         top2 = np.sort(ref, -1)[:, -2:]
@@ -45,6 +49,6 @@ for i, case in enumerate(CASES):
         ok = got.shape == ref.shape and rel < MAX_REL and \
             np.array_equal(got.argmax(-1)[clear], ref.argmax(-1)[clear])
         failures += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} case {i} {case['model']} G={case.get('ranks', 1)}: {got.shape[0]} logit rows, rel err {rel:.2e} "
+        print(f"{'ok  ' if ok else 'FAIL'} case {i} {case['model']} G={case.get('ranks', 1)} KV {kv}: {got.shape[0]} logit rows, rel err {rel:.2e} "
               f"(max {MAX_REL:g}), max abs err {np.abs(got - ref).max():.2e}")
 sys.exit(1 if failures else 0)

@@ -1,7 +1,8 @@
 """Ranks spread over processes (comm/cluster.h, comm_tcp.c): `burst generate` and burstd as the
 leader with `burst worker`s on loopback.
 - greedy text of stories260K with G ranks over P processes (ring prefill in one shot and in
-  chunks, sharded decode) equals one process with the same G, for (G, P) = (2, 2), (3, 2), (4, 3);
+  chunks, sharded decode) equals one process with the same G, for (G, P) = (2, 2), (3, 2), (4, 3),
+  and (3, 2) with a bf16 KV cache, which the worker takes from the leader (bf16 blocks on the ring);
 - burstd with a worker serves the same text over HTTP, /health is ok; when the worker is killed,
   the next request fails with a clear error instead of hanging, /health turns 503, and burstd
   still stops cleanly on SIGTERM;
@@ -53,12 +54,12 @@ def finish(p, timeout=30):
 
 
 # Same text as one process, with the ring crossing process boundaries.
-for G, P, batch in ((2, 2, 512), (3, 2, 512), (4, 3, 512), (3, 2, 7)):
-    one = generate("--ranks", str(G), "--batch", str(batch))
+for G, P, batch, kv in ((2, 2, 512, "f32"), (3, 2, 512, "f32"), (4, 3, 512, "f32"), (3, 2, 7, "f32"), (3, 2, 7, "bf16")):
+    one = generate("--ranks", str(G), "--batch", str(batch), "--kv-dtype", kv)
     coord = f"127.0.0.1:{free_port()}"
     workers = [worker(coord) for _ in range(P - 1)]
-    many = generate("--ranks", str(G), "--batch", str(batch), "--nodes", str(P), "--coordinator", coord)
-    name = f"G={G} over {P} processes, batch {batch}"
+    many = generate("--ranks", str(G), "--batch", str(batch), "--kv-dtype", kv, "--nodes", str(P), "--coordinator", coord)
+    name = f"G={G} over {P} processes, batch {batch}, KV {kv}"
     check(f"{name}: leader exit 0", many.returncode == 0, many.stderr[-400:])
     check(f"{name}: same text as one process", many.stdout == one.stdout and len(one.stdout) > 100,
           f"{many.stdout!r} vs {one.stdout!r}")

@@ -1,7 +1,8 @@
 """BurstAttention across G ranks on the real stories260K model: greedy text identical for
 G = 1, 2, 3, 4, 8, and logits of G ranks and of chunked prefill (chunks of 1, 7, 64 tokens)
 equal one-shot G = 1 to 1e-5 relative error with the same greedy tokens, through one-shot and
-chunked ring prefill (n >= 2G), replicated short segments (n < 2G) and sharded decode."""
+chunked ring prefill (n >= 2G), replicated short segments (n < 2G) and sharded decode; the same
+with a bf16 KV cache, to 1e-3 (below)."""
 import os, subprocess, sys, tempfile
 import numpy as np
 
@@ -20,22 +21,22 @@ def check(name, ok, detail=""):
     failures += not ok
 
 texts = {}
-for G in (1, 2, 3, 4, 8):
+for G, kv in [(1, "f32"), (2, "f32"), (3, "f32"), (4, "f32"), (8, "f32"), (1, "bf16"), (3, "bf16")]:
     r = subprocess.run([os.path.join(BIN, "burst"), "generate", "--model", STORIES, "--prompt", PROMPT,
-                        "--max-tokens", "60", "--ranks", str(G), "--batch", "48"],
+                        "--max-tokens", "60", "--ranks", str(G), "--batch", "48", "--kv-dtype", kv],
                        capture_output=True, text=True, timeout=120)
-    texts[G] = r.stdout
-    check(f"generate G={G}", r.returncode == 0 and len(r.stdout) > 100, r.stderr[-300:])
-    check(f"greedy text G={G} == G=1", texts[G] == texts[1], f"{texts[G]!r} vs {texts[1]!r}")
+    texts[G, kv] = r.stdout
+    check(f"generate G={G} KV {kv}", r.returncode == 0 and len(r.stdout) > 100, r.stderr[-300:])
+    check(f"greedy text G={G} == G=1, KV {kv}", texts[G, kv] == texts[1, kv], f"{texts[G, kv]!r} vs {texts[1, kv]!r}")
 
 # Logits: prefill of n tokens in chunks of `batch`, then decode steps, against G = 1 in one chunk.
 # Covers one-shot and chunked ring prefill (n >= 2G), replicated short chunks (n < 2G) and sharded
 # decode; chunk sizes 1, 7, 64 and the whole prompt for G = 1, 2, 3 (issue 7), and G = 4, 8.
 rng = np.random.default_rng()
 with tempfile.TemporaryDirectory() as d:
-    def logits(toks, n, batch, G):
+    def logits(toks, n, batch, G, kv="f32"):
         out = os.path.join(d, f"l{G}.bin")
-        args = [os.path.join(BIN, "tests", "forward_dump"), STORIES, out, str(batch), str(G)]
+        args = [os.path.join(BIN, "tests", "forward_dump"), "--kv-dtype", kv, STORIES, out, str(batch), str(G)]
         r = subprocess.run(args + [str(t) for t in toks[:n]] + ["--"] + [str(t) for t in toks[n:]],
                            capture_output=True, text=True, timeout=120)
         return np.fromfile(out, dtype=np.float32).astype(np.float64).reshape(len(toks) - n + 1, -1) \
@@ -43,15 +44,21 @@ with tempfile.TemporaryDirectory() as d:
     runs = [(n, batch, G) for n in (1, 5, 37) for G in (2, 3, 4, 8) for batch in (512,)]
     runs += [(150, batch, G) for G in (1, 2, 3) for batch in (1, 7, 64, 150) if (G, batch) != (1, 150)]
     runs += [(200, 40, 4), (200, 7, 8)]
-    for n in sorted({n for n, _, _ in runs}):
+    runs = [r + ("f32",) for r in runs] + [(5, 512, 3, "bf16"), (150, 7, 2, "bf16"), (200, 7, 8, "bf16")]
+    for n, kv in sorted({(r[0], r[3]) for r in runs}):
         toks = [1] + rng.integers(3, 512, n - 1 + 4).tolist()
-        ref = logits(toks, n, n, 1)
-        for _, batch, G in [r for r in runs if r[0] == n]:
-            got = logits(toks, n, batch, G)
+        ref = logits(toks, n, n, 1, kv)
+        for _, batch, G, _ in [r for r in runs if r[0] == n and r[3] == kv]:
+            got = logits(toks, n, batch, G, kv)
             ok = got is not None and got.shape == ref.shape
-            # float32 merges in another order: ~2e-7 relative; 1e-5 is the issue's bound.
+            # float32 merges in another order: ~2e-7 relative; 1e-5 is the issue's bound. With a
+            # bf16 cache those 1e-7 differences of K/V flip the rounding of the few values that
+            # lie near a bf16 boundary, each by 2^-8 relative: seen up to 1.3e-4, so 1e-3. There
+            # the greedy tokens must agree where the top two logits are 1e-2 or more apart.
             rel = np.linalg.norm(got - ref) / np.linalg.norm(ref) if ok else float("inf")
-            same = ok and np.array_equal(got.argmax(-1), ref.argmax(-1))
-            check(f"logits n={n} chunk={batch} G={G}: rel {rel:.2e}, greedy tokens {'equal' if same else 'differ'}",
-                  ok and rel < 1e-5 and same)
+            top2 = np.sort(ref, -1)[:, -2:]
+            clear = top2[:, 1] - top2[:, 0] > (0 if kv == "f32" else 1e-2)
+            same = ok and np.array_equal(got.argmax(-1)[clear], ref.argmax(-1)[clear])
+            check(f"logits n={n} chunk={batch} G={G} KV {kv}: rel {rel:.2e}, greedy tokens {'equal' if same else 'differ'}",
+                  ok and rel < (1e-5 if kv == "f32" else 1e-3) and same)
 sys.exit(1 if failures else 0)

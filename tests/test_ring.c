@@ -2,7 +2,8 @@
 // O and lse for G in {1,2,3,4,8}, N in {1,7,64,1000,4097}, causal (zigzag partition) and not
 // (contiguous), GQA ratios 1/2/4, head_dim 64/128; and the sharded all-gather merge of decode.
 // Every case runs with the ranks talking through the in-process transport, and all but the
-// largest again over loopback TCP.
+// largest again over loopback TCP. Every other shape keeps K/V in bf16 (a bf16 KV cache): its K/V
+// are rounded to bf16 first, so the float64 reference sees the same values and the bound stays.
 #include <pthread.h>
 
 #include "attention/ring.h"
@@ -11,6 +12,7 @@
 typedef struct {
     int N, G, n_heads, n_kv, d, causal;
     int tcp; // comm over loopback TCP (comm_tcp.c) instead of threads
+    burst_dtype kv_dtype;   // of the K/V the ranks hold: F32 or BF16
     const float *q, *k, *v; // full sequence: (N, heads, d), (N, kv, d)
     float *o;               // (N, heads, d) gathered by position
     float *lse;             // (heads, N) gathered by position
@@ -38,6 +40,14 @@ static void gather_rows(float *dst, const float *src, const seq_part *p, int64_t
         }
 }
 
+// A new copy of n floats in dtype t (F32, or BF16 for values already rounded to bf16).
+static void *kv_rows(const float *x, int64_t n, burst_dtype t) {
+    void *out = malloc(dtype_size(t) * (size_t)(n + 1));
+    if (t == DTYPE_F32) memcpy(out, x, sizeof(float) * (size_t)n);
+    else for (int64_t i = 0; i < n; i++) ((uint16_t *)out)[i] = f32_to_bf16(x[i]);
+    return out;
+}
+
 static void *rank_main(void *arg) {
     rank_job *job = arg;
     ring_case *c = job->c;
@@ -52,11 +62,12 @@ static void *rank_main(void *arg) {
     float *q = malloc(sizeof(float) * (size_t)(n * dim + 1)), *k = malloc(sizeof(float) * (size_t)(n * kv_dim + 1));
     float *v = malloc(sizeof(float) * (size_t)(n * kv_dim + 1)), *o = test_alloc_guarded(n * dim);
     float *lse = test_alloc_guarded(n * c->n_heads);
-    float *work = malloc(sizeof(float) * (size_t)ring_workspace_floats(n, max_rows, c->n_heads, c->n_kv, c->d));
+    void *work = malloc(ring_workspace_bytes(c->G, n, max_rows, c->n_heads, c->n_kv, c->d, c->kv_dtype));
     gather_rows(q, c->q, &p, dim, 0);
     gather_rows(k, c->k, &p, kv_dim, 0);
     gather_rows(v, c->v, &p, kv_dim, 0);
-    ring_args a = {.c = comm_group_rank(c->grp, job->rank), .q = q, .k = k, .v = v, .o = o, .lse = lse,
+    void *ks = kv_rows(k, n * kv_dim, c->kv_dtype), *vs = kv_rows(v, n * kv_dim, c->kv_dtype);
+    ring_args a = {.c = comm_group_rank(c->grp, job->rank), .q = q, .k = ks, .v = vs, .kv_dtype = c->kv_dtype, .o = o, .lse = lse,
                    .q_stride = dim, .o_stride = dim, .q_part = p, .k_parts = parts,
                    .n_heads = c->n_heads, .n_kv_heads = c->n_kv, .head_dim = c->d, .causal = c->causal,
                    .scale = 1.0f / sqrtf((float)c->d), .max_block_rows = max_rows, .work = work};
@@ -73,7 +84,7 @@ static void *rank_main(void *arg) {
                 c->lse[(int64_t)h * c->N + p.run[t].start + i] = lse[row * c->n_heads + h * p.run[t].len + i];
         row += p.run[t].len;
     }
-    free(q), free(k), free(v), free(o), free(lse), free(work);
+    free(q), free(k), free(v), free(ks), free(vs), free(o), free(lse), free(work);
     return NULL;
 }
 
@@ -130,8 +141,8 @@ static int run_ring(ring_case *c, const double *ref_o, const double *ref_lse) {
     comm_group_free(c->grp);
     char what[128];
     int64_t dim = (int64_t)c->n_heads * c->d;
-    snprintf(what, sizeof what, "%s G=%d N=%d %s heads=%d kv=%d d=%d O", c->tcp ? "tcp" : "threads", c->G, c->N,
-             c->causal ? "causal" : "full", c->n_heads, c->n_kv, c->d);
+    snprintf(what, sizeof what, "%s G=%d N=%d %s heads=%d kv=%d d=%d %s O", c->tcp ? "tcp" : "threads", c->G, c->N,
+             c->causal ? "causal" : "full", c->n_heads, c->n_kv, c->d, dtype_name(c->kv_dtype));
     // float32 compute over sums of up to 4097 terms: relative error ~1e-6; 1e-5 is the bound.
     ok &= test_compare(what, c->o, ref_o, (int64_t)c->N * dim, 1e-10, 1e-5, 1e-5);
     snprintf(what, sizeof what, "G=%d N=%d lse", c->G, c->N);
@@ -156,11 +167,13 @@ static void *merge_rank_main(void *arg) {
     const ring_case *c = j->c;
     int64_t dim = (int64_t)c->n_heads * c->d, kv_dim = (int64_t)c->n_kv * c->d;
     int64_t k0 = j->shard_start[j->rank], nk = j->shard_start[j->rank + 1] - k0;
-    flash_args a = {.q = c->q + (int64_t)(c->N - j->nq) * dim, .k = c->k + k0 * kv_dim, .v = c->v + k0 * kv_dim,
+    void *k = kv_rows(c->k + k0 * kv_dim, nk * kv_dim, c->kv_dtype), *v = kv_rows(c->v + k0 * kv_dim, nk * kv_dim, c->kv_dtype);
+    flash_args a = {.q = c->q + (int64_t)(c->N - j->nq) * dim, .k = k, .v = v, .kv_dtype = c->kv_dtype,
                     .o = j->o, .lse = j->lse, .q_stride = dim, .kv_stride = kv_dim, .o_stride = dim,
                     .nq = j->nq, .nk = (int)nk, .n_heads = c->n_heads, .n_kv_heads = c->n_kv, .head_dim = c->d,
                     .q_pos0 = c->N - j->nq, .k_pos0 = k0, .causal = 0, .scale = 1.0f / sqrtf((float)c->d)};
     flash_cpu(&a);
+    free(k), free(v);
     float *work = malloc(sizeof(float) * (size_t)sharded_merge_work_floats(c->G, j->nq, c->n_heads, c->d));
     burst_error err;
     j->rc = sharded_merge(comm_group_rank(c->grp, j->rank), NULL, j->o, j->lse, j->nq, c->n_heads, c->d,
@@ -218,11 +231,14 @@ int main(void) {
         int N = Ns[ni], n_shapes = N > 1000 ? 2 : 5;
         for (int si = 0; si < n_shapes; si++) {
             const int *sh = N > 1000 ? large_shapes[si] : shapes[si];
-            ring_case c = {.N = N, .n_heads = sh[0], .n_kv = sh[1], .d = sh[2], .causal = sh[3]};
+            ring_case c = {.N = N, .n_heads = sh[0], .n_kv = sh[1], .d = sh[2], .causal = sh[3],
+                           .kv_dtype = si % 2 ? DTYPE_BF16 : DTYPE_F32};
             int64_t dim = (int64_t)c.n_heads * c.d, kv_dim = (int64_t)c.n_kv * c.d;
             float *q = malloc(sizeof(float) * (size_t)(N * dim)), *k = malloc(sizeof(float) * (size_t)(N * kv_dim));
             float *v = malloc(sizeof(float) * (size_t)(N * kv_dim));
             test_fill(q, N * dim, -2, 2), test_fill(k, N * kv_dim, -2, 2), test_fill(v, N * kv_dim, -1, 1);
+            for (int64_t i = 0; c.kv_dtype == DTYPE_BF16 && i < N * kv_dim; i++)
+                k[i] = bf16_to_f32(f32_to_bf16(k[i])), v[i] = bf16_to_f32(f32_to_bf16(v[i]));
             c.q = q, c.k = k, c.v = v;
             c.o = malloc(sizeof(float) * (size_t)(N * dim));
             c.lse = malloc(sizeof(float) * (size_t)(N * c.n_heads));

@@ -6,13 +6,7 @@
 // weights_close. After weights_open returns, every function here is safe to call from any thread.
 #pragma once
 #include "../common/burst.h"
-
-typedef enum { DTYPE_F32, DTYPE_F16, DTYPE_BF16 } burst_dtype;
-
-size_t dtype_size(burst_dtype t);
-const char *dtype_name(burst_dtype t); // "F32", "F16", "BF16" as safetensors spells them
-// Parses a safetensors dtype name; returns 0 (and leaves *out alone) when it is not one of ours.
-int dtype_parse(const char *name, burst_dtype *out);
+#include "../common/dtype.h"
 
 // Hyper-parameters read from config.json.
 typedef struct {

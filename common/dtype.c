@@ -1,7 +1,7 @@
-// The three stored dtypes a checkpoint may use: size and safetensors name.
-#include "weights.h"
+// The dtypes: size and name (common/dtype.h).
+#include "dtype.h"
 
-#include <string.h>
+#include <strings.h>
 
 size_t dtype_size(burst_dtype t) {
     switch (t) {
@@ -24,7 +24,7 @@ const char *dtype_name(burst_dtype t) {
 int dtype_parse(const char *name, burst_dtype *out) {
     static const burst_dtype all[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (strcmp(name, dtype_name(all[i])) == 0) {
+        if (strcasecmp(name, dtype_name(all[i])) == 0) {
             *out = all[i];
             return 1;
         }

@@ -1,0 +1,36 @@
+// The element types of weights (as a checkpoint stores them) and of the KV cache: size, the
+// safetensors name, and the conversions between bf16 and float32 that every host path shares.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DTYPE_F32, DTYPE_F16, DTYPE_BF16 } burst_dtype;
+
+size_t dtype_size(burst_dtype t);
+const char *dtype_name(burst_dtype t); // "F32", "F16", "BF16" as safetensors spells them
+// Parses a dtype name (any case); returns 0 (and leaves *out alone) when it is not one of ours.
+int dtype_parse(const char *name, burst_dtype *out);
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+// Round to nearest even, as CUDA's __float2bfloat16_rn; a NaN stays a (quiet) NaN.
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+#ifdef __cplusplus
+}
+#endif
