@@ -4,11 +4,11 @@
 // logits are on the host. TFLOP/s use the formula of the Hugging Face anchor
 // (.gpu-kit/torch_prefill.py): 2 x (parameters - embedding) x N + 2 x N^2 x dim x layers.
 //
-//   bench_prefill DIR N1,N2,... BATCH1,BATCH2,... [REPS]
+//   bench_prefill DIR N1,N2,... BATCH1,BATCH2,... [REPS] [f32|bf16]
 // DIR is written first when it holds no config.json: config.json plus a 13.5 GB model.safetensors
-// of random bf16 values in +-[2^-7, 2^-6) (norms 1), a few seconds from C. Lengths whose KV cache
-// (float32, 2 x layers x N x dim x 4 bytes) would not fit beside the weights are reported and
-// skipped. Prints one JSON line per measurement, then a table. bench/gpu_prefill.sh runs it
+// of random bf16 values in +-[2^-7, 2^-6) (norms 1), a few seconds from C. The last argument is
+// the KV cache's dtype (default f32). Lengths whose KV cache (2 x layers x N x dim x 4 or 2
+// bytes) would not fit beside the weights are reported and skipped. Prints one JSON line per measurement, then a table. bench/gpu_prefill.sh runs it
 // beside the Hugging Face anchor in one call.
 //
 // Measured (H100 80GB HBM3, one call; s [TFLOP/s]):
@@ -142,10 +142,13 @@ static int cmp_double(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: bench_prefill DIR N1,N2,... BATCH1,BATCH2,... [REPS]\n");
+        fprintf(stderr, "usage: bench_prefill DIR N1,N2,... BATCH1,BATCH2,... [REPS] [f32|bf16]\n");
         return 2;
     }
     int ns[MAX_LIST], batches[MAX_LIST], reps = argc > 4 ? atoi(argv[4]) : 3;
+    burst_dtype kv = DTYPE_F32;
+    if (argc > 5 && (!dtype_parse(argv[5], &kv) || kv == DTYPE_F16))
+        return fprintf(stderr, "bench_prefill: KV dtype %s: want f32 or bf16\n", argv[5]), 2;
     int n_ns = parse_list(argv[2], ns), n_batches = parse_list(argv[3], batches);
     char cfg_path[4096];
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", argv[1]);
@@ -157,14 +160,16 @@ int main(int argc, char **argv) {
     }
     size_t free_b, total_b;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    // Fits when weights (bf16) + KV cache (fp32) + scratch for the largest batch + 2 GB leave room.
+    // Fits when weights (bf16) + KV cache + scratch for the largest batch + 2 GB leave room.
     const double weights_b = 2.0 * (2.0 * VOCAB * DIM + LAYERS * (4.0 * DIM * DIM + 3.0 * DIM * HIDDEN));
     int max_batch = 0, ctx = 0;
     for (int i = 0; i < n_batches; i++) max_batch = batches[i] > max_batch ? batches[i] : max_batch;
     const double scratch_b = (double)max_batch * (7.0 * DIM + 2.0 * HIDDEN) * 4 + (double)max_batch * HIDDEN * 2;
     for (int i = 0; i < n_ns; i++) {
-        double need = weights_b + 2.0 * LAYERS * ns[i] * DIM * 4 + scratch_b + 2e9;
-        if (need > (double)free_b) printf("N=%d does not fit: needs %.1f GB of %.1f GB free (fp32 KV cache)\n", ns[i], need / 1e9, free_b / 1e9), ns[i] = -ns[i];
+        double need = weights_b + 2.0 * LAYERS * ns[i] * DIM * (double)dtype_size(kv) + scratch_b + 2e9;
+        if (need > (double)free_b)
+            printf("N=%d does not fit: needs %.1f GB of %.1f GB free (%s KV cache)\n", ns[i], need / 1e9, free_b / 1e9,
+                   dtype_name(kv)), ns[i] = -ns[i];
         else if (ns[i] > ctx) ctx = ns[i];
     }
     const double linear = LAYERS * (4.0 * DIM * DIM + 3.0 * DIM * HIDDEN + 2.0 * DIM) + DIM + (double)VOCAB * DIM;
@@ -173,7 +178,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < ctx; i++) tokens[i] = (int)(next_u64() % VOCAB);
     float *logits = burst_malloc(sizeof(float) * VOCAB);
     for (int b = 0; b < n_batches && ctx; b++) {
-        llama_options opt = {.ctx = ctx, .n_slots = 1, .max_batch = batches[b], .backend = "cuda"};
+        llama_options opt = {.ctx = ctx, .n_slots = 1, .max_batch = batches[b], .backend = "cuda", .kv_dtype = kv};
         llama_model *m;
         burst_error err;
         double t0 = burst_now();
@@ -194,13 +199,14 @@ int main(int argc, char **argv) {
             qsort(t, (size_t)reps, sizeof(double), cmp_double);
             ttft[b][i] = t[reps / 2];
             double flop = 2.0 * linear * ns[i] + 2.0 * (double)ns[i] * ns[i] * DIM * LAYERS;
-            printf("{\"N\": %d, \"max_batch\": %d, \"ttft_s\": %.4f, \"min_s\": %.4f, \"tflops\": %.1f, \"logit0\": %g}\n",
-                   ns[i], batches[b], ttft[b][i], t[0], flop / ttft[b][i] / 1e12, logits[0]);
+            printf("{\"N\": %d, \"max_batch\": %d, \"kv\": \"%s\", \"ttft_s\": %.4f, \"min_s\": %.4f, \"tflops\": %.1f, \"logit0\": %g}\n",
+                   ns[i], batches[b], dtype_name(kv), ttft[b][i], t[0], flop / ttft[b][i] / 1e12, logits[0]);
             fflush(stdout);
         }
         llama_free(m);
     }
-    printf("\nLLaMA-7B shape, bf16, one GPU, time to first token (median of %d), s [TFLOP/s]\n%8s", reps, "N");
+    printf("\nLLaMA-7B shape, bf16, %s KV cache, one GPU, time to first token (median of %d), s [TFLOP/s]\n%8s",
+           dtype_name(kv), reps, "N");
     for (int b = 0; b < n_batches; b++) printf("  batch %-13d", batches[b]);
     printf("\n");
     for (int i = 0; i < n_ns; i++) {

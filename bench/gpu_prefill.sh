@@ -3,6 +3,7 @@
 # then bench_prefill (LLaMA-7B shape, time to first token) and, with "anchor", the Hugging Face
 # prefill anchor (.gpu-kit/torch_prefill.py without its attention sweep, which
 # bench/gpu_run.sh covers) in the same call. Full logs go to $OUT (or /tmp); the tables print last.
+# The prefill runs once per KV cache dtype in KVS (default "f32 bf16").
 #   bash bench/gpu_prefill.sh [NS] [BATCHES] [anchor]      (lists comma-separated)
 set -o pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +25,10 @@ awk '{sub(/^[0-9]+: /, "")} /^== backend/ {mode=$3} mode != "" && /^(ok  |FAIL) 
 grep -E "^[0-9]+: FAIL" "$out/ctest_gpu.log" | head -20
 BURST_BIN=$PWD/build-gpu BURST_MODELS_DIR="$models" python3 tests/test_model_cuda.py 2>&1 | tee "$out/test_model_cuda.log"
 echo "test_model_cuda rc=$?"
-./build-gpu/bench/bench_prefill /tmp/llama7b "$ns" "$batches" 3 2>&1 | tee "$out/bench_prefill.log"
+: >"$out/bench_prefill.log"
+for kv in ${KVS:-f32 bf16}; do
+  ./build-gpu/bench/bench_prefill /tmp/llama7b "$ns" "$batches" 3 "$kv" 2>&1 | tee -a "$out/bench_prefill.log"
+done
 if [ "$3" = anchor ]; then
   sed -e 's/for N in \[4096, 16384, 65536, 131072\]:/for N in []:/' .gpu-kit/torch_prefill.py >/tmp/torch_prefill_only.py
   PYTHONUNBUFFERED=1 python3 /tmp/torch_prefill_only.py 2>&1 | grep -v Warning | tee "$out/torch.log"
@@ -32,12 +36,16 @@ if [ "$3" = anchor ]; then
 import json, sys
 ours = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 hf = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{") and '"model"' in l]
+kvs = sorted({r["kv"] for r in ours})
 print("\nLLaMA-7B shape, bf16, one GPU, time to first token s [TFLOP/s], same call")
-print(f"{'N':>6}  {'burst best (batch)':>26}  {'HF cache=False':>18}  {'HF cache=True':>18}")
+print(f"{'N':>6}" + "".join(f"  {'burst KV ' + kv + ' (batch)':>26}" for kv in kvs) + f"  {'HF cache=False':>18}  {'HF cache=True':>18}")
+cell = lambda r: f"{r['ttft_s']:.3f} [{r['tflops']:.0f}]" if r and "ttft_s" in r else "-"
 for n in sorted({r["N"] for r in ours} | {r["N"] for r in hf}):
-    o = min((r for r in ours if r["N"] == n), key=lambda r: r["ttft_s"], default=None)
-    cell = lambda r: f"{r['ttft_s']:.3f} [{r['tflops']:.0f}]" if r and "ttft_s" in r else "-"
+    row = f"{n:>6}"
+    for kv in kvs:
+        o = min((r for r in ours if r["N"] == n and r["kv"] == kv), key=lambda r: r["ttft_s"], default=None)
+        row += f"  {cell(o) + (' (' + str(o['max_batch']) + ')' if o else ''):>26}"
     h = {r["use_cache"]: r for r in hf if r["N"] == n}
-    print(f"{n:>6}  {cell(o) + (' (' + str(o['max_batch']) + ')' if o else ''):>26}  {cell(h.get(False)):>18}  {cell(h.get(True)):>18}")
+    print(row + f"  {cell(h.get(False)):>18}  {cell(h.get(True)):>18}")
 PY
 fi
