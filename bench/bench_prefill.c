@@ -1,13 +1,13 @@
 // Time to first token of a random-weight LLaMA-7B shape (dim 4096, hidden 11008, 32 layers,
-// 32 heads, vocab 32000, bf16) on one GPU, through llama_load / llama_prefill on the CUDA backend:
+// 32 heads, vocab 32000, bf16) or 13B shape (5120, 13824, 40, 40) on one GPU, through llama_load / llama_prefill on the CUDA backend:
 // the prompt is prefilled in chunks of max_batch tokens and the time runs until the last token's
 // logits are on the host. TFLOP/s use the formula of the Hugging Face anchor
 // (.gpu-kit/torch_prefill.py): 2 x (parameters - embedding) x N + 2 x N^2 x dim x layers.
 //
-//   bench_prefill DIR N1,N2,... BATCH1,BATCH2,... [REPS] [f32|bf16]
-// DIR is written first when it holds no config.json: config.json plus a 13.5 GB model.safetensors
-// of random bf16 values in +-[2^-7, 2^-6) (norms 1), a few seconds from C. The last argument is
-// the KV cache's dtype (default f32). Lengths whose KV cache (2 x layers x N x dim x 4 or 2
+//   bench_prefill DIR N1,N2,... BATCH1,BATCH2,... [REPS] [f32|bf16] [7b|13b]
+// DIR is written first when it holds no config.json: config.json plus a model.safetensors (13.5
+// GB for 7b, 26 GB for 13b) of random bf16 values in +-[2^-7, 2^-6) (norms 1), a few seconds from
+// C. Then come the KV cache's dtype (default f32) and the shape (default 7b). Lengths whose KV cache (2 x layers x N x dim x 4 or 2
 // bytes) would not fit beside the weights are reported and skipped. Prints one JSON line per measurement, then a table. bench/gpu_prefill.sh runs it
 // beside the Hugging Face anchor in one call.
 //
@@ -32,7 +32,16 @@
 #include "common/cuda_check.h"
 #include "model/llama.h"
 
-enum { DIM = 4096, HIDDEN = 11008, LAYERS = 32, HEADS = 32, VOCAB = 32000, MAX_LIST = 16 };
+enum { MAX_LIST = 16 };
+
+// The LLaMA-2 shapes (multi-head attention, vocab 32000) and the one this run uses.
+typedef struct {
+    const char *name;
+    int dim, hidden, layers, heads;
+} llama_shape;
+static const llama_shape SHAPES[] = {{"7b", 4096, 11008, 32, 32}, {"13b", 5120, 13824, 40, 40}};
+static llama_shape S;
+#define VOCAB 32000
 
 static int parse_list(const char *s, int *out) {
     int n = 0;
@@ -71,19 +80,19 @@ static void add_tensor(tensor_spec *t, int *n, int64_t rows, int64_t cols, const
 // The tensors of a LLaMA checkpoint in Hugging Face names, in file order.
 static int model_tensors(tensor_spec *t) {
     int n = 0;
-    add_tensor(t, &n, VOCAB, DIM, "model.embed_tokens.weight", 0);
-    add_tensor(t, &n, 0, DIM, "model.norm.weight", 0);
-    add_tensor(t, &n, VOCAB, DIM, "lm_head.weight", 0);
-    for (int l = 0; l < LAYERS; l++) {
-        add_tensor(t, &n, 0, DIM, "model.layers.%d.input_layernorm.weight", l);
-        add_tensor(t, &n, DIM, DIM, "model.layers.%d.self_attn.q_proj.weight", l);
-        add_tensor(t, &n, DIM, DIM, "model.layers.%d.self_attn.k_proj.weight", l);
-        add_tensor(t, &n, DIM, DIM, "model.layers.%d.self_attn.v_proj.weight", l);
-        add_tensor(t, &n, DIM, DIM, "model.layers.%d.self_attn.o_proj.weight", l);
-        add_tensor(t, &n, 0, DIM, "model.layers.%d.post_attention_layernorm.weight", l);
-        add_tensor(t, &n, HIDDEN, DIM, "model.layers.%d.mlp.gate_proj.weight", l);
-        add_tensor(t, &n, HIDDEN, DIM, "model.layers.%d.mlp.up_proj.weight", l);
-        add_tensor(t, &n, DIM, HIDDEN, "model.layers.%d.mlp.down_proj.weight", l);
+    add_tensor(t, &n, VOCAB, S.dim, "model.embed_tokens.weight", 0);
+    add_tensor(t, &n, 0, S.dim, "model.norm.weight", 0);
+    add_tensor(t, &n, VOCAB, S.dim, "lm_head.weight", 0);
+    for (int l = 0; l < S.layers; l++) {
+        add_tensor(t, &n, 0, S.dim, "model.layers.%d.input_layernorm.weight", l);
+        add_tensor(t, &n, S.dim, S.dim, "model.layers.%d.self_attn.q_proj.weight", l);
+        add_tensor(t, &n, S.dim, S.dim, "model.layers.%d.self_attn.k_proj.weight", l);
+        add_tensor(t, &n, S.dim, S.dim, "model.layers.%d.self_attn.v_proj.weight", l);
+        add_tensor(t, &n, S.dim, S.dim, "model.layers.%d.self_attn.o_proj.weight", l);
+        add_tensor(t, &n, 0, S.dim, "model.layers.%d.post_attention_layernorm.weight", l);
+        add_tensor(t, &n, S.hidden, S.dim, "model.layers.%d.mlp.gate_proj.weight", l);
+        add_tensor(t, &n, S.hidden, S.dim, "model.layers.%d.mlp.up_proj.weight", l);
+        add_tensor(t, &n, S.dim, S.hidden, "model.layers.%d.mlp.down_proj.weight", l);
     }
     return n;
 }
@@ -97,9 +106,9 @@ static int write_checkpoint(const char *dir) {
     fprintf(f, "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":%d,\"intermediate_size\":%d,"
                "\"num_hidden_layers\":%d,\"num_attention_heads\":%d,\"num_key_value_heads\":%d,\"vocab_size\":%d,"
                "\"max_position_embeddings\":262144,\"rms_norm_eps\":1e-05,\"hidden_act\":\"silu\",\"torch_dtype\":\"bfloat16\"}\n",
-            DIM, HIDDEN, LAYERS, HEADS, HEADS, VOCAB);
+            S.dim, S.hidden, S.layers, S.heads, S.heads, VOCAB);
     fclose(f);
-    tensor_spec *t = burst_malloc(sizeof(tensor_spec) * (3 + 9 * LAYERS));
+    tensor_spec *t = burst_malloc(sizeof(tensor_spec) * (3 + 9 * S.layers));
     int nt = model_tensors(t), len = 1;
     const int cap = nt * 200 + 64;
     char *h = burst_malloc((size_t)cap);
@@ -114,12 +123,12 @@ static int write_checkpoint(const char *dir) {
     fwrite(&hlen, 8, 1, f);
     fwrite(h, 1, (size_t)len, f);
     const size_t block = (size_t)64 << 20; // bytes of random bf16, reused tensor after tensor
-    uint16_t *rnd = burst_malloc(block), *ones = burst_malloc((size_t)HIDDEN * 2);
+    uint16_t *rnd = burst_malloc(block), *ones = burst_malloc((size_t)S.hidden * 2);
     for (size_t i = 0; i < block / 2; i++) { // sign, exponent 2^-7, random mantissa
         uint64_t r = next_u64();
         rnd[i] = (uint16_t)(((r >> 63) << 15) | (120u << 7) | (r & 0x7f));
     }
-    for (int i = 0; i < HIDDEN; i++) ones[i] = 0x3f80; // 1.0
+    for (int i = 0; i < S.hidden; i++) ones[i] = 0x3f80; // 1.0
     for (int i = 0; i < nt; i++) {
         int64_t left = (t[i].rows ? t[i].rows : 1) * t[i].cols * 2;
         if (!t[i].rows) fwrite(ones, 1, (size_t)left, f);
@@ -142,8 +151,14 @@ static int cmp_double(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: bench_prefill DIR N1,N2,... BATCH1,BATCH2,... [REPS] [f32|bf16]\n");
+        fprintf(stderr, "usage: bench_prefill DIR N1,N2,... BATCH1,BATCH2,... [REPS] [f32|bf16] [7b|13b]\n");
         return 2;
+    }
+    S = SHAPES[0];
+    if (argc > 6) {
+        if (strcmp(argv[6], SHAPES[0].name) && strcmp(argv[6], SHAPES[1].name))
+            return fprintf(stderr, "bench_prefill: shape %s: want 7b or 13b\n", argv[6]), 2;
+        S = SHAPES[strcmp(argv[6], SHAPES[0].name) ? 1 : 0];
     }
     int ns[MAX_LIST], batches[MAX_LIST], reps = argc > 4 ? atoi(argv[4]) : 3;
     burst_dtype kv = DTYPE_F32;
@@ -156,23 +171,23 @@ int main(int argc, char **argv) {
     if (stat(cfg_path, &st)) {
         double t0 = burst_now();
         if (write_checkpoint(argv[1])) return 1;
-        fprintf(stderr, "bench_prefill: wrote a random LLaMA-7B checkpoint to %s in %.1f s\n", argv[1], burst_now() - t0);
+        fprintf(stderr, "bench_prefill: wrote a random LLaMA-%s checkpoint to %s in %.1f s\n", S.name, argv[1], burst_now() - t0);
     }
     size_t free_b, total_b;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     // Fits when weights (bf16) + KV cache + scratch for the largest batch + 2 GB leave room.
-    const double weights_b = 2.0 * (2.0 * VOCAB * DIM + LAYERS * (4.0 * DIM * DIM + 3.0 * DIM * HIDDEN));
+    const double weights_b = 2.0 * (2.0 * VOCAB * S.dim + S.layers * (4.0 * S.dim * S.dim + 3.0 * S.dim * S.hidden));
     int max_batch = 0, ctx = 0;
     for (int i = 0; i < n_batches; i++) max_batch = batches[i] > max_batch ? batches[i] : max_batch;
-    const double scratch_b = (double)max_batch * (7.0 * DIM + 2.0 * HIDDEN) * 4 + (double)max_batch * HIDDEN * 2;
+    const double scratch_b = (double)max_batch * (7.0 * S.dim + 2.0 * S.hidden) * 4 + (double)max_batch * S.hidden * 2;
     for (int i = 0; i < n_ns; i++) {
-        double need = weights_b + 2.0 * LAYERS * ns[i] * DIM * (double)dtype_size(kv) + scratch_b + 2e9;
+        double need = weights_b + 2.0 * S.layers * ns[i] * S.dim * (double)dtype_size(kv) + scratch_b + 2e9;
         if (need > (double)free_b)
             printf("N=%d does not fit: needs %.1f GB of %.1f GB free (%s KV cache)\n", ns[i], need / 1e9, free_b / 1e9,
                    dtype_name(kv)), ns[i] = -ns[i];
         else if (ns[i] > ctx) ctx = ns[i];
     }
-    const double linear = LAYERS * (4.0 * DIM * DIM + 3.0 * DIM * HIDDEN + 2.0 * DIM) + DIM + (double)VOCAB * DIM;
+    const double linear = S.layers * (4.0 * S.dim * S.dim + 3.0 * S.dim * S.hidden + 2.0 * S.dim) + S.dim + (double)VOCAB * S.dim;
     double ttft[MAX_LIST][MAX_LIST] = {{0}};
     int *tokens = burst_malloc(sizeof(int) * (size_t)(ctx ? ctx : 1));
     for (int i = 0; i < ctx; i++) tokens[i] = (int)(next_u64() % VOCAB);
@@ -198,21 +213,21 @@ int main(int argc, char **argv) {
             }
             qsort(t, (size_t)reps, sizeof(double), cmp_double);
             ttft[b][i] = t[reps / 2];
-            double flop = 2.0 * linear * ns[i] + 2.0 * (double)ns[i] * ns[i] * DIM * LAYERS;
-            printf("{\"N\": %d, \"max_batch\": %d, \"kv\": \"%s\", \"ttft_s\": %.4f, \"min_s\": %.4f, \"tflops\": %.1f, \"logit0\": %g}\n",
-                   ns[i], batches[b], dtype_name(kv), ttft[b][i], t[0], flop / ttft[b][i] / 1e12, logits[0]);
+            double flop = 2.0 * linear * ns[i] + 2.0 * (double)ns[i] * ns[i] * S.dim * S.layers;
+            printf("{\"model\": \"%s\", \"N\": %d, \"max_batch\": %d, \"kv\": \"%s\", \"ttft_s\": %.4f, \"min_s\": %.4f, \"tflops\": %.1f, \"logit0\": %g}\n",
+                   S.name, ns[i], batches[b], dtype_name(kv), ttft[b][i], t[0], flop / ttft[b][i] / 1e12, logits[0]);
             fflush(stdout);
         }
         llama_free(m);
     }
-    printf("\nLLaMA-7B shape, bf16, %s KV cache, one GPU, time to first token (median of %d), s [TFLOP/s]\n%8s",
-           dtype_name(kv), reps, "N");
+    printf("\nLLaMA-%s shape, bf16, %s KV cache, one GPU, time to first token (median of %d), s [TFLOP/s]\n%8s",
+           S.name, dtype_name(kv), reps, "N");
     for (int b = 0; b < n_batches; b++) printf("  batch %-13d", batches[b]);
     printf("\n");
     for (int i = 0; i < n_ns; i++) {
         printf("%8d", ns[i] < 0 ? -ns[i] : ns[i]);
         for (int b = 0; b < n_batches; b++) {
-            double flop = 2.0 * linear * ns[i] + 2.0 * (double)ns[i] * ns[i] * DIM * LAYERS;
+            double flop = 2.0 * linear * ns[i] + 2.0 * (double)ns[i] * ns[i] * S.dim * S.layers;
             if (ns[i] > 0) printf("  %7.3f [%5.1f]      ", ttft[b][i], flop / ttft[b][i] / 1e12);
             else printf("  %-20s", "does not fit");
         }

@@ -3,13 +3,15 @@
 # then bench_prefill (LLaMA-7B shape, time to first token) and, with "anchor", the Hugging Face
 # prefill anchor (.gpu-kit/torch_prefill.py without its attention sweep, which
 # bench/gpu_run.sh covers) in the same call. Full logs go to $OUT (or /tmp); the tables print last.
-# The prefill runs once per KV cache dtype in KVS (default "f32 bf16").
+# The prefill runs once per KV cache dtype in KVS (default "f32 bf16"), on the LLaMA shape SHAPE
+# (7b, the default, or 13b; the anchor then runs the same shape and lengths).
 #   bash bench/gpu_prefill.sh [NS] [BATCHES] [anchor]      (lists comma-separated)
 set -o pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
 ns=${1:-4096,16384,32768,65536}
 batches=${2:-4096,16384}
+shape=${SHAPE:-7b}
 models=${BURST_MODELS_DIR:-$PWD/../shared/models}
 cmake -S . -B build-gpu -DBURST_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release \
   -DBURST_MODELS_DIR="$models" >"$out/cmake.log" 2>&1 || { tail -20 "$out/cmake.log"; exit 1; }
@@ -27,17 +29,20 @@ BURST_BIN=$PWD/build-gpu BURST_MODELS_DIR="$models" python3 tests/test_model_cud
 echo "test_model_cuda rc=$?"
 : >"$out/bench_prefill.log"
 for kv in ${KVS:-f32 bf16}; do
-  ./build-gpu/bench/bench_prefill /tmp/llama7b "$ns" "$batches" 3 "$kv" 2>&1 | tee -a "$out/bench_prefill.log"
+  ./build-gpu/bench/bench_prefill "/tmp/llama$shape" "$ns" "$batches" 3 "$kv" "$shape" 2>&1 | tee -a "$out/bench_prefill.log"
 done
 if [ "$3" = anchor ]; then
-  sed -e 's/for N in \[4096, 16384, 65536, 131072\]:/for N in []:/' .gpu-kit/torch_prefill.py >/tmp/torch_prefill_only.py
+  sed -e 's/for N in \[4096, 16384, 65536, 131072\]:/for N in []:/' \
+      -e "s/for size, Ns in \[(\"7b\", \[4096, 16384, 32768, 65536\])\]:/for size, Ns in [(\"$shape\", [$ns])]:/" \
+      .gpu-kit/torch_prefill.py >/tmp/torch_prefill_only.py
+  grep -q "for size, Ns in \[(\"$shape\"" /tmp/torch_prefill_only.py || { echo "anchor: cannot set shape $shape"; exit 1; }
   PYTHONUNBUFFERED=1 python3 /tmp/torch_prefill_only.py 2>&1 | grep -v Warning | tee "$out/torch.log"
   python3 - "$out/bench_prefill.log" "$out/torch.log" <<'PY'
 import json, sys
 ours = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 hf = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{") and '"model"' in l]
 kvs = sorted({r["kv"] for r in ours})
-print("\nLLaMA-7B shape, bf16, one GPU, time to first token s [TFLOP/s], same call")
+print(f"\nLLaMA-{ours[0]['model'] if ours else '?'} shape, bf16, one GPU, time to first token s [TFLOP/s], same call")
 print(f"{'N':>6}" + "".join(f"  {'burst KV ' + kv + ' (batch)':>26}" for kv in kvs) + f"  {'HF cache=False':>18}  {'HF cache=True':>18}")
 cell = lambda r: f"{r['ttft_s']:.3f} [{r['tflops']:.0f}]" if r and "ttft_s" in r else "-"
 for n in sorted({r["N"] for r in ours} | {r["N"] for r in hf}):
