@@ -19,7 +19,7 @@ cmake --build build-gpu -j16 >"$out/build.log" 2>&1 || { grep -E "error" "$out/b
 ctest --test-dir build-gpu -L gpu -E test_model_cuda -V >"$out/ctest_gpu.log" 2>&1
 echo "ctest -L gpu rc=$?"; grep -E "tests passed|Passed|Failed|Skipped" "$out/ctest_gpu.log" | grep -v "^[0-9]*: " | head
 # One line per op family and mode: cases, worst nmse; every FAIL line in full.
-awk '{sub(/^[0-9]+: /, "")} /^== backend/ {mode=$3} mode != "" && /^(ok  |FAIL) / {op=$2; if (op ~ /^attention/) op=substr(op,1,index(op,"(")-1) ($0 ~ /flash/ ? "(flash)" : "(plain)");
+awk '{sub(/^[0-9]+: /, "")} /^== backend/ {mode=$3} mode != "" && /^(ok  |FAIL) / {op=$2; if (op ~ /^attention/) op=substr(op,1,index(op,"(")-1) ($0 ~ /flash/ ? "(flash)" : "(split-kv)");
      if ($0 ~ / lse:/) op=op "/lse"; split($0, a, "nmse="); split(a[2], b, " "); k=mode " " op; n[k]++;
      if (b[1]+0 > w[k]) w[k]=b[1]+0; if ($1=="FAIL") f[k]++}
      END {for (k in n) printf "%-34s cases %3d  fails %d  worst nmse %.2g\n", k, n[k], f[k], w[k]}' \

@@ -6,10 +6,9 @@
 // grid-stride loops over 64-bit indices, 256 threads a block. rmsnorm: one block per row, a
 // block reduction of the sum of squares. rope: one thread per (token, frequency) computes the
 // angle in double, as the CPU twin does (a float32 angle loses the low bits past ~10^4
-// positions), and rotates that pair in every head. The plain attention kernel (fp32 mode, and
-// head sizes the flash kernel does not compile): one warp per (query row, head), lanes split
-// head_dim, a shuffle reduction per key score, online softmax in fp32 (also the fallback for
-// an odd o_stride, which the flash kernel's paired stores cannot take).
+// positions), and rotates that pair in every head. Attention: decode (up to
+// DECODE_CUDA_MAX_ROWS query rows) and fp32 mode run attention/decode_cuda.h, exact fp32 on the
+// fp32 Q/K/V in place; bf16 mode packs larger blocks to bf16 for cuDNN or the flash kernel.
 // Matmul: cublasGemmEx, out^T = W x^T in cuBLAS's column-major terms (W^T as op(A), x^T as B).
 //
 // Measured (H100 80GB HBM3, CUDA 13.0, bench/bench_prefill.c, random LLaMA-7B shape, bf16, one
@@ -28,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention/decode_cuda.h"
 #include "attention/flash_cuda.h"
 #include "attention/flash_cudnn.h"
 #include "attention/online_softmax_cuda.h"
@@ -38,8 +38,6 @@
 namespace {
 
 constexpr int THREADS = 256;
-constexpr int ATTN_MAX_D = 256;          // plain attention: head_dim up to 32 lanes x 8
-constexpr int ATTN_WARPS = 4;            // plain attention: query rows per block
 // cuDNN's fused attention (attention/flash_cudnn.h) builds a plan per shape (tens of ms): worth
 // it for prefill blocks, never for decode, whose nk changes every token.
 constexpr int CUDNN_MIN_ROWS = 1024;
@@ -67,6 +65,7 @@ typedef struct {
     cublasHandle_t blas;
     void *blas_ws;
     dev_buf x16, q16, k16, v16; // bf16 roundings of matmul and attention inputs
+    dev_buf decode_ws;          // decode_cuda's split partials
     dev_buf staging;            // weight upload staging (file dtype)
     upload_buf tokens, pos;
     void **weights;             // (n_weights) device copies owned by the backend
@@ -196,60 +195,13 @@ __global__ void add_kernel(float *x, const float *y, int64_t n) {
         x[t] += y[t];
 }
 
-// Plain attention (contract of attention/flash.h) in fp32 on K/V of type KV (float or bf16):
-// warp w of the block owns query row blockIdx.x * ATTN_WARPS + w of head blockIdx.y; lane l
-// holds dimensions l, l+32, ...
-template <typename KV>
-__global__ void __launch_bounds__(32 * ATTN_WARPS) attention_plain_kernel(const flash_args a) {
-    const int64_t i = (int64_t)blockIdx.x * ATTN_WARPS + threadIdx.x / 32;
-    if (i >= a.nq) return;
-    const int lane = threadIdx.x % 32, h = blockIdx.y, d = a.head_dim;
-    const int hk = h / (a.n_heads / a.n_kv_heads);
-    const float *q = a.q + i * a.q_stride + (int64_t)h * d;
-    float qv[ATTN_MAX_D / 32], acc[ATTN_MAX_D / 32];
-#pragma unroll
-    for (int c = 0; c < ATTN_MAX_D / 32; c++) {
-        const int e = lane + 32 * c;
-        qv[c] = e < d ? q[e] : 0.0f;
-        acc[c] = 0.0f;
-    }
-    int64_t k_end = a.nk;
-    if (a.causal) { // keys after the query's position are invisible
-        const int64_t last = a.q_pos0 + i - a.k_pos0;
-        k_end = last + 1 < k_end ? (last + 1 < 0 ? 0 : last + 1) : k_end;
-    }
-    float m = -INFINITY, l = 0.0f;
-    for (int64_t j = 0; j < k_end; j++) {
-        const KV *k = (const KV *)a.k + j * a.kv_stride + (int64_t)hk * d;
-        const KV *v = (const KV *)a.v + j * a.kv_stride + (int64_t)hk * d;
-        float s = 0.0f;
-#pragma unroll
-        for (int c = 0; c < ATTN_MAX_D / 32; c++)
-            if (lane + 32 * c < d) s += qv[c] * to_f32(k[lane + 32 * c]);
-        for (int off = 16; off; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-        s *= a.scale;
-        const float m_new = fmaxf(m, s), alpha = expf(m - m_new), p = expf(s - m_new);
-        l = l * alpha + p;
-#pragma unroll
-        for (int c = 0; c < ATTN_MAX_D / 32; c++)
-            if (lane + 32 * c < d) acc[c] = acc[c] * alpha + p * to_f32(v[lane + 32 * c]);
-        m = m_new;
-    }
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    float *o = a.o + i * a.o_stride + (int64_t)h * d;
-#pragma unroll
-    for (int c = 0; c < ATTN_MAX_D / 32; c++)
-        if (lane + 32 * c < d) o[lane + 32 * c] = acc[c] * inv;
-    if (lane == 0) a.lse[(int64_t)h * a.nq + i] = l > 0.0f ? m + logf(l) : -INFINITY;
-}
-
 // ---- backend ops ----
 
 void cuda_free(burst_backend *b) {
     cuda_ctx *c = ctx_of(b);
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
     for (int i = 0; i < c->n_weights; i++) CUDA_CHECK(cudaFree(c->weights[i]));
-    dev_buf *bufs[] = {&c->x16, &c->q16, &c->k16, &c->v16, &c->staging};
+    dev_buf *bufs[] = {&c->x16, &c->q16, &c->k16, &c->v16, &c->decode_ws, &c->staging};
     for (dev_buf *d : bufs) CUDA_CHECK(cudaFree(d->p));
     for (upload_buf *u : {&c->tokens, &c->pos}) {
         CUDA_CHECK(cudaFreeHost(u->host));
@@ -438,11 +390,13 @@ void cuda_attention(burst_backend *b, const flash_args *a) {
     cuda_ctx *c = ctx_of(b);
     if (a->nq == 0) return;
     const int d = a->head_dim;
+    burst_error err;
+    // bf16 mode, blocks of many rows: bf16 Q/K/V with 16-byte aligned rows for the tensor cores.
     // The flash kernel writes O two floats at a time: it needs an even o_stride, 8-byte aligned o.
-    if (!c->fp32 && (d == 64 || d == 128) && a->o_stride % 2 == 0 && (uintptr_t)a->o % 8 == 0) {
-        // bf16 Q/K/V with 16-byte aligned rows, then the flash kernel. Q is rounded into a packed
-        // copy, and so are K/V unless they are bf16 rows aligned already: a bf16 KV cache (d = 64
-        // or 128: 128-byte rows) is read in place.
+    if (!c->fp32 && a->nq > DECODE_CUDA_MAX_ROWS && (d == 64 || d == 128) && a->o_stride % 2 == 0 &&
+        (uintptr_t)a->o % 8 == 0) {
+        // Q is rounded into a packed copy, and so are K/V unless they are bf16 rows aligned
+        // already: a bf16 KV cache (d = 64 or 128: 128-byte rows) is read in place.
         const int64_t qw = (int64_t)a->n_heads * d, kw = (int64_t)a->n_kv_heads * d;
         uint16_t *q = (uint16_t *)dev_grow(c, &c->q16, (size_t)a->nq * qw * 2);
         round_bf16(c, (__nv_bfloat16 *)q, a->q, a->nq, qw, a->q_stride);
@@ -459,17 +413,16 @@ void cuda_attention(burst_backend *b, const flash_args *a) {
                              .kv_stride = kv_stride, .o_stride = a->o_stride, .nq = a->nq, .nk = a->nk,
                              .n_heads = a->n_heads, .n_kv_heads = a->n_kv_heads, .head_dim = d,
                              .q_pos0 = a->q_pos0, .k_pos0 = a->k_pos0, .causal = a->causal, .scale = a->scale};
-        burst_error err;
         if (c->cudnn_min_rows && a->nq >= c->cudnn_min_rows && flash_cudnn(&f, c->stream, &err) == BURST_OK) return;
         if (flash_cuda(&f, c->stream, &err)) burst_abort(__FILE__, __LINE__, __func__, "%s", err.msg);
         return;
     }
-    if (d > ATTN_MAX_D)
-        burst_abort(__FILE__, __LINE__, __func__, "cuda attention: head_dim %d unsupported (want <= %d)", d, ATTN_MAX_D);
-    dim3 grid((unsigned)((a->nq + ATTN_WARPS - 1) / ATTN_WARPS), (unsigned)a->n_heads);
-    if (a->kv_dtype == DTYPE_F32) attention_plain_kernel<float><<<grid, 32 * ATTN_WARPS, 0, c->stream>>>(*a);
-    else attention_plain_kernel<__nv_bfloat16><<<grid, 32 * ATTN_WARPS, 0, c->stream>>>(*a);
-    CUDA_CHECK(cudaGetLastError());
+    // Decode, fp32 mode and the shapes flash_cuda does not take: the split-KV kernel on the K/V
+    // (fp32 or bf16) in place, any nq (attention/decode_cuda.h; past DECODE_CUDA_MAX_ROWS rows it re-reads K/V
+    // through L2 on CUDA cores, which is what fp32 mode asks for: exact fp32 attention).
+    const size_t ws = decode_cuda_workspace_floats(a);
+    float *work = (float *)dev_grow(c, &c->decode_ws, ws * sizeof(float));
+    if (decode_cuda(a, work, ws, c->stream, &err)) burst_abort(__FILE__, __LINE__, __func__, "%s", err.msg);
 }
 
 void cuda_merge(burst_backend *b, const online_softmax_args *a) {

@@ -1,11 +1,13 @@
 // model/backend_cuda against its twin, the CPU backend: every op on fresh random inputs of awkward
 // sizes (1, 7 and 1000 rows; widths that are not multiples of 8 where the op allows; padded
 // strides; positions up to 10^6; weights stored as F32, F16 and BF16), in both modes: "cuda-fp32"
-// (float32 throughout) and "cuda" (bf16 weights, GEMM and flash-attention operands). Output
+// (float32 throughout) and "cuda" (bf16 weights, GEMM and flash-attention operands; decode
+// attention of up to DECODE_CUDA_MAX_ROWS rows stays fp32). Output
 // buffers carry guard words on the device; padding between strided rows must stay untouched.
 // Skips (77) when no CUDA device is present.
 #include <cuda_runtime_api.h>
 
+#include "attention/decode_cuda.h"
 #include "common/cuda_check.h"
 #include "model/backend_cuda.h"
 #include "tests/test_util.h"
@@ -13,7 +15,10 @@
 // Tolerances, with their reasons.
 // Seen on an H100 (worst nmse over all cases): fp32 mode matmul 1.8e-13, attention 1.2e-13,
 // rmsnorm 7e-15, rope 1.4e-15, merge 1.7e-15; bf16 mode matmul 1.3e-5, flash attention 7.7e-6,
-// embed/rmsnorm with F32/F16 weights 3e-6.
+// embed/rmsnorm with F32/F16 weights 3e-6 (before the split-KV attention kernel, not yet run).
+// Split-KV attention (attention/decode_cuda.h) is fp32 like the CPU twin: F32 bounds. At 33000
+// keys the twin's one fp32 P V accumulator dominates: a float32 simulation of it gives nmse
+// 1.9e-11 and max error 1.1e-7 against float64.
 // Element-wise fp32 ops (rmsnorm, rope, swiglu, add, merge) differ from the CPU only by the
 // order of a sum, expf/logf/sincos ulps and FMA contraction: a few float ulps (~1e-7 relative).
 // 1e-5 leaves room; values near zero after cancellation (rope) get atol 1e-6 (inputs are O(1)).
@@ -343,10 +348,11 @@ static void test_attention_case(const backends *B, attn_case c) {
     backend_attention(B->gpu, &a);
     dev_download(B->gpu, o_got, d_o, nq_el);
     dev_download(B->gpu, l_got, dl, nl);
-    const int flash = !B->fp32 && (c.d == 64 || c.d == 128) && qs % 2 == 0; // else the plain kernel
+    // else the split-KV kernel (attention/decode_cuda.h), fp32
+    const int flash = !B->fp32 && c.nq > DECODE_CUDA_MAX_ROWS && (c.d == 64 || c.d == 128) && qs % 2 == 0;
     char what[160];
     snprintf(what, sizeof what, "attention%s nq=%d nk=%d heads=%d/%d d=%d pos0=%lld/%lld causal=%d pad=%d kv %s",
-             flash ? "(flash bf16)" : "(plain fp32)", c.nq, c.nk, c.heads, c.kv_heads, c.d,
+             flash ? "(flash bf16)" : "(split-kv fp32)", c.nq, c.nk, c.heads, c.kv_heads, c.d,
              (long long)c.q_pos0, (long long)c.k_pos0, c.causal, c.pad, c.bf16_kv ? "bf16" : "f32");
     char what_l[170];
     snprintf(what_l, sizeof what_l, "%s lse", what);
@@ -364,21 +370,27 @@ static void test_attention_case(const backends *B, attn_case c) {
 
 static void test_attention(const backends *B) {
     static const attn_case cases[] = {
-        {7, 7, 4, 2, 8, 0, 0, 1, 0, 0},           // stories260K's shape: the plain kernel
-        {1, 1000, 3, 1, 20, 999, 0, 1, 5, 0},     // decode, head_dim not a multiple of 8
+        {7, 7, 4, 2, 8, 0, 0, 1, 0, 0},           // stories260K's shape: split-KV in both modes
+        {1, 1000, 3, 1, 20, 999, 0, 1, 5, 0},     // decode, head_dim not a multiple of 8, scalar loads
+        {1, 33000, 32, 8, 128, 33000, 0, 0, 0, 0}, // decode of a GQA 4 model after 33K tokens (split)
+        {1, 20000, 8, 8, 64, 19999, 0, 1, 4, 0},  // decode, causal, padded rows
+        {8, 4000, 8, 2, 128, 3992, 0, 1, 0, 0},   // DECODE_CUDA_MAX_ROWS rows: split-KV in both modes
+        {9, 500, 4, 2, 128, 491, 0, 1, 0, 0},     // one row more: flash in bf16 mode
         {1000, 1000, 4, 4, 64, 0, 0, 1, 0, 0},    // a prefill chunk
         {7, 1007, 8, 2, 128, 1000, 0, 1, 8, 0},   // a chunk after 1000 cached tokens, GQA 4, padded rows
-        {33, 77, 2, 2, 128, 0, 50, 0, 3, 0},      // not causal, keys at an offset, odd strides: plain kernel
+        {33, 77, 2, 2, 128, 0, 50, 0, 3, 0},      // not causal, keys at an offset, odd strides: split-KV
         {7, 20, 2, 1, 64, 0, 5, 1, 0, 0},         // rows 0..4 see no key: O = 0, lse = -inf
         {1, 1, 1, 1, 64, 0, 0, 1, 0, 0},
         {1100, 1100, 4, 4, 128, 0, 0, 1, 0, 0},   // >= 1024 rows: cuDNN when built (flash_cudnn.h)
         {1030, 3000, 8, 2, 64, 1970, 0, 1, 8, 0}, // cuDNN, diagonal at an offset, GQA 4, padded rows
         {1024, 500, 4, 2, 128, 0, 600, 1, 0, 0},  // rows see no key: cuDNN declines, flash_cuda runs
-        // A bf16 KV cache: read in place where rows are 16-byte aligned, else packed first.
-        {7, 7, 4, 2, 8, 0, 0, 1, 0, 1},           // the plain kernel on bf16 K/V
-        {1, 3001, 8, 2, 128, 3000, 0, 1, 0, 1},   // decode against a long cache
-        {3, 1000, 4, 1, 64, 997, 0, 1, 8, 1},     // a few decode rows of several slots' kind, padded rows
-        {33, 77, 2, 2, 128, 0, 50, 0, 3, 1},      // rows not 16-byte aligned: packed
+        // A bf16 KV cache: read in place where rows are aligned, else packed (flash) or read with
+        // scalar loads (split-KV).
+        {7, 7, 4, 2, 8, 0, 0, 1, 0, 1},           // split-KV on bf16 K/V, scalar loads
+        {1, 33000, 32, 8, 128, 33000, 0, 0, 0, 1}, // decode of a GQA 4 model after 33K tokens (split)
+        {3, 1000, 4, 1, 64, 997, 0, 1, 8, 1},     // a few decode rows, padded rows
+        {9, 500, 4, 2, 128, 491, 0, 1, 0, 1},     // flash in bf16 mode, the cache read in place
+        {33, 77, 2, 2, 128, 0, 50, 0, 3, 1},      // rows not 16-byte aligned: packed / scalar loads
         {1000, 1000, 4, 4, 64, 0, 0, 1, 0, 1},    // a prefill chunk
         {1100, 2100, 4, 2, 128, 1000, 0, 1, 0, 1},// cuDNN on a chunk after 1000 cached tokens
     };

@@ -4,10 +4,14 @@
 // and online_softmax_merge_cuda: G uneven key blocks merged on the GPU equal attention over all.
 // Then the same grid through flash_cudnn when the build has cuDNN, a declined case falling back
 // to flash_cuda as in the backend: declining is a failure for the shapes the backend sends to
-// cuDNN (1024 query rows or more, every row seeing a key), a note for the others.
+// cuDNN (1024 query rows or more, every row seeing a key), a note for the others. Then
+// decode_cuda (fp32 Q, fp32 or bf16 K/V read in place) against the float64 reference: nq 1..8
+// against nk from 0 to 33000, GQA 1/2/4/8, head_dim 64/128 and odd ones, causal rows that see all,
+// part or none of the keys, and larger nq as fp32 mode sends them; every third case with bf16 K/V.
 // Skips (77) when no CUDA device is present.
 #include <cuda_runtime_api.h>
 
+#include "attention/decode_cuda.h"
 #include "attention/flash_cuda.h"
 #include "attention/flash_cudnn.h"
 #include "attention/online_softmax_cuda.h"
@@ -172,6 +176,102 @@ static int test_case(attn_case c, int impl, flash_cuda_tiles tiles, int merge_g)
     return ok;
 }
 
+// decode_cuda is fp32 throughout on the same inputs as the reference. Scores: fp32 dot products
+// of head_dim terms (|q k| <= 4) and q pre-scaled by scale*log2(e): ~2e-7 absolute. O is a convex
+// combination of v in [-1, 1] accumulated in fp32 by each warp over at most nk/4 keys, then merged
+// over warps and splits: relative error ~eps*sqrt(keys) <= 5e-6, absolute under 1e-6 (the O of long
+// rows is small, ~0.005 at 33K keys); nmse ~1e-11 at worst. lse = max + log(sum over the keys):
+// the sum's relative error (<= 5e-6) is lse's absolute error; |lse| < 15. The nmse bounds are
+// loose because an lse near 0 (one key, a small score) makes its nmse large for a small error;
+// atol/rtol carry the check.
+#define DEC_O_NMSE 1e-10
+#define DEC_O_ATOL 1e-6
+#define DEC_O_RTOL 1e-5
+#define DEC_LSE_NMSE 1e-9
+#define DEC_LSE_ATOL 1e-5
+#define DEC_LSE_RTOL 1e-6
+
+static void *upload_bytes(const void *x, size_t bytes) {
+    void *d;
+    CUDA_CHECK(cudaMalloc(&d, bytes + 4));
+    CUDA_CHECK(cudaMemcpy(d, x, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+// 1 when decode_cuda matches the float64 reference (strides padded, guard words intact).
+static int test_decode_case(attn_case c) {
+    attn_data t;
+    data_init(&t, c);
+    reference(&t);
+    const int64_t n_o = (int64_t)c.nq * t.o_stride, n_lse = (int64_t)c.n_heads * c.nq;
+    float *o = poisoned(n_o), *lse = poisoned(n_lse);
+    float *d_o = device_copy(o, n_o), *d_lse = device_copy(lse, n_lse);
+    const int bf16 = c.kv_dtype == DTYPE_BF16;
+    const size_t kv_bytes = (size_t)(c.nk * t.kv_stride) * dtype_size(c.kv_dtype);
+    void *dq = upload_bytes(t.q, (size_t)(c.nq * t.q_stride) * 4);
+    void *dk = upload_bytes(bf16 ? (const void *)t.k16 : t.k, kv_bytes), *dv = upload_bytes(bf16 ? (const void *)t.v16 : t.v, kv_bytes);
+    flash_args a = args_for(&t, d_o, d_lse, 0, c.nk);
+    a.q = dq, a.k = dk, a.v = dv;
+    const size_t n_ws = decode_cuda_workspace_floats(&a);
+    float *ws = NULL;
+    if (n_ws) CUDA_CHECK(cudaMalloc((void **)&ws, n_ws * 4));
+    burst_error err;
+    int ok = 1;
+    if (decode_cuda(&a, ws, n_ws, 0, &err) != BURST_OK) { printf("FAIL decode: %s\n", err.msg); ok = 0; }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    download(o, d_o, n_o);
+    download(lse, d_lse, n_lse);
+    char what[200], tag[32];
+    snprintf(tag, sizeof tag, "decode splits=%d", decode_cuda_splits(&a));
+    describe(what, sizeof what, &c, tag);
+    ok &= check(&t, what, o, lse, DEC_O_NMSE, DEC_O_ATOL, DEC_O_RTOL, DEC_LSE_NMSE, DEC_LSE_ATOL, DEC_LSE_RTOL);
+    void *bufs[] = {d_o, d_lse, dq, dk, dv, ws};
+    for (int b = 0; b < 6; b++) CUDA_CHECK(cudaFree(bufs[b]));
+    free(o); free(lse);
+    data_free(&t);
+    return ok;
+}
+
+// The decode grid; returns the failures and adds the cases run to *n.
+static int test_decode(int *n) {
+    static const int nqs[] = {1, 2, 3, 5, DECODE_CUDA_MAX_ROWS};
+    static const int nks[] = {0, 1, 7, 63, 1000, 4097, 33000};
+    // (n_heads, n_kv_heads): GQA 1, 4, 4, 8, 2, 1; past 4097 keys only the ones with <= 8 KV heads
+    // (the 32-KV-head cache of 33K keys is 1 GB of test data).
+    static const int heads[][2] = {{32, 32}, {32, 8}, {12, 3}, {16, 2}, {8, 4}, {8, 8}};
+    int fails = 0, which = 0;
+    for (size_t k = 0; k < sizeof nks / sizeof nks[0]; k++)
+        for (size_t q = 0; q < sizeof nqs / sizeof nqs[0]; q++)
+            for (int pos = 0; pos < 4; pos++, which++) {
+                const int nq = nqs[q], nk = nks[k];
+                const int *hp = heads[which % 6];
+                if (nk > 4097 && hp[1] > 8) hp = heads[5];
+                // 0: not causal, the query after the cache (llama.c's attend_replicated);
+                // 1: causal, queries past the keys: every row sees every key;
+                // 2: causal, queries inside the keys: row i sees nk/2 + i of them;
+                // 3: causal, keys after the first rows: rows 0..(nq-1)/2 see none.
+                int64_t q_pos0 = nk, k_pos0 = 0;
+                if (pos == 2) q_pos0 = nk / 2 - 1;
+                if (pos == 3) q_pos0 = 100, k_pos0 = 100 + (nq + 1) / 2;
+                attn_case c = {nq, nk, which % 2 ? 128 : 64, hp[0], hp[1], pos > 0, q_pos0, k_pos0,
+                               which % 3 ? DTYPE_F32 : DTYPE_BF16};
+                fails += !test_decode_case(c);
+                (*n)++;
+            }
+    // Odd head dims (scalar loads for 37; 8 elements a lane for 200 and 256) and larger nq, as
+    // fp32 mode and the shapes flash_cuda does not take send them (several blocks of vectors).
+    static const attn_case more[] = {
+        {1, 4097, 80, 32, 8, 0, 4097, 0, DTYPE_F32},    {3, 1000, 96, 12, 3, 1, 998, 0, DTYPE_BF16},
+        {2, 1000, 37, 4, 2, 1, 999, 0, DTYPE_F32},      {8, 4097, 37, 8, 8, 0, 4097, 0, DTYPE_BF16},
+        {1, 33000, 256, 8, 8, 0, 33000, 0, DTYPE_F32},  {5, 1000, 200, 8, 2, 1, 997, 0, DTYPE_BF16},
+        {33, 1000, 128, 8, 2, 1, 967, 0, DTYPE_F32},    {200, 300, 64, 4, 4, 1, 100, 0, DTYPE_BF16},
+        {1000, 100, 64, 4, 2, 1, 0, 50, DTYPE_F32},     {13, 7, 16, 6, 2, 0, 0, 0, DTYPE_BF16},
+        {1, 33000, 256, 8, 8, 0, 33000, 0, DTYPE_BF16}, {2, 1000, 37, 4, 2, 1, 999, 0, DTYPE_BF16},
+    };
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++, (*n)++) fails += !test_decode_case(more[i]);
+    return fails;
+}
+
 int main(void) {
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
@@ -213,6 +313,7 @@ int main(void) {
             fails += !test_case(c, IMPL_FLASH_CUDA, (flash_cuda_tiles)tl, 0);
             n++;
         }
+    fails += test_decode(&n);
     printf("%s: %d of %d cases failed (cuDNN %s, declined %d)\n", fails ? "FAIL" : "ok", fails, n,
            flash_cudnn_compiled() ? "built" : "not built", cudnn_declined);
     return fails ? 1 : 0;

@@ -1,0 +1,318 @@
+// Split-KV decode attention on the GPU (contract in attention/decode_cuda.h; CPU twin and
+// specification in attention/flash_cpu.c).
+//
+// Algorithm (flash-decoding). Decode is memory bound: a query row moves 8*d bytes of fp32 K/V (4*d
+// of bf16) per key for 4*d FLOPs per head, so every K/V byte should leave memory once and the whole GPU should
+// be reading. A block takes up to NV query vectors (row i of query head h; the vectors of one KV
+// head's group are numbered v = i*group + h%group), holds them in registers pre-scaled by
+// scale*log2(e), and walks the keys of its split: each of its 4 warps loads KEYS K/V rows at a time
+// (lanes over head_dim, float4 loads when aligned: 4 KB in flight per warp), scores them against
+// every vector (one warp-shuffle reduction each) and folds them into its online-softmax state
+// (max m, sum l, unnormalised o, log2 domain), rescaling once per step when the max moves. The 4
+// warps' states merge through shared memory. With one split the block writes O and lse; else the
+// split's normalised partial and its lse go to the workspace, and merge_splits_kernel (one warp per
+// (head, row)) combines the splits with the online-softmax weights exp(lse_s - max).
+//
+// Launch: grid (vector chunks, key splits, n_kv_heads), 128 threads, static shared memory
+// 4 warps x NV x 32*EPL floats (16 KB at NV=8, d <= 128). Splits: enough that the blocks fill
+// BLOCKS_PER_SM per SM, none under MIN_SPLIT_KEYS keys (a split writes NV*d floats of partial
+// against 8*d*keys bytes read: 3% at most). Compiled instances: float4 or scalar loads x head_dim
+// up to 128 or 256 x NV = 1, 2, 4, 8 (the smallest that holds the group's vectors) x K/V fp32 or
+// bf16; ptxas (sm_90a) gave the fp32 ones 56 (NV=1) to 217 (NV=8, d=256) registers and no spills.
+//
+// Not yet measured: this was written on a machine without a GPU. bench/gpu_decode.sh runs the
+// tests and `bench_flash_attn decode` (us per call and GB/s of K/V against the old pack + flash
+// path); put its numbers here, and tune BLOCKS_PER_SM and KEYS against them.
+#include <cuda_bf16.h>
+#include <math.h>
+
+#include <algorithm>
+
+#include "attention/decode_cuda.h"
+#include "common/cuda_check.h"
+
+namespace {
+
+constexpr int WARPS = 4;
+constexpr int THREADS = 32 * WARPS;
+constexpr int MAX_VECS = 8;        // query vectors a block holds
+constexpr int MAX_HEAD_DIM = 256;  // 8 elements a lane
+constexpr int MIN_SPLIT_KEYS = 128;
+constexpr int BLOCKS_PER_SM = 4;
+constexpr int MERGE_WARPS = 4;
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;
+
+struct params {
+    const float *q;
+    const void *k, *v;        // kv_dtype
+    float *o, *lse;
+    float *part_o, *part_lse; // workspace: (splits, n_heads, nq, head_dim), (splits, n_heads, nq)
+    int64_t q_stride, kv_stride, o_stride;
+    int nq, nk, n_heads, head_dim;
+    int group, n_vecs;        // n_heads / n_kv_heads; nq * group vectors per KV head
+    int64_t q_pos0, k_pos0;
+    int causal;
+    int split_keys, n_splits;
+    float scale_log2;         // scale * log2(e)
+};
+
+__device__ __forceinline__ float widen(float x) { return x; }
+__device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// 4 consecutive elements at p (aligned to 4 of them) as floats.
+__device__ __forceinline__ float4 load4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+__device__ __forceinline__ float4 load4(const __nv_bfloat16 *p) {
+    const uint2 u = *reinterpret_cast<const uint2 *>(p);
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
+// Lane `lane` owns elements (c*32 + lane)*VEC + t of a head_dim row of T (float or bf16), kept
+// as floats x[c*VEC + t]; elements at or past d read as 0.
+template <int VEC, int EPL, typename T>
+__device__ __forceinline__ void load_row(float (&x)[EPL], const T *__restrict__ row, int d, int lane) {
+#pragma unroll
+    for (int c = 0; c < EPL / VEC; c++) {
+        const int e = (c * 32 + lane) * VEC;
+        if constexpr (VEC == 4) {
+            const float4 t = e < d ? load4(row + e) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            x[4 * c] = t.x, x[4 * c + 1] = t.y, x[4 * c + 2] = t.z, x[4 * c + 3] = t.w;
+        } else {
+            x[c] = e < d ? widen(row[e]) : 0.0f;
+        }
+    }
+}
+
+template <int VEC, int EPL, int NV, typename KV>
+__global__ void __launch_bounds__(THREADS) decode_kernel(const params p) {
+    constexpr int KEYS = 16 / EPL; // K/V rows a warp loads per step
+    __shared__ __align__(16) float s_acc[WARPS][NV][EPL * 32];
+    __shared__ float s_m[WARPS][NV], s_l[WARPS][NV];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d = p.head_dim;
+    const int v0 = blockIdx.x * NV, split = blockIdx.y, hk = blockIdx.z;
+    const int64_t k0 = (int64_t)split * p.split_keys;
+
+    // The block's vectors, and how many keys of this split each sees: [k0, k0 + n_vis[r]).
+    float q[NV][EPL], acc[NV][EPL], m[NV], l[NV];
+    int n_vis[NV], n_keys = 0;
+#pragma unroll
+    for (int r = 0; r < NV; r++) {
+        const int v = v0 + r, i = v / p.group, h = hk * p.group + v % p.group;
+        int64_t end = v < p.n_vecs ? p.nk : 0; // keys [0, end) visible to the vector
+        if (p.causal) end = min(end, max((int64_t)0, p.q_pos0 + i + 1 - p.k_pos0));
+        n_vis[r] = (int)min(max(end - k0, (int64_t)0), (int64_t)p.split_keys);
+        n_keys = max(n_keys, n_vis[r]);
+#pragma unroll
+        for (int e = 0; e < EPL; e++) q[r][e] = 0.0f, acc[r][e] = 0.0f;
+        if (v < p.n_vecs) load_row<VEC, EPL>(q[r], p.q + i * p.q_stride + (int64_t)h * d, d, lane);
+#pragma unroll
+        for (int e = 0; e < EPL; e++) q[r][e] *= p.scale_log2;
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+
+    const KV *kh = (const KV *)p.k + k0 * p.kv_stride + (int64_t)hk * d;
+    const KV *vh = (const KV *)p.v + k0 * p.kv_stride + (int64_t)hk * d;
+    for (int j0 = warp * KEYS; j0 < n_keys; j0 += WARPS * KEYS) {
+        float kr[KEYS][EPL], vr[KEYS][EPL];
+#pragma unroll
+        for (int u = 0; u < KEYS; u++) { // rows past n_keys repeat the last one, masked below
+            const int64_t j = min(j0 + u, n_keys - 1);
+            load_row<VEC, EPL>(kr[u], kh + j * p.kv_stride, d, lane);
+            load_row<VEC, EPL>(vr[u], vh + j * p.kv_stride, d, lane);
+        }
+#pragma unroll
+        for (int r = 0; r < NV; r++) {
+            float s[KEYS], mx = m[r];
+#pragma unroll
+            for (int u = 0; u < KEYS; u++) {
+                float dot = 0.0f;
+#pragma unroll
+                for (int e = 0; e < EPL; e++) dot = fmaf(q[r][e], kr[u][e], dot);
+#pragma unroll
+                for (int off = 16; off; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+                s[u] = j0 + u < n_vis[r] ? dot : -INFINITY;
+                mx = fmaxf(mx, s[u]);
+            }
+            if (mx > m[r]) { // the xor reduction leaves every lane the same sums: a uniform branch
+                const float alpha = exp2f(m[r] - mx); // 0 while nothing was visible
+                l[r] *= alpha;
+#pragma unroll
+                for (int e = 0; e < EPL; e++) acc[r][e] *= alpha;
+                m[r] = mx;
+            }
+#pragma unroll
+            for (int u = 0; u < KEYS; u++) {
+                const float pr = s[u] == -INFINITY ? 0.0f : exp2f(s[u] - m[r]);
+                l[r] += pr;
+#pragma unroll
+                for (int e = 0; e < EPL; e++) acc[r][e] = fmaf(pr, vr[u][e], acc[r][e]);
+            }
+        }
+    }
+
+    // Merge the warps' states; warp w finishes vectors w, w + WARPS, ...
+#pragma unroll
+    for (int r = 0; r < NV; r++) {
+        if (lane == 0) {
+            s_m[warp][r] = m[r];
+            s_l[warp][r] = l[r];
+        }
+#pragma unroll
+        for (int c = 0; c < EPL / VEC; c++) {
+            float *dst = &s_acc[warp][r][(c * 32 + lane) * VEC];
+            if constexpr (VEC == 4) *reinterpret_cast<float4 *>(dst) = make_float4(acc[r][4 * c], acc[r][4 * c + 1], acc[r][4 * c + 2], acc[r][4 * c + 3]);
+            else *dst = acc[r][c];
+        }
+    }
+    __syncthreads();
+    for (int r = warp; r < NV && v0 + r < p.n_vecs; r += WARPS) {
+        float mx = -INFINITY, sum = 0.0f, wt[WARPS];
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) mx = fmaxf(mx, s_m[w][r]);
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) {
+            wt[w] = s_m[w][r] == -INFINITY ? 0.0f : exp2f(s_m[w][r] - mx);
+            sum += s_l[w][r] * wt[w];
+        }
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const int v = v0 + r, i = v / p.group, h = hk * p.group + v % p.group;
+        const int64_t t = (int64_t)h * p.nq + i, part = (int64_t)split * p.n_heads * p.nq + t;
+        float *out = p.n_splits == 1 ? p.o + i * p.o_stride + (int64_t)h * d : p.part_o + part * d;
+        for (int e = lane; e < d; e += 32) {
+            float x = 0.0f;
+#pragma unroll
+            for (int w = 0; w < WARPS; w++) x = fmaf(s_acc[w][r][e], wt[w], x);
+            out[e] = x * inv;
+        }
+        if (lane == 0) (p.n_splits == 1 ? p.lse[t] : p.part_lse[part]) = sum > 0.0f ? mx * LN2 + logf(sum) : -INFINITY;
+    }
+}
+
+__device__ __forceinline__ float split_weight(float lse, float mx) { // exp(lse - mx), 0 for empty splits
+    return lse == -INFINITY ? 0.0f : expf(lse - mx);
+}
+
+// One warp per (head, row) t = h*nq + i: O and lse over all splits.
+__global__ void __launch_bounds__(32 * MERGE_WARPS) merge_splits_kernel(const params p) {
+    const int64_t rows = (int64_t)p.n_heads * p.nq, t = (int64_t)blockIdx.x * MERGE_WARPS + threadIdx.x / 32;
+    if (t >= rows) return;
+    const int lane = threadIdx.x % 32, d = p.head_dim, h = (int)(t / p.nq), i = (int)(t % p.nq);
+    const float *lse_t = p.part_lse + t; // split s at lse_t[s * rows]
+    float mx = -INFINITY, sum = 0.0f;
+    for (int s = lane; s < p.n_splits; s += 32) mx = fmaxf(mx, lse_t[s * rows]);
+    for (int off = 16; off; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    for (int s = lane; s < p.n_splits; s += 32) sum += split_weight(lse_t[s * rows], mx);
+    for (int off = 16; off; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    float *o = p.o + i * p.o_stride + (int64_t)h * d;
+    for (int e = lane; e < d; e += 32) {
+        float x = 0.0f;
+        for (int s = 0; s < p.n_splits; s++) x = fmaf(split_weight(lse_t[s * rows], mx), p.part_o[(s * rows + t) * d + e], x);
+        o[e] = x * inv;
+    }
+    if (lane == 0) p.lse[t] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+}
+
+template <int VEC, int EPL, typename KV> void launch_decode(const params &p, int nv, dim3 grid, cudaStream_t s) {
+    switch (nv) {
+    case 1: decode_kernel<VEC, EPL, 1, KV><<<grid, THREADS, 0, s>>>(p); break;
+    case 2: decode_kernel<VEC, EPL, 2, KV><<<grid, THREADS, 0, s>>>(p); break;
+    case 4: decode_kernel<VEC, EPL, 4, KV><<<grid, THREADS, 0, s>>>(p); break;
+    default: decode_kernel<VEC, EPL, MAX_VECS, KV><<<grid, THREADS, 0, s>>>(p); break;
+    }
+}
+
+template <typename KV> void launch_decode(const params &p, bool vec4, int nv, dim3 grid, cudaStream_t s) {
+    if (vec4 && p.head_dim <= 128) launch_decode<4, 4, KV>(p, nv, grid, s);
+    else if (vec4) launch_decode<4, 8, KV>(p, nv, grid, s);
+    else if (p.head_dim <= 128) launch_decode<1, 4, KV>(p, nv, grid, s);
+    else launch_decode<1, 8, KV>(p, nv, grid, s);
+}
+
+struct plan {
+    int nv, chunks;          // vectors per block (1, 2, 4 or 8), blocks per KV head to hold them all
+    int split_keys, splits;  // keys per split, splits
+};
+
+// The split over keys [0, k_end) that some row can see, for a GPU of n_sm SMs (nq > 0).
+plan plan_for(const flash_args *a, int n_sm) {
+    const int64_t n_vecs = (int64_t)a->nq * (a->n_heads / a->n_kv_heads);
+    plan pl;
+    for (pl.nv = 1; pl.nv < MAX_VECS && pl.nv < n_vecs; pl.nv *= 2) {}
+    pl.chunks = (int)((n_vecs + pl.nv - 1) / pl.nv);
+    int64_t k_end = a->nk;
+    if (a->causal) k_end = std::min(k_end, std::max((int64_t)0, a->q_pos0 + a->nq - a->k_pos0));
+    const int64_t blocks = (int64_t)pl.chunks * a->n_kv_heads;
+    const int64_t want = std::max((int64_t)1, ((int64_t)BLOCKS_PER_SM * n_sm + blocks - 1) / blocks);
+    int64_t keys = (k_end + want - 1) / want;
+    keys = std::max((int64_t)MIN_SPLIT_KEYS, (keys + 15) / 16 * 16); // whole steps of 4 warps
+    pl.split_keys = (int)keys;
+    pl.splits = (int)std::max((int64_t)1, (k_end + keys - 1) / keys);
+    return pl;
+}
+
+int sm_count() {
+    int dev = 0, n = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+}
+
+bool args_ok(const flash_args *a) {
+    return (a->kv_dtype == DTYPE_F32 || a->kv_dtype == DTYPE_BF16) && a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0 && a->nq >= 0 && a->nk >= 0 &&
+           a->head_dim >= 1 && a->head_dim <= MAX_HEAD_DIM;
+}
+
+size_t workspace_floats(const flash_args *a, const plan &pl) {
+    return pl.splits > 1 ? (size_t)pl.splits * a->n_heads * a->nq * (a->head_dim + 1) : 0;
+}
+
+} // namespace
+
+extern "C" int decode_cuda_splits(const flash_args *a) {
+    return args_ok(a) && a->nq > 0 ? plan_for(a, sm_count()).splits : 1;
+}
+
+extern "C" size_t decode_cuda_workspace_floats(const flash_args *a) {
+    return args_ok(a) && a->nq > 0 ? workspace_floats(a, plan_for(a, sm_count())) : 0;
+}
+
+extern "C" burst_status decode_cuda(const flash_args *a, float *workspace, size_t workspace_floats_given,
+                                    cudaStream_t stream, burst_error *err) {
+    if (a->head_dim < 1 || a->head_dim > MAX_HEAD_DIM)
+        return BURST_FAIL(err, BURST_ERR_INVALID, "head_dim %d unsupported (want 1..%d)", a->head_dim, MAX_HEAD_DIM);
+    if (!args_ok(a))
+        return BURST_FAIL(err, BURST_ERR_INVALID, "nq %d / nk %d / heads %d / kv heads %d / K/V %s out of range (want "
+                          "n_heads a multiple of n_kv_heads, K/V F32 or BF16)", a->nq, a->nk, a->n_heads, a->n_kv_heads,
+                          dtype_name(a->kv_dtype));
+    if (a->nq == 0) return BURST_OK;
+    const plan pl = plan_for(a, sm_count());
+    const size_t need = workspace_floats(a, pl);
+    if (workspace_floats_given < need)
+        return BURST_FAIL(err, BURST_ERR_INVALID, "workspace of %zu floats, want %zu", workspace_floats_given, need);
+    const int group = a->n_heads / a->n_kv_heads;
+    const params p = {
+        .q = a->q, .k = a->k, .v = a->v, .o = a->o, .lse = a->lse, .part_o = workspace,
+        .part_lse = workspace ? workspace + (size_t)pl.splits * a->n_heads * a->nq * a->head_dim : nullptr,
+        .q_stride = a->q_stride, .kv_stride = a->kv_stride, .o_stride = a->o_stride,
+        .nq = a->nq, .nk = a->nk, .n_heads = a->n_heads, .head_dim = a->head_dim,
+        .group = group, .n_vecs = a->nq * group, .q_pos0 = a->q_pos0, .k_pos0 = a->k_pos0,
+        .causal = a->causal, .split_keys = pl.split_keys, .n_splits = pl.splits, .scale_log2 = a->scale * LOG2E};
+    // 4-element loads need every row start aligned to 4 elements.
+    const size_t kv4 = 4 * dtype_size(a->kv_dtype);
+    const bool vec4 = a->head_dim % 4 == 0 && a->q_stride % 4 == 0 && a->kv_stride % 4 == 0 &&
+                      (uintptr_t)a->q % 16 == 0 && ((uintptr_t)a->k | (uintptr_t)a->v) % kv4 == 0;
+    const dim3 grid((unsigned)pl.chunks, (unsigned)pl.splits, (unsigned)a->n_kv_heads);
+    if (a->kv_dtype == DTYPE_F32) launch_decode<float>(p, vec4, pl.nv, grid, stream);
+    else launch_decode<__nv_bfloat16>(p, vec4, pl.nv, grid, stream);
+    CUDA_CHECK(cudaGetLastError());
+    if (pl.splits > 1) {
+        const int64_t rows = (int64_t)a->n_heads * a->nq;
+        merge_splits_kernel<<<(unsigned)((rows + MERGE_WARPS - 1) / MERGE_WARPS), 32 * MERGE_WARPS, 0, stream>>>(p);
+        CUDA_CHECK(cudaGetLastError());
+    }
+    return BURST_OK;
+}

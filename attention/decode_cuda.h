@@ -1,0 +1,48 @@
+// Attention of a few query rows against a long K/V (decode) on the GPU, split over the keys
+// ("flash-decoding"): the contract of attention/flash.h (positions, causal masking, GQA, nk = 0,
+// rows that see no key get O = 0 and lse = -INFINITY, natural-log lse (n_heads, nq)) with every
+// pointer in device memory. Q is fp32, K/V fp32 or bf16 (kv_dtype), all read in place at their
+// strides (the KV cache is never copied or rounded); all arithmetic is fp32, so the result
+// matches flash_cpu to fp32 rounding. head_dim 1..256, any strides and alignment (4-element
+// loads where they allow).
+//
+// Any nq is correct. One block holds up to 8 query vectors (a row of one query head) of a KV
+// head's group and reads each K/V row once for all of them: with n_heads / n_kv_heads * nq <= 8
+// (decode of one token, up to GQA 8) every K/V byte leaves memory once. Larger products run
+// several blocks over the same keys (re-reads from L2) on CUDA cores, so a caller with a
+// tensor-core kernel should send it blocks of more than DECODE_CUDA_MAX_ROWS rows.
+//
+// Workspace: when the keys are split (decode_cuda_splits > 1), the splits' partial (O, lse) go to
+// a caller-owned device buffer of decode_cuda_workspace_floats(a) floats; the split count comes
+// from nk and the current device's SM count, so ask on the device that runs the call.
+// Thread-safe; asynchronous on the given stream, which must order the workspace's reuse; CUDA
+// runtime failures abort through CUDA_CHECK.
+#pragma once
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+
+#include "attention/flash.h"
+#include "common/burst.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Query rows up to which decode_cuda beats packing K/V to bf16 for the tensor-core flash kernel
+// (attention/flash_cuda.h), by estimate, not measured: at 8 rows, 32 heads, d=128, 32K keys its
+// fp32 dot products (4.3 GFLOP on CUDA cores, ~0.2-0.3 ms) hide under its one read of the fp32
+// K/V (1.1 GB, 0.36 ms at 3 TB/s), while the pack alone moves 1.6 GB.
+#define DECODE_CUDA_MAX_ROWS 8
+
+// Key splits decode_cuda runs for these arguments on the current device (1 for invalid ones).
+int decode_cuda_splits(const flash_args *a);
+
+// Floats of workspace decode_cuda needs (0 when it runs one split).
+size_t decode_cuda_workspace_floats(const flash_args *a);
+
+burst_status decode_cuda(const flash_args *a, float *workspace, size_t workspace_floats,
+                         cudaStream_t stream, burst_error *err);
+
+#ifdef __cplusplus
+}
+#endif
