@@ -8,14 +8,10 @@
 #   bash bench/gpu_prefill.sh [NS] [BATCHES] [anchor]      (lists comma-separated)
 set -o pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-/tmp}
 ns=${1:-4096,16384,32768,65536}
 batches=${2:-4096,16384}
 shape=${SHAPE:-7b}
-models=${BURST_MODELS_DIR:-$PWD/../shared/models}
-cmake -S . -B build-gpu -DBURST_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release \
-  -DBURST_MODELS_DIR="$models" >"$out/cmake.log" 2>&1 || { tail -20 "$out/cmake.log"; exit 1; }
-cmake --build build-gpu -j16 >"$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -20; exit 1; }
+source bench/gpu_build.sh || exit 1
 ctest --test-dir build-gpu -L gpu -E test_model_cuda -V >"$out/ctest_gpu.log" 2>&1
 echo "ctest -L gpu rc=$?"; grep -E "tests passed|Passed|Failed|Skipped" "$out/ctest_gpu.log" | grep -v "^[0-9]*: " | head
 # One line per op family and mode: cases, worst nmse; every FAIL line in full.

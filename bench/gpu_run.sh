@@ -4,11 +4,8 @@
 # print last.   bash bench/gpu_run.sh [max_n]
 set -o pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-/tmp}
 max_n=${1:-131072}
-cmake -S . -B build-gpu -DBURST_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release >"$out/cmake.log" 2>&1 \
-  || { tail -20 "$out/cmake.log"; exit 1; }
-cmake --build build-gpu -j16 >"$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -20; exit 1; }
+source bench/gpu_build.sh || exit 1
 ctest --test-dir build-gpu -j4 >"$out/ctest.log" 2>&1
 echo "ctest rc=$?"; grep -E "Passed|Failed|Skipped|tests passed" "$out/ctest.log"
 ./build-gpu/tests/test_flash_cuda >"$out/test_flash_cuda.log" 2>&1
