@@ -9,24 +9,7 @@
 # packages; BURST_MODELS_DIR defaults to .gpu-kit/models, else ../shared/models.
 set -o pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-/tmp}
-models=${BURST_MODELS_DIR:-$PWD/../shared/models}
-[ -z "$BURST_MODELS_DIR" ] && [ -d .gpu-kit/models ] && models=$PWD/.gpu-kit/models
-if [ -f .gpu-kit/prelude.sh ]; then
-  source .gpu-kit/prelude.sh # unpacks the staged packages into /tmp/devroot
-  pc=/tmp/devroot/usr/lib/x86_64-linux-gnu/pkgconfig
-  export PKG_CONFIG_PATH=$pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-  # libmicrohttpd.pc names gnutls under Requires.private (for static links only), and pkg-config
-  # refuses the module when gnutls.pc is missing (no libgnutls28-dev): an empty stand-in answers
-  # it; the shared libmicrohttpd loads the machine's libgnutls at run time.
-  command -v pkg-config >/dev/null && ! pkg-config --exists gnutls &&
-    printf 'Name: gnutls\nDescription: stand-in for libmicrohttpd.pc\nVersion: 3.7.5\n' >"$pc/gnutls.pc"
-fi
-command -v pkg-config >/dev/null || { echo "pkg-config not found: CMake finds cJSON, SentencePiece and libmicrohttpd with it"; exit 1; }
-cmake -S . -B build-gpu -DBURST_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release \
-  -DBURST_MODELS_DIR="$models" >"$out/cmake.log" 2>&1 || { tail -20 "$out/cmake.log"; exit 1; }
-cmake --build build-gpu -j16 >"$out/build.log" 2>&1 || { grep -E "error" "$out/build.log" | head -20; exit 1; }
-grep -E "warning" "$out/build.log" | head -5
+source bench/gpu_build.sh || exit 1
 fails=0
 for t in test_flash_cuda test_backend_cuda; do
   ./build-gpu/tests/$t >"$out/$t.log" 2>&1
