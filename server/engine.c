@@ -289,7 +289,7 @@ static void step(engine *e) {
     if (!n_segs) return;
     burst_error err = {{0}};
     double t0 = burst_now();
-    if (llama_forward(e->model, e->segs, n_segs, e->tokens, e->logits, &err)) {
+    if (llama_forward(e->model, e->segs, n_segs, e->tokens, e->logits, NULL, NULL, &err)) {
         for (int i = 0; i < n_segs; i++) seq_finish(e, e->seg_seq[i], FINISH_ERROR, err.msg);
         return;
     }
