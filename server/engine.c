@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "engine.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,7 @@ typedef struct {
     sampler smp;
     detok_stream detok;
     stop_matcher stop;
+    sampled_logprobs *prompt_lp; // (n_prompt) with prompt_logprobs: filled chunk by chunk, sent after the prefill
 } engine_seq;
 
 struct engine {
@@ -58,10 +60,10 @@ static void set_gauges(engine *e) {
 
 // Hands the DONE event over, logs the request's line and counts it. A cancelled request says
 // where it was (queued, in its prefill with how far it got, or decoding).
-static void log_finished(engine *e, burst_request *r, const request_result *res, char *tail, const char *error,
-                         int n_prefilled) {
+static void log_finished(engine *e, burst_request *r, const request_result *res, char *tail, sampled_logprobs *lp,
+                         int n_lp, const char *error, int n_prefilled) {
     finish_reason why = res->finish;
-    request_push_done(r, tail, res);
+    request_push_done(r, tail, lp, n_lp, res);
     char what[96];
     if (why != FINISH_CANCELLED) snprintf(what, sizeof what, "%s", finish_reason_str(why));
     else if (n_prefilled < 0) snprintf(what, sizeof what, "cancelled (client gone) while queued");
@@ -104,12 +106,13 @@ static void seq_finish(engine *e, int s, finish_reason why, const char *error) {
                           .ttft_s = q->n_gen ? q->t_first - r->t_accept : 0, .total_s = burst_now() - r->t_accept,
                           .finish = why};
     char *tail = why == FINISH_ERROR ? strdup(error) : why == FINISH_CANCELLED ? NULL : pending_text(e, q);
-    log_finished(e, r, &res, tail, error, q->n_prefilled);
+    log_finished(e, r, &res, tail, NULL, 0, error, q->n_prefilled);
     if (q->n_gen) metrics_observe(e->met, METRIC_DECODE, burst_now() - q->t_first);
     llama_slot_reset(e->model, s);
     sampler_free(&q->smp);
     detok_free(&q->detok);
     stop_free(&q->stop);
+    free(q->prompt_lp);
     request_release(r);
     *q = (engine_seq){0};
     pthread_mutex_lock(&e->mu);
@@ -127,6 +130,10 @@ static void seq_admit(engine *e, int s, burst_request *r) {
     sampler_init(&q->smp, &r->sampling, e->vocab);
     detok_init(&q->detok, r->prompt, r->n_prompt);
     stop_init(&q->stop, r->stop, r->n_stop);
+    if (r->prompt_logprobs) {
+        q->prompt_lp = burst_calloc((size_t)r->n_prompt, sizeof *q->prompt_lp);
+        q->prompt_lp[0].chosen = (token_logprob){r->prompt[0], NAN}; // nothing predicts the first token
+    }
     e->n_running++;
     metrics_observe(e->met, METRIC_QUEUE, q->t_admit - r->t_accept);
     metrics_add(e->met, METRIC_PROMPT_TOKENS, (uint64_t)r->n_prompt);
@@ -147,7 +154,7 @@ static int admit(engine *e) {
             continue;
         }
         request_result res = {.n_prompt = r->n_prompt, .total_s = burst_now() - r->t_accept, .finish = FINISH_CANCELLED};
-        log_finished(e, r, &res, NULL, NULL, -1); // gone before it reached a slot
+        log_finished(e, r, &res, NULL, NULL, 0, NULL, -1); // gone before it reached a slot
         request_release(r);
         s--; // the slot is still free
     }
@@ -187,7 +194,7 @@ static void seq_sample(engine *e, int s, const float *logits) {
     int stopped = 0;
     char *out = stop_feed(&q->stop, text, &stopped);
     free(text);
-    request_push_token(r, out, lp);
+    request_push_token(r, out, lp, lp ? 1 : 0);
     if (stopped) seq_finish(e, s, FINISH_STOP, NULL);
     else if (q->n_gen >= r->max_tokens || llama_slot_len(e->model, s) + 1 > e->ctx) seq_finish(e, s, FINISH_LENGTH, NULL);
 }
@@ -242,20 +249,38 @@ static int build_batch(engine *e) {
             break;
         }
         memcpy(e->tokens + n_tok, q->req->prompt + q->n_prefilled, sizeof(int) * (size_t)n);
-        e->segs[n_segs] = (llama_segment){.slot = best, .n = n};
+        e->segs[n_segs] = (llama_segment){.slot = best, .n = n, .all_rows = q->prompt_lp && left > 1};
         e->seg_seq[n_segs++] = best;
         n_tok += n;
     }
     return n_segs;
 }
 
+// llama_forward's rows callback, for the prompt chunks of requests with prompt_logprobs: the
+// logits of prompt token j give token j + 1's entry, taken at once, so no more than a block of
+// logits rows is ever held.
+static void prompt_rows(void *ctx, int seg, int row0, int n_rows, const float *rows) {
+    engine *e = ctx;
+    engine_seq *q = &e->seq[e->seg_seq[seg]];
+    const burst_request *r = q->req;
+    for (int j = 0; j < n_rows; j++) {
+        int next = q->n_prefilled + row0 + j + 1; // n_prefilled moves on after the forward call
+        if (next < r->n_prompt) // the last prompt token's logits give the first generated token's
+            sampler_logprobs(rows + (int64_t)j * e->vocab, e->vocab, r->prompt[next], r->top_logprobs,
+                             &q->prompt_lp[next]);
+    }
+}
+
 // After a step that ran prompt chunks: progress events for prefills that have taken more than a
-// second (at most four a second each), the prefill-time metric for those that completed.
+// second (at most four a second each); for those that completed, the prefill-time metric and
+// the prompt's logprobs when asked.
 static void prefill_progress(engine *e, int seg, double now) {
     engine_seq *q = &e->seq[e->seg_seq[seg]];
     burst_request *r = q->req;
     if (q->n_prefilled == r->n_prompt) {
         metrics_observe(e->met, METRIC_PREFILL, now - q->t_admit);
+        if (q->prompt_lp) request_push_token(r, NULL, q->prompt_lp, r->n_prompt);
+        q->prompt_lp = NULL;
         return;
     }
     if (now - r->t_accept < 1.0 || now - q->t_progress < 0.25) return;
@@ -289,7 +314,7 @@ static void step(engine *e) {
     if (!n_segs) return;
     burst_error err = {{0}};
     double t0 = burst_now();
-    if (llama_forward(e->model, e->segs, n_segs, e->tokens, e->logits, NULL, NULL, &err)) {
+    if (llama_forward(e->model, e->segs, n_segs, e->tokens, e->logits, prompt_rows, e, &err)) {
         for (int i = 0; i < n_segs; i++) seq_finish(e, e->seg_seq[i], FINISH_ERROR, err.msg);
         return;
     }
@@ -302,8 +327,9 @@ static void step(engine *e) {
             prefill_tokens += e->segs[i].n;
             prefill_progress(e, i, now);
         }
-        if (q->n_prefilled == q->req->n_prompt)
-            seq_sample(e, e->seg_seq[i], e->logits + (int64_t)i * e->vocab);
+        if (q->n_prefilled < q->req->n_prompt) continue;
+        if (q->req->max_tokens == 0) seq_finish(e, e->seg_seq[i], FINISH_LENGTH, NULL); // echo: the prompt alone
+        else seq_sample(e, e->seg_seq[i], e->logits + (int64_t)i * e->vocab);
     }
     update_estimates(e, prefill_tokens, now - t0);
 }
@@ -355,7 +381,7 @@ void engine_stop(engine *e) {
     for (; e->q_len; e->q_len--, e->q_head = (e->q_head + 1) % e->max_queue) {
         burst_request *r = e->queue[e->q_head];
         request_result res = {.n_prompt = r->n_prompt, .total_s = burst_now() - r->t_accept, .finish = FINISH_ERROR};
-        log_finished(e, r, &res, strdup("the server is shutting down"), "the server is shutting down", -1);
+        log_finished(e, r, &res, strdup("the server is shutting down"), NULL, 0, "the server is shutting down", -1);
         request_release(r);
     }
     pthread_cond_destroy(&e->cv);
