@@ -2,6 +2,7 @@
 #include "engine.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +21,11 @@ typedef struct {
     detok_stream detok;
     stop_matcher stop;
     sampled_logprobs *prompt_lp; // (n_prompt) with prompt_logprobs: filled chunk by chunk, sent after the prefill
+    // Logprobs entries of generated tokens whose text is still held back (by the detokenizer or
+    // the stop matcher), each with the byte of the generated text where its token's text begins.
+    struct held_logprobs { size_t at; sampled_logprobs lp; } *held;
+    int n_held, cap_held;
+    size_t text_in, text_out; // bytes of generated text into the stop matcher, and out of it
 } engine_seq;
 
 struct engine {
@@ -82,19 +88,47 @@ static void log_finished(engine *e, burst_request *r, const request_result *res,
     metrics_observe(e->met, METRIC_E2E, res->total_s);
 }
 
-// The text still pending at the end of a completion: the detokenizer's, then the stop matcher's.
-static char *pending_text(engine *e, engine_seq *q) {
+// Keeps a generated token's entry until the text it begins comes out (take_logprobs).
+static void hold_logprobs(engine_seq *q, const sampled_logprobs *lp) {
+    if (q->n_held == q->cap_held) {
+        q->cap_held = 2 * q->cap_held + 4;
+        q->held = realloc(q->held, sizeof *q->held * (size_t)q->cap_held);
+        BURST_ASSERT(q->held && "engine: out of memory holding logprobs");
+    }
+    q->held[q->n_held++] = (struct held_logprobs){q->text_in, *lp};
+}
+
+// Takes the held entries of the tokens whose text begins before byte `end` of the generated text:
+// *n of them (NULL when none).
+static sampled_logprobs *take_logprobs(engine_seq *q, size_t end, int *n) {
+    int k = 0;
+    while (k < q->n_held && q->held[k].at < end) k++;
+    *n = k;
+    if (!k) return NULL;
+    sampled_logprobs *lp = burst_malloc(sizeof *lp * (size_t)k);
+    for (int i = 0; i < k; i++) lp[i] = q->held[i].lp;
+    memmove(q->held, q->held + k, sizeof *q->held * (size_t)(q->n_held - k));
+    q->n_held -= k;
+    return lp;
+}
+
+// The text still pending at the end of a completion (the detokenizer's, then the stop matcher's)
+// and the logprobs entries of its tokens: all those held, unless a stop string cuts the text.
+static char *pending_text(engine *e, engine_seq *q, sampled_logprobs **lp, int *n_lp) {
     int stopped = 0;
     char *rest = detok_flush(e->tok, &q->detok);
     char *tail = stop_feed(&q->stop, rest ? rest : "", &stopped);
     free(rest);
-    if (stopped) return tail;
-    char *held = stop_flush(&q->stop);
-    char *all = burst_malloc(strlen(tail) + strlen(held) + 1);
-    strcat(strcpy(all, tail), held);
-    free(tail);
-    free(held);
-    return all;
+    if (!stopped) {
+        char *held = stop_flush(&q->stop), *all = burst_malloc(strlen(tail) + strlen(held) + 1);
+        strcat(strcpy(all, tail), held);
+        free(tail);
+        free(held);
+        tail = all;
+    }
+    q->text_out += strlen(tail);
+    *lp = take_logprobs(q, stopped ? q->text_out : SIZE_MAX, n_lp);
+    return tail;
 }
 
 // Ends the request in slot s and frees the slot.
@@ -105,14 +139,17 @@ static void seq_finish(engine *e, int s, finish_reason why, const char *error) {
     request_result res = {.n_prompt = r->n_prompt, .n_gen = q->n_gen, .queue_s = q->t_admit - r->t_accept,
                           .ttft_s = q->n_gen ? q->t_first - r->t_accept : 0, .total_s = burst_now() - r->t_accept,
                           .finish = why};
-    char *tail = why == FINISH_ERROR ? strdup(error) : why == FINISH_CANCELLED ? NULL : pending_text(e, q);
-    log_finished(e, r, &res, tail, NULL, 0, error, q->n_prefilled);
+    sampled_logprobs *lp = NULL;
+    int n_lp = 0;
+    char *tail = why == FINISH_ERROR ? strdup(error) : why == FINISH_CANCELLED ? NULL : pending_text(e, q, &lp, &n_lp);
+    log_finished(e, r, &res, tail, lp, n_lp, error, q->n_prefilled);
     if (q->n_gen) metrics_observe(e->met, METRIC_DECODE, burst_now() - q->t_first);
     llama_slot_reset(e->model, s);
     sampler_free(&q->smp);
     detok_free(&q->detok);
     stop_free(&q->stop);
     free(q->prompt_lp);
+    free(q->held);
     request_release(r);
     *q = (engine_seq){0};
     pthread_mutex_lock(&e->mu);
@@ -186,15 +223,23 @@ static void seq_sample(engine *e, int s, const float *logits) {
         seq_finish(e, s, FINISH_ERROR, "sampled a token id with no piece");
         return;
     }
-    sampled_logprobs *lp = NULL;
     if (r->logprobs) { // of the raw logits, as vLLM's default (sampler_sample only read them)
-        lp = burst_malloc(sizeof *lp);
-        sampler_logprobs(logits, e->vocab, id, r->top_logprobs, lp);
+        sampled_logprobs lp;
+        sampler_logprobs(logits, e->vocab, id, r->top_logprobs, &lp);
+        hold_logprobs(q, &lp);
     }
-    int stopped = 0;
+    int stopped = 0, n_lp;
+    q->text_in += strlen(text);
     char *out = stop_feed(&q->stop, text, &stopped);
     free(text);
-    request_push_token(r, out, lp, lp ? 1 : 0);
+    q->text_out += strlen(out);
+    // Entries go out with the text their tokens begin. At a stop string, tokens that begin at or
+    // past the cut (wholly inside the stop string) lose their entries; a token that begins before
+    // the cut and runs into the stop string keeps its entry although its text is cut short (as
+    // vLLM, which keeps the entries of every token up to the one that completed the stop string).
+    sampled_logprobs *lp = take_logprobs(q, q->text_out, &n_lp);
+    if (stopped) q->n_held = 0;
+    request_push_token(r, out, lp, n_lp);
     if (stopped) seq_finish(e, s, FINISH_STOP, NULL);
     else if (q->n_gen >= r->max_tokens || llama_slot_len(e->model, s) + 1 > e->ctx) seq_finish(e, s, FINISH_LENGTH, NULL);
 }

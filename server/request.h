@@ -45,10 +45,11 @@ typedef enum {
 typedef struct request_event {
     request_event_kind kind;
     char *text;            // malloc'd
-    // TOKEN and DONE, when the request asked for logprobs: logprobs entries in token order
-    // (malloc'd, or NULL when none), a sampled token's own. With prompt_logprobs, one TOKEN event
-    // before any other holds the prompt's n_prompt entries; the first has logprob NAN (nothing
-    // predicts it).
+    // TOKEN and DONE, when the request asked for logprobs: the entries of the tokens whose text
+    // begins in this event's text, in order (malloc'd, or NULL when none). A token's entry waits
+    // with its text (stop strings, incomplete UTF-8) and is dropped when a stop string cuts the
+    // text before the token begins. With prompt_logprobs, one TOKEN event before any other holds
+    // the prompt's n_prompt entries; the first has logprob NAN (nothing predicts it).
     sampled_logprobs *logprobs;
     int n_logprobs;
     request_result result; // DONE only

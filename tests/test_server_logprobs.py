@@ -13,6 +13,8 @@ reference built from tests/forward_dump's logits of the same positions:
   of logits a chunk), on 1 rank and on 3 (ring chunks whose rows are spread zigzag, and a last
   chunk short enough to run replicated); max_tokens 0 (the prompt alone), streamed (the prompt's
   entries with the echoed text's chunk), and with generated tokens after them;
+- stop strings: the logprobs entries are those of the returned text's tokens (a token that
+  begins before the cut keeps its entry), whole and streamed;
 - echo, stream_options.include_usage (true, false, absent), and a 400 with an OpenAI-shaped error
   for every bad value."""
 import os
@@ -341,6 +343,30 @@ with Burstd(STORIES, "--prefill-chunk", str(CHUNK)) as srv:
           and not echo_entries_ok(c["logprobs"], prompt_ids, ref_logprobs(prompt_ids[:1], prompt_ids[1:-1]), 1),
           c)
     check_echo(srv, "1 rank:")
+
+    # Stop strings: the entries are those of the returned text's tokens. A stop string that begins
+    # inside token k keeps k's entry (its text is cut short) and drops the tokens wholly inside it;
+    # one that begins where token k begins drops k's entry too.
+    toks, text = plain["logprobs"]["tokens"], plain["text"]
+    offs = offsets_of(toks)
+    for inside in (1, 0):
+        k = next(k for k in range(4, len(toks) - 3) if len(toks[k]) >= 2 and len(toks[k + 1]) >= 1
+                 and text.find(text[offs[k] + inside:offs[k + 2] + 1]) == offs[k] + inside)
+        stop = text[offs[k] + inside:offs[k + 2] + 1]
+        keep = k + inside
+        body = {"prompt": PROMPT, "temperature": 0, "max_tokens": 40, "logprobs": 1, "stop": [stop]}
+        st, _, resp = srv.request("POST", C, body)
+        c = resp["choices"][0]
+        what = "inside a token" if inside else "where a token begins"
+        check(f"stop {stop!r} ({what}): text cut before it, entries of the first {keep} tokens",
+              st == 200 and c["finish_reason"] == "stop" and c["text"] == text[:offs[k] + inside]
+              and c["logprobs"]["tokens"] == toks[:keep]
+              and c["logprobs"]["token_logprobs"] == plain["logprobs"]["token_logprobs"][:keep]
+              and len(c["logprobs"]["top_logprobs"]) == keep, (c, toks[:keep + 2]))
+        st, events = srv.stream(C, body)
+        streamed, _ = streamed_entries(events, C)
+        check(f"stop {stop!r} streamed: the same text and entries", stream_text(events) == c["text"]
+              and streamed == completion_entries(c["logprobs"]), (streamed[-3:], c["logprobs"]["tokens"][-3:]))
 
     # stream_options.include_usage: true adds a last chunk with no choices; false or absent, none.
     for path, body in ((C, {"prompt": PROMPT, "max_tokens": 5}), (H, {"messages": MESSAGES, "max_tokens": 5})):
