@@ -30,7 +30,7 @@ typedef struct {
     float *part_lse; // (n_heads, max_batch)
     float *hb, *hb2; // (max_batch, hidden_dim)
     float *last;     // (n_slots, dim) each segment's last row
-    float *logits;   // (n_slots, vocab)
+    float *logits;   // (max(n_slots, row_block), vocab) the last rows', or a block of all_rows rows'
     void *ring;      // ring_workspace_bytes(G, max_batch, shard_cap, ...)
     float *merge;    // sharded_merge_work_floats(G, max_batch, ...)
 } llama_scratch;
@@ -55,8 +55,11 @@ typedef struct {
 
 // The call being run, shared by the ranks.
 typedef struct {
+    const llama_segment *segs;
     const int *tokens;
     float *logits;
+    llama_rows_fn rows;
+    void *rows_ctx;
 } llama_call;
 
 struct llama_model {
@@ -75,6 +78,8 @@ struct llama_model {
     rank_pool *pool;
     shard_plan plan;
     llama_call call;
+    int row_block;        // rows of an all_rows segment's logits computed at a time
+    float *rows_host;     // (row_block, vocab) those logits on the host; the process of rank 0 only
     atomic_int faulty;    // a node was lost: see llama_fault (read by other threads; set after fault)
     burst_error fault;
 };
@@ -88,7 +93,7 @@ typedef struct {
 } node_info;
 
 // The leader's commands to its workers (cluster_broadcast), as int32 words.
-enum { CMD_FORWARD, CMD_RESET, CMD_QUIT }; // FORWARD n_segs n_tokens (slot n)* token*; RESET slot
+enum { CMD_FORWARD, CMD_RESET, CMD_QUIT }; // FORWARD n_segs n_tokens (slot n all_rows)* token*; RESET slot
 
 static void ops_attend(void *ctx, const flash_args *a) { backend_attention(ctx, a); }
 static void ops_merge(void *ctx, const online_softmax_args *a) { backend_merge(ctx, a); }
@@ -166,7 +171,7 @@ static void alloc_scratch(llama_model *m, llama_rank *R) {
     s->hb = scratch(R, B * c->hidden_dim);
     s->hb2 = scratch(R, B * c->hidden_dim);
     s->last = scratch(R, (int64_t)m->opt.n_slots * c->dim);
-    s->logits = scratch(R, (int64_t)m->opt.n_slots * c->vocab_size);
+    s->logits = scratch(R, (int64_t)(m->opt.n_slots > m->row_block ? m->opt.n_slots : m->row_block) * c->vocab_size);
     size_t ring_bytes = ring_workspace_bytes(m->G, B, m->shard_cap, c->n_heads, c->n_kv_heads, c->head_dim, m->opt.kv_dtype);
     s->ring = scratch(R, (int64_t)((ring_bytes + sizeof(float) - 1) / sizeof(float)));
     s->merge = scratch(R, sharded_merge_work_floats(m->G, (int)B, c->n_heads, c->head_dim));
@@ -296,6 +301,10 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
     // an eighth more than an even share (and 8 rows) leaves room for that imbalance.
     m->shard_cap = m->G == 1 ? m->opt.ctx : (m->opt.ctx + m->G - 1) / m->G + m->opt.ctx / (8 * m->G) + 8;
     m->shard_len = burst_calloc((size_t)m->opt.n_slots * m->G, sizeof(int64_t));
+    // 64 rows make the lm_head a matrix product rather than row by row, in 64 x vocab floats.
+    enum { ROW_BLOCK = 64 };
+    m->row_block = m->opt.max_batch < ROW_BLOCK ? m->opt.max_batch : ROW_BLOCK;
+    if (m->first == 0) m->rows_host = burst_malloc(sizeof(float) * (size_t)m->row_block * (size_t)m->cfg.vocab_size);
     m->ranks = burst_calloc((size_t)m->n_local, sizeof(llama_rank));
     for (int i = 0; i < m->n_local; i++)
         if ((st = load_rank(m, i, err))) goto fail;
@@ -324,6 +333,7 @@ void llama_free(llama_model *m) {
     shard_plan_free(&m->plan);
     free(m->ranks);
     free(m->shard_len);
+    free(m->rows_host);
     weights_close(m->w);
     free(m);
 }
@@ -472,6 +482,46 @@ static burst_status attend_replicated(llama_model *m, llama_rank *R, int l, cons
     return st;
 }
 
+// Segment i wants every token's logits: rank 0 runs the final norm and lm_head over its rows in
+// blocks of row_block and hands each block over. A ring segment's rows are spread over the ranks
+// (zigzag), so first every rank's final hidden rows are all-gathered (padded to the largest
+// share: comm gathers equal sizes) and laid out in position order on rank 0; the gather moves
+// n x dim floats, little beside the ring's K/V.
+static burst_status all_row_logits(llama_model *m, llama_rank *R, int i) {
+    const llama_config *c = &m->cfg;
+    const seg_plan *sp = &m->plan.seg[i];
+    llama_scratch *s = &R->s;
+    int64_t dim = c->dim;
+    const float *x = s->x + (int64_t)R->row0[i] * dim; // rank 0 holds all n rows unless split
+    if (sp->ring && m->G > 1) {
+        int64_t most = 0;
+        for (int r = 0; r < m->G; r++)
+            if (seq_part_len(&sp->rows[r]) > most) most = seq_part_len(&sp->rows[r]);
+        backend_copy(R->be, s->xb, x, sizeof(float) * (size_t)(seq_part_len(&sp->rows[R->rank]) * dim));
+        backend_sync(R->be);
+        burst_status st = comm_allgather(R->c, s->xb, s->merge, sizeof(float) * (size_t)(most * dim), &R->err);
+        if (st || R->rank != 0) return st;
+        for (int r = 0; r < m->G; r++) {
+            const float *from = s->merge + r * most * dim;
+            for (int t = 0; t < sp->rows[r].n_runs; t++) {
+                const seq_run *run = &sp->rows[r].run[t];
+                backend_copy(R->be, s->xb + (run->start - sp->pos0) * dim, from, sizeof(float) * (size_t)(run->len * dim));
+                from += run->len * dim;
+            }
+        }
+        x = s->xb;
+    }
+    if (R->rank != 0) return BURST_OK;
+    for (int j = 0; j < sp->n; j += m->row_block) {
+        int nb = sp->n - j < m->row_block ? sp->n - j : m->row_block;
+        backend_rmsnorm(R->be, s->xb2, x + (int64_t)j * dim, &R->final_norm, nb, c->norm_eps);
+        backend_matmul(R->be, s->logits, s->xb2, &R->lm_head, nb);
+        backend_to_host(R->be, m->rows_host, s->logits, (int64_t)nb * c->vocab_size);
+        m->call.rows(m->call.rows_ctx, i, j, nb, m->rows_host);
+    }
+    return BURST_OK;
+}
+
 // One rank's share of a forward call, top to bottom.
 static burst_status rank_forward(llama_model *m, llama_rank *R) {
     const llama_config *c = &m->cfg;
@@ -510,6 +560,8 @@ static burst_status rank_forward(llama_model *m, llama_rank *R) {
         backend_matmul(be, s->xb2, s->hb, &L->w_down, n);
         backend_add(be, s->x, s->xb2, (int64_t)n * dim);
     }
+    for (int i = 0; i < m->plan.n_segs; i++)
+        if (m->call.segs[i].all_rows && (st = all_row_logits(m, R, i))) return st;
     if (R->rank != 0) return BURST_OK;
     // Rank 0 holds every segment's last token (zigzag gives it the last chunk): logits there.
     int n_segs = m->plan.n_segs;
@@ -542,12 +594,12 @@ ring_stats llama_ring_stats(const llama_model *m) {
 
 // Runs a checked batch on this process's ranks and keeps the books.
 static burst_status run_batch(llama_model *m, const llama_segment *segs, int n_segs, const int *tokens,
-                              float *logits, burst_error *err) {
+                              float *logits, llama_rows_fn rows, void *rows_ctx, burst_error *err) {
     int slots[n_segs], ns[n_segs];
     for (int i = 0; i < n_segs; i++) slots[i] = segs[i].slot, ns[i] = segs[i].n;
     burst_status st = shard_plan_make(&m->plan, slots, ns, n_segs, m->shard_len, m->shard_cap, err);
     if (st) return st;
-    m->call = (llama_call){.tokens = tokens, .logits = logits};
+    m->call = (llama_call){.segs = segs, .tokens = tokens, .logits = logits, .rows = rows, .rows_ctx = rows_ctx};
     rank_pool_run(m->pool, run_rank, m);
     for (int i = 0; i < m->n_local; i++)
         if (m->ranks[i].st) {
@@ -564,22 +616,26 @@ static burst_status run_batch(llama_model *m, const llama_segment *segs, int n_s
     return BURST_OK;
 }
 
-burst_status llama_forward(llama_model *m, const llama_segment *segs, int n_segs,
-                           const int *tokens, float *logits, burst_error *err) {
+burst_status llama_forward(llama_model *m, const llama_segment *segs, int n_segs, const int *tokens,
+                           float *logits, llama_rows_fn rows, void *rows_ctx, burst_error *err) {
     if (m->faulty) return BURST_FAIL(err, BURST_ERR_IO, "model out of service: %s", m->fault.msg);
     int n = 0;
     burst_status st = check_batch(m, segs, n_segs, tokens, &n, err);
     if (st) return st;
+    for (int i = 0; i < n_segs; i++)
+        if (segs[i].all_rows && !rows)
+            return BURST_FAIL(err, BURST_ERR_INVALID, "segment %d wants every row's logits but there is no rows callback", i);
     if (m->cl) {
-        int32_t *cmd = burst_malloc(sizeof(int32_t) * (size_t)(3 + 2 * n_segs + n));
+        int32_t *cmd = burst_malloc(sizeof(int32_t) * (size_t)(3 + 3 * n_segs + n));
         cmd[0] = CMD_FORWARD, cmd[1] = n_segs, cmd[2] = n;
-        for (int i = 0; i < n_segs; i++) cmd[3 + 2 * i] = segs[i].slot, cmd[4 + 2 * i] = segs[i].n;
-        memcpy(cmd + 3 + 2 * n_segs, tokens, sizeof(int32_t) * (size_t)n);
-        tell_workers(m, cmd, (size_t)(3 + 2 * n_segs + n));
+        for (int i = 0; i < n_segs; i++)
+            cmd[3 + 3 * i] = segs[i].slot, cmd[4 + 3 * i] = segs[i].n, cmd[5 + 3 * i] = segs[i].all_rows;
+        memcpy(cmd + 3 + 3 * n_segs, tokens, sizeof(int32_t) * (size_t)n);
+        tell_workers(m, cmd, (size_t)(3 + 3 * n_segs + n));
         free(cmd);
         if (m->faulty) return BURST_FAIL(err, BURST_ERR_IO, "model out of service: %s", m->fault.msg);
     }
-    return run_batch(m, segs, n_segs, tokens, logits, err);
+    return run_batch(m, segs, n_segs, tokens, logits, rows, rows_ctx, err);
 }
 
 burst_status llama_follow(llama_model *m, burst_error *err) {
@@ -598,12 +654,13 @@ burst_status llama_follow(llama_model *m, burst_error *err) {
         if (words == 2 && cmd[0] == CMD_RESET && cmd[1] >= 0 && cmd[1] < m->opt.n_slots) {
             slot_reset(m, cmd[1]);
         } else if (words >= 3 && cmd[0] == CMD_FORWARD && n_segs >= 1 && n_segs <= m->opt.n_slots && n >= 1 &&
-                   words == (size_t)(3 + 2 * n_segs + n)) {
+                   words == (size_t)(3 + 3 * n_segs + n)) {
             llama_segment segs[n_segs];
-            for (int i = 0; i < n_segs; i++) segs[i] = (llama_segment){.slot = cmd[3 + 2 * i], .n = cmd[4 + 2 * i]};
+            for (int i = 0; i < n_segs; i++)
+                segs[i] = (llama_segment){.slot = cmd[3 + 3 * i], .n = cmd[4 + 3 * i], .all_rows = cmd[5 + 3 * i] != 0};
             int checked;
-            if (!(st = check_batch(m, segs, n_segs, cmd + 3 + 2 * n_segs, &checked, err)))
-                st = run_batch(m, segs, n_segs, cmd + 3 + 2 * n_segs, NULL, err);
+            if (!(st = check_batch(m, segs, n_segs, cmd + 3 + 3 * n_segs, &checked, err)))
+                st = run_batch(m, segs, n_segs, cmd + 3 + 3 * n_segs, NULL, NULL, NULL, err);
         } else {
             st = BURST_FAIL(err, BURST_ERR_FORMAT, "the leader sent a malformed command (%zu bytes)", bytes);
         }
@@ -623,7 +680,7 @@ burst_status llama_prefill(llama_model *m, int slot, const int *tokens, int n, f
     for (int done = 0; done < n;) {
         int chunk = n - done < m->opt.max_batch ? n - done : m->opt.max_batch;
         llama_segment seg = {.slot = slot, .n = chunk};
-        burst_status st = llama_forward(m, &seg, 1, tokens + done, logits, err);
+        burst_status st = llama_forward(m, &seg, 1, tokens + done, logits, NULL, NULL, err);
         if (st) return st;
         done += chunk;
     }

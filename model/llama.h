@@ -41,9 +41,16 @@ typedef struct {
 } llama_options;
 
 typedef struct {
-    int slot; // KV cache slot
-    int n;    // tokens, appended after the slot's current length
+    int slot;     // KV cache slot
+    int n;        // tokens, appended after the slot's current length
+    int all_rows; // 1: the logits of every one of its tokens also go to llama_forward's rows callback
 } llama_segment;
+
+// Receives the logits of tokens row0 .. row0 + n_rows - 1 of segment seg (one with all_rows):
+// rows (n_rows, vocab) on the host, valid during the call only. Called on the thread that called
+// llama_forward, in token order, a block of rows at a time, so that a long chunk never needs
+// (n, vocab) floats at once.
+typedef void (*llama_rows_fn)(void *ctx, int seg, int row0, int n_rows, const float *rows);
 
 typedef struct llama_model llama_model;
 
@@ -57,10 +64,11 @@ const llama_options *llama_options_of(const llama_model *m);
 size_t llama_reserved_bytes(const llama_model *m); // KV cache + scratch of this process
 
 // Runs the segments' tokens (concatenated in segment order) and writes the logits of each
-// segment's last token to logits (n_segs, vocab) on the host. Fails without side effects if a
-// slot would overflow ctx or the batch exceeds max_batch.
-burst_status llama_forward(llama_model *m, const llama_segment *segs, int n_segs,
-                           const int *tokens, float *logits, burst_error *err);
+// segment's last token to logits (n_segs, vocab) on the host; segments with all_rows also hand
+// every token's logits to rows (NULL when no segment asks). Fails without side effects if a slot
+// would overflow ctx or the batch exceeds max_batch.
+burst_status llama_forward(llama_model *m, const llama_segment *segs, int n_segs, const int *tokens,
+                           float *logits, llama_rows_fn rows, void *rows_ctx, burst_error *err);
 
 // Prefills n tokens into a slot in chunks of max_batch; logits (vocab) of the last token.
 burst_status llama_prefill(llama_model *m, int slot, const int *tokens, int n, float *logits,

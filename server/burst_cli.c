@@ -152,7 +152,7 @@ static int generate(const generate_args *a) {
             break;
         }
         llama_segment seg = {.slot = 0, .n = 1};
-        if (llama_forward(m, &seg, 1, &next, logits, &err)) goto fail_gen;
+        if (llama_forward(m, &seg, 1, &next, logits, NULL, NULL, &err)) goto fail_gen;
     }
     emit(detok_flush(tok, &ds));
     double t_end = burst_now();

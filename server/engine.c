@@ -1,6 +1,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "engine.h"
 
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +20,12 @@ typedef struct {
     sampler smp;
     detok_stream detok;
     stop_matcher stop;
+    sampled_logprobs *prompt_lp; // (n_prompt) with prompt_logprobs: filled chunk by chunk, sent after the prefill
+    // Logprobs entries of generated tokens whose text is still held back (by the detokenizer or
+    // the stop matcher), each with the byte of the generated text where its token's text begins.
+    struct held_logprobs { size_t at; sampled_logprobs lp; } *held;
+    int n_held, cap_held;
+    size_t text_in, text_out; // bytes of generated text into the stop matcher, and out of it
 } engine_seq;
 
 struct engine {
@@ -58,10 +66,10 @@ static void set_gauges(engine *e) {
 
 // Hands the DONE event over, logs the request's line and counts it. A cancelled request says
 // where it was (queued, in its prefill with how far it got, or decoding).
-static void log_finished(engine *e, burst_request *r, const request_result *res, char *tail, const char *error,
-                         int n_prefilled) {
+static void log_finished(engine *e, burst_request *r, const request_result *res, char *tail, sampled_logprobs *lp,
+                         int n_lp, const char *error, int n_prefilled) {
     finish_reason why = res->finish;
-    request_push_done(r, tail, res);
+    request_push_done(r, tail, lp, n_lp, res);
     char what[96];
     if (why != FINISH_CANCELLED) snprintf(what, sizeof what, "%s", finish_reason_str(why));
     else if (n_prefilled < 0) snprintf(what, sizeof what, "cancelled (client gone) while queued");
@@ -80,19 +88,47 @@ static void log_finished(engine *e, burst_request *r, const request_result *res,
     metrics_observe(e->met, METRIC_E2E, res->total_s);
 }
 
-// The text still pending at the end of a completion: the detokenizer's, then the stop matcher's.
-static char *pending_text(engine *e, engine_seq *q) {
+// Keeps a generated token's entry until the text it begins comes out (take_logprobs).
+static void hold_logprobs(engine_seq *q, const sampled_logprobs *lp) {
+    if (q->n_held == q->cap_held) {
+        q->cap_held = 2 * q->cap_held + 4;
+        q->held = realloc(q->held, sizeof *q->held * (size_t)q->cap_held);
+        BURST_ASSERT(q->held && "engine: out of memory holding logprobs");
+    }
+    q->held[q->n_held++] = (struct held_logprobs){q->text_in, *lp};
+}
+
+// Takes the held entries of the tokens whose text begins before byte `end` of the generated text:
+// *n of them (NULL when none).
+static sampled_logprobs *take_logprobs(engine_seq *q, size_t end, int *n) {
+    int k = 0;
+    while (k < q->n_held && q->held[k].at < end) k++;
+    *n = k;
+    if (!k) return NULL;
+    sampled_logprobs *lp = burst_malloc(sizeof *lp * (size_t)k);
+    for (int i = 0; i < k; i++) lp[i] = q->held[i].lp;
+    memmove(q->held, q->held + k, sizeof *q->held * (size_t)(q->n_held - k));
+    q->n_held -= k;
+    return lp;
+}
+
+// The text still pending at the end of a completion (the detokenizer's, then the stop matcher's)
+// and the logprobs entries of its tokens: all those held, unless a stop string cuts the text.
+static char *pending_text(engine *e, engine_seq *q, sampled_logprobs **lp, int *n_lp) {
     int stopped = 0;
     char *rest = detok_flush(e->tok, &q->detok);
     char *tail = stop_feed(&q->stop, rest ? rest : "", &stopped);
     free(rest);
-    if (stopped) return tail;
-    char *held = stop_flush(&q->stop);
-    char *all = burst_malloc(strlen(tail) + strlen(held) + 1);
-    strcat(strcpy(all, tail), held);
-    free(tail);
-    free(held);
-    return all;
+    if (!stopped) {
+        char *held = stop_flush(&q->stop), *all = burst_malloc(strlen(tail) + strlen(held) + 1);
+        strcat(strcpy(all, tail), held);
+        free(tail);
+        free(held);
+        tail = all;
+    }
+    q->text_out += strlen(tail);
+    *lp = take_logprobs(q, stopped ? q->text_out : SIZE_MAX, n_lp);
+    return tail;
 }
 
 // Ends the request in slot s and frees the slot.
@@ -103,13 +139,17 @@ static void seq_finish(engine *e, int s, finish_reason why, const char *error) {
     request_result res = {.n_prompt = r->n_prompt, .n_gen = q->n_gen, .queue_s = q->t_admit - r->t_accept,
                           .ttft_s = q->n_gen ? q->t_first - r->t_accept : 0, .total_s = burst_now() - r->t_accept,
                           .finish = why};
-    char *tail = why == FINISH_ERROR ? strdup(error) : why == FINISH_CANCELLED ? NULL : pending_text(e, q);
-    log_finished(e, r, &res, tail, error, q->n_prefilled);
+    sampled_logprobs *lp = NULL;
+    int n_lp = 0;
+    char *tail = why == FINISH_ERROR ? strdup(error) : why == FINISH_CANCELLED ? NULL : pending_text(e, q, &lp, &n_lp);
+    log_finished(e, r, &res, tail, lp, n_lp, error, q->n_prefilled);
     if (q->n_gen) metrics_observe(e->met, METRIC_DECODE, burst_now() - q->t_first);
     llama_slot_reset(e->model, s);
     sampler_free(&q->smp);
     detok_free(&q->detok);
     stop_free(&q->stop);
+    free(q->prompt_lp);
+    free(q->held);
     request_release(r);
     *q = (engine_seq){0};
     pthread_mutex_lock(&e->mu);
@@ -127,6 +167,10 @@ static void seq_admit(engine *e, int s, burst_request *r) {
     sampler_init(&q->smp, &r->sampling, e->vocab);
     detok_init(&q->detok, r->prompt, r->n_prompt);
     stop_init(&q->stop, r->stop, r->n_stop);
+    if (r->prompt_logprobs) {
+        q->prompt_lp = burst_calloc((size_t)r->n_prompt, sizeof *q->prompt_lp);
+        q->prompt_lp[0].chosen = (token_logprob){r->prompt[0], NAN}; // nothing predicts the first token
+    }
     e->n_running++;
     metrics_observe(e->met, METRIC_QUEUE, q->t_admit - r->t_accept);
     metrics_add(e->met, METRIC_PROMPT_TOKENS, (uint64_t)r->n_prompt);
@@ -147,7 +191,7 @@ static int admit(engine *e) {
             continue;
         }
         request_result res = {.n_prompt = r->n_prompt, .total_s = burst_now() - r->t_accept, .finish = FINISH_CANCELLED};
-        log_finished(e, r, &res, NULL, NULL, -1); // gone before it reached a slot
+        log_finished(e, r, &res, NULL, NULL, 0, NULL, -1); // gone before it reached a slot
         request_release(r);
         s--; // the slot is still free
     }
@@ -179,15 +223,23 @@ static void seq_sample(engine *e, int s, const float *logits) {
         seq_finish(e, s, FINISH_ERROR, "sampled a token id with no piece");
         return;
     }
-    sampled_logprobs *lp = NULL;
     if (r->logprobs) { // of the raw logits, as vLLM's default (sampler_sample only read them)
-        lp = burst_malloc(sizeof *lp);
-        sampler_logprobs(logits, e->vocab, id, r->top_logprobs, lp);
+        sampled_logprobs lp;
+        sampler_logprobs(logits, e->vocab, id, r->top_logprobs, &lp);
+        hold_logprobs(q, &lp);
     }
-    int stopped = 0;
+    int stopped = 0, n_lp;
+    q->text_in += strlen(text);
     char *out = stop_feed(&q->stop, text, &stopped);
     free(text);
-    request_push_token(r, out, lp);
+    q->text_out += strlen(out);
+    // Entries go out with the text their tokens begin. At a stop string, tokens that begin at or
+    // past the cut (wholly inside the stop string) lose their entries; a token that begins before
+    // the cut and runs into the stop string keeps its entry although its text is cut short (as
+    // vLLM, which keeps the entries of every token up to the one that completed the stop string).
+    sampled_logprobs *lp = take_logprobs(q, q->text_out, &n_lp);
+    if (stopped) q->n_held = 0;
+    request_push_token(r, out, lp, n_lp);
     if (stopped) seq_finish(e, s, FINISH_STOP, NULL);
     else if (q->n_gen >= r->max_tokens || llama_slot_len(e->model, s) + 1 > e->ctx) seq_finish(e, s, FINISH_LENGTH, NULL);
 }
@@ -242,20 +294,38 @@ static int build_batch(engine *e) {
             break;
         }
         memcpy(e->tokens + n_tok, q->req->prompt + q->n_prefilled, sizeof(int) * (size_t)n);
-        e->segs[n_segs] = (llama_segment){.slot = best, .n = n};
+        e->segs[n_segs] = (llama_segment){.slot = best, .n = n, .all_rows = q->prompt_lp && left > 1};
         e->seg_seq[n_segs++] = best;
         n_tok += n;
     }
     return n_segs;
 }
 
+// llama_forward's rows callback, for the prompt chunks of requests with prompt_logprobs: the
+// logits of prompt token j give token j + 1's entry, taken at once, so no more than a block of
+// logits rows is ever held.
+static void prompt_rows(void *ctx, int seg, int row0, int n_rows, const float *rows) {
+    engine *e = ctx;
+    engine_seq *q = &e->seq[e->seg_seq[seg]];
+    const burst_request *r = q->req;
+    for (int j = 0; j < n_rows; j++) {
+        int next = q->n_prefilled + row0 + j + 1; // n_prefilled moves on after the forward call
+        if (next < r->n_prompt) // the last prompt token's logits give the first generated token's
+            sampler_logprobs(rows + (int64_t)j * e->vocab, e->vocab, r->prompt[next], r->top_logprobs,
+                             &q->prompt_lp[next]);
+    }
+}
+
 // After a step that ran prompt chunks: progress events for prefills that have taken more than a
-// second (at most four a second each), the prefill-time metric for those that completed.
+// second (at most four a second each); for those that completed, the prefill-time metric and
+// the prompt's logprobs when asked.
 static void prefill_progress(engine *e, int seg, double now) {
     engine_seq *q = &e->seq[e->seg_seq[seg]];
     burst_request *r = q->req;
     if (q->n_prefilled == r->n_prompt) {
         metrics_observe(e->met, METRIC_PREFILL, now - q->t_admit);
+        if (q->prompt_lp) request_push_token(r, NULL, q->prompt_lp, r->n_prompt);
+        q->prompt_lp = NULL;
         return;
     }
     if (now - r->t_accept < 1.0 || now - q->t_progress < 0.25) return;
@@ -289,7 +359,7 @@ static void step(engine *e) {
     if (!n_segs) return;
     burst_error err = {{0}};
     double t0 = burst_now();
-    if (llama_forward(e->model, e->segs, n_segs, e->tokens, e->logits, &err)) {
+    if (llama_forward(e->model, e->segs, n_segs, e->tokens, e->logits, prompt_rows, e, &err)) {
         for (int i = 0; i < n_segs; i++) seq_finish(e, e->seg_seq[i], FINISH_ERROR, err.msg);
         return;
     }
@@ -302,8 +372,9 @@ static void step(engine *e) {
             prefill_tokens += e->segs[i].n;
             prefill_progress(e, i, now);
         }
-        if (q->n_prefilled == q->req->n_prompt)
-            seq_sample(e, e->seg_seq[i], e->logits + (int64_t)i * e->vocab);
+        if (q->n_prefilled < q->req->n_prompt) continue;
+        if (q->req->max_tokens == 0) seq_finish(e, e->seg_seq[i], FINISH_LENGTH, NULL); // echo: the prompt alone
+        else seq_sample(e, e->seg_seq[i], e->logits + (int64_t)i * e->vocab);
     }
     update_estimates(e, prefill_tokens, now - t0);
 }
@@ -355,7 +426,7 @@ void engine_stop(engine *e) {
     for (; e->q_len; e->q_len--, e->q_head = (e->q_head + 1) % e->max_queue) {
         burst_request *r = e->queue[e->q_head];
         request_result res = {.n_prompt = r->n_prompt, .total_s = burst_now() - r->t_accept, .finish = FINISH_ERROR};
-        log_finished(e, r, &res, strdup("the server is shutting down"), "the server is shutting down", -1);
+        log_finished(e, r, &res, strdup("the server is shutting down"), NULL, 0, "the server is shutting down", -1);
         request_release(r);
     }
     pthread_cond_destroy(&e->cv);

@@ -6,7 +6,10 @@
 //      left first (so a short prompt is not stuck behind a long one), in the tokens left of
 //      max_batch,
 //   4. samples the next token of every segment that reached its prompt's end or decodes, and
-//      hands its text to the request's queue (request_push_token), never waiting on the HTTP side.
+//      hands its text to the request's queue (request_push_token), never waiting on the HTTP side
+//      (a request with max_tokens 0 ends at its prompt's end instead).
+// A request with prompt_logprobs has its prompt chunks run with every token's logits, which the
+// engine reduces to the logprobs entries at once, chunk by chunk.
 // A request joins or leaves between steps (continuous batching); a long prompt is prefilled over
 // several steps while others decode, and reports its progress once it has taken a second. A
 // client that goes away stops its work at the next step. Every finished request gets one log line.

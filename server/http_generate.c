@@ -57,14 +57,14 @@ static char *sse_format(sse_stream *st, request_event *ev, size_t *len) {
     if (ev->kind == REQ_EVENT_PROGRESS) {
         fputs(chunk = openai_chunk_progress(&st->call, st->req->id, &ev->progress), f);
     } else if (ev->kind == REQ_EVENT_TOKEN) {
-        fputs(chunk = openai_chunk_text(&st->call, st->req->id, ev->text, ev->logprobs), f);
+        fputs(chunk = openai_chunk_text(&st->call, st->req->id, ev->text, ev->logprobs, ev->n_logprobs), f);
     } else if (ev->result.finish == FINISH_ERROR) {
         api_error e;
         api_error_set(&e, 500, "server_error", NULL, "%s", ev->text);
         fprintf(f, "data: %s\n\ndata: [DONE]\n\n", chunk = api_error_json(&e));
     } else {
-        if (ev->text[0]) {
-            fputs(chunk = openai_chunk_text(&st->call, st->req->id, ev->text, NULL), f);
+        if (ev->text[0] || ev->n_logprobs) {
+            fputs(chunk = openai_chunk_text(&st->call, st->req->id, ev->text, ev->logprobs, ev->n_logprobs), f);
             free(chunk);
         }
         fprintf(f, "%sdata: [DONE]\n\n", chunk = openai_chunk_final(&st->call, st->req->id, &ev->result));
@@ -125,16 +125,16 @@ static enum MHD_Result whole(http_server *s, http_request *h, const openai_call 
     sampled_logprobs *lp = NULL; // (n_lp) the tokens' logprobs, when asked
     int n_lp = 0, cap = 0;
     request_event *ev;
-    while ((ev = next_event(s, h->conn, h->req)) && ev->kind != REQ_EVENT_DONE) {
+    while ((ev = next_event(s, h->conn, h->req))) {
         fputs(ev->text, f); // progress events carry no text
-        if (ev->logprobs) {
-            if (n_lp == cap) lp = realloc(lp, sizeof *lp * (size_t)(cap = 2 * cap + 16));
+        if (n_lp + ev->n_logprobs > cap) {
+            lp = realloc(lp, sizeof *lp * (size_t)(cap = 2 * (n_lp + ev->n_logprobs)));
             BURST_ASSERT(lp && "http: out of memory collecting logprobs");
-            lp[n_lp++] = *ev->logprobs;
         }
+        for (int i = 0; i < ev->n_logprobs; i++) lp[n_lp++] = ev->logprobs[i];
+        if (ev->kind == REQ_EVENT_DONE) break;
         request_event_free(ev);
     }
-    if (ev) fputs(ev->text, f);
     fclose(f);
     enum MHD_Result r = MHD_NO; // the client went away: close the connection
     if (ev && ev->result.finish == FINISH_ERROR) {

@@ -37,7 +37,7 @@ typedef struct {
     long long created;   // unix seconds
     int stream;
     int include_usage;   // streams: a last chunk with usage and no choices (stream_options)
-    int logprobs;        // the request asked for logprobs
+    int logprobs;        // the request asked for logprobs (with echo: the prompt's too)
     char *echo;          // completions with echo: the prompt's text, put before the completion
                          // (malloc'd; a stream frees it once sent)
     long long text_offset; // completions with logprobs: characters of text before the next token
@@ -57,13 +57,16 @@ typedef struct {
 int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, burst_request *req,
                  openai_call *call, api_error *e);
 
-// Stream chunks: one per token (with its logprobs when asked: lp, else NULL); the last carries
+// Stream chunks: one per token event (with the n_lp logprobs entries it carries; with echo the
+// first carries the prompt's text and, when asked, the prompt's logprobs); the last carries
 // finish_reason; with include_usage, a chunk with no choices and the usage follows; then
 // "data: [DONE]". Before the first token, a long prefill sends chunks with no choices and an
 // extra field "prompt_progress": {"processed", "total", "elapsed_s"} (OpenAI clients ignore it).
 char *openai_chunk_progress(openai_call *call, const char *id, const request_progress *p);
-char *openai_chunk_text(openai_call *call, const char *id, const char *text, const sampled_logprobs *lp);
+char *openai_chunk_text(openai_call *call, const char *id, const char *text, const sampled_logprobs *lp, int n_lp);
 char *openai_chunk_final(openai_call *call, const char *id, const request_result *res);
-// The whole (non-streamed) response; lp: the n_lp tokens' logprobs when asked.
+// The whole (non-streamed) response; lp: the n_lp tokens' logprobs when asked (with echo, the
+// prompt's first). An entry with logprob NAN (the prompt's first token) is written with null
+// logprob and alternatives, as OpenAI and vLLM write it.
 char *openai_response(const openai_call *call, const char *id, const char *text, const sampled_logprobs *lp,
                       int n_lp, const request_result *res);

@@ -147,11 +147,15 @@ static int get_messages(const cJSON *o, const openai_limits *lim, burst_request 
 }
 
 // max_tokens: given, or (chat) what the context leaves, or (completion) OpenAI's default of 16
-// within what the context leaves; prompt + max_tokens must fit the context.
-static int get_max_tokens(const cJSON *o, openai_kind kind, const openai_limits *lim, burst_request *req, api_error *e) {
+// within what the context leaves; prompt + max_tokens must fit the context. 0 only with echo (as
+// OpenAI and vLLM): the prompt alone, with its logprobs when asked; without echo it would return
+// nothing, so it is a 400 (as vLLM).
+static int get_max_tokens(const cJSON *o, openai_kind kind, const openai_limits *lim, burst_request *req,
+                          const openai_call *call, api_error *e) {
     double v = -1;
-    if (!get_int(o, "max_tokens", 1, 1 << 30, &v, e)) return 0;
-    if (kind == OPENAI_CHAT && v < 0 && !get_int(o, "max_completion_tokens", 1, 1 << 30, &v, e)) return 0;
+    if (!get_int(o, "max_tokens", 0, 1 << 30, &v, e)) return 0;
+    if (kind == OPENAI_CHAT && v < 0 && !get_int(o, "max_completion_tokens", 0, 1 << 30, &v, e)) return 0;
+    if (v == 0 && !call->echo) return BAD(e, "'max_tokens' must be at least 1 (0 only with 'echo': true)");
     int room = lim->ctx - req->n_prompt;
     if (v < 0 && room >= 1) v = kind == OPENAI_CHAT || room < 16 ? room : 16;
     if (v < 0 || req->n_prompt + v > lim->ctx)
@@ -215,16 +219,15 @@ static int get_logprobs(const cJSON *o, openai_kind kind, burst_request *req, op
     return 1;
 }
 
-// Completions' "echo": the prompt's text goes before the completion. prompt_text: the prompt as
-// sent, or NULL for token ids (they are decoded).
-static int get_echo(const cJSON *o, const openai_limits *lim, const burst_request *req, const char *prompt_text,
+// Completions' "echo": the prompt's text goes before the completion, and with logprobs the prompt
+// tokens' logprobs before the completion's. prompt_text: the prompt as sent, or NULL for token
+// ids (they are decoded).
+static int get_echo(const cJSON *o, const openai_limits *lim, burst_request *req, const char *prompt_text,
                     openai_call *call, api_error *e) {
     int echo = 0;
     if (!get_bool(o, "echo", &echo, e)) return 0;
     if (!echo) return 1;
-    // llama_forward gives the logits of a prompt chunk's last token only.
-    if (req->logprobs)
-        return BAD(e, "'echo' with 'logprobs' is not supported (burstd does not compute the prompt's logprobs)");
+    req->prompt_logprobs = req->logprobs;
     call->echo = prompt_text ? strdup(prompt_text) : tokenizer_decode(lim->tok, req->prompt, req->n_prompt);
     return 1;
 }
@@ -272,7 +275,7 @@ int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, b
     ok = ok && get_bool(o, "stream", &call->stream, e) && get_stream_options(o, call, e) && get_stop(o, req, e);
     ok = ok && get_sampling(o, req, e) && get_logit_bias(o, lim, req, e) && get_logprobs(o, kind, req, call, e);
     ok = ok && (kind == OPENAI_CHAT || get_echo(o, lim, req, prompt_text, call, e));
-    ok = ok && get_max_tokens(o, kind, lim, req, e);
+    ok = ok && get_max_tokens(o, kind, lim, req, call, e);
     cJSON_Delete(o);
     return ok;
 }

@@ -1,6 +1,7 @@
 // Response side of server/openai.h.
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,7 +88,8 @@ static long long utf8_chars(const char *s) {
 }
 
 // Completions' logprobs: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}],
-// "text_offset"}; the offsets count characters from the start of the completion's text.
+// "text_offset"}; the offsets count characters of the tokens' strings from the first token's (the
+// echoed prompt's, with echo). The prompt's first token has null logprob and alternatives.
 static cJSON *completion_logprobs(openai_call *c, const sampled_logprobs *lp, int n) {
     cJSON *o = cJSON_CreateObject(), *tokens = cJSON_AddArrayToObject(o, "tokens");
     cJSON *logprobs = cJSON_AddArrayToObject(o, "token_logprobs"), *tops = cJSON_AddArrayToObject(o, "top_logprobs");
@@ -96,10 +98,15 @@ static cJSON *completion_logprobs(openai_call *c, const sampled_logprobs *lp, in
     for (int i = 0; i < n; i++) {
         char *t = token_string(c, lp[i].chosen.id, &byte);
         cJSON_AddItemToArray(tokens, cJSON_CreateString(t));
-        cJSON_AddItemToArray(logprobs, cJSON_CreateNumber(lp[i].chosen.logprob));
         cJSON_AddItemToArray(offsets, cJSON_CreateNumber((double)c->text_offset));
         c->text_offset += utf8_chars(t);
         free(t);
+        if (isnan(lp[i].chosen.logprob)) {
+            cJSON_AddItemToArray(logprobs, cJSON_CreateNull());
+            cJSON_AddItemToArray(tops, cJSON_CreateNull());
+            continue;
+        }
+        cJSON_AddItemToArray(logprobs, cJSON_CreateNumber(lp[i].chosen.logprob));
         cJSON *top = cJSON_CreateObject();
         for (int j = 0; j < lp[i].n_top; j++) {
             t = token_string(c, lp[i].top[j].id, &byte);
@@ -162,10 +169,10 @@ static void add_text(openai_call *c, cJSON *choice, const char *key, const char 
     if (text) cJSON_AddStringToObject(d, "content", text);
 }
 
-char *openai_chunk_text(openai_call *c, const char *id, const char *text, const sampled_logprobs *lp) {
+char *openai_chunk_text(openai_call *c, const char *id, const char *text, const sampled_logprobs *lp, int n_lp) {
     cJSON *choice, *o = envelope(c, id, 1, &choice);
     add_text(c, choice, "delta", text);
-    add_logprobs(c, choice, lp, lp ? 1 : 0);
+    add_logprobs(c, choice, lp, n_lp);
     cJSON_AddNullToObject(choice, "finish_reason");
     return sse(o);
 }

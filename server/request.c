@@ -62,15 +62,18 @@ static void push(burst_request *r, request_event *e) {
     pthread_mutex_unlock(&r->mu);
 }
 
-void request_push_token(burst_request *r, char *text, sampled_logprobs *logprobs) {
+void request_push_token(burst_request *r, char *text, sampled_logprobs *logprobs, int n_logprobs) {
     request_event *e = burst_calloc(1, sizeof *e);
-    *e = (request_event){.kind = REQ_EVENT_TOKEN, .text = text ? text : strdup(""), .logprobs = logprobs};
+    *e = (request_event){.kind = REQ_EVENT_TOKEN, .text = text ? text : strdup(""), .logprobs = logprobs,
+                         .n_logprobs = n_logprobs};
     push(r, e);
 }
 
-void request_push_done(burst_request *r, char *text, const request_result *result) {
+void request_push_done(burst_request *r, char *text, sampled_logprobs *logprobs, int n_logprobs,
+                       const request_result *result) {
     request_event *e = burst_calloc(1, sizeof *e);
-    *e = (request_event){.kind = REQ_EVENT_DONE, .text = text ? text : strdup(""), .result = *result};
+    *e = (request_event){.kind = REQ_EVENT_DONE, .text = text ? text : strdup(""), .logprobs = logprobs,
+                         .n_logprobs = n_logprobs, .result = *result};
     push(r, e);
 }
 

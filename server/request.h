@@ -37,14 +37,21 @@ typedef struct {
 
 typedef enum {
     REQ_EVENT_PROGRESS, // a long prefill's progress before the first token (progress is set)
-    REQ_EVENT_TOKEN, // one sampled token; text is what it adds (possibly "", never split UTF-8)
+    REQ_EVENT_TOKEN, // after a sampled token (or the prompt's logprobs): the text now safe to send
+                     // (possibly "", never split UTF-8, never past a stop string)
     REQ_EVENT_DONE,  // the last event: text is what was still pending (or the error message)
 } request_event_kind;
 
 typedef struct request_event {
     request_event_kind kind;
     char *text;            // malloc'd
-    sampled_logprobs *logprobs; // TOKEN, when the request asked for logprobs: malloc'd; else NULL
+    // TOKEN and DONE, when the request asked for logprobs: the entries of the tokens whose text
+    // begins in this event's text, in order (malloc'd, or NULL when none). A token's entry waits
+    // with its text (stop strings, incomplete UTF-8) and is dropped when a stop string cuts the
+    // text before the token begins. With prompt_logprobs, one TOKEN event before any other holds
+    // the prompt's n_prompt entries; the first has logprob NAN (nothing predicts it).
+    sampled_logprobs *logprobs;
+    int n_logprobs;
     request_result result; // DONE only
     request_progress progress; // PROGRESS only
     struct request_event *next;
@@ -54,10 +61,11 @@ typedef struct burst_request {
     char id[48];          // "cmpl-7", "chatcmpl-8": the prefix of every log line about it
     int *prompt;          // (n_prompt) token ids, malloc'd
     int n_prompt;
-    int max_tokens;       // >= 1
+    int max_tokens;       // >= 1; or 0 (completions with echo): only the prompt is run
     int ignore_eos;       // keep sampling past EOS (load tests)
     int logprobs;         // 1: every TOKEN event carries its token's logprobs (of the raw logits)
     int top_logprobs;     // with logprobs: the most likely alternatives to report (0..20)
+    int prompt_logprobs;  // 1 (echo with logprobs): the prompt tokens' logprobs come first
     sampler_params sampling; // its bias (malloc'd) belongs to the request
     char **stop;          // (n_stop) malloc'd strings that end the completion (not included)
     int n_stop;
@@ -74,9 +82,11 @@ burst_request *request_new(void);
 void request_retain(burst_request *r);
 void request_release(burst_request *r);
 
-// Engine side: queue an event. They take text (NULL for "") and logprobs (may be NULL).
-void request_push_token(burst_request *r, char *text, sampled_logprobs *logprobs);
-void request_push_done(burst_request *r, char *text, const request_result *result);
+// Engine side: queue an event. They take text (NULL for "") and logprobs (n_logprobs entries; NULL
+// for none).
+void request_push_token(burst_request *r, char *text, sampled_logprobs *logprobs, int n_logprobs);
+void request_push_done(burst_request *r, char *text, sampled_logprobs *logprobs, int n_logprobs,
+                       const request_result *result);
 void request_push_progress(burst_request *r, const request_progress *p);
 // HTTP side: the next event, waiting at most timeout_s; NULL on timeout. Free with request_event_free.
 request_event *request_pop(burst_request *r, double timeout_s);

@@ -39,7 +39,7 @@ int main(int argc, char **argv) {
     if (!rc) fwrite(logits, sizeof(float), (size_t)vocab, out);
     for (int i = n_prompt + 1; !rc && i < n; i++) {
         llama_segment seg = {.slot = 0, .n = 1};
-        rc = llama_forward(m, &seg, 1, &ids[i], logits, &err) ? 1 : 0;
+        rc = llama_forward(m, &seg, 1, &ids[i], logits, NULL, NULL, &err) ? 1 : 0;
         if (!rc) fwrite(logits, sizeof(float), (size_t)vocab, out);
     }
     if (rc) fprintf(stderr, "E %s\n", out ? err.msg : "cannot open output");

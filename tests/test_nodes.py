@@ -3,7 +3,8 @@ leader with `burst worker`s on loopback.
 - greedy text of stories260K with G ranks over P processes (ring prefill in one shot and in
   chunks, sharded decode) equals one process with the same G, for (G, P) = (2, 2), (3, 2), (4, 3),
   and (3, 2) with a bf16 KV cache, which the worker takes from the leader (bf16 blocks on the ring);
-- burstd with a worker serves the same text over HTTP, /health is ok; when the worker is killed,
+- burstd with a worker serves the same text over HTTP, and the same prompt logprobs (echo, a prompt
+  of two chunks spread over the ranks) as one process, /health is ok; when the worker is killed,
   the next request fails with a clear error instead of hanging, /health turns 503, and burstd
   still stops cleanly on SIGTERM;
 - a worker exits 0 when its leader stops; a worker with another model is refused on both sides;
@@ -67,6 +68,12 @@ for G, P, batch, kv in ((2, 2, 512, "f32"), (3, 2, 512, "f32"), (4, 3, 512, "f32
         rc, err = finish(w)
         check(f"{name}: worker {i + 1} exits 0 when the leader stops", rc == 0 and "leader has stopped" in err, err[-400:])
 
+# Prompt logprobs of a ~300-token prompt (chunks of 256 and the rest, both split zigzag over the
+# ranks, whose rows are gathered for the logits) from one process, for burstd with a worker below.
+ECHO = {"prompt": " ".join([PROMPT] * 6), "max_tokens": 0, "echo": True, "logprobs": 3, "temperature": 0}
+with Burstd(STORIES, "--ranks", "3") as d:
+    _, _, one_echo = d.request("POST", "/v1/completions", ECHO)
+
 # burstd as the leader; then the worker dies.
 coord = f"127.0.0.1:{free_port()}"
 w = worker(coord)
@@ -77,6 +84,11 @@ with Burstd(STORIES, "--ranks", "3", "--nodes", "2", "--coordinator", coord) as 
     check("burstd over 2 processes: completion 200", status == 200, r)
     check("burstd over 2 processes: same text as burst generate", status == 200 and r["choices"][0]["text"] == want,
           f"{r} vs {want!r}")
+    status, _, r = d.request("POST", "/v1/completions", ECHO)
+    got, want = (x["choices"][0]["logprobs"] if "choices" in x else {} for x in (r, one_echo))
+    # Each rank runs the same float32 arithmetic in both; only the transport differs: bit for bit.
+    check("burstd over 2 processes: the prompt's logprobs (echo) = one process's",
+          status == 200 and len(got.get("tokens", [])) > 256 and got == want, (status, str(got)[:300], str(want)[:300]))
     status, _, h = d.request("GET", "/health")
     check("health ok with the worker up", status == 200 and h.get("status") == "ok", h)
     w.kill()

@@ -7,6 +7,14 @@ reference built from tests/forward_dump's logits of the same positions:
   tokens before it, with OpenAI's formula applied (so the sequence is the penalized greedy one),
   and the text differs from the plain one; logit_bias +100 forces a token every time, -100 on the
   greedy first token changes it (to the reference's choice with that bias);
+- echo with logprobs (what lm-eval-harness's local-completions reads for loglikelihood): the
+  prompt's entries, the first null, each later one the log-softmax of the logits before it,
+  alternatives ranked; for a prompt of several --prefill-chunk chunks (and several 64-row blocks
+  of logits a chunk), on 1 rank and on 3 (ring chunks whose rows are spread zigzag, and a last
+  chunk short enough to run replicated); max_tokens 0 (the prompt alone), streamed (the prompt's
+  entries with the echoed text's chunk), and with generated tokens after them;
+- stop strings: the logprobs entries are those of the returned text's tokens (a token that
+  begins before the cut keeps its entry), whole and streamed;
 - echo, stream_options.include_usage (true, false, absent), and a 400 with an OpenAI-shaped error
   for every bad value."""
 import os
@@ -101,8 +109,8 @@ def ranking_ok(got, row):
 
 
 def completion_entries(lp):
-    """Completions' logprobs as [(token, logprob, [(alt token, logprob)], offset)]."""
-    return [(t, v, list(top.items()), off) for t, v, top, off in
+    """Completions' logprobs as [(token, logprob, [(alt token, logprob)] or None, offset)]."""
+    return [(t, v, None if top is None else list(top.items()), off) for t, v, top, off in
             zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], lp["text_offset"])]
 
 
@@ -123,6 +131,15 @@ def streamed_entries(events, kind):
     return out, per_chunk
 
 
+def offsets_of(tokens, start=0):
+    """text_offset as burstd counts it: characters of the tokens' strings before each."""
+    out = []
+    for t in tokens:
+        out.append(start)
+        start += len(t)
+    return out
+
+
 def check_against_ref(name, entries, prompt, n_top, kind):
     """Every entry against the reference: the greedy id, its logprob, its alternatives; bytes for chats."""
     greedy, rows, ids = greedy_ok(prompt, [e[0] for e in entries])
@@ -136,7 +153,94 @@ def check_against_ref(name, entries, prompt, n_top, kind):
     check(name, len(entries) > 0 and not bad, bad[:3])
 
 
-with Burstd(STORIES) as srv:
+# A prompt of several chunks: 203 tokens with --prefill-chunk 100 run as chunks of 100, 100 and 3
+# (on 3 ranks the first two are ring chunks, split zigzag; the last is replicated), and a chunk
+# of 100 rows has its logits in blocks of 64 and 36.
+CHUNK = 100
+STORY = ("Once upon a time, there was a little dog named Max. Max liked to run in the big green park near his "
+         "house. One day, Max saw a red ball under a tree. He ran to the ball and picked it up with his mouth. A "
+         "girl named Sue came and said, \"That is my ball!\" Max was sad, but he gave the ball back to Sue. Sue "
+         "smiled and threw the ball far away. Max ran and ran, and he brought the ball back. Sue and Max played "
+         "all day, and they became best friends. The sun went down and the sky turned pink.")
+LONG_IDS = [sp.bos_id()] + sp.encode(STORY)[:202]
+# Row k: the log-softmax after LONG_IDS[0..k], which predicts LONG_IDS[k + 1].
+LONG_ROWS = ref_logprobs(LONG_IDS[:1], LONG_IDS[1:-1])
+
+
+def echo_entries_ok(lp, ids, rows, n_top):
+    """What is wrong with echo's prompt entries (an empty list when nothing): the tokens are the
+    prompt's, the first has null logprob and alternatives, every later one the reference's logprob
+    with n_top alternatives ranked as the reference, most likely first; text_offset counts the
+    tokens' characters; a token is its row's argmax exactly when its logprob is its alternatives'
+    largest (how lm-eval reads greediness)."""
+    n, bad = len(ids), []
+    if lp["tokens"][:n] != [token_str(i) for i in ids]:
+        bad.append(("tokens", lp["tokens"][:5]))
+    if lp["token_logprobs"][0] is not None or lp["top_logprobs"][0] is not None:
+        bad.append(("first entry not null", lp["token_logprobs"][0], lp["top_logprobs"][0]))
+    if lp["text_offset"][:n] != offsets_of(lp["tokens"][:n]):
+        bad.append(("text_offset", lp["text_offset"][:5]))
+    for k in range(1, n):
+        got, top, row = lp["token_logprobs"][k], lp["top_logprobs"][k], rows[k - 1]
+        alts = list(top.items()) if isinstance(top, dict) else []
+        ok = isinstance(got, float) and abs(got - row[ids[k]]) <= TOL and len(alts) == n_top
+        ok = ok and ranking_ok(alts, row) and all(a[1] >= b[1] for a, b in zip(alts, alts[1:]))
+        second = np.sort(row)[-2]
+        if ok and n_top and row.max() - second > TIE:  # no near-tie at the top
+            ok = (got == max(top.values())) == (int(np.argmax(row)) == ids[k])
+        if not ok:
+            bad.append((k, token_str(ids[k]), got, row[ids[k]], alts[:3]))
+    return bad
+
+
+def check_echo(srv, label):
+    """Echo with logprobs of LONG_IDS on srv: whole, streamed, alone and followed by tokens."""
+    ids, rows = LONG_IDS, LONG_ROWS
+    base = {"prompt": ids, "echo": True, "temperature": 0}
+    alone = {}
+    for n_top in (0, 1, 5):
+        st, _, resp = srv.request("POST", C, {**base, "max_tokens": 0, "logprobs": n_top})
+        c = resp["choices"][0] if st == 200 else {"logprobs": None}
+        lp = alone[n_top] = c["logprobs"]
+        bad = echo_entries_ok(lp, ids, rows, n_top) if lp else ["no logprobs"]
+        check(f"{label} echo logprobs={n_top} max_tokens 0: {len(ids)} prompt entries = reference",
+              st == 200 and len(lp["tokens"]) == len(ids) and not bad, (st, bad[:3]))
+        check(f"{label} echo logprobs={n_top} max_tokens 0: the prompt's text, finish length, usage",
+              c.get("text") == sp.decode(ids) and c.get("finish_reason") == "length"
+              and resp["usage"]["prompt_tokens"] == len(ids) and resp["usage"]["completion_tokens"] == 0,
+              resp if st != 200 else (c.get("text", "")[:40], c.get("finish_reason"), resp["usage"]))
+    st, events = srv.stream(C, {**base, "max_tokens": 0, "logprobs": 5})
+    chunks = [e["choices"][0] for e in events if isinstance(e, dict) and e["choices"]]
+    check(f"{label} echo streamed, max_tokens 0: one chunk with the prompt's text and its entries, then the end",
+          st == 200 and len(chunks) == 2 and chunks[0]["text"] == sp.decode(ids) and chunks[0]["logprobs"] == alone[5]
+          and chunks[1]["finish_reason"] == "length" and chunks[1]["logprobs"]["tokens"] == [],
+          (st, [(c["text"][:20], len((c["logprobs"] or {}).get("tokens", []))) for c in chunks]))
+
+    # Followed by tokens: the prompt's entries, then the same entries as without echo.
+    gen = {"prompt": ids, "temperature": 0, "max_tokens": 8, "logprobs": 2}
+    _, _, plain = srv.request("POST", C, gen)
+    st, _, resp = srv.request("POST", C, {**gen, "echo": True})
+    p, lp = plain["choices"][0], resp["choices"][0]["logprobs"]
+    n = len(ids)
+    check(f"{label} echo logprobs=2 max_tokens 8: prompt entries = reference, then the completion's",
+          st == 200 and not echo_entries_ok(lp, ids, rows, 2) and lp["tokens"][n:] == p["logprobs"]["tokens"]
+          and lp["token_logprobs"][n:] == p["logprobs"]["token_logprobs"]
+          and lp["top_logprobs"][n:] == p["logprobs"]["top_logprobs"]
+          and lp["text_offset"] == offsets_of(lp["tokens"])
+          and resp["choices"][0]["text"] == sp.decode(ids) + p["text"]
+          and resp["usage"]["completion_tokens"] == 8, (st, lp and lp["tokens"][n - 2:n + 2]))
+    st, events = srv.stream(C, {**gen, "echo": True})
+    chunks = [e["choices"][0] for e in events if isinstance(e, dict) and e["choices"]]
+    entries = [x for c in chunks for x in completion_entries(c["logprobs"])]
+    check(f"{label} echo streamed, max_tokens 8: the prompt's text and entries first, then a token a chunk, "
+          "the whole response's entries",
+          st == 200 and chunks[0]["text"] == sp.decode(ids) and len(chunks[0]["logprobs"]["tokens"]) == n
+          and [len(c["logprobs"]["tokens"]) for c in chunks[1:]] == [1] * 8 + [0]
+          and entries == completion_entries(lp) and stream_text(events) == resp["choices"][0]["text"],
+          (st, [(c["text"][:20], len(c["logprobs"]["tokens"])) for c in chunks]))
+
+
+with Burstd(STORIES, "--prefill-chunk", str(CHUNK)) as srv:
     def tokens(text):
         return srv.request("POST", "/tokenize", {"content": text, "add_special": True})[2]["tokens"]
 
@@ -230,6 +334,40 @@ with Burstd(STORIES) as srv:
     st, _, resp = srv.request("POST", C, {"prompt": prompt_ids, "max_tokens": 10, "temperature": 0, "echo": True})
     check("echo of token ids: their decoded text", resp["choices"][0]["text"] == PROMPT + text, resp["choices"][0])
 
+    # echo with logprobs: a text prompt's first entry is BOS, null.
+    st, _, resp = srv.request("POST", C, {"prompt": PROMPT, "max_tokens": 0, "temperature": 0, "echo": True,
+                                          "logprobs": 1})
+    c = resp["choices"][0]
+    check("echo of a text prompt with logprobs: its text, entries from BOS (null) on = reference",
+          c["text"] == PROMPT and len(c["logprobs"]["tokens"]) == len(prompt_ids)
+          and not echo_entries_ok(c["logprobs"], prompt_ids, ref_logprobs(prompt_ids[:1], prompt_ids[1:-1]), 1),
+          c)
+    check_echo(srv, "1 rank:")
+
+    # Stop strings: the entries are those of the returned text's tokens. A stop string that begins
+    # inside token k keeps k's entry (its text is cut short) and drops the tokens wholly inside it;
+    # one that begins where token k begins drops k's entry too.
+    toks, text = plain["logprobs"]["tokens"], plain["text"]
+    offs = offsets_of(toks)
+    for inside in (1, 0):
+        k = next(k for k in range(4, len(toks) - 3) if len(toks[k]) >= 2 and len(toks[k + 1]) >= 1
+                 and text.find(text[offs[k] + inside:offs[k + 2] + 1]) == offs[k] + inside)
+        stop = text[offs[k] + inside:offs[k + 2] + 1]
+        keep = k + inside
+        body = {"prompt": PROMPT, "temperature": 0, "max_tokens": 40, "logprobs": 1, "stop": [stop]}
+        st, _, resp = srv.request("POST", C, body)
+        c = resp["choices"][0]
+        what = "inside a token" if inside else "where a token begins"
+        check(f"stop {stop!r} ({what}): text cut before it, entries of the first {keep} tokens",
+              st == 200 and c["finish_reason"] == "stop" and c["text"] == text[:offs[k] + inside]
+              and c["logprobs"]["tokens"] == toks[:keep]
+              and c["logprobs"]["token_logprobs"] == plain["logprobs"]["token_logprobs"][:keep]
+              and len(c["logprobs"]["top_logprobs"]) == keep, (c, toks[:keep + 2]))
+        st, events = srv.stream(C, body)
+        streamed, _ = streamed_entries(events, C)
+        check(f"stop {stop!r} streamed: the same text and entries", stream_text(events) == c["text"]
+              and streamed == completion_entries(c["logprobs"]), (streamed[-3:], c["logprobs"]["tokens"][-3:]))
+
     # stream_options.include_usage: true adds a last chunk with no choices; false or absent, none.
     for path, body in ((C, {"prompt": PROMPT, "max_tokens": 5}), (H, {"messages": MESSAGES, "max_tokens": 5})):
         for include in (True, False, None):
@@ -263,7 +401,10 @@ with Burstd(STORIES) as srv:
         (C, {**P, "logit_bias": {"5": 200}}, "'logit_bias'['5'] must be a number in [-100, 100]"),
         (H, {**M, "logit_bias": {"5": "x"}}, "'logit_bias'['5'] must be a number"),
         (C, {**P, "logit_bias": [1]}, "'logit_bias' must be an object"),
-        (C, {**P, "echo": True, "logprobs": 0}, "'echo' with 'logprobs' is not supported"),
+        (C, {**P, "max_tokens": 0}, "'max_tokens' must be at least 1 (0 only with 'echo': true)"),
+        (C, {**P, "max_tokens": 0, "echo": False}, "'max_tokens' must be at least 1"),
+        (H, {**M, "max_tokens": 0}, "'max_tokens' must be at least 1"),
+        (C, {**P, "max_tokens": -1, "echo": True}, "'max_tokens' must be an integer in [0, "),
         (C, {**P, "echo": "yes"}, "'echo' must be a boolean"),
         (C, {**P, "stream_options": {"include_usage": True}}, "'stream_options' is only allowed with 'stream': true"),
         (C, {**P, "stream": True, "stream_options": {"include_usage": 1}}, "'include_usage' must be a boolean"),
@@ -276,4 +417,8 @@ with Burstd(STORIES) as srv:
               == "invalid_request_error" and "code" in e, (st, err))
     st, _, resp = srv.request("POST", C, {"prompt": PROMPT, "max_tokens": 5, "temperature": 0})
     check("a normal request after them", st == 200 and resp["choices"][0]["logprobs"] is None, resp)
+
+# On 3 ranks: the first two chunks' rows are spread over the ranks (gathered for the logits).
+with Burstd(STORIES, "--ranks", "3", "--prefill-chunk", str(CHUNK)) as srv:
+    check_echo(srv, "3 ranks:")
 check.exit()
