@@ -174,6 +174,7 @@ with tempfile.TemporaryDirectory() as tmp:
                        [[], "--model DIR is required"],
                        [["--model", STORIES, "--port", "http"], "--port http"],
                        [["--model", STORIES, "--slots", "0"], "--slots 0"],
+                       [["--model", STORIES, "--kv-dtype", "int8"], "--kv-dtype int8: want f32 or bf16"],
                        [["--model", STORIES, "--host", "no.such.host.invalid", "--port", "0"], "no.such.host.invalid"]):
         r = subprocess.run([os.path.join(BIN, "burstd"), *args], capture_output=True, text=True, timeout=60)
         check(f"burstd {args[-2:]} fails: {want!r}", r.returncode not in (0, None) and r.returncode < 128
