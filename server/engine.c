@@ -144,7 +144,7 @@ static void seq_finish(engine *e, int s, finish_reason why, const char *error) {
     char *tail = why == FINISH_ERROR ? strdup(error) : why == FINISH_CANCELLED ? NULL : pending_text(e, q, &lp, &n_lp);
     log_finished(e, r, &res, tail, lp, n_lp, error, q->n_prefilled);
     if (q->n_gen) metrics_observe(e->met, METRIC_DECODE, burst_now() - q->t_first);
-    llama_slot_reset(e->model, s);
+    llama_slot_truncate(e->model, s, 0);
     sampler_free(&q->smp);
     detok_free(&q->detok);
     stop_free(&q->stop);
