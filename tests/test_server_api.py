@@ -51,7 +51,7 @@ with Burstd(STORIES) as srv:
           and events[-2]["choices"] == [] and events[-2]["usage"]["completion_tokens"] == 40
           and events[-2]["usage"]["time_to_first_token_s"] > 0 and events[-3]["choices"][0]["finish_reason"] == "length",
           events[-3:])
-    check("log line for the request", srv.wait_log(r"cmpl-\d+ \| length: prompt 5 tokens, generated 40 tokens, "
+    check("log line for the request", srv.wait_log(r"cmpl-\d+ \| length: prompt 5 tokens \(0 cached\), generated 40 tokens, "
                                                    r"queue [\d.]+ s, ttft [\d.]+ s, total [\d.]+ s"), srv.log()[-500:])
 
     # Chats: the LLaMA-2 template, whole and streamed, against burst generate on the templated prompt.
