@@ -29,8 +29,8 @@ typedef struct {
     float *part_o;   // (max_batch, dim) a replicated segment's partial over the new tokens
     float *part_lse; // (n_heads, max_batch)
     float *hb, *hb2; // (max_batch, hidden_dim)
-    float *last;     // (n_slots, dim) each segment's last row
-    float *logits;   // (max(n_slots, row_block), vocab) the last rows', or a block of all_rows rows'
+    float *last;     // (n_slots, dim) each segment's last row (rank 0 only)
+    float *logits;   // (max(n_slots, row_block), vocab) the last rows', or a block of all_rows rows' (rank 0 only)
     void *ring;      // ring_workspace_bytes(G, max_batch, shard_cap, ...)
     float *merge;    // sharded_merge_work_floats(G, max_batch, ...)
 } llama_scratch;
@@ -175,8 +175,10 @@ static void alloc_scratch(llama_model *m, llama_rank *R) {
     s->part_lse = scratch(R, B * c->n_heads);
     s->hb = scratch(R, B * c->hidden_dim);
     s->hb2 = scratch(R, B * c->hidden_dim);
-    s->last = scratch(R, (int64_t)m->opt.n_slots * c->dim);
-    s->logits = scratch(R, (int64_t)(m->opt.n_slots > m->row_block ? m->opt.n_slots : m->row_block) * c->vocab_size);
+    if (R->rank == 0) { // the logits are computed on rank 0 alone
+        s->last = scratch(R, (int64_t)m->opt.n_slots * c->dim);
+        s->logits = scratch(R, (int64_t)(m->opt.n_slots > m->row_block ? m->opt.n_slots : m->row_block) * c->vocab_size);
+    }
     size_t ring_bytes = ring_workspace_bytes(m->G, B, m->shard_cap, c->n_heads, c->n_kv_heads, c->head_dim, m->opt.kv_dtype);
     s->ring = scratch(R, (int64_t)((ring_bytes + sizeof(float) - 1) / sizeof(float)));
     s->merge = scratch(R, sharded_merge_work_floats(m->G, (int)B, c->n_heads, c->head_dim));
