@@ -84,13 +84,6 @@ void run(const flash_cuda_args &a, int impl) {
     }
 }
 
-float bf16_to_float(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 // Heads 0 and HEADS-1 of the GPU result against the CPU twin on the same bf16 inputs.
 bool validate(int n, int causal, int impl) {
     problem p = make_problem(n);
@@ -102,7 +95,7 @@ bool validate(int n, int causal, int impl) {
     std::vector<float> *dst[3] = {&q, &k, &v};
     for (int i = 0; i < 3; i++) {
         CUDA_CHECK(cudaMemcpy(hb.data(), src[i], e * 2, cudaMemcpyDeviceToHost));
-        for (int64_t j = 0; j < e; j++) (*dst[i])[j] = bf16_to_float(hb[j]);
+        for (int64_t j = 0; j < e; j++) (*dst[i])[j] = bf16_to_f32(hb[j]);
     }
     CUDA_CHECK(cudaMemcpy(o.data(), p.o, e * 4, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(lse.data(), p.lse, (size_t)HEADS * n * 4, cudaMemcpyDeviceToHost));

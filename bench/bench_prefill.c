@@ -206,7 +206,7 @@ int main(int argc, char **argv) {
             if (ns[i] <= 0) continue;
             double t[32];
             for (int r = 0; r < reps && r < 32; r++) {
-                llama_slot_reset(m, 0);
+                llama_slot_truncate(m, 0, 0);
                 double s = burst_now();
                 if (llama_prefill(m, 0, tokens, ns[i], logits, &err)) return fprintf(stderr, "E %s\n", err.msg), 1;
                 t[r] = burst_now() - s;

@@ -29,8 +29,8 @@ typedef struct {
     float *part_o;   // (max_batch, dim) a replicated segment's partial over the new tokens
     float *part_lse; // (n_heads, max_batch)
     float *hb, *hb2; // (max_batch, hidden_dim)
-    float *last;     // (n_slots, dim) each segment's last row
-    float *logits;   // (max(n_slots, row_block), vocab) the last rows', or a block of all_rows rows'
+    float *last;     // (n_slots, dim) each segment's last row (rank 0 only)
+    float *logits;   // (max(n_slots, row_block), vocab) the last rows', or a block of all_rows rows' (rank 0 only)
     void *ring;      // ring_workspace_bytes(G, max_batch, shard_cap, ...)
     float *merge;    // sharded_merge_work_floats(G, max_batch, ...)
 } llama_scratch;
@@ -60,6 +60,7 @@ typedef struct {
     float *logits;
     llama_rows_fn rows;
     void *rows_ctx;
+    int copy_dst, copy_src; // llama_slot_copy's slots
 } llama_call;
 
 struct llama_model {
@@ -72,6 +73,9 @@ struct llama_model {
     int threads_per_rank; // CPU threads of each rank's OpenMP team and backend
     int64_t shard_cap;  // K/V rows per slot per rank
     int64_t *shard_len; // (n_slots, G) rows used, by every rank (each node keeps the same books)
+    // (n_slots, ctx) the rank whose shard holds each position's K/V. A shard keeps its rows in
+    // position order (shard_plan.h), so a slot is cut to a prefix by shortening each shard.
+    uint8_t *pos_rank;
     llama_rank *ranks;  // (n_local)
     cluster *cl;        // NULL: one process
     comm_group *comm;
@@ -93,7 +97,8 @@ typedef struct {
 } node_info;
 
 // The leader's commands to its workers (cluster_broadcast), as int32 words.
-enum { CMD_FORWARD, CMD_RESET, CMD_QUIT }; // FORWARD n_segs n_tokens (slot n all_rows)* token*; RESET slot
+// FORWARD n_segs n_tokens (slot n all_rows)* token*; TRUNCATE slot len; COPY dst src
+enum { CMD_FORWARD, CMD_TRUNCATE, CMD_COPY, CMD_QUIT };
 
 static void ops_attend(void *ctx, const flash_args *a) { backend_attention(ctx, a); }
 static void ops_merge(void *ctx, const online_softmax_args *a) { backend_merge(ctx, a); }
@@ -170,8 +175,10 @@ static void alloc_scratch(llama_model *m, llama_rank *R) {
     s->part_lse = scratch(R, B * c->n_heads);
     s->hb = scratch(R, B * c->hidden_dim);
     s->hb2 = scratch(R, B * c->hidden_dim);
-    s->last = scratch(R, (int64_t)m->opt.n_slots * c->dim);
-    s->logits = scratch(R, (int64_t)(m->opt.n_slots > m->row_block ? m->opt.n_slots : m->row_block) * c->vocab_size);
+    if (R->rank == 0) { // the logits are computed on rank 0 alone
+        s->last = scratch(R, (int64_t)m->opt.n_slots * c->dim);
+        s->logits = scratch(R, (int64_t)(m->opt.n_slots > m->row_block ? m->opt.n_slots : m->row_block) * c->vocab_size);
+    }
     size_t ring_bytes = ring_workspace_bytes(m->G, B, m->shard_cap, c->n_heads, c->n_kv_heads, c->head_dim, m->opt.kv_dtype);
     s->ring = scratch(R, (int64_t)((ring_bytes + sizeof(float) - 1) / sizeof(float)));
     s->merge = scratch(R, sharded_merge_work_floats(m->G, (int)B, c->n_heads, c->head_dim));
@@ -289,6 +296,10 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
         LOG_W("%s: ctx %d is past max_position_embeddings %d; quality may fall beyond it", dir,
               m->opt.ctx, m->cfg.max_seq_len);
     m->G = m->opt.n_ranks;
+    if (m->G > 255) { // pos_rank holds a rank in a byte
+        st = BURST_FAIL(err, BURST_ERR_INVALID, "%d ranks (want at most 255)", m->G);
+        goto fail;
+    }
     if (m->G < cluster_nodes(m->cl)) {
         st = BURST_FAIL(err, BURST_ERR_INVALID, "%d ranks over %d nodes (want at least one rank a node)", m->G,
                         cluster_nodes(m->cl));
@@ -301,6 +312,7 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
     // an eighth more than an even share (and 8 rows) leaves room for that imbalance.
     m->shard_cap = m->G == 1 ? m->opt.ctx : (m->opt.ctx + m->G - 1) / m->G + m->opt.ctx / (8 * m->G) + 8;
     m->shard_len = burst_calloc((size_t)m->opt.n_slots * m->G, sizeof(int64_t));
+    m->pos_rank = burst_calloc((size_t)m->opt.n_slots * (size_t)m->opt.ctx, 1);
     // 64 rows make the lm_head a matrix product rather than row by row, in 64 x vocab floats.
     enum { ROW_BLOCK = 64 };
     m->row_block = m->opt.max_batch < ROW_BLOCK ? m->opt.max_batch : ROW_BLOCK;
@@ -333,6 +345,7 @@ void llama_free(llama_model *m) {
     shard_plan_free(&m->plan);
     free(m->ranks);
     free(m->shard_len);
+    free(m->pos_rank);
     free(m->rows_host);
     weights_close(m->w);
     free(m);
@@ -371,14 +384,44 @@ static void tell_workers(llama_model *m, const int32_t *words, size_t n) {
     if (m->cl && !m->faulty && cluster_broadcast(m->cl, words, n * sizeof *words, &e)) set_fault(m, &e);
 }
 
-static void slot_reset(llama_model *m, int slot) {
-    for (int r = 0; r < m->G; r++) m->shard_len[(int64_t)slot * m->G + r] = 0;
+// Keeps the first len positions of a slot: each shard keeps its rows of those positions, which
+// come first in it.
+static void slot_truncate(llama_model *m, int slot, int64_t len) {
+    int64_t *shard = m->shard_len + (int64_t)slot * m->G;
+    const uint8_t *owner = m->pos_rank + (int64_t)slot * m->opt.ctx;
+    for (int r = 0; r < m->G; r++) shard[r] = 0;
+    for (int64_t p = 0; p < len; p++) shard[owner[p]]++;
 }
 
-void llama_slot_reset(llama_model *m, int slot) {
-    BURST_ASSERT(slot >= 0 && slot < m->opt.n_slots);
-    slot_reset(m, slot);
-    tell_workers(m, (int32_t[]){CMD_RESET, slot}, 2);
+void llama_slot_truncate(llama_model *m, int slot, int64_t len) {
+    BURST_ASSERT(slot >= 0 && slot < m->opt.n_slots && len >= 0 && len <= llama_slot_len(m, slot));
+    slot_truncate(m, slot, len);
+    tell_workers(m, (int32_t[]){CMD_TRUNCATE, slot, (int32_t)len}, 3);
+}
+
+// A rank's part of llama_slot_copy: its shard of slot copy_src, every layer, into slot copy_dst.
+static void copy_rank(void *arg, int rank) {
+    llama_model *m = arg;
+    llama_rank *R = &m->ranks[rank];
+    int dst = m->call.copy_dst, src = m->call.copy_src;
+    size_t bytes = (size_t)m->shard_len[(int64_t)src * m->G + R->rank] * (size_t)R->kv.kv_dim * dtype_size(R->kv.dtype);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        backend_copy(R->be, kv_cache_k(&R->kv, dst, l, 0), kv_cache_k(&R->kv, src, l, 0), bytes);
+        backend_copy(R->be, kv_cache_v(&R->kv, dst, l, 0), kv_cache_v(&R->kv, src, l, 0), bytes);
+    }
+}
+
+static void slot_copy(llama_model *m, int dst, int src) {
+    m->call = (llama_call){.copy_dst = dst, .copy_src = src};
+    rank_pool_run(m->pool, copy_rank, m);
+    memcpy(m->shard_len + (int64_t)dst * m->G, m->shard_len + (int64_t)src * m->G, sizeof(int64_t) * (size_t)m->G);
+    memcpy(m->pos_rank + (int64_t)dst * m->opt.ctx, m->pos_rank + (int64_t)src * m->opt.ctx, (size_t)m->opt.ctx);
+}
+
+void llama_slot_copy(llama_model *m, int dst, int src) {
+    BURST_ASSERT(dst >= 0 && dst < m->opt.n_slots && src >= 0 && src < m->opt.n_slots && dst != src);
+    tell_workers(m, (int32_t[]){CMD_COPY, dst, src}, 3);
+    slot_copy(m, dst, src);
 }
 
 static burst_status check_batch(const llama_model *m, const llama_segment *segs, int n_segs,
@@ -605,14 +648,21 @@ static burst_status run_batch(llama_model *m, const llama_segment *segs, int n_s
         if (m->ranks[i].st) {
             // A rank failing mid-call leaves the shards inconsistent: the slots must be reset. In a
             // cluster the failure is a lost connection, so the model is out of service.
-            for (int j = 0; j < n_segs; j++) slot_reset(m, segs[j].slot);
+            for (int j = 0; j < n_segs; j++) slot_truncate(m, segs[j].slot, 0);
             if (m->cl) set_fault(m, &m->ranks[i].err);
             *err = m->ranks[i].err;
             return m->ranks[i].st;
         }
-    for (int i = 0; i < n_segs; i++)
-        for (int r = 0; r < m->G; r++)
-            m->shard_len[(int64_t)segs[i].slot * m->G + r] += m->plan.seg[i].new_len[r];
+    for (int i = 0; i < n_segs; i++) {
+        const seg_plan *sp = &m->plan.seg[i];
+        uint8_t *owner = m->pos_rank + (int64_t)sp->slot * m->opt.ctx;
+        for (int r = 0; r < m->G; r++) {
+            m->shard_len[(int64_t)sp->slot * m->G + r] += sp->new_len[r];
+            for (int t = 0; sp->ring && t < sp->rows[r].n_runs; t++)
+                memset(owner + sp->rows[r].run[t].start, r, (size_t)sp->rows[r].run[t].len);
+        }
+        for (int j = 0; !sp->ring && j < sp->n; j++) owner[sp->pos0 + j] = (uint8_t)sp->owner[j];
+    }
     return BURST_OK;
 }
 
@@ -651,8 +701,12 @@ burst_status llama_follow(llama_model *m, burst_error *err) {
             free(cmd);
             return BURST_OK;
         }
-        if (words == 2 && cmd[0] == CMD_RESET && cmd[1] >= 0 && cmd[1] < m->opt.n_slots) {
-            slot_reset(m, cmd[1]);
+        if (words == 3 && cmd[0] == CMD_TRUNCATE && cmd[1] >= 0 && cmd[1] < m->opt.n_slots && cmd[2] >= 0 &&
+            cmd[2] <= llama_slot_len(m, cmd[1])) {
+            slot_truncate(m, cmd[1], cmd[2]);
+        } else if (words == 3 && cmd[0] == CMD_COPY && cmd[1] >= 0 && cmd[1] < m->opt.n_slots && cmd[2] >= 0 &&
+                   cmd[2] < m->opt.n_slots && cmd[1] != cmd[2]) {
+            slot_copy(m, cmd[1], cmd[2]);
         } else if (words >= 3 && cmd[0] == CMD_FORWARD && n_segs >= 1 && n_segs <= m->opt.n_slots && n >= 1 &&
                    words == (size_t)(3 + 3 * n_segs + n)) {
             llama_segment segs[n_segs];

@@ -79,9 +79,14 @@ burst_status llama_prefill(llama_model *m, int slot, const int *tokens, int n, f
 ring_stats llama_ring_stats(const llama_model *m);
 
 int64_t llama_slot_len(const llama_model *m, int slot);
-void llama_slot_reset(llama_model *m, int slot); // forget the slot's tokens
+// Keeps the slot's first len tokens (len <= its length) and forgets the rest: 0 empties it; more
+// keeps a prefix that the next tokens extend, as if only it had been run.
+void llama_slot_truncate(llama_model *m, int slot, int64_t len);
+// Makes slot dst hold what slot src holds (its K/V on every rank), as if src's tokens had been run
+// in dst: several completions of one prompt share its prefill.
+void llama_slot_copy(llama_model *m, int dst, int src);
 
-// A worker's life: runs the leader's llama_forward and llama_slot_reset calls as they come,
+// A worker's life: runs the leader's llama_forward, llama_slot_truncate and llama_slot_copy calls as they come,
 // until the leader frees its model (BURST_OK) or is lost (an error).
 burst_status llama_follow(llama_model *m, burst_error *err);
 // NULL while the model works; once a node of its cluster is lost, why. Every later

@@ -8,7 +8,9 @@
 // rank whose shard is then smallest, so shards stay balanced.
 //
 // K/V rows already in a shard are all older than any new token, so they need no positions: the
-// plan labels them with positions 0..old-1, which every new query sees. The plan is computed once
+// plan labels them with positions 0..old-1, which every new query sees. A rank appends its new
+// rows in position order (a zigzag part's runs ascend), so every shard is in position order and
+// a prefix of the sequence is a prefix of each shard. The plan is computed once
 // per call (by the engine thread) and read by all ranks; it owns its arrays.
 #pragma once
 #include "attention/partition.h"

@@ -238,6 +238,8 @@ static const char load_usage[] =
     "  --concurrency C     requests in flight at once (default 4)\n"
     "  --requests R        requests in all (default 16)\n"
     "  --prompt-tokens P   prompt length in tokens, exactly (default 128)\n"
+    "  --shared-prefix S   the first S prompt tokens are the same in every request, as behind a\n"
+    "                      system prompt (default 0: only BOS; at most P)\n"
     "  --max-tokens M      tokens generated per request, exactly (default 64; EOS is ignored)\n";
 
 static int parse_load(int argc, char **argv, load_args *a) {
@@ -253,6 +255,7 @@ static int parse_load(int argc, char **argv, load_args *a) {
         else if (!strcmp(f, "--requests")) ok = cli_parse_long("burst", f, v, 1, 1 << 24, &n), dst = &a->requests;
         else if (!strcmp(f, "--prompt-tokens")) ok = cli_parse_long("burst", f, v, 1, 1 << 24, &n), dst = &a->prompt_tokens;
         else if (!strcmp(f, "--max-tokens")) ok = cli_parse_long("burst", f, v, 1, 1 << 24, &n), dst = &a->max_tokens;
+        else if (!strcmp(f, "--shared-prefix")) ok = cli_parse_long("burst", f, v, 0, 1 << 24, &n), dst = &a->shared_prefix;
         else {
             fprintf(stderr, "burst: %s: unknown option\n%s", f, load_usage);
             return 0;
@@ -261,7 +264,10 @@ static int parse_load(int argc, char **argv, load_args *a) {
         if (dst) *dst = (int)n;
     }
     if (!a->url) fprintf(stderr, "burst: load needs --url\n%s", load_usage);
-    return a->url != NULL;
+    else if (a->shared_prefix > a->prompt_tokens)
+        fprintf(stderr, "burst: --shared-prefix %d is longer than --prompt-tokens %d\n", a->shared_prefix, a->prompt_tokens);
+    else return 1;
+    return 0;
 }
 
 int main(int argc, char **argv) {

@@ -25,6 +25,9 @@ static const char usage[] =
     "  --batch N         tokens per engine step, decode tokens plus prompt chunks (default 512)\n"
     "  --prefill-chunk N prompt tokens of one request per step at most, so that long prompts\n"
     "                    interleave with other requests (default 256; at most --batch)\n"
+    "  --prefix-cache on|off  keep each finished request's KV cache in its slot, so that a prompt\n"
+    "                    beginning with the same tokens (a chat's next turn, a shared system\n"
+    "                    prompt) skips their prefill (default on)\n"
     "  --max-wait S      answer 429 at once when a request's estimated wait for a KV slot is\n"
     "                    longer than S seconds (default 0: off; --max-queue still applies)\n"
     "  --ranks G         ranks sharing each sequence: BurstAttention prefill, sharded KV cache\n"
@@ -43,14 +46,14 @@ static const char usage[] =
 
 typedef struct {
     const char *model, *host, *api_key, *backend, *comm, *coordinator;
-    int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk, nodes;
+    int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk, nodes, prefix_cache;
     float max_wait, join_timeout;
     burst_dtype kv_dtype;
 } burstd_args;
 
 static int parse_args(int argc, char **argv, burstd_args *a) {
     *a = (burstd_args){.host = "127.0.0.1", .port = 8080, .slots = 4, .max_queue = 64, .batch = 512, .ranks = 1,
-                         .prefill_chunk = 256};
+                         .prefill_chunk = 256, .prefix_cache = 1};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = cli_value("burstd", usage, argc, argv, &i);
         if (!v) return 0;
@@ -61,6 +64,7 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         else if (!strcmp(f, "--api-key")) a->api_key = v;
         else if (!strcmp(f, "--backend")) a->backend = v;
         else if (!strcmp(f, "--comm")) a->comm = v;
+        else if (!strcmp(f, "--prefix-cache")) ok = cli_parse_on_off("burstd", f, v, &a->prefix_cache);
         else if (!strcmp(f, "--kv-dtype")) ok = cli_parse_kv_dtype("burstd", f, v, &a->kv_dtype);
         else if (!strcmp(f, "--coordinator")) a->coordinator = v;
         else if (!strcmp(f, "--nodes")) ok = cli_parse_long("burstd", f, v, 1, 1024, &n), dst = &a->nodes;
@@ -124,7 +128,8 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
     met = metrics_new(model_name(a->model));
     http_options ho = {.host = a->host, .port = a->port, .api_key = a->api_key, .model_name = model_name(a->model)};
     if (engine_start(m, tok, met, &(engine_options){.max_queue = a->max_queue, .prefill_chunk = a->prefill_chunk,
-                                                       .max_wait_s = a->max_wait}, &eng, &err) ||
+                                                       .max_wait_s = a->max_wait, .prefix_cache = a->prefix_cache},
+                     &eng, &err) ||
         http_start(&ho, eng, m, tok, met, &http, &err))
         goto fail;
     LOG_I("listening on http://%s:%d (model %s%s)", a->host, http_port(http), ho.model_name,

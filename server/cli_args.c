@@ -50,3 +50,12 @@ int cli_parse_float(const char *prog, const char *flag, const char *s, float lo,
     *out = v;
     return 1;
 }
+
+int cli_parse_on_off(const char *prog, const char *flag, const char *s, int *out) {
+    if (strcmp(s, "on") && strcmp(s, "off")) {
+        fprintf(stderr, "%s: %s %s: want on or off\n", prog, flag, s);
+        return 0;
+    }
+    *out = !strcmp(s, "on");
+    return 1;
+}

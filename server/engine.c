@@ -13,6 +13,9 @@ typedef struct {
     burst_request *req; // NULL: the slot is free
     uint64_t admitted;  // admission order: older prompts are prefilled first
     int n_prefilled;    // prompt tokens already in the KV cache
+    int n_cached;       // of those, the ones the prefix cache held at admission
+    int choice;         // which of the request's n_choices completions this slot runs
+    int fork_of;        // 1 + the slot whose prompt this choice copies once it is prefilled (0: none)
     int last;           // the last sampled token, fed back at the next decode step
     int n_gen;
     double t_admit, t_first, t_last;
@@ -28,13 +31,22 @@ typedef struct {
     size_t text_in, text_out; // bytes of generated text into the stop matcher, and out of it
 } engine_seq;
 
+// The tokens whose K/V a slot holds, in order, kept while the slot is free: the prefix cache.
+typedef struct {
+    int *tokens;
+    int len, cap;
+    uint64_t used; // admission number of its last request: free slots are reused least recent first
+} slot_tokens;
+
 struct engine {
     llama_model *model;
     const tokenizer *tok;
     metrics *met;
     int n_slots, vocab, ctx, max_batch, prefill_chunk;
     double max_wait_s;
+    int prefix_cache;
     engine_seq *seq;        // (n_slots)
+    slot_tokens *held;      // (n_slots) what each slot's K/V cache holds
     float *logits;          // (n_slots, vocab)
     llama_segment *segs;    // (n_slots)
     int *seg_seq;           // (n_slots) the slot of each segment
@@ -64,20 +76,22 @@ static void set_gauges(engine *e) {
     metrics_set(e->met, METRIC_WAITING, e->q_len);
 }
 
-// Hands the DONE event over, logs the request's line and counts it. A cancelled request says
-// where it was (queued, in its prefill with how far it got, or decoding).
-static void log_finished(engine *e, burst_request *r, const request_result *res, char *tail, sampled_logprobs *lp,
-                         int n_lp, const char *error, int n_prefilled) {
+// Hands a choice's DONE event over, logs its line and counts it (each choice of a request with
+// n_choices > 1 as one). A cancelled request says where it was (queued, in its prefill with how far
+// it got, or decoding).
+static void log_finished(engine *e, burst_request *r, int choice, const request_result *res, char *tail,
+                         sampled_logprobs *lp, int n_lp, const char *error, int n_prefilled) {
     finish_reason why = res->finish;
-    request_push_done(r, tail, lp, n_lp, res);
-    char what[96];
+    request_push_done(r, choice, tail, lp, n_lp, res);
+    char what[96], which[24] = "";
+    if (r->n_choices > 1) snprintf(which, sizeof which, "choice %d ", choice);
     if (why != FINISH_CANCELLED) snprintf(what, sizeof what, "%s", finish_reason_str(why));
     else if (n_prefilled < 0) snprintf(what, sizeof what, "cancelled (client gone) while queued");
     else if (n_prefilled < r->n_prompt)
         snprintf(what, sizeof what, "cancelled (client gone) during prefill at %d/%d prompt tokens", n_prefilled, r->n_prompt);
     else snprintf(what, sizeof what, "cancelled (client gone) while decoding");
-    REQ_LOG(why == FINISH_ERROR ? 'E' : 'I', r, "%s: prompt %d tokens, generated %d tokens, queue %.3f s, ttft %.3f s, "
-            "total %.3f s%s%s", what, r->n_prompt, res->n_gen, res->queue_s, res->ttft_s, res->total_s,
+    REQ_LOG(why == FINISH_ERROR ? 'E' : 'I', r, "%s%s: prompt %d tokens (%d cached), generated %d tokens, queue %.3f s, "
+            "ttft %.3f s, total %.3f s%s%s", which, what, r->n_prompt, res->n_cached, res->n_gen, res->queue_s, res->ttft_s, res->total_s,
             error ? ": " : "", error ? error : "");
     static const metric_counter counter[] = {[FINISH_STOP] = METRIC_FINISHED_STOP, [FINISH_LENGTH] = METRIC_FINISHED_LENGTH,
                                              [FINISH_CANCELLED] = METRIC_CANCELLED_DECODE, [FINISH_ERROR] = METRIC_FAILED};
@@ -136,15 +150,18 @@ static void seq_finish(engine *e, int s, finish_reason why, const char *error) {
     engine_seq *q = &e->seq[s];
     burst_request *r = q->req;
     double q_admit = q->t_admit;
-    request_result res = {.n_prompt = r->n_prompt, .n_gen = q->n_gen, .queue_s = q->t_admit - r->t_accept,
+    request_result res = {.n_prompt = r->n_prompt, .n_cached = q->n_cached, .n_gen = q->n_gen, .queue_s = q->t_admit - r->t_accept,
                           .ttft_s = q->n_gen ? q->t_first - r->t_accept : 0, .total_s = burst_now() - r->t_accept,
                           .finish = why};
     sampled_logprobs *lp = NULL;
     int n_lp = 0;
     char *tail = why == FINISH_ERROR ? strdup(error) : why == FINISH_CANCELLED ? NULL : pending_text(e, q, &lp, &n_lp);
-    log_finished(e, r, &res, tail, lp, n_lp, error, q->n_prefilled);
+    log_finished(e, r, q->choice, &res, tail, lp, n_lp, error, q->n_prefilled);
     if (q->n_gen) metrics_observe(e->met, METRIC_DECODE, burst_now() - q->t_first);
-    llama_slot_reset(e->model, s);
+    if (why == FINISH_ERROR || !e->prefix_cache) { // a failed forward leaves nothing to trust
+        llama_slot_truncate(e->model, s, 0);
+        e->held[s].len = 0;
+    }
     sampler_free(&q->smp);
     detok_free(&q->detok);
     stop_free(&q->stop);
@@ -158,13 +175,55 @@ static void seq_finish(engine *e, int s, finish_reason why, const char *error) {
     if (why != FINISH_CANCELLED && why != FINISH_ERROR) e->request_s = ewma(e->request_s, burst_now() - q_admit);
     set_gauges(e);
     pthread_mutex_unlock(&e->mu);
+    // Choices still waiting for this slot's prefill (cancelled or failed) end with it.
+    for (int t = 0; t < e->n_slots; t++)
+        if (e->seq[t].req && e->seq[t].fork_of == s + 1) seq_finish(e, t, why, error);
 }
 
-// Gives a waiting request the free slot s. Called with e->mu held.
-static void seq_admit(engine *e, int s, burst_request *r) {
+// Tokens at the start of prompt r that slot s holds (at most all but the last prompt token, which
+// must run for its logits; none when r wants every prompt token's logprobs).
+static int cached_prefix(const engine *e, int s, const burst_request *r) {
+    const slot_tokens *h = &e->held[s];
+    int len = 0;
+    if (!e->prefix_cache || r->prompt_logprobs) return 0;
+    while (len < h->len && len < r->n_prompt - 1 && h->tokens[len] == r->prompt[len]) len++;
+    return len;
+}
+
+// The free slot used least recently (or never). Called with e->mu held.
+static int lru_slot(const engine *e) {
+    int lru = -1;
+    for (int s = 0; s < e->n_slots; s++)
+        if (!e->seq[s].req && (lru < 0 || e->held[s].used < e->held[lru].used)) lru = s;
+    return lru;
+}
+
+// The free slot for prompt r: the one holding the longest prefix of it when that prefix is at least
+// half of what the slot holds, else the least recently used (so a short match, say a BOS, does not
+// evict a long conversation); *reuse: the tokens it keeps. Called with e->mu held.
+static int pick_slot(const engine *e, const burst_request *r, int *reuse) {
+    int best = -1, best_len = 0, lru = lru_slot(e);
+    for (int s = 0; s < e->n_slots; s++) {
+        int len = e->seq[s].req ? 0 : cached_prefix(e, s, r);
+        if (len > best_len) best = s, best_len = len;
+    }
+    int s = best >= 0 && 2 * best_len >= e->held[best].len ? best : lru;
+    *reuse = s == best ? best_len : cached_prefix(e, lru, r);
+    return s;
+}
+
+// Gives choice `choice` of a waiting request the free slot s, whose first `reuse` tokens it keeps
+// (the caller cuts the slot's K/V to them). Choices past the first wait for the first one's
+// prefill in slot `lead` and copy it (fork_choices). Called with e->mu held.
+static void seq_admit(engine *e, int s, burst_request *r, int reuse, int choice, int lead) {
     engine_seq *q = &e->seq[s];
-    *q = (engine_seq){.req = r, .admitted = e->n_admitted++, .t_admit = burst_now()};
-    sampler_init(&q->smp, &r->sampling, e->vocab);
+    *q = (engine_seq){.req = r, .admitted = e->n_admitted++, .t_admit = burst_now(), .n_prefilled = reuse,
+                      .n_cached = reuse, .choice = choice, .fork_of = choice ? lead + 1 : 0};
+    e->held[s].len = reuse;
+    e->held[s].used = q->admitted + 1; // 0: never used, the first to go
+    sampler_params sp = r->sampling;
+    sp.seed += (uint64_t)choice; // each choice its own draws (with a seed, reproducibly)
+    sampler_init(&q->smp, &sp, e->vocab);
     detok_init(&q->detok, r->prompt, r->n_prompt);
     stop_init(&q->stop, r->stop, r->n_stop);
     if (r->prompt_logprobs) {
@@ -172,8 +231,13 @@ static void seq_admit(engine *e, int s, burst_request *r) {
         q->prompt_lp[0].chosen = (token_logprob){r->prompt[0], NAN}; // nothing predicts the first token
     }
     e->n_running++;
+    if (choice) return;
     metrics_observe(e->met, METRIC_QUEUE, q->t_admit - r->t_accept);
     metrics_add(e->met, METRIC_PROMPT_TOKENS, (uint64_t)r->n_prompt);
+    if (e->prefix_cache) {
+        metrics_add(e->met, METRIC_PREFIX_QUERIES, (uint64_t)r->n_prompt);
+        metrics_add(e->met, METRIC_PREFIX_HITS, (uint64_t)reuse);
+    }
 }
 
 // Admits waiting requests while slots last; waits while there is nothing to do.
@@ -181,24 +245,47 @@ static void seq_admit(engine *e, int s, burst_request *r) {
 static int admit(engine *e) {
     pthread_mutex_lock(&e->mu);
     while (!e->stopping && !e->n_running && !e->q_len) pthread_cond_wait(&e->cv, &e->mu);
-    for (int s = 0; s < e->n_slots && e->q_len; s++) {
-        if (e->seq[s].req) continue;
+    while (e->q_len && e->n_running + e->queue[e->q_head]->n_choices <= e->n_slots) {
         burst_request *r = e->queue[e->q_head];
         e->q_head = (e->q_head + 1) % e->max_queue;
         e->q_len--;
         if (!request_cancelled(r)) {
-            seq_admit(e, s, r);
+            int reuse, s = pick_slot(e, r, &reuse);
+            seq_admit(e, s, r, reuse, 0, s);
+            for (int c = 1; c < r->n_choices; c++) { // each choice holds a reference, as the first
+                request_retain(r);
+                seq_admit(e, lru_slot(e), r, 0, c, s);
+            }
             continue;
         }
         request_result res = {.n_prompt = r->n_prompt, .total_s = burst_now() - r->t_accept, .finish = FINISH_CANCELLED};
-        log_finished(e, r, &res, NULL, NULL, 0, NULL, -1); // gone before it reached a slot
+        log_finished(e, r, 0, &res, NULL, NULL, 0, NULL, -1); // gone before it reached a slot
         request_release(r);
-        s--; // the slot is still free
     }
     set_gauges(e);
     int running = !e->stopping;
     pthread_mutex_unlock(&e->mu);
+    // Cut the admitted slots' K/V to the prefixes they keep, outside the lock (in a cluster the
+    // workers are told).
+    for (int s = 0; s < e->n_slots; s++)
+        if (e->seq[s].req && llama_slot_len(e->model, s) > e->held[s].len) llama_slot_truncate(e->model, s, e->held[s].len);
     return running;
+}
+
+static void reserve_tokens(slot_tokens *h, int n) {
+    if (n <= h->cap) return;
+    h->tokens = realloc(h->tokens, sizeof(int) * (size_t)(h->cap = 2 * n));
+    BURST_ASSERT(h->tokens && "engine: out of memory holding a slot's tokens");
+}
+
+// Appends the tokens a successful forward call fed to each segment's slot to what it holds.
+static void hold_tokens(engine *e, int n_segs) {
+    for (int i = 0, tok0 = 0; i < n_segs; tok0 += e->segs[i++].n) {
+        slot_tokens *h = &e->held[e->segs[i].slot];
+        reserve_tokens(h, h->len + e->segs[i].n);
+        memcpy(h->tokens + h->len, e->tokens + tok0, sizeof(int) * (size_t)e->segs[i].n);
+        h->len += e->segs[i].n;
+    }
 }
 
 // Samples the next token of slot s from its logits row and hands it over; finishes the request
@@ -239,7 +326,7 @@ static void seq_sample(engine *e, int s, const float *logits) {
     // vLLM, which keeps the entries of every token up to the one that completed the stop string).
     sampled_logprobs *lp = take_logprobs(q, q->text_out, &n_lp);
     if (stopped) q->n_held = 0;
-    request_push_token(r, out, lp, n_lp);
+    request_push_token(r, q->choice, out, lp, n_lp);
     if (stopped) seq_finish(e, s, FINISH_STOP, NULL);
     else if (q->n_gen >= r->max_tokens || llama_slot_len(e->model, s) + 1 > e->ctx) seq_finish(e, s, FINISH_LENGTH, NULL);
 }
@@ -274,7 +361,7 @@ static int build_batch(engine *e) {
         int best = -1;
         for (int s = 0; s < e->n_slots; s++) {
             engine_seq *q = &e->seq[s];
-            if (!q->req || in_batch(e, n_segs, s) || q->n_prefilled >= q->req->n_prompt) continue;
+            if (!q->req || q->fork_of || in_batch(e, n_segs, s) || q->n_prefilled >= q->req->n_prompt) continue;
             int left = q->req->n_prompt - q->n_prefilled;
             if (best < 0) { best = s; continue; }
             int best_left = e->seq[best].req->n_prompt - e->seq[best].n_prefilled;
@@ -324,7 +411,7 @@ static void prefill_progress(engine *e, int seg, double now) {
     burst_request *r = q->req;
     if (q->n_prefilled == r->n_prompt) {
         metrics_observe(e->met, METRIC_PREFILL, now - q->t_admit);
-        if (q->prompt_lp) request_push_token(r, NULL, q->prompt_lp, r->n_prompt);
+        if (q->prompt_lp) request_push_token(r, 0, NULL, q->prompt_lp, r->n_prompt);
         q->prompt_lp = NULL;
         return;
     }
@@ -338,7 +425,7 @@ static void prefill_progress(engine *e, int seg, double now) {
 // tokens in the step that took step_s.
 static void update_estimates(engine *e, int prefill_tokens, double step_s) {
     int64_t used = 0;
-    for (int s = 0; s < e->n_slots; s++) used += llama_slot_len(e->model, s);
+    for (int s = 0; s < e->n_slots; s++) used += e->seq[s].req ? llama_slot_len(e->model, s) : 0;
     metrics_set(e->met, METRIC_KV_USAGE, (double)used / ((double)e->n_slots * e->ctx));
     pthread_mutex_lock(&e->mu);
     if (prefill_tokens) e->prefill_tok_s = ewma(e->prefill_tok_s, prefill_tokens / step_s);
@@ -346,10 +433,26 @@ static void update_estimates(engine *e, int prefill_tokens, double step_s) {
     for (int s = 0; s < e->n_slots; s++) {
         engine_seq *q = &e->seq[s];
         if (!q->req) continue;
-        int prompt_left = q->req->n_prompt - q->n_prefilled, gen_left = q->req->max_tokens - q->n_gen;
+        int prompt_left = q->fork_of ? 0 : q->req->n_prompt - q->n_prefilled, gen_left = q->req->max_tokens - q->n_gen;
         e->slot_left_s[s] = (e->prefill_tok_s > 0 ? prompt_left / e->prefill_tok_s : 0) + gen_left * e->decode_step_s;
     }
     pthread_mutex_unlock(&e->mu);
+}
+
+// Slot s has just prefilled the prompt of a request with several choices: the choices waiting for
+// it copy its K/V and sample their first tokens from the same logits.
+static void fork_choices(engine *e, int s, const float *logits) {
+    for (int t = 0; t < e->n_slots; t++) {
+        engine_seq *c = &e->seq[t];
+        if (!c->req || c->fork_of != s + 1) continue;
+        llama_slot_copy(e->model, t, s);
+        slot_tokens *from = &e->held[s], *to = &e->held[t];
+        reserve_tokens(to, from->len);
+        memcpy(to->tokens, from->tokens, sizeof(int) * (size_t)from->len);
+        to->len = from->len;
+        c->n_prefilled = c->req->n_prompt, c->n_cached = e->seq[s].n_cached, c->fork_of = 0;
+        seq_sample(e, t, logits);
+    }
 }
 
 // One engine step: one llama_forward over every running request, then sampling.
@@ -363,6 +466,7 @@ static void step(engine *e) {
         for (int i = 0; i < n_segs; i++) seq_finish(e, e->seg_seq[i], FINISH_ERROR, err.msg);
         return;
     }
+    hold_tokens(e, n_segs);
     double now = burst_now();
     int prefill_tokens = 0;
     for (int i = 0; i < n_segs; i++) {
@@ -373,6 +477,7 @@ static void step(engine *e) {
             prefill_progress(e, i, now);
         }
         if (q->n_prefilled < q->req->n_prompt) continue;
+        if (q->req->n_choices > 1 && q->n_gen == 0) fork_choices(e, e->seg_seq[i], e->logits + (int64_t)i * e->vocab);
         if (q->req->max_tokens == 0) seq_finish(e, e->seg_seq[i], FINISH_LENGTH, NULL); // echo: the prompt alone
         else seq_sample(e, e->seg_seq[i], e->logits + (int64_t)i * e->vocab);
     }
@@ -394,9 +499,10 @@ burst_status engine_start(llama_model *m, const tokenizer *tok, metrics *met, co
                   .max_batch = lo->max_batch, .vocab = llama_config_of(m)->vocab_size, .max_queue = opt->max_queue,
                   .prefill_chunk = opt->prefill_chunk > 0 && opt->prefill_chunk < lo->max_batch ? opt->prefill_chunk
                                                                                               : lo->max_batch,
-                  .max_wait_s = opt->max_wait_s};
+                  .max_wait_s = opt->max_wait_s, .prefix_cache = opt->prefix_cache};
     e->slot_left_s = burst_calloc((size_t)e->n_slots, sizeof(double));
     e->seq = burst_calloc((size_t)e->n_slots, sizeof *e->seq);
+    e->held = burst_calloc((size_t)e->n_slots, sizeof *e->held);
     e->logits = burst_malloc(sizeof(float) * (size_t)e->n_slots * (size_t)e->vocab);
     e->segs = burst_malloc(sizeof *e->segs * (size_t)e->n_slots);
     e->seg_seq = burst_malloc(sizeof(int) * (size_t)e->n_slots);
@@ -426,7 +532,7 @@ void engine_stop(engine *e) {
     for (; e->q_len; e->q_len--, e->q_head = (e->q_head + 1) % e->max_queue) {
         burst_request *r = e->queue[e->q_head];
         request_result res = {.n_prompt = r->n_prompt, .total_s = burst_now() - r->t_accept, .finish = FINISH_ERROR};
-        log_finished(e, r, &res, strdup("the server is shutting down"), NULL, 0, "the server is shutting down", -1);
+        log_finished(e, r, 0, &res, strdup("the server is shutting down"), NULL, 0, "the server is shutting down", -1);
         request_release(r);
     }
     pthread_cond_destroy(&e->cv);
@@ -436,6 +542,8 @@ void engine_stop(engine *e) {
     free(e->seg_seq);
     free(e->segs);
     free(e->logits);
+    for (int s = 0; s < e->n_slots; s++) free(e->held[s].tokens);
+    free(e->held);
     free(e->seq);
     free(e->slot_left_s);
     free(e);

@@ -8,8 +8,15 @@
 //   4. samples the next token of every segment that reached its prompt's end or decodes, and
 //      hands its text to the request's queue (request_push_token), never waiting on the HTTP side
 //      (a request with max_tokens 0 ends at its prompt's end instead).
+// A request with n_choices > 1 takes that many slots at admission: the first prefills the prompt,
+// the others wait, then copy its K/V (llama_slot_copy) and sample from the same logits, each with
+// its own seed (the request's + its index).
 // A request with prompt_logprobs has its prompt chunks run with every token's logits, which the
 // engine reduces to the logprobs entries at once, chunk by chunk.
+// Prefix cache: a finished request's K/V stay in its slot. A new prompt takes the free slot whose
+// tokens share the longest prefix with it and skips the prefill of that prefix (all but its last
+// token, whose logits it needs), so a chat's next turn or a shared system prompt costs only its
+// new tokens. Free slots with nothing in common are reused least recently used first.
 // A request joins or leaves between steps (continuous batching); a long prompt is prefilled over
 // several steps while others decode, and reports its progress once it has taken a second. A
 // client that goes away stops its work at the next step. Every finished request gets one log line.
@@ -27,6 +34,7 @@ typedef struct {
     int max_queue;     // requests waiting for a slot at most; engine_submit refuses more
     int prefill_chunk; // prompt tokens of one request per step at most (0: max_batch)
     double max_wait_s; // refuse a request whose estimated wait for a slot is longer (0: off)
+    int prefix_cache;  // 1: a slot keeps its K/V after its request, for later prompts that begin alike
 } engine_options;
 
 typedef enum {

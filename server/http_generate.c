@@ -45,10 +45,13 @@ typedef struct {
     openai_call call;
     char *out;          // formatted SSE text not yet handed to libmicrohttpd
     size_t len, off;
+    int left;           // choices not yet ended
+    request_result *results; // (n_choices) how each ended, for the usage chunk
     int done;
 } sse_stream;
 
-// Formats one event as SSE text: a token chunk, or the end (error or final chunk, then [DONE]).
+// Formats one event as SSE text: a token chunk, a choice's final chunk, or the end (an error, or
+// after the last choice's final chunk the usage when asked, then [DONE]).
 static char *sse_format(sse_stream *st, request_event *ev, size_t *len) {
     char *text = NULL;
     FILE *f = open_memstream(&text, len);
@@ -57,20 +60,29 @@ static char *sse_format(sse_stream *st, request_event *ev, size_t *len) {
     if (ev->kind == REQ_EVENT_PROGRESS) {
         fputs(chunk = openai_chunk_progress(&st->call, st->req->id, &ev->progress), f);
     } else if (ev->kind == REQ_EVENT_TOKEN) {
-        fputs(chunk = openai_chunk_text(&st->call, st->req->id, ev->text, ev->logprobs, ev->n_logprobs), f);
+        fputs(chunk = openai_chunk_text(&st->call, st->req->id, ev->choice, ev->text, ev->logprobs, ev->n_logprobs), f);
     } else if (ev->result.finish == FINISH_ERROR) {
         api_error e;
         api_error_set(&e, 500, "server_error", NULL, "%s", ev->text);
         fprintf(f, "data: %s\n\ndata: [DONE]\n\n", chunk = api_error_json(&e));
+        st->done = 1;
     } else {
         if (ev->text[0] || ev->n_logprobs) {
-            fputs(chunk = openai_chunk_text(&st->call, st->req->id, ev->text, ev->logprobs, ev->n_logprobs), f);
+            fputs(chunk = openai_chunk_text(&st->call, st->req->id, ev->choice, ev->text, ev->logprobs, ev->n_logprobs), f);
             free(chunk);
         }
-        fprintf(f, "%sdata: [DONE]\n\n", chunk = openai_chunk_final(&st->call, st->req->id, &ev->result));
+        fputs(chunk = openai_chunk_final(&st->call, st->req->id, ev->choice, &ev->result), f);
+        st->results[ev->choice] = ev->result;
+        if (--st->left == 0) {
+            if (st->call.include_usage) {
+                free(chunk);
+                fputs(chunk = openai_chunk_usage(&st->call, st->req->id, st->results), f);
+            }
+            fputs("data: [DONE]\n\n", f);
+            st->done = 1;
+        }
     }
     free(chunk);
-    st->done = ev->kind == REQ_EVENT_DONE;
     fclose(f);
     return text;
 }
@@ -97,6 +109,7 @@ static void sse_free(void *cls) {
     sse_stream *st = cls;
     openai_call_free(&st->call);
     request_release(st->req);
+    free(st->results);
     free(st->out);
     free(st);
 }
@@ -104,7 +117,8 @@ static void sse_free(void *cls) {
 // Takes call's echo.
 static enum MHD_Result stream(http_server *s, http_request *h, const openai_call *call) {
     sse_stream *st = burst_calloc(1, sizeof *st);
-    *st = (sse_stream){.s = s, .conn = h->conn, .req = h->req, .call = *call};
+    *st = (sse_stream){.s = s, .conn = h->conn, .req = h->req, .call = *call, .left = call->n_choices,
+                       .results = burst_calloc((size_t)call->n_choices, sizeof(request_result))};
     request_retain(h->req);
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, st, sse_free);
     BURST_ASSERT(resp && "http: out of memory creating a response");
@@ -116,37 +130,55 @@ static enum MHD_Result stream(http_server *s, http_request *h, const openai_call
     return r;
 }
 
-// Waits for the whole completion (this connection's own thread), then answers it.
-static enum MHD_Result whole(http_server *s, http_request *h, const openai_call *call) {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    BURST_ASSERT(f && "http: open_memstream failed");
-    sampled_logprobs *lp = NULL; // (n_lp) the tokens' logprobs, when asked
-    int n_lp = 0, cap = 0;
-    request_event *ev;
-    while ((ev = next_event(s, h->conn, h->req))) {
-        fputs(ev->text, f); // progress events carry no text
-        if (n_lp + ev->n_logprobs > cap) {
-            lp = realloc(lp, sizeof *lp * (size_t)(cap = 2 * (n_lp + ev->n_logprobs)));
-            BURST_ASSERT(lp && "http: out of memory collecting logprobs");
+// One choice of a whole completion as its events come: its text and its tokens' logprobs.
+typedef struct {
+    char *text;
+    size_t len;
+    FILE *f;
+    sampled_logprobs *lp;
+    int n_lp, cap;
+} choice_acc;
+
+// Waits for every choice of the whole completion (this connection's own thread), then answers it.
+static enum MHD_Result whole(http_server *s, http_request *h, openai_call *call) {
+    int n = call->n_choices, left = n;
+    choice_acc *acc = burst_calloc((size_t)n, sizeof *acc);
+    openai_choice *out = burst_calloc((size_t)n, sizeof *out);
+    for (int i = 0; i < n; i++) {
+        acc[i].f = open_memstream(&acc[i].text, &acc[i].len);
+        BURST_ASSERT(acc[i].f && "http: open_memstream failed");
+    }
+    request_event *ev = NULL, *error = NULL;
+    while (left && !error && (ev = next_event(s, h->conn, h->req))) {
+        choice_acc *a = &acc[ev->choice];
+        fputs(ev->text, a->f); // progress events carry no text
+        if (a->n_lp + ev->n_logprobs > a->cap) {
+            a->lp = realloc(a->lp, sizeof *a->lp * (size_t)(a->cap = 2 * (a->n_lp + ev->n_logprobs)));
+            BURST_ASSERT(a->lp && "http: out of memory collecting logprobs");
         }
-        for (int i = 0; i < ev->n_logprobs; i++) lp[n_lp++] = ev->logprobs[i];
-        if (ev->kind == REQ_EVENT_DONE) break;
-        request_event_free(ev);
+        for (int i = 0; i < ev->n_logprobs; i++) a->lp[a->n_lp++] = ev->logprobs[i];
+        if (ev->kind == REQ_EVENT_DONE) {
+            out[ev->choice].result = ev->result;
+            left--;
+            if (ev->result.finish == FINISH_ERROR) error = ev;
+        }
+        if (ev != error) request_event_free(ev);
     }
-    fclose(f);
+    for (int i = 0; i < n; i++) {
+        fclose(acc[i].f);
+        out[i] = (openai_choice){.text = acc[i].text, .lp = acc[i].lp, .n_lp = acc[i].n_lp, .result = out[i].result};
+    }
     enum MHD_Result r = MHD_NO; // the client went away: close the connection
-    if (ev && ev->result.finish == FINISH_ERROR) {
+    if (error) {
         api_error e;
-        r = http_reply_error(s, h, (api_error_set(&e, 500, "server_error", NULL, "%s", ev->text), &e));
-    } else if (ev) {
-        r = http_reply(h, MHD_HTTP_OK, "application/json",
-                       openai_response(call, h->req->id, text, lp, n_lp, &ev->result));
+        r = http_reply_error(s, h, (api_error_set(&e, 500, "server_error", NULL, "%s", error->text), &e));
+    } else if (!left) {
+        r = http_reply(h, MHD_HTTP_OK, "application/json", openai_response(call, h->req->id, out));
     }
-    request_event_free(ev);
-    free(lp);
-    free(text);
+    request_event_free(error);
+    for (int i = 0; i < n; i++) free(acc[i].text), free(acc[i].lp);
+    free(acc);
+    free(out);
     return r;
 }
 

@@ -18,6 +18,7 @@ typedef struct {
     double *gaps;         // (n_tokens - 1) inter-token gaps
     int n_tokens, cap, status, done, failed;
     int n_usage;          // completion_tokens of the usage chunk (-1: none came)
+    int n_cached;         // its prompt_tokens_details.cached_tokens
     int n_progress;       // prompt_progress events (a long prefill reporting before its first token)
     char error[256];
     char *pending;        // SSE text not yet split into events
@@ -46,7 +47,10 @@ static void on_event(load_record *r, const char *data) {
         r->n_progress++;
     } else if (!choice && cJSON_IsObject(usage)) {
         const cJSON *n = cJSON_GetObjectItemCaseSensitive(usage, "completion_tokens");
+        const cJSON *cached = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(usage, "prompt_tokens_details"), "cached_tokens");
         r->n_usage = cJSON_IsNumber(n) ? n->valueint : -1;
+        r->n_cached = cJSON_IsNumber(cached) ? cached->valueint : 0;
     } else if (!choice) {
         const cJSON *msg = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "error"), "message");
         snprintf(r->error, sizeof r->error, "%s", cJSON_IsString(msg) ? msg->valuestring : data);
@@ -83,9 +87,10 @@ static void on_body(void *ctx, const char *data, size_t n) {
 
 static char *request_body(const load_args *a, int index) {
     cJSON *o = cJSON_CreateObject(), *p = cJSON_AddArrayToObject(o, "prompt");
-    uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(index + 1);
+    uint64_t x = 0x2545F4914F6CDD1Dull; // the shared prefix: the same draws for every request
     cJSON_AddItemToArray(p, cJSON_CreateNumber(1)); // BOS
     for (int i = 1; i < a->prompt_tokens; i++) {
+        if (i == (a->shared_prefix > 1 ? a->shared_prefix : 1)) x = 0x9E3779B97F4A7C15ull * (uint64_t)(index + 1);
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         cJSON_AddItemToArray(p, cJSON_CreateNumber(3 + (double)(x % 256))); // byte pieces <0x00>..<0xFF>
     }
@@ -155,8 +160,10 @@ static int report(const load_args *a, load_record *rec, double wall) {
         for (int j = 0; j + 1 < r->n_tokens; j++) itl[n_itl++] = r->gaps[j];
         tokens += r->n_tokens;
     }
-    printf("burst load: %s, %d requests (%d failed), concurrency %d, prompt %d tokens, %d tokens each, %.2f s\n",
-           a->url, a->requests, failed, a->concurrency, a->prompt_tokens, a->max_tokens, wall);
+    long long cached = 0;
+    for (int i = 0; i < a->requests; i++) cached += rec[i].n_cached;
+    printf("burst load: %s, %d requests (%d failed), concurrency %d, prompt %d tokens (%d shared), %d tokens each, "
+           "%.2f s\n", a->url, a->requests, failed, a->concurrency, a->prompt_tokens, a->shared_prefix, a->max_tokens, wall);
     printf("%-22s %10s %10s %10s %10s %8s\n", "", "p50", "p90", "p99", "mean", "n");
     print_row("time to first token s", ttft, n_ttft);
     print_row("inter-token latency s", itl, n_itl);
@@ -164,6 +171,7 @@ static int report(const load_args *a, load_record *rec, double wall) {
     int progress = 0, with_progress = 0;
     for (int i = 0; i < a->requests; i++) progress += rec[i].n_progress, with_progress += rec[i].n_progress > 0;
     if (progress) printf("prompt progress: %d events before first tokens, on %d requests\n", progress, with_progress);
+    printf("prefix cache: %lld of %lld prompt tokens cached\n", cached, (long long)a->requests * a->prompt_tokens);
     free(ttft);
     free(itl);
     return failed ? 1 : 0;

@@ -51,6 +51,8 @@ static const metric_desc counter_desc[METRIC_N_COUNTERS] = {
     [METRIC_FAILED] = {"request_failure_total", "", "Requests the engine failed."},
     [METRIC_REJECTED] = {"request_rejected_total", "", "Requests answered 429 (queue full or wait past --max-wait)."},
     [METRIC_PREEMPTIONS] = {"num_preemptions_total", "", "Prefill steps cut short to run other requests first."},
+    [METRIC_PREFIX_QUERIES] = {"prefix_cache_queries_total", "", "Prompt tokens looked up in the prefix cache."},
+    [METRIC_PREFIX_HITS] = {"prefix_cache_hits_total", "", "Prompt tokens found in the prefix cache (their prefill skipped)."},
 };
 static const metric_desc gauge_desc[METRIC_N_GAUGES] = {
     [METRIC_RUNNING] = {"num_requests_running", "", "Requests holding a KV slot."},

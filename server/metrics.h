@@ -27,6 +27,8 @@ typedef enum {
     METRIC_FAILED,            // request_failure_total (the engine failed)
     METRIC_REJECTED,          // request_rejected_total (429: queue full, or the wait would pass --max-wait)
     METRIC_PREEMPTIONS,       // num_preemptions_total: a prefill step cut short for other requests' work
+    METRIC_PREFIX_QUERIES,    // prefix_cache_queries_total: prompt tokens looked up in the prefix cache
+    METRIC_PREFIX_HITS,       // prefix_cache_hits_total: ... found there (their prefill skipped)
     METRIC_N_COUNTERS,
 } metric_counter;
 

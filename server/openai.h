@@ -29,6 +29,12 @@ int api_error_set(api_error *e, int status, const char *type, const char *code, 
     __attribute__((format(printf, 5, 6)));
 char *api_error_json(const api_error *e);
 
+// What formatting one choice moves on.
+typedef struct {
+    long long text_offset; // completions with logprobs: characters of text before the next token
+    int sent_role;         // chat streams name the role in a choice's first chunk only
+} openai_choice_state;
+
 // One call of a generation route, as the response formatter needs it.
 typedef struct {
     openai_kind kind;
@@ -40,8 +46,8 @@ typedef struct {
     int logprobs;        // the request asked for logprobs (with echo: the prompt's too)
     char *echo;          // completions with echo: the prompt's text, put before the completion
                          // (malloc'd; a stream frees it once sent)
-    long long text_offset; // completions with logprobs: characters of text before the next token
-    int sent_role;       // chat streams name the role in their first chunk only
+    int n_choices;       // OpenAI's n: completions of the prompt, each a choice with its index
+    openai_choice_state *state; // (n_choices) malloc'd
 } openai_call;
 
 void openai_call_free(openai_call *call);
@@ -49,24 +55,38 @@ void openai_call_free(openai_call *call);
 typedef struct {
     const tokenizer *tok;
     int vocab, ctx;      // token ids must be < vocab; prompt + max_tokens <= ctx
+    int max_choices;     // n at most (the KV slots: each choice takes one)
 } openai_limits;
 
-// Parses a request body (valid UTF-8, NUL-terminated) into req's prompt, max_tokens, sampling
-// (penalties, logit bias), stop strings, ignore_eos and logprobs, and call's stream, include_usage,
-// logprobs and echo. Returns 1, or 0 with a 400 in e (call may hold echo either way).
+// Parses a request body (valid UTF-8, NUL-terminated) into req's prompt, max_tokens, n_choices,
+// sampling (penalties, logit bias), stop strings, ignore_eos and logprobs, and call's stream,
+// include_usage, logprobs, echo and n_choices (up to lim's max_choices; 1 with echo). Returns 1, or
+// 0 with a 400 in e (call may hold echo and state either way).
 int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, burst_request *req,
                  openai_call *call, api_error *e);
 
-// Stream chunks: one per token event (with the n_lp logprobs entries it carries; with echo the
-// first carries the prompt's text and, when asked, the prompt's logprobs); the last carries
-// finish_reason; with include_usage, a chunk with no choices and the usage follows; then
-// "data: [DONE]". Before the first token, a long prefill sends chunks with no choices and an
-// extra field "prompt_progress": {"processed", "total", "elapsed_s"} (OpenAI clients ignore it).
+// Stream chunks, each of one choice (its index): one per token event (with the n_lp logprobs
+// entries it carries; with echo the first carries the prompt's text and, when asked, the prompt's
+// logprobs); the choice's last carries finish_reason. Once every choice has ended, with
+// include_usage a chunk with no choices and the usage of them all follows; then "data: [DONE]".
+// Before the first token, a long prefill sends chunks with no choices and an extra field
+// "prompt_progress": {"processed", "total", "elapsed_s"} (OpenAI clients ignore it).
 char *openai_chunk_progress(openai_call *call, const char *id, const request_progress *p);
-char *openai_chunk_text(openai_call *call, const char *id, const char *text, const sampled_logprobs *lp, int n_lp);
-char *openai_chunk_final(openai_call *call, const char *id, const request_result *res);
-// The whole (non-streamed) response; lp: the n_lp tokens' logprobs when asked (with echo, the
-// prompt's first). An entry with logprob NAN (the prompt's first token) is written with null
-// logprob and alternatives, as OpenAI and vLLM write it.
-char *openai_response(const openai_call *call, const char *id, const char *text, const sampled_logprobs *lp,
-                      int n_lp, const request_result *res);
+char *openai_chunk_text(openai_call *call, const char *id, int choice, const char *text, const sampled_logprobs *lp,
+                        int n_lp);
+char *openai_chunk_final(openai_call *call, const char *id, int choice, const request_result *res);
+char *openai_chunk_usage(openai_call *call, const char *id, const request_result *res); // (n_choices) results
+
+// One choice of a whole response: its text, the n_lp tokens' logprobs when asked (with echo, the
+// prompt's first), and how it ended.
+typedef struct {
+    const char *text;
+    const sampled_logprobs *lp;
+    int n_lp;
+    request_result result;
+} openai_choice;
+
+// The whole (non-streamed) response of call's n_choices choices. An entry with logprob NAN (the
+// prompt's first token) is written with null logprob and alternatives, as OpenAI and vLLM write it.
+// usage counts the prompt once and the completion tokens of every choice.
+char *openai_response(openai_call *call, const char *id, const openai_choice *choices);

@@ -170,9 +170,9 @@ static int get_max_tokens(const cJSON *o, openai_kind kind, const openai_limits 
 }
 
 static int get_sampling(const cJSON *o, burst_request *req, api_error *e) {
-    double temperature = 1, top_p = 1, seed = 0, n = 1, presence = 0, frequency = 0;
+    double temperature = 1, top_p = 1, seed = 0, presence = 0, frequency = 0;
     int ok = get_number(o, "temperature", 0, 2, &temperature, e) && get_number(o, "top_p", 0, 1, &top_p, e) &&
-             get_int(o, "seed", -9007199254740991.0, 9007199254740991.0, &seed, e) && get_int(o, "n", 1, 1, &n, e) &&
+             get_int(o, "seed", -9007199254740991.0, 9007199254740991.0, &seed, e) &&
              get_number(o, "presence_penalty", -2, 2, &presence, e) &&
              get_number(o, "frequency_penalty", -2, 2, &frequency, e) && get_bool(o, "ignore_eos", &req->ignore_eos, e);
     if (ok && top_p <= 0) ok = BAD(e, "'top_p' must be in (0, 1]");
@@ -262,6 +262,18 @@ static int reject_unsupported(const cJSON *o, api_error *e) {
     return 1;
 }
 
+// "n": completions of the prompt, each in a KV slot of its own (so at most the slots); 1 with echo.
+static int get_choices(const cJSON *o, const openai_limits *lim, burst_request *req, openai_call *call, api_error *e) {
+    double n = 1;
+    if (!get_int(o, "n", 1, 1e9, &n, e)) return 0;
+    if (n > lim->max_choices)
+        return BAD(e, "'n' must be at most %d: each choice takes one of the server's KV slots (--slots)", lim->max_choices);
+    if (n > 1 && call->echo) return BAD(e, "'n' greater than 1 with 'echo' is not supported");
+    req->n_choices = call->n_choices = (int)n;
+    call->state = burst_calloc((size_t)n, sizeof *call->state);
+    return 1;
+}
+
 int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, burst_request *req,
                  openai_call *call, api_error *e) {
     cJSON *o = cJSON_Parse(body);
@@ -274,7 +286,7 @@ int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, b
     ok = ok && (kind == OPENAI_CHAT ? get_messages(o, lim, req, e) : get_prompt(o, lim, req, &prompt_text, e));
     ok = ok && get_bool(o, "stream", &call->stream, e) && get_stream_options(o, call, e) && get_stop(o, req, e);
     ok = ok && get_sampling(o, req, e) && get_logit_bias(o, lim, req, e) && get_logprobs(o, kind, req, call, e);
-    ok = ok && (kind == OPENAI_CHAT || get_echo(o, lim, req, prompt_text, call, e));
+    ok = ok && (kind == OPENAI_CHAT || get_echo(o, lim, req, prompt_text, call, e)) && get_choices(o, lim, req, call, e);
     ok = ok && get_max_tokens(o, kind, lim, req, call, e);
     cJSON_Delete(o);
     return ok;
@@ -282,5 +294,7 @@ int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, b
 
 void openai_call_free(openai_call *call) {
     free(call->echo);
+    free(call->state);
     call->echo = NULL;
+    call->state = NULL;
 }

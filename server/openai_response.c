@@ -25,31 +25,43 @@ char *api_error_json(const api_error *e) {
     return print(o);
 }
 
-static cJSON *usage(const request_result *r) {
+// The usage of n choices of one prompt: the prompt once, every choice's tokens, the first token of any.
+static cJSON *usage(const request_result *r, int n) {
+    int gen = 0;
+    double ttft = 0;
+    for (int i = 0; i < n; i++) {
+        gen += r[i].n_gen;
+        if (r[i].ttft_s > 0 && (ttft == 0 || r[i].ttft_s < ttft)) ttft = r[i].ttft_s;
+    }
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "prompt_tokens", r->n_prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", r->n_gen);
-    cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + r->n_gen);
-    cJSON_AddNumberToObject(u, "time_to_first_token_s", r->ttft_s);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", r->n_cached);
+    cJSON_AddNumberToObject(u, "completion_tokens", gen);
+    cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + gen);
+    cJSON_AddNumberToObject(u, "time_to_first_token_s", ttft);
     cJSON_AddNumberToObject(u, "queue_time_s", r->queue_s);
     return u;
 }
 
-// The envelope every response and chunk shares; *choice is its one choice, or with choice NULL,
-// "choices" is empty (progress and usage chunks).
-static cJSON *envelope(const openai_call *c, const char *id, int chunk, cJSON **choice) {
+// The envelope every response and chunk shares, with its "choices" array (empty for progress and
+// usage chunks).
+static cJSON *envelope(const openai_call *c, const char *id, int chunk) {
     static const char *object[2][2] = {{"text_completion", "text_completion"}, {"chat.completion", "chat.completion.chunk"}};
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", id);
     cJSON_AddStringToObject(o, "object", object[c->kind == OPENAI_CHAT][chunk]);
     cJSON_AddNumberToObject(o, "created", (double)c->created);
     cJSON_AddStringToObject(o, "model", c->model);
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
-    if (!choice) return o;
-    *choice = cJSON_CreateObject();
-    cJSON_AddNumberToObject(*choice, "index", 0);
-    cJSON_AddItemToArray(choices, *choice);
+    cJSON_AddArrayToObject(o, "choices");
     return o;
+}
+
+// Adds choice `index` to o's "choices" and returns it.
+static cJSON *add_choice(cJSON *o, int index) {
+    cJSON *choice = cJSON_CreateObject();
+    cJSON_AddNumberToObject(choice, "index", index);
+    cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(o, "choices"), choice);
+    return choice;
 }
 
 static char *join(const char *a, const char *b) {
@@ -90,7 +102,7 @@ static long long utf8_chars(const char *s) {
 // Completions' logprobs: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}],
 // "text_offset"}; the offsets count characters of the tokens' strings from the first token's (the
 // echoed prompt's, with echo). The prompt's first token has null logprob and alternatives.
-static cJSON *completion_logprobs(openai_call *c, const sampled_logprobs *lp, int n) {
+static cJSON *completion_logprobs(const openai_call *c, openai_choice_state *st, const sampled_logprobs *lp, int n) {
     cJSON *o = cJSON_CreateObject(), *tokens = cJSON_AddArrayToObject(o, "tokens");
     cJSON *logprobs = cJSON_AddArrayToObject(o, "token_logprobs"), *tops = cJSON_AddArrayToObject(o, "top_logprobs");
     cJSON *offsets = cJSON_AddArrayToObject(o, "text_offset");
@@ -98,8 +110,8 @@ static cJSON *completion_logprobs(openai_call *c, const sampled_logprobs *lp, in
     for (int i = 0; i < n; i++) {
         char *t = token_string(c, lp[i].chosen.id, &byte);
         cJSON_AddItemToArray(tokens, cJSON_CreateString(t));
-        cJSON_AddItemToArray(offsets, cJSON_CreateNumber((double)c->text_offset));
-        c->text_offset += utf8_chars(t);
+        cJSON_AddItemToArray(offsets, cJSON_CreateNumber((double)st->text_offset));
+        st->text_offset += utf8_chars(t);
         free(t);
         if (isnan(lp[i].chosen.logprob)) {
             cJSON_AddItemToArray(logprobs, cJSON_CreateNull());
@@ -144,15 +156,16 @@ static cJSON *chat_logprobs(const openai_call *c, const sampled_logprobs *lp, in
 }
 
 // The choice's "logprobs": null unless asked, else those of the n tokens lp.
-static void add_logprobs(openai_call *c, cJSON *choice, const sampled_logprobs *lp, int n) {
+static void add_logprobs(const openai_call *c, openai_choice_state *st, cJSON *choice, const sampled_logprobs *lp,
+                         int n) {
     if (!c->logprobs) cJSON_AddNullToObject(choice, "logprobs");
-    else cJSON_AddItemToObject(choice, "logprobs", c->kind == OPENAI_COMPLETION ? completion_logprobs(c, lp, n)
+    else cJSON_AddItemToObject(choice, "logprobs", c->kind == OPENAI_COMPLETION ? completion_logprobs(c, st, lp, n)
                                                                                : chat_logprobs(c, lp, n));
 }
 
 // The choice's text: "text" for completions (after the echoed prompt: a stream sends it with its
 // first text), a delta (or message) for chats.
-static void add_text(openai_call *c, cJSON *choice, const char *key, const char *text) {
+static void add_text(openai_call *c, openai_choice_state *st, cJSON *choice, const char *key, const char *text) {
     if (c->kind == OPENAI_COMPLETION) {
         char *all = join(c->echo ? c->echo : "", text ? text : "");
         cJSON_AddStringToObject(choice, "text", all);
@@ -164,21 +177,22 @@ static void add_text(openai_call *c, cJSON *choice, const char *key, const char 
         return;
     }
     cJSON *d = cJSON_AddObjectToObject(choice, key);
-    if (!c->sent_role) cJSON_AddStringToObject(d, "role", "assistant");
-    c->sent_role = c->stream;
+    if (!st->sent_role) cJSON_AddStringToObject(d, "role", "assistant");
+    st->sent_role = c->stream;
     if (text) cJSON_AddStringToObject(d, "content", text);
 }
 
-char *openai_chunk_text(openai_call *c, const char *id, const char *text, const sampled_logprobs *lp, int n_lp) {
-    cJSON *choice, *o = envelope(c, id, 1, &choice);
-    add_text(c, choice, "delta", text);
-    add_logprobs(c, choice, lp, n_lp);
+char *openai_chunk_text(openai_call *c, const char *id, int index, const char *text, const sampled_logprobs *lp,
+                        int n_lp) {
+    cJSON *o = envelope(c, id, 1), *choice = add_choice(o, index);
+    add_text(c, &c->state[index], choice, "delta", text);
+    add_logprobs(c, &c->state[index], choice, lp, n_lp);
     cJSON_AddNullToObject(choice, "finish_reason");
     return sse(o);
 }
 
 char *openai_chunk_progress(openai_call *c, const char *id, const request_progress *p) {
-    cJSON *o = envelope(c, id, 1, NULL);
+    cJSON *o = envelope(c, id, 1);
     cJSON *pp = cJSON_AddObjectToObject(o, "prompt_progress");
     cJSON_AddNumberToObject(pp, "processed", p->processed);
     cJSON_AddNumberToObject(pp, "total", p->total);
@@ -186,28 +200,30 @@ char *openai_chunk_progress(openai_call *c, const char *id, const request_progre
     return sse(o);
 }
 
-char *openai_chunk_final(openai_call *c, const char *id, const request_result *res) {
-    cJSON *choice, *o = envelope(c, id, 1, &choice);
-    add_text(c, choice, "delta", c->kind == OPENAI_COMPLETION ? "" : NULL);
-    add_logprobs(c, choice, NULL, 0);
+char *openai_chunk_final(openai_call *c, const char *id, int index, const request_result *res) {
+    cJSON *o = envelope(c, id, 1), *choice = add_choice(o, index);
+    add_text(c, &c->state[index], choice, "delta", c->kind == OPENAI_COMPLETION ? "" : NULL);
+    add_logprobs(c, &c->state[index], choice, NULL, 0);
     cJSON_AddStringToObject(choice, "finish_reason", finish_reason_str(res->finish));
-    char *finish = sse(o);
-    if (!c->include_usage) return finish;
-    o = envelope(c, id, 1, NULL);
-    cJSON_AddItemToObject(o, "usage", usage(res));
-    char *with_usage = sse(o), *both = join(finish, with_usage);
-    free(finish);
-    free(with_usage);
-    return both;
+    return sse(o);
 }
 
-char *openai_response(const openai_call *call, const char *id, const char *text, const sampled_logprobs *lp,
-                      int n_lp, const request_result *res) {
-    openai_call c = *call; // formatting moves sent_role and text_offset; the caller's call stays as it was
-    cJSON *choice, *o = envelope(&c, id, 0, &choice);
-    add_text(&c, choice, "message", text);
-    add_logprobs(&c, choice, lp, n_lp);
-    cJSON_AddStringToObject(choice, "finish_reason", finish_reason_str(res->finish));
-    cJSON_AddItemToObject(o, "usage", usage(res));
+char *openai_chunk_usage(openai_call *c, const char *id, const request_result *res) {
+    cJSON *o = envelope(c, id, 1);
+    cJSON_AddItemToObject(o, "usage", usage(res, c->n_choices));
+    return sse(o);
+}
+
+char *openai_response(openai_call *c, const char *id, const openai_choice *choices) {
+    cJSON *o = envelope(c, id, 0);
+    request_result res[c->n_choices];
+    for (int i = 0; i < c->n_choices; i++) {
+        cJSON *choice = add_choice(o, i);
+        add_text(c, &c->state[i], choice, "message", choices[i].text);
+        add_logprobs(c, &c->state[i], choice, choices[i].lp, choices[i].n_lp);
+        cJSON_AddStringToObject(choice, "finish_reason", finish_reason_str(choices[i].result.finish));
+        res[i] = choices[i].result;
+    }
+    cJSON_AddItemToObject(o, "usage", usage(res, c->n_choices));
     return print(o);
 }

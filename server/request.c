@@ -19,6 +19,7 @@ const char *finish_reason_str(finish_reason f) {
 
 burst_request *request_new(void) {
     burst_request *r = burst_calloc(1, sizeof *r);
+    r->n_choices = 1;
     pthread_mutex_init(&r->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -62,17 +63,17 @@ static void push(burst_request *r, request_event *e) {
     pthread_mutex_unlock(&r->mu);
 }
 
-void request_push_token(burst_request *r, char *text, sampled_logprobs *logprobs, int n_logprobs) {
+void request_push_token(burst_request *r, int choice, char *text, sampled_logprobs *logprobs, int n_logprobs) {
     request_event *e = burst_calloc(1, sizeof *e);
-    *e = (request_event){.kind = REQ_EVENT_TOKEN, .text = text ? text : strdup(""), .logprobs = logprobs,
+    *e = (request_event){.kind = REQ_EVENT_TOKEN, .choice = choice, .text = text ? text : strdup(""), .logprobs = logprobs,
                          .n_logprobs = n_logprobs};
     push(r, e);
 }
 
-void request_push_done(burst_request *r, char *text, sampled_logprobs *logprobs, int n_logprobs,
+void request_push_done(burst_request *r, int choice, char *text, sampled_logprobs *logprobs, int n_logprobs,
                        const request_result *result) {
     request_event *e = burst_calloc(1, sizeof *e);
-    *e = (request_event){.kind = REQ_EVENT_DONE, .text = text ? text : strdup(""), .logprobs = logprobs,
+    *e = (request_event){.kind = REQ_EVENT_DONE, .choice = choice, .text = text ? text : strdup(""), .logprobs = logprobs,
                          .n_logprobs = n_logprobs, .result = *result};
     push(r, e);
 }

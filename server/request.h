@@ -24,6 +24,7 @@ const char *finish_reason_str(finish_reason f); // "stop", "length", "cancelled"
 
 typedef struct {
     int n_prompt, n_gen;  // tokens in the prompt, tokens sampled (EOS included)
+    int n_cached;         // prompt tokens whose K/V came from the prefix cache
     double queue_s;       // accepted -> admitted to a KV slot
     double ttft_s;        // accepted -> first token handed over (0: none)
     double total_s;       // accepted -> finished
@@ -44,6 +45,7 @@ typedef enum {
 
 typedef struct request_event {
     request_event_kind kind;
+    int choice;            // TOKEN and DONE: which of the request's n_choices completions
     char *text;            // malloc'd
     // TOKEN and DONE, when the request asked for logprobs: the entries of the tokens whose text
     // begins in this event's text, in order (malloc'd, or NULL when none). A token's entry waits
@@ -52,7 +54,7 @@ typedef struct request_event {
     // the prompt's n_prompt entries; the first has logprob NAN (nothing predicts it).
     sampled_logprobs *logprobs;
     int n_logprobs;
-    request_result result; // DONE only
+    request_result result; // DONE only (of its choice; every choice ends with a DONE)
     request_progress progress; // PROGRESS only
     struct request_event *next;
 } request_event;
@@ -62,6 +64,7 @@ typedef struct burst_request {
     int *prompt;          // (n_prompt) token ids, malloc'd
     int n_prompt;
     int max_tokens;       // >= 1; or 0 (completions with echo): only the prompt is run
+    int n_choices;        // completions of the prompt (OpenAI's n), sampled apart after one prefill
     int ignore_eos;       // keep sampling past EOS (load tests)
     int logprobs;         // 1: every TOKEN event carries its token's logprobs (of the raw logits)
     int top_logprobs;     // with logprobs: the most likely alternatives to report (0..20)
@@ -84,8 +87,8 @@ void request_release(burst_request *r);
 
 // Engine side: queue an event. They take text (NULL for "") and logprobs (n_logprobs entries; NULL
 // for none).
-void request_push_token(burst_request *r, char *text, sampled_logprobs *logprobs, int n_logprobs);
-void request_push_done(burst_request *r, char *text, sampled_logprobs *logprobs, int n_logprobs,
+void request_push_token(burst_request *r, int choice, char *text, sampled_logprobs *logprobs, int n_logprobs);
+void request_push_done(burst_request *r, int choice, char *text, sampled_logprobs *logprobs, int n_logprobs,
                        const request_result *result);
 void request_push_progress(burst_request *r, const request_progress *p);
 // HTTP side: the next event, waiting at most timeout_s; NULL on timeout. Free with request_event_free.

@@ -1,13 +1,19 @@
 // Test tool: runs a model on given token ids and writes the logits to a file, for comparison
 // with the float64 reference in test_logits.py and across rank counts.
-//   forward_dump [--backend NAME] [--kv-dtype f32|bf16] DIR OUT BATCH RANKS p0 p1 ... [-- d0 d1 ...]
-// Prefills p0.. in chunks of BATCH tokens on RANKS ranks, then feeds d0.. one token at a time.
-// OUT holds float32 rows of vocab logits: one after the prefill, one after each decode token.
+//   forward_dump [--backend NAME] [--kv-dtype f32|bf16] DIR OUT BATCH RANKS p0 p1 ... [-- d0 d1 ...] [+ L q0 q1 ...]
+// Prefills p0.. in chunks of BATCH tokens on RANKS ranks, then feeds d0.. one token at a time;
+// then keeps the first L tokens of the slot (llama_slot_truncate) and prefills q0.. after them.
+// OUT holds float32 rows of vocab logits: one after the prefill, one after each decode token, one
+// after the prefill that follows the cut.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/llama.h"
+
+static const char usage[] =
+    "usage: forward_dump [--backend NAME] [--kv-dtype f32|bf16] DIR OUT BATCH RANKS p0 p1 ... [-- d0 d1 ...] "
+    "[+ L q0 q1 ...]\n";
 
 int main(int argc, char **argv) {
     const char *backend = "cpu";
@@ -16,13 +22,15 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[1], "--backend")) backend = argv[2];
         else if (strcmp(argv[1], "--kv-dtype") || !dtype_parse(argv[2], &kv_dtype)) argc = 0; // usage
     if (argc < 6) {
-        fprintf(stderr, "usage: forward_dump [--backend NAME] [--kv-dtype f32|bf16] DIR OUT BATCH RANKS p0 p1 ... [-- d0 d1 ...]\n");
+        fputs(usage, stderr);
         return 2;
     }
-    int n = argc - 5, *ids = malloc(sizeof(int) * (size_t)n), n_prompt = n;
-    for (int i = 0; i < n; i++) {
-        if (!strcmp(argv[5 + i], "--")) n_prompt = n_prompt < i ? n_prompt : i, ids[i] = -1;
-        else ids[i] = atoi(argv[5 + i]);
+    // ids holds the three runs of tokens one after another: prompt, decode, after the cut.
+    int n = argc - 5, *ids = malloc(sizeof(int) * (size_t)n), len[3] = {0}, part = 0, keep = 0, total = 0;
+    for (int i = 5; i < argc; i++) {
+        if (!strcmp(argv[i], "--") && part == 0) part = 1;
+        else if (!strcmp(argv[i], "+") && part < 2 && i + 1 < argc) part = 2, keep = atoi(argv[++i]);
+        else ids[total++] = atoi(argv[i]), len[part]++;
     }
     burst_error err;
     llama_model *m;
@@ -35,11 +43,20 @@ int main(int argc, char **argv) {
     int vocab = llama_config_of(m)->vocab_size;
     float *logits = malloc(sizeof(float) * (size_t)vocab);
     FILE *out = fopen(argv[2], "wb");
-    int rc = out && !llama_prefill(m, 0, ids, n_prompt, logits, &err) ? 0 : 1;
+    int rc = out && !llama_prefill(m, 0, ids, len[0], logits, &err) ? 0 : 1;
     if (!rc) fwrite(logits, sizeof(float), (size_t)vocab, out);
-    for (int i = n_prompt + 1; !rc && i < n; i++) {
+    for (int i = len[0]; !rc && i < len[0] + len[1]; i++) {
         llama_segment seg = {.slot = 0, .n = 1};
         rc = llama_forward(m, &seg, 1, &ids[i], logits, NULL, NULL, &err) ? 1 : 0;
+        if (!rc) fwrite(logits, sizeof(float), (size_t)vocab, out);
+    }
+    if (!rc && part == 2) {
+        if (keep < 0 || keep > llama_slot_len(m, 0)) {
+            fputs(usage, stderr);
+            return 2;
+        }
+        llama_slot_truncate(m, 0, keep);
+        rc = llama_prefill(m, 0, ids + len[0] + len[1], len[2], logits, &err) ? 1 : 0;
         if (!rc) fwrite(logits, sizeof(float), (size_t)vocab, out);
     }
     if (rc) fprintf(stderr, "E %s\n", out ? err.msg : "cannot open output");

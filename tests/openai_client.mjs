@@ -1,6 +1,7 @@
 // Streams one chat completion and one completion from burstd with the official `openai` npm
-// client (greedy), asks a chat for logprobs, and prints {"chat": ..., "completion": ..., "usage": ...,
-// "logprobs": ...} as one JSON line.
+// client (greedy), asks a chat for logprobs, asks for two choices (a chat, and a streamed
+// completion), and prints {"chat": ..., "completion": ..., "usage": ..., "logprobs": ...,
+// "chat_n2": [...], "completion_n2": [...]} as one JSON line.
 // usage: node openai_client.mjs BASE_URL API_KEY MODEL
 import OpenAI from "openai";
 
@@ -27,6 +28,16 @@ const scored = await client.chat.completions.create({
   model, messages: [{ role: "user", content: "Tell me a story" }], max_tokens: 5, temperature: 0,
   logprobs: true, top_logprobs: 3,
 });
+const chatN2 = await client.chat.completions.create({
+  model, messages: [{ role: "user", content: "Tell me a story" }], max_tokens: 30, temperature: 0, n: 2,
+});
+const completionN2 = [];
+for await (const chunk of await client.completions.create({
+  model, prompt: "Once upon a time", max_tokens: 40, temperature: 0, n: 2, stream: true,
+})) {
+  for (const c of chunk.choices) completionN2[c.index] = (completionN2[c.index] ?? "") + c.text;
+}
 const models = await client.models.list();
 console.log(JSON.stringify({ chat: chat.text, completion: completion.text, usage: completion.usage,
-                             logprobs: scored.choices[0].logprobs.content, models: models.data.map((m) => m.id) }));
+                             logprobs: scored.choices[0].logprobs.content, models: models.data.map((m) => m.id),
+                             chat_n2: chatN2.choices.map((c) => c.message.content), completion_n2: completionN2 }));

@@ -98,9 +98,7 @@ static double rms(const float *x, int64_t n) {
 // A bf16-rounded value with |x| >= 2^-14 is exact in f16: encode it bit by bit.
 static uint16_t f16_bits_exact(float x) {
     uint32_t u;
-    float r;
-    uint32_t b = (uint32_t)f32_to_bf16(x) << 16;
-    memcpy(&r, &b, 4);
+    float r = bf16_to_f32(f32_to_bf16(x));
     if (fabsf(r) < 6.103515625e-05f) r = copysignf(6.103515625e-05f, r);
     memcpy(&u, &r, 4);
     uint32_t sign = (u >> 16) & 0x8000u, exp = ((u >> 23) & 0xff) - 127 + 15, man = (u >> 13) & 0x3ff;
@@ -124,9 +122,7 @@ static test_weight make_weight(burst_dtype dt, int64_t rows, int64_t cols, float
     w.approx = burst_malloc((size_t)n * sizeof(float));
     for (int64_t i = 0; i < n; i++) {
         float x = test_uniform(lo, hi);
-        uint32_t b = (uint32_t)f32_to_bf16(x) << 16;
-        if (dt == DTYPE_F32) w.approx[i] = x;
-        else memcpy(&w.approx[i], &b, 4);
+        w.approx[i] = dt == DTYPE_F32 ? x : bf16_to_f32(f32_to_bf16(x));
         if (dt == DTYPE_F32) ((float *)w.data)[i] = x;
         else if (dt == DTYPE_BF16) ((uint16_t *)w.data)[i] = f32_to_bf16(x);
         else ((uint16_t *)w.data)[i] = f16_bits_exact(x);

@@ -18,18 +18,10 @@
 #include "common/cuda_check.h"
 #include "tests/attention_ref.h"
 
-// Round to nearest even bf16 (inputs are finite); returns the bits, stores the rounded float.
-static uint16_t to_bf16(float *x) {
-    uint32_t u;
-    memcpy(&u, x, 4);
-    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    memcpy(x, &u, 4);
-    return (uint16_t)(u >> 16);
-}
-
+// Rounds x to bf16 in place (nearest even) and uploads the bits.
 static uint16_t *upload_bf16(float *x, int64_t n) {
     uint16_t *h = burst_malloc((size_t)(n + 1) * 2), *d;
-    for (int64_t i = 0; i < n; i++) h[i] = to_bf16(&x[i]);
+    for (int64_t i = 0; i < n; i++) h[i] = f32_to_bf16(x[i]), x[i] = bf16_to_f32(h[i]);
     CUDA_CHECK(cudaMalloc((void **)&d, (size_t)(n + 1) * 2));
     CUDA_CHECK(cudaMemcpy(d, h, (size_t)n * 2, cudaMemcpyHostToDevice));
     free(h);

@@ -44,6 +44,7 @@ with tempfile.TemporaryDirectory() as tmp:
         (["generate", "--model", STORIES, "--prompt", "x", "--max-tokens", "-3"], "--max-tokens -3"),
         (["generate", "--model", STORIES, "--prompt", "x", "--temperature", "hot"], "--temperature hot"),
         (["generate", "--model", STORIES, "--prompt", "x", "--bogus", "1"], "--bogus"),
+        (["generate", "--model", STORIES, "--prompt", "x", "--kv-dtype", "f16"], "--kv-dtype f16: want f32 or bf16"),
         (["generate", "--model", STORIES, "--prompt", "Once upon a time", "--ctx", "3"], "exceeds the context"),
         (["frobnicate"], "unknown command"),
     ]

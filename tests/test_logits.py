@@ -13,6 +13,11 @@ TOOL = os.path.join(os.environ["BURST_BIN"], "tests", "forward_dump")
 # Relative L2 error allowed: float32 compute over a few layers lands near 1e-6; 1e-4 is the
 # issue's bound and leaves room for longer sums (hidden 200, 150 positions).
 MAX_REL = 1e-4
+# With a bf16 KV cache the reference rounds float64 K/V and burst float32 K/V: an element within
+# ~1e-7 of a bf16 rounding midpoint (a few per run here) rounds the other way, moving by 2^-8
+# relative. Most runs land near 2e-7; 25 runs saw up to 1.6e-4, one earlier 6.6e-4. A stride or
+# conversion bug costs O(1). Near-ties of the greedy choice get the same allowance.
+MAX_REL_BF16, TIE_BF16 = 5e-3, 1e-2
 CASES = [  # model shape, prompt length, prefill chunk, ranks, decode steps
     dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="f32"), n=37, batch=8, dec=5),
     dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="f32"), n=37, batch=16, ranks=3, dec=5),
@@ -45,10 +50,11 @@ for i, case in enumerate(CASES):
         rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
         # Greedy choices must agree wherever the reference's top two are not a near tie.
         top2 = np.sort(ref, -1)[:, -2:]
-        clear = top2[:, 1] - top2[:, 0] > 1e-4
-        ok = got.shape == ref.shape and rel < MAX_REL and \
+        bound = MAX_REL_BF16 if kv == "bf16" else MAX_REL
+        clear = top2[:, 1] - top2[:, 0] > (TIE_BF16 if kv == "bf16" else 1e-4)
+        ok = got.shape == ref.shape and rel < bound and \
             np.array_equal(got.argmax(-1)[clear], ref.argmax(-1)[clear])
         failures += not ok
         print(f"{'ok  ' if ok else 'FAIL'} case {i} {case['model']} G={case.get('ranks', 1)} KV {kv}: {got.shape[0]} logit rows, rel err {rel:.2e} "
-              f"(max {MAX_REL:g}), max abs err {np.abs(got - ref).max():.2e}")
+              f"(max {bound:g}), max abs err {np.abs(got - ref).max():.2e}")
 sys.exit(1 if failures else 0)

@@ -70,14 +70,19 @@ for G, P, batch, kv in ((2, 2, 512, "f32"), (3, 2, 512, "f32"), (4, 3, 512, "f32
 
 # Prompt logprobs of a ~300-token prompt (chunks of 256 and the rest, both split zigzag over the
 # ranks, whose rows are gathered for the logits) from one process, for burstd with a worker below.
+# Then a prompt that extends the first request's: the prefix cache cuts that slot (CMD_TRUNCATE to
+# the workers) and prefills the rest.
 ECHO = {"prompt": " ".join([PROMPT] * 6), "max_tokens": 0, "echo": True, "logprobs": 3, "temperature": 0}
+body = {"prompt": PROMPT, "max_tokens": 40, "temperature": 0}
+FOLLOW = {"prompt": PROMPT + " Then the cat", "max_tokens": 20, "temperature": 0, "logprobs": 2}
 with Burstd(STORIES, "--ranks", "3") as d:
+    d.request("POST", "/v1/completions", body)
     _, _, one_echo = d.request("POST", "/v1/completions", ECHO)
+    _, _, one_follow = d.request("POST", "/v1/completions", FOLLOW)
 
 # burstd as the leader; then the worker dies.
 coord = f"127.0.0.1:{free_port()}"
 w = worker(coord)
-body = {"prompt": PROMPT, "max_tokens": 40, "temperature": 0}
 with Burstd(STORIES, "--ranks", "3", "--nodes", "2", "--coordinator", coord) as d:
     want = generate("--ranks", "3", "--max-tokens", "40").stdout.rstrip("\n")
     status, _, r = d.request("POST", "/v1/completions", body)
@@ -89,6 +94,13 @@ with Burstd(STORIES, "--ranks", "3", "--nodes", "2", "--coordinator", coord) as 
     # Each rank runs the same float32 arithmetic in both; only the transport differs: bit for bit.
     check("burstd over 2 processes: the prompt's logprobs (echo) = one process's",
           status == 200 and len(got.get("tokens", [])) > 256 and got == want, (status, str(got)[:300], str(want)[:300]))
+    status, _, r = d.request("POST", "/v1/completions", FOLLOW)
+    cached = r.get("usage", {}).get("prompt_tokens_details", {}).get("cached_tokens", 0)
+    check(f"burstd over 2 processes: a prompt extending the first reuses its K/V ({cached} tokens) and answers "
+          "as one process, logprobs bit for bit", status == 200 and cached > 20 and
+          r["usage"] == {**one_follow["usage"], "time_to_first_token_s": r["usage"]["time_to_first_token_s"],
+                         "queue_time_s": r["usage"]["queue_time_s"]} and r["choices"] == one_follow["choices"],
+          (status, str(r)[:300], str(one_follow)[:300]))
     status, _, h = d.request("GET", "/health")
     check("health ok with the worker up", status == 200 and h.get("status") == "ok", h)
     w.kill()

@@ -51,7 +51,7 @@ with Burstd(STORIES) as srv:
           and events[-2]["choices"] == [] and events[-2]["usage"]["completion_tokens"] == 40
           and events[-2]["usage"]["time_to_first_token_s"] > 0 and events[-3]["choices"][0]["finish_reason"] == "length",
           events[-3:])
-    check("log line for the request", srv.wait_log(r"cmpl-\d+ \| length: prompt 5 tokens, generated 40 tokens, "
+    check("log line for the request", srv.wait_log(r"cmpl-\d+ \| length: prompt 5 tokens \(0 cached\), generated 40 tokens, "
                                                    r"queue [\d.]+ s, ttft [\d.]+ s, total [\d.]+ s"), srv.log()[-500:])
 
     # Chats: the LLaMA-2 template, whole and streamed, against burst generate on the templated prompt.
@@ -107,7 +107,9 @@ with Burstd(STORIES) as srv:
         ("POST", C, {"prompt": "x", "stream": "yes"}, 400, "'stream' must be a boolean"),
         ("POST", C, {"prompt": "x", "stop": [1]}, 400, "'stop'"),
         ("POST", C, {"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "'stop'"),
-        ("POST", C, {"prompt": "x", "n": 2}, 400, "'n'"),
+        ("POST", C, {"prompt": "x", "n": 5}, 400, "'n' must be at most 4: each choice takes one of the server's KV slots"),
+        ("POST", C, {"prompt": "x", "n": 0}, 400, "'n' must be an integer"),
+        ("POST", C, {"prompt": "x", "n": 2, "echo": True}, 400, "'n' greater than 1 with 'echo' is not supported"),
         ("POST", C, {"prompt": "x", "model": 3}, 400, "'model' must be a string"),
         ("POST", C, {"prompt": "x", "suffix": "end"}, 400, "'suffix' (text insertion) is not supported"),
         ("POST", C, {"prompt": "x", "best_of": 3}, 400, "'best_of' other than 1"),
@@ -174,6 +176,7 @@ with tempfile.TemporaryDirectory() as tmp:
                        [[], "--model DIR is required"],
                        [["--model", STORIES, "--port", "http"], "--port http"],
                        [["--model", STORIES, "--slots", "0"], "--slots 0"],
+                       [["--model", STORIES, "--kv-dtype", "int8"], "--kv-dtype int8: want f32 or bf16"],
                        [["--model", STORIES, "--host", "no.such.host.invalid", "--port", "0"], "no.such.host.invalid"]):
         r = subprocess.run([os.path.join(BIN, "burstd"), *args], capture_output=True, text=True, timeout=60)
         check(f"burstd {args[-2:]} fails: {want!r}", r.returncode not in (0, None) and r.returncode < 128

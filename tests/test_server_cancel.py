@@ -50,7 +50,7 @@ with tempfile.TemporaryDirectory() as tmp:
         t_close = time.time()
         for t in waiters:
             t.join(120)
-        m = srv.wait_log(r"cmpl-\d+ \| cancelled \(client gone\) while decoding: prompt \d+ tokens, generated (\d+) tokens, "
+        m = srv.wait_log(r"cmpl-\d+ \| cancelled \(client gone\) while decoding: prompt \d+ tokens \(\d+ cached\), generated (\d+) tokens, "
                          r"queue [\d.]+ s, ttft [\d.]+ s, total ([\d.]+) s")
         check("the cancel is logged", m is not None, srv.log()[-800:])
         if m:

@@ -1,8 +1,10 @@
 """32 concurrent streaming requests on one burstd (stories260K, 8 slots: 24 wait their turn) all
 finish with the text `burst generate` gives greedily, and /metrics counts exactly 32 more
 first-token observations; `burst load` against it reports percentiles and the server counts
-exactly the tokens it asked for."""
+exactly the tokens it asked for; with --shared-prefix its prompts share their first tokens, which
+the prefix cache holds (as it reports from the usage and the server counts)."""
 import os
+import re
 import subprocess
 import threading
 
@@ -49,6 +51,20 @@ with Burstd(STORIES, "--slots", "8", "--max-queue", "64") as srv:
           (r.returncode, r.stdout, r.stderr))
     check("burst load: exact token counts", srv.metric("generation_tokens_total") - gen_before == 80
           and srv.metric("prompt_tokens_total") - prompt_before == 160)
+    # A shared 16-token prefix: after the first requests, the prefix cache holds it for the rest.
+    hits_before = srv.metric("prefix_cache_hits_total")
+    r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--concurrency", "1", "--requests", "4",
+                        "--prompt-tokens", "20", "--shared-prefix", "16", "--max-tokens", "4"],
+                       capture_output=True, text=True, timeout=120)
+    got = re.search(r"prefix cache: (\d+) of 80 prompt tokens cached", r.stdout)
+    hits = srv.metric("prefix_cache_hits_total") - hits_before
+    check(f"burst load --shared-prefix 16: one at a time, requests 2-4 reuse the prefix ({got and got.group(1)} "
+          f"cached; the server counts {hits:.0f})", r.returncode == 0 and "(16 shared)" in r.stdout and got
+          and int(got.group(1)) == hits >= 3 * 16, (r.stdout, r.stderr))
+    r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--prompt-tokens", "8",
+                        "--shared-prefix", "9"], capture_output=True, text=True, timeout=60)
+    check("burst load: --shared-prefix past --prompt-tokens is refused", r.returncode == 2
+          and "--shared-prefix 9 is longer than --prompt-tokens 8" in r.stderr, (r.returncode, r.stderr))
     r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url + "/nowhere", "--requests", "2"],
                        capture_output=True, text=True, timeout=60)
     check("burst load reports failures", r.returncode == 1 and "status 404" in r.stderr, (r.returncode, r.stderr))

@@ -1,0 +1,135 @@
+"""Several completions of one prompt (OpenAI's n), on stories260K: the prompt is prefilled once and
+its K/V copied to each choice's slot (llama_slot_copy), then each choice samples on its own with
+the request's seed + its index.
+- greedy n=3: every choice is the n=1 answer (text; logprobs within 1e-4), on 1 rank and on 3
+  (the copy of a sharded slot); usage counts the prompt once and every choice's tokens;
+- seeded sampling n=4: choice i is the n=1 completion with seed + i, the choices differ, and the
+  same request again gives the same choices;
+- streamed: every chunk names its choice, each choice's text equals the whole response's, each
+  ends with its finish_reason, then one usage chunk and [DONE]; chats name the role in each
+  choice's first delta;
+- n = --slots takes every slot; a request behind it waits and runs after;
+- a client that leaves a streamed n=3 request frees all three slots."""
+import os
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+from burstd_util import MODELS, STORIES, Burstd, Checks, need_stories
+from make_random_model import write_model
+
+need_stories()
+check = Checks()
+C, H = "/v1/completions", "/v1/chat/completions"
+PROMPT = "Once upon a time, there was a little girl named Lily. She loved to"
+TOL = 1e-4
+
+
+def post(d, path, body):
+    status, _, r = d.request("POST", path, body)
+    if status != 200:
+        raise RuntimeError(f"{status}: {r}")
+    return r
+
+
+def lps(choice):
+    return np.array(choice["logprobs"]["token_logprobs"], dtype=float)
+
+
+def greedy(d, tag):
+    body = {"prompt": PROMPT, "max_tokens": 24, "temperature": 0, "logprobs": 2}
+    one = post(d, C, body)
+    many = post(d, C, {**body, "n": 3})
+    ch = many["choices"]
+    ref = one["choices"][0]
+    diff = max(np.abs(lps(c) - lps(ref)).max() if len(lps(c)) == len(lps(ref)) else np.inf for c in ch)
+    check(f"{tag}: greedy n=3: choices 0, 1, 2, each the n=1 text, logprobs within {TOL} (max diff {diff:.1e})",
+          [c["index"] for c in ch] == [0, 1, 2] and all(c["text"] == ref["text"] for c in ch) and diff < TOL,
+          [c["text"] for c in ch] + [ref["text"]])
+    u = many["usage"]
+    check(f"{tag}: usage counts the prompt once and the tokens of every choice",
+          u["prompt_tokens"] == one["usage"]["prompt_tokens"] and u["completion_tokens"] == 72
+          and u["total_tokens"] == u["prompt_tokens"] + 72, u)
+
+
+with Burstd(STORIES, "--slots", "4") as d:
+    greedy(d, "1 rank")
+
+    body = {"prompt": PROMPT, "max_tokens": 20, "temperature": 1, "seed": 1234}
+    many = [c["text"] for c in post(d, C, {**body, "n": 4})["choices"]]
+    singles = [post(d, C, {**body, "seed": 1234 + i})["choices"][0]["text"] for i in range(4)]
+    check("seeded n=4: choice i is the n=1 completion with seed + i", many == singles, (many, singles))
+    check("seeded n=4: the choices differ", len(set(many)) > 1, many)
+    again = [c["text"] for c in post(d, C, {**body, "n": 4})["choices"]]
+    check("seeded n=4: the same request again gives the same choices", again == many, (again, many))
+
+    whole = post(d, C, {**body, "n": 3, "max_tokens": 12})
+    status, events = d.stream(C, {**body, "n": 3, "max_tokens": 12, "stream_options": {"include_usage": True}})
+    chunks = [e for e in events if isinstance(e, dict) and e["choices"]]
+    texts, finals = ["", "", ""], [None] * 3
+    for e in chunks:
+        (c,) = e["choices"]
+        texts[c["index"]] += c["text"]
+        if c["finish_reason"]:
+            finals[c["index"]] = c["finish_reason"]
+    usage = [e for e in events if isinstance(e, dict) and not e["choices"] and "usage" in e]
+    check("streamed n=3: one choice a chunk, each choice's text = the whole response's, each ends with its reason",
+          status == 200 and texts == [c["text"] for c in whole["choices"]]
+          and finals == [c["finish_reason"] for c in whole["choices"]], (texts, finals))
+    check("streamed n=3: then one usage chunk with every choice's tokens, and [DONE]",
+          len(usage) == 1 and usage[0]["usage"]["completion_tokens"] == whole["usage"]["completion_tokens"]
+          and events[-1] == "[DONE]" and events[-2] is usage[0], events[-3:])
+
+    chat = {"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 8, "temperature": 0, "n": 2}
+    r = post(d, H, chat)
+    check("chat n=2: two assistant messages", [c["index"] for c in r["choices"]] == [0, 1]
+          and all(c["message"]["role"] == "assistant" for c in r["choices"])
+          and r["choices"][0]["message"]["content"] == r["choices"][1]["message"]["content"], r["choices"])
+    status, events = d.stream(H, chat)
+    first = {}
+    for e in events:
+        if isinstance(e, dict) and e["choices"]:
+            first.setdefault(e["choices"][0]["index"], e["choices"][0]["delta"])
+    check("chat streamed n=2: each choice's first delta names the role",
+          status == 200 and sorted(first) == [0, 1] and all(x.get("role") == "assistant" for x in first.values()), first)
+
+
+with Burstd(STORIES, "--slots", "3", "--ranks", "3") as d:
+    greedy(d, "3 ranks")
+
+# On a random-weight model slow enough to watch (a few ms a token on one CPU thread):
+with tempfile.TemporaryDirectory() as tmp:
+    write_model(tmp, dim=256, hidden=768, layers=4, heads=8, kv_heads=4, vocab=512, max_seq=4096,
+                tokenizer=os.path.join(MODELS, "stories260K", "tokenizer.model"))
+    with Burstd(tmp, "--slots", "4") as d:
+        # n = --slots takes every slot: a request sent behind it waits, then runs.
+        out = {}
+        t = threading.Thread(target=lambda: out.update(big=post(d, C, {"prompt": PROMPT, "max_tokens": 300, "n": 4,
+                                                                         "temperature": 1, "ignore_eos": True})))
+        t.start()
+        deadline = time.time() + 30
+        while d.metric("num_requests_running") < 4 and time.time() < deadline:
+            time.sleep(0.01)
+        small = post(d, C, {"prompt": "Tim", "max_tokens": 4})
+        t.join(120)
+        check("n=4 on 4 slots: four choices of 300 tokens; a request behind it waited and ran",
+              len(out["big"]["choices"]) == 4 and out["big"]["usage"]["completion_tokens"] == 1200
+              and small["usage"]["completion_tokens"] == 4 and small["usage"]["queue_time_s"] > 0.05,
+              (out["big"]["usage"], small["usage"]))
+
+        # A client that leaves a streamed n=3 request: the three slots free at once.
+        c = d.connect()
+        c.request("POST", C, body=b'{"prompt": "Tim", "max_tokens": 3000, "n": 3, "stream": true, "ignore_eos": true}',
+                  headers={"Content-Type": "application/json"})
+        resp = c.getresponse()
+        first = resp.readline()
+        c.close()
+        gone = [d.wait_log(rf"choice {i} cancelled \(client gone\) while decoding", timeout=30) for i in range(3)]
+        check("a client leaving a streamed n=3 request: all three choices cancelled",
+              resp.status == 200 and first.startswith(b"data: ") and all(gone),
+              [line for line in d.lines if "cmpl-5" in line])
+        r = post(d, C, {"prompt": PROMPT, "max_tokens": 4, "n": 4})
+        check("... and their slots free again (n=4 runs)", len(r["choices"]) == 4, r)
+check.exit()

@@ -1,0 +1,138 @@
+"""The prefix cache (burstd --prefix-cache, on by default), on stories260K: a prompt that begins
+with tokens a free slot already holds skips their prefill, and the answer is the one a daemon
+without the cache gives (same greedy text, logprobs within 1e-4: the chunks differ, so float32
+rounding may).
+- usage.prompt_tokens_details.cached_tokens says how many (whole and streamed), and the metrics
+  prefix_cache_queries_total / prefix_cache_hits_total sum the prompt and the cached tokens;
+- a prompt that extends an earlier one reuses all of it; the same prompt again all but its last
+  token (whose logits give the first new token); a chat's next turn (earlier prompt + its answer +
+  more) reuses the earlier prompt and the answer's tokens; a prompt cut inside the earlier one
+  reuses up to the cut; a prompt sharing only BOS reuses 1;
+- with two slots, each follow-up finds the slot that holds its prefix;
+- echo with logprobs reuses nothing (every prompt token's logits are needed), and gives the
+  reference's prompt logprobs;
+- on 3 ranks (shards cut inside zigzag parts) and on 1;
+- --prefix-cache off caches nothing; a bad value is refused in one line."""
+import os
+import subprocess
+
+REF_PORT = None
+import numpy as np
+
+from burstd_util import BIN, ENV, STORIES, Burstd, Checks, need_stories, stream_text
+
+need_stories()
+check = Checks()
+C = "/v1/completions"
+TOL = 1e-4
+# A fixed seed: a random continuation whose first token happened to equal the token the slot holds
+# there (1 in 509) would make a cached count one more than the checks below say.
+rng = np.random.default_rng(20261123)
+
+
+def ids(n):
+    return [1] + rng.integers(3, 512, n - 1).tolist()
+
+
+hits = []  # cached_tokens of every request to the daemon under test, for the metrics check
+
+
+def complete(d, prompt, max_tokens=12, **extra):
+    status, _, body = d.request("POST", C, {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                                            "logprobs": 0, **extra})
+    if status != 200:
+        raise RuntimeError(f"{status}: {body}")
+    if d.port != REF_PORT:
+        hits.append(cached(body))
+    return body
+
+
+def cached(body):
+    return body["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+def same_answer(name, got, ref):
+    """Same text, and logprobs (of the generated tokens; of the prompt's too with echo) within TOL."""
+    g, r = got["choices"][0], ref["choices"][0]
+    a = np.array([np.nan if x is None else x for x in g["logprobs"]["token_logprobs"]], dtype=float)
+    b = np.array([np.nan if x is None else x for x in r["logprobs"]["token_logprobs"]], dtype=float)
+    diff = np.nanmax(np.abs(a - b)) if a.shape == b.shape else np.inf
+    check(f"{name}: same text, logprobs within {TOL} (max diff {diff:.1e})",
+          g["text"] == r["text"] and diff < TOL, f"{g['text']!r} vs {r['text']!r}")
+
+
+def run(ranks):
+    global REF_PORT
+    tag = f"{ranks} rank(s)"
+    hits.clear()
+    with Burstd(STORIES, "--slots", "2", "--ranks", str(ranks), "--prefill-chunk", "32") as d, \
+            Burstd(STORIES, "--slots", "2", "--prefix-cache", "off") as ref:
+        REF_PORT = ref.port
+        p = ids(100)
+        a = complete(d, p)
+        same_answer(f"{tag}: first prompt", a, complete(ref, p))
+        check(f"{tag}: first prompt: nothing cached", cached(a) == 0, cached(a))
+
+        longer = p + ids(31)[1:]
+        b = complete(d, longer)
+        same_answer(f"{tag}: prompt extending the first", b, complete(ref, longer))
+        check(f"{tag}: prompt extending the first: its 100 tokens cached", cached(b) == 100, cached(b))
+
+        again = complete(d, longer)
+        check(f"{tag}: same prompt again: all but its last token cached", cached(again) == 129, cached(again))
+        same_answer(f"{tag}: same prompt again", again, b)
+
+        # A chat's next turn: the earlier prompt, its answer, a new question (as text).
+        text = "Once upon a time, there was a little girl named Lily. She loved to play"
+        t1 = complete(d, text, max_tokens=16)
+        turn2 = text + t1["choices"][0]["text"] + ". One day, her mom said"
+        t2 = complete(d, turn2)
+        same_answer(f"{tag}: next turn of a chat", t2, complete(ref, turn2))
+        n1 = t1["usage"]["prompt_tokens"]
+        check(f"{tag}: next turn of a chat: the first turn's prompt and most of its answer cached "
+              f"({cached(t2)} of {t2['usage']['prompt_tokens']}; first prompt {n1})",
+              n1 + 8 <= cached(t2) < t2["usage"]["prompt_tokens"], cached(t2))
+
+        cut = longer[:57] + ids(20)[1:]
+        c = complete(d, cut)
+        same_answer(f"{tag}: prompt leaving the cached one at token 57", c, complete(ref, cut))
+        check(f"{tag}: prompt leaving the cached one at token 57: 57 cached", cached(c) == 57, cached(c))
+
+        other = ids(40)
+        o = complete(d, other)
+        check(f"{tag}: unrelated prompt: BOS alone cached", cached(o) == 1, cached(o))
+
+        # Two slots, two conversations: each follow-up finds its own slot.
+        x, y = ids(50), ids(60)
+        complete(d, x), complete(d, y)
+        x2, y2 = x + ids(10)[1:], y + ids(10)[1:]
+        cx, cy = cached(complete(d, x2)), cached(complete(d, y2))
+        check(f"{tag}: two slots: each follow-up reuses its own prefix ({cx}, {cy})", cx == 50 and cy == 60)
+
+        e = complete(d, x2, max_tokens=2, echo=True, logprobs=1)
+        same_answer(f"{tag}: echo with logprobs after a cached prompt", e,
+                    complete(ref, x2, max_tokens=2, echo=True, logprobs=1))
+        check(f"{tag}: echo with logprobs reuses nothing", cached(e) == 0, cached(e))
+
+        # The echo took the least recently used slot, x2's; y2's is still there.
+        s_status, events = d.stream(C, {"prompt": y2, "max_tokens": 3, "temperature": 0,
+                                        "stream_options": {"include_usage": True}})
+        usage = [ev["usage"] for ev in events if isinstance(ev, dict) and ev.get("usage")]
+        check(f"{tag}: streamed usage says cached_tokens",
+              s_status == 200 and usage and usage[-1]["prompt_tokens_details"]["cached_tokens"] == 68, usage)
+        hits.append(68)
+
+        queries, got = d.metric("prefix_cache_queries_total"), d.metric("prefix_cache_hits_total")
+        check(f"{tag}: metrics count the hits ({got:.0f} of {queries:.0f} prompt tokens)", got == sum(hits),
+              f"want {sum(hits)}")
+        check(f"{tag}: nothing cached with --prefix-cache off", ref.metric("prefix_cache_hits_total") == 0)
+
+
+run(1)
+run(3)
+
+r = subprocess.run([os.path.join(BIN, "burstd"), "--model", STORIES, "--prefix-cache", "maybe"],
+                   capture_output=True, text=True, timeout=60, env=ENV)
+check("--prefix-cache maybe is refused in one line",
+      r.returncode != 0 and r.stderr.strip() == "burstd: --prefix-cache maybe: want on or off", r.stderr)
+check.exit()
