@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
         comm_group *grp = NULL;
         burst_error err;
         if (!tcp) grp = comm_threads_group_new(G, NULL);
-        else if (comm_tcp_group_new(NULL, G, &grp, &err)) return fprintf(stderr, "E %s\n", err.msg), 1;
+        else if (comm_tcp_group_new(NULL, G, 600, &grp, &err)) return fprintf(stderr, "E %s\n", err.msg), 1;
         for (int r = 0; r < G; r++) {
             jobs[r] = (job){.N = atoi(argv[i]), .G = G, .H = H, .K = K, .D = D, .rank = r, .grp = grp,
                             .kv_dtype = kv_bf16 ? DTYPE_BF16 : DTYPE_F32};

@@ -29,7 +29,8 @@ comm_group *comm_threads_group_new(int n_ranks, void (*transfer)(void *dst, cons
 // not built in or a node has fewer GPUs than ranks. TCP: one connection to rank+1 and one from
 // rank-1 per rank, each driven by a helper thread so that a ring step runs beside compute.
 burst_status comm_nccl_group_new(cluster *cl, int n_ranks, comm_group **out, burst_error *err);
-burst_status comm_tcp_group_new(cluster *cl, int n_ranks, comm_group **out, burst_error *err);
+// stall_s: a TCP transfer that moves no byte this long fails (net_set_timeout).
+burst_status comm_tcp_group_new(cluster *cl, int n_ranks, double stall_s, comm_group **out, burst_error *err);
 void comm_group_free(comm_group *g);
 comm *comm_group_rank(comm_group *g, int rank); // one of this process's ranks
 

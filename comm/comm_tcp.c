@@ -199,7 +199,7 @@ static burst_status connect_ring(tcp_group *t, cluster *cl, int n, int first, in
     return BURST_OK;
 }
 
-burst_status comm_tcp_group_new(cluster *cl, int n_ranks, comm_group **out, burst_error *err) {
+burst_status comm_tcp_group_new(cluster *cl, int n_ranks, double stall_s, comm_group **out, burst_error *err) {
     *out = NULL;
     int P = cluster_nodes(cl), node = cluster_node(cl), first, count;
     if (n_ranks < P) return BURST_FAIL(err, BURST_ERR_INVALID, "tcp: %d ranks over %d nodes (want at least one each)", n_ranks, P);
@@ -222,6 +222,8 @@ burst_status comm_tcp_group_new(cluster *cl, int n_ranks, comm_group **out, burs
     BURST_CHECK_GEN(pthread_mutex_init(&t->mu, NULL), 0, strerror);
     BURST_CHECK_GEN(pthread_cond_init(&t->cv, NULL), 0, strerror);
     if (!st) st = connect_ring(t, cl, n_ranks, first, lfd, ports, err);
+    for (int i = 0; !st && i < count; i++)
+        if (!(st = net_set_timeout(t->ranks[i].out.fd, stall_s, err))) st = net_set_timeout(t->ranks[i].in.fd, stall_s, err);
     close(lfd);
     free(ports);
     comm_group *g = comm_group_alloc(&tcp_ops, n_ranks, first, count, t);

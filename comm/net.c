@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -129,9 +130,18 @@ burst_status net_send(int fd, const void *buf, size_t bytes, burst_error *err) {
     while (bytes > 0) {
         ssize_t n = send(fd, p, bytes, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return BURST_FAIL(err, BURST_ERR_IO, "send: timed out: the peer took nothing for the node timeout");
         if (n < 0) return BURST_FAIL(err, BURST_ERR_IO, "send: %s", strerror(errno));
         p += n, bytes -= (size_t)n;
     }
+    return BURST_OK;
+}
+
+burst_status net_set_timeout(int fd, double seconds, burst_error *err) {
+    struct timeval tv = {.tv_sec = (time_t)seconds, .tv_usec = (suseconds_t)((seconds - (double)(time_t)seconds) * 1e6)};
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) || setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv))
+        return BURST_FAIL(err, BURST_ERR_IO, "setsockopt(SO_RCVTIMEO/SO_SNDTIMEO): %s", strerror(errno));
     return BURST_OK;
 }
 
@@ -140,6 +150,8 @@ burst_status net_recv(int fd, void *buf, size_t bytes, burst_error *err) {
     while (bytes > 0) {
         ssize_t n = recv(fd, p, bytes, 0);
         if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return BURST_FAIL(err, BURST_ERR_IO, "receive: timed out: the peer sent nothing for the node timeout");
         if (n < 0) return BURST_FAIL(err, BURST_ERR_IO, "receive: %s", strerror(errno));
         if (n == 0) return BURST_FAIL(err, BURST_ERR_IO, "receive: connection closed by the peer");
         p += n, bytes -= (size_t)n;

@@ -20,5 +20,10 @@ burst_status net_connect(uint32_t ip, uint16_t port, double deadline, int *fd, b
 // The address of the far end of a connected socket.
 uint32_t net_peer_ip(int fd);
 
+// From now on a send or receive on fd that moves no byte for `seconds` fails ("timed out"): a
+// peer process that hangs (alive, so keepalive cannot tell) fails the transfer instead of
+// stalling it forever.
+burst_status net_set_timeout(int fd, double seconds, burst_error *err);
+
 burst_status net_send(int fd, const void *buf, size_t bytes, burst_error *err);
 burst_status net_recv(int fd, void *buf, size_t bytes, burst_error *err); // all bytes, or an error

@@ -94,6 +94,7 @@ typedef struct {
     uint64_t weight_bytes;
     int32_t ctx, n_slots, max_batch, n_ranks, kv_dtype;
     char backend[16], comm[16];
+    double node_timeout_s;
 } node_info;
 
 // The leader's commands to its workers (cluster_broadcast), as int32 words.
@@ -235,7 +236,8 @@ static burst_status join_cluster(llama_model *m, const char *dir, burst_error *e
     if (st) return st;
     int P = cluster_nodes(m->cl);
     node_info mine = {.cfg = m->cfg, .weight_bytes = weights_bytes(m->w), .ctx = o->ctx, .n_slots = o->n_slots,
-                      .max_batch = o->max_batch, .n_ranks = o->n_ranks, .kv_dtype = (int32_t)o->kv_dtype};
+                      .max_batch = o->max_batch, .n_ranks = o->n_ranks, .kv_dtype = (int32_t)o->kv_dtype,
+                      .node_timeout_s = o->node_timeout_s};
     snprintf(mine.backend, sizeof mine.backend, "%s", o->backend);
     snprintf(mine.comm, sizeof mine.comm, "%s", o->comm ? o->comm : "");
     node_info *all = burst_malloc(sizeof *all * (size_t)P);
@@ -248,7 +250,7 @@ static burst_status join_cluster(llama_model *m, const char *dir, burst_error *e
                                 node, all[node].cfg.n_layers, all[node].cfg.dim, (unsigned long long)all[node].weight_bytes,
                                 lead->cfg.n_layers, lead->cfg.dim, (unsigned long long)lead->weight_bytes, dir);
         o->ctx = lead->ctx, o->n_slots = lead->n_slots, o->max_batch = lead->max_batch, o->n_ranks = lead->n_ranks;
-        o->kv_dtype = (burst_dtype)lead->kv_dtype;
+        o->kv_dtype = (burst_dtype)lead->kv_dtype, o->node_timeout_s = lead->node_timeout_s;
         o->n_nodes = P;
         set_name(m->backend, sizeof m->backend, &o->backend, lead->backend);
         if (lead->comm[0]) set_name(m->comm_name, sizeof m->comm_name, &o->comm, lead->comm);
@@ -268,7 +270,7 @@ static burst_status open_comm(llama_model *m, burst_error *err) {
     }
     if (!strcmp(name, "tcp")) {
         if (strcmp(be, "cpu")) return BURST_FAIL(err, BURST_ERR_INVALID, "comm tcp moves host memory: it needs the cpu backend (not %s)", be);
-        return comm_tcp_group_new(m->cl, m->G, &m->comm, err);
+        return comm_tcp_group_new(m->cl, m->G, m->opt.node_timeout_s > 0 ? m->opt.node_timeout_s : 600, &m->comm, err);
     }
     if (!strcmp(name, "nccl")) {
         if (strncmp(be, "cuda", 4)) return BURST_FAIL(err, BURST_ERR_INVALID, "comm nccl needs a cuda backend (not %s)", be);

@@ -38,6 +38,9 @@ typedef struct {
     const char *coordinator; // "host:port"
     int worker;
     double join_timeout_s;
+    // A transfer between processes (comm tcp) that makes no progress this long (0: 600 s) means a
+    // node hangs: the model fails (llama_fault) instead of waiting forever. Workers take the leader's.
+    double node_timeout_s;
 } llama_options;
 
 typedef struct {

@@ -38,12 +38,14 @@ static const char usage[] =
     "                      nccl (one GPU per rank; default for cuda across nodes)\n"
     "  --nodes P           processes sharing the G ranks: this one and P-1 `burst worker`s\n"
     "  --coordinator HOST:PORT  with --nodes: where this process listens for its workers\n"
-    "  --join-timeout S    seconds to wait for the workers to join (default 600)\n";
+    "  --join-timeout S    seconds to wait for the workers to join (default 600)\n"
+    "  --node-timeout S    with --comm tcp: a transfer between ranks that makes no progress for S\n"
+    "                      seconds means a process hangs, and fails the run (default 600)\n";
 
 typedef struct {
     const char *model, *prompt, *backend, *comm, *coordinator;
     int max_tokens, top_k, ctx, batch, threads, ranks, nodes;
-    float temperature, top_p, join_timeout;
+    float temperature, top_p, join_timeout, node_timeout;
     uint64_t seed;
     burst_dtype kv_dtype;
 } generate_args;
@@ -69,6 +71,7 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
         else if (!strcmp(f, "--coordinator")) a->coordinator = v;
         else if (!strcmp(f, "--nodes")) ok = cli_parse_long("burst", f, v, 1, 1024, &n), a->nodes = (int)n;
         else if (!strcmp(f, "--join-timeout")) ok = cli_parse_float("burst", f, v, 0.1f, 1e7f, &a->join_timeout);
+        else if (!strcmp(f, "--node-timeout")) ok = cli_parse_float("burst", f, v, 0.1f, 1e7f, &a->node_timeout);
         else if (!strcmp(f, "--ranks")) ok = cli_parse_long("burst", f, v, 1, 64, &n), a->ranks = (int)n;
         else if (!strcmp(f, "--seed")) ok = cli_parse_long("burst", f, v, 0, 0x7fffffffffffffffL, &n), a->seed = (uint64_t)n;
         else if (!strcmp(f, "--temperature")) ok = cli_parse_float("burst", f, v, 0, 100, &a->temperature);
@@ -111,7 +114,8 @@ static int generate(const generate_args *a) {
     llama_options opt = {.ctx = a->ctx ? a->ctx : n_prompt + a->max_tokens, .n_slots = 1,
                          .max_batch = a->batch, .n_threads = a->threads, .n_ranks = a->ranks,
                          .backend = a->backend, .kv_dtype = a->kv_dtype, .comm = a->comm, .n_nodes = a->nodes,
-                         .coordinator = a->coordinator, .join_timeout_s = a->join_timeout};
+                         .coordinator = a->coordinator, .join_timeout_s = a->join_timeout,
+                         .node_timeout_s = a->node_timeout};
     double t0 = burst_now();
     if (llama_load(a->model, &opt, &m, &err)) goto fail;
     const llama_config *c = llama_config_of(m);

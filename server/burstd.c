@@ -42,12 +42,15 @@ static const char usage[] =
     "  --nodes P         processes sharing the G ranks, this one and P-1 `burst worker`s, each\n"
     "                    running an even share of the ranks (default 1)\n"
     "  --coordinator HOST:PORT  with --nodes: where this process listens for its workers\n"
-    "  --join-timeout S  seconds to wait for the workers to join (default 600)\n";
+    "  --join-timeout S  seconds to wait for the workers to join (default 600)\n"
+    "  --node-timeout S  with --comm tcp: a transfer between ranks that makes no progress for S\n"
+    "                    seconds means a process hangs: the model goes out of service, /health\n"
+    "                    says why (default 600)\n";
 
 typedef struct {
     const char *model, *host, *api_key, *backend, *comm, *coordinator;
     int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk, nodes, prefix_cache;
-    float max_wait, join_timeout;
+    float max_wait, join_timeout, node_timeout;
     burst_dtype kv_dtype;
 } burstd_args;
 
@@ -69,6 +72,7 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         else if (!strcmp(f, "--coordinator")) a->coordinator = v;
         else if (!strcmp(f, "--nodes")) ok = cli_parse_long("burstd", f, v, 1, 1024, &n), dst = &a->nodes;
         else if (!strcmp(f, "--join-timeout")) ok = cli_parse_float("burstd", f, v, 0.1f, 1e7f, &a->join_timeout);
+        else if (!strcmp(f, "--node-timeout")) ok = cli_parse_float("burstd", f, v, 0.1f, 1e7f, &a->node_timeout);
         else if (!strcmp(f, "--port")) ok = cli_parse_long("burstd", f, v, 0, 65535, &n), dst = &a->port;
         else if (!strcmp(f, "--slots")) ok = cli_parse_long("burstd", f, v, 1, 4096, &n), dst = &a->slots;
         else if (!strcmp(f, "--ctx")) ok = cli_parse_long("burstd", f, v, 1, 1 << 30, &n), dst = &a->ctx;
@@ -113,7 +117,8 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
     http_server *http = NULL;
     llama_options lo = {.ctx = a->ctx, .n_slots = a->slots, .max_batch = a->batch, .n_threads = a->threads,
                         .n_ranks = a->ranks, .backend = a->backend, .kv_dtype = a->kv_dtype, .comm = a->comm, .n_nodes = a->nodes,
-                        .coordinator = a->coordinator, .join_timeout_s = a->join_timeout};
+                        .coordinator = a->coordinator, .join_timeout_s = a->join_timeout,
+                        .node_timeout_s = a->node_timeout};
     if (tokenizer_load(tok_path, &tok, &err) || llama_load(a->model, &lo, &m, &err)) goto fail;
     const llama_config *c = llama_config_of(m);
     if (tokenizer_vocab_size(tok) != c->vocab_size) {

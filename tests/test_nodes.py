@@ -6,7 +6,8 @@ leader with `burst worker`s on loopback.
 - burstd with a worker serves the same text over HTTP, and the same prompt logprobs (echo, a prompt
   of two chunks spread over the ranks) as one process, /health is ok; when the worker is killed,
   the next request fails with a clear error instead of hanging, /health turns 503, and burstd
-  still stops cleanly on SIGTERM;
+  still stops cleanly on SIGTERM; the same when the worker hangs (SIGSTOP) instead, at
+  --node-timeout;
 - a worker exits 0 when its leader stops; a worker with another model is refused on both sides;
   a leader whose workers never come and a worker whose leader never comes give up at the join
   timeout with one-line errors; a stray connection to the coordinator is dropped and the real
@@ -116,6 +117,25 @@ with Burstd(STORIES, "--ranks", "3", "--nodes", "2", "--coordinator", coord) as 
     check("later requests fail too", status >= 500, (status, r))
     check("burstd stops cleanly on SIGTERM", d.stop() == 0, d.log()[-600:])
     check("the log says the model is out of service", "out of service" in d.log(), d.log()[-600:])
+
+# A worker that hangs (stopped, so its kernel still answers keepalives): with --node-timeout 2 the
+# next request fails at the timeout instead of waiting forever, and /health says why.
+coord = f"127.0.0.1:{free_port()}"
+w = worker(coord)
+with Burstd(STORIES, "--ranks", "3", "--nodes", "2", "--coordinator", coord, "--node-timeout", "2") as d:
+    status, _, r = d.request("POST", "/v1/completions", body)
+    check("--node-timeout 2: a request with the worker running", status == 200, r)
+    w.send_signal(signal.SIGSTOP)
+    t0 = time.time()
+    status, _, r = d.request("POST", "/v1/completions", {**body, "prompt": PROMPT + " The end."})
+    took = time.time() - t0
+    check(f"a request after the worker hung fails at the node timeout ({took:.1f} s)",
+          status >= 500 and "timed out" in str(r) and 1.5 < took < 20, (status, r))
+    status, _, h = d.request("GET", "/health")
+    check("health 503, saying the transfer timed out", status == 503 and "timed out" in h.get("error", ""), (status, h))
+    check("burstd stops cleanly on SIGTERM with the worker hung", d.stop() == 0, d.log()[-600:])
+w.kill()
+w.wait()
 
 # A worker with another model: refused by the leader and by the worker itself.
 with tempfile.TemporaryDirectory() as tmp:

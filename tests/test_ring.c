@@ -121,7 +121,7 @@ static comm_group *new_group(const ring_case *c) {
     if (!c->tcp) return comm_threads_group_new(c->G, NULL);
     comm_group *g;
     burst_error err;
-    if (comm_tcp_group_new(NULL, c->G, &g, &err)) {
+    if (comm_tcp_group_new(NULL, c->G, 600, &g, &err)) {
         fprintf(stderr, "tcp group of %d: %s\n", c->G, err.msg);
         exit(1);
     }
