@@ -595,3 +595,5 @@ void engine_counts(engine *e, int *running, int *waiting) {
     *waiting = e->q_len;
     pthread_mutex_unlock(&e->mu);
 }
+
+int engine_max_queue(const engine *e) { return e->max_queue; }

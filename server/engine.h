@@ -55,3 +55,4 @@ engine_admission engine_submit(engine *e, burst_request *req, double *retry_afte
 // Marks req cancelled and wakes the engine, which drops it (and frees its slot) at the next step.
 void engine_cancel(engine *e, burst_request *req);
 void engine_counts(engine *e, int *running, int *waiting);
+int engine_max_queue(const engine *e); // requests that may wait at once (engine_options.max_queue)

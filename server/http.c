@@ -197,7 +197,8 @@ burst_status http_start(const http_options *opt, engine *eng, const llama_model 
     *s = (http_server){.eng = eng, .model = m, .met = met, .model_name = opt->model_name, .api_key = opt->api_key,
                        .started = (long long)time(NULL),
                        .limits = {.tok = tok, .vocab = llama_config_of(m)->vocab_size, .ctx = llama_options_of(m)->ctx,
-                                  .max_choices = llama_options_of(m)->n_slots}};
+                                  .max_choices = llama_options_of(m)->n_slots,
+                                  .max_prompts = engine_max_queue(eng)}};
     atomic_init(&s->next_id, 1);
     s->daemon = MHD_start_daemon(HTTP_MHD_MODE | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0), (uint16_t)opt->port,
                                  NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,

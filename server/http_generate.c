@@ -193,9 +193,17 @@ static enum MHD_Result generate(http_server *s, http_request *h, openai_kind kin
         request_release(r);
         return http_reply_error(s, h, &e);
     }
+    // A batch: each further prompt is a request of its own whose events come to r's queue.
     double retry_s;
     engine_admission a = engine_submit(s->eng, r, &retry_s);
+    for (int i = 1; a == ENGINE_ACCEPTED && i < call.n_prompts; i++) {
+        burst_request *m = request_batch_member(r, i, call.prompts[i], call.prompt_lens[i], i * r->n_choices);
+        call.prompts[i] = NULL;
+        a = engine_submit(s->eng, m, &retry_s);
+        request_release(m); // the engine's reference keeps it, if it took it
+    }
     if (a != ENGINE_ACCEPTED) {
+        engine_cancel(s->eng, r); // and the prompts of its batch already queued
         openai_call_free(&call);
         request_release(r);
         metrics_add(s->met, METRIC_REJECTED, 1);

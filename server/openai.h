@@ -33,6 +33,8 @@ char *api_error_json(const api_error *e);
 typedef struct {
     long long text_offset; // completions with logprobs: characters of text before the next token
     int sent_role;         // chat streams name the role in a choice's first chunk only
+    char *echo;            // completions with echo: its prompt's text, put before its completion
+                           // (malloc'd; a stream frees it once sent)
 } openai_choice_state;
 
 // One call of a generation route, as the response formatter needs it.
@@ -44,9 +46,10 @@ typedef struct {
     int stream;
     int include_usage;   // streams: a last chunk with usage and no choices (stream_options)
     int logprobs;        // the request asked for logprobs (with echo: the prompt's too)
-    char *echo;          // completions with echo: the prompt's text, put before the completion
-                         // (malloc'd; a stream frees it once sent)
-    int n_choices;       // OpenAI's n: completions of the prompt, each a choice with its index
+    int n_prompts;       // completions: prompts in the request ("prompt" may be a batch of several)
+    int **prompts;       // (n_prompts) token ids of prompt i >= 1, malloc'd (prompt 0 is the request's);
+    int *prompt_lens;    // the caller may take them (setting them NULL)
+    int n_choices;       // choices in all: n_prompts x OpenAI's n; choice i*n + j is prompt i's j-th
     openai_choice_state *state; // (n_choices) malloc'd
 } openai_call;
 
@@ -56,12 +59,14 @@ typedef struct {
     const tokenizer *tok;
     int vocab, ctx;      // token ids must be < vocab; prompt + max_tokens <= ctx
     int max_choices;     // n at most (the KV slots: each choice takes one)
+    int max_prompts;     // prompts in a batch at most (the engine's queue: each waits there)
 } openai_limits;
 
-// Parses a request body (valid UTF-8, NUL-terminated) into req's prompt, max_tokens, n_choices,
-// sampling (penalties, logit bias), stop strings, ignore_eos and logprobs, and call's stream,
-// include_usage, logprobs, echo and n_choices (up to lim's max_choices; 1 with echo). Returns 1, or
-// 0 with a 400 in e (call may hold echo and state either way).
+// Parses a request body (valid UTF-8, NUL-terminated) into req's prompt (the first of a batch),
+// max_tokens, n_choices, sampling (penalties, logit bias), stop strings, ignore_eos and logprobs,
+// and call's stream, include_usage, logprobs, the batch's other prompts, n_choices (OpenAI's n up to
+// lim's max_choices, 1 with echo) and each choice's echo. Every prompt must fit the context with
+// max_tokens. Returns 1, or 0 with a 400 in e (call may hold prompts and state either way).
 int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, burst_request *req,
                  openai_call *call, api_error *e);
 

@@ -69,31 +69,51 @@ static int get_stop(const cJSON *o, burst_request *req, api_error *e) {
     return 1;
 }
 
-// The prompt of a completion: a string, or token ids, or an array holding one of either.
-// *text: the string (borrowed from o), or NULL for ids.
-static int get_prompt(const cJSON *o, const openai_limits *lim, burst_request *req, const char **text, api_error *e) {
+// One prompt of a completion, `name` in errors: a string (*text, borrowed from p) or token ids
+// (*text NULL), into *ids (malloc'd) and *n.
+static int parse_prompt(const cJSON *p, const openai_limits *lim, const char *name, int **ids, int *n,
+                        const char **text, api_error *e) {
     burst_error err = {{0}};
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "prompt");
-    if (!p) return BAD(e, "'prompt' is required");
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0 && !cJSON_IsNumber(cJSON_GetArrayItem(p, 0))) {
-        if (cJSON_GetArraySize(p) > 1)
-            return BAD(e, "'prompt': batches of several prompts are not supported (send one prompt per request)");
-        p = cJSON_GetArrayItem(p, 0); // a batch of one prompt
-    }
+    *text = NULL;
     if (cJSON_IsString(p)) {
         *text = p->valuestring;
-        if (tokenizer_encode(lim->tok, p->valuestring, 1, &req->prompt, &req->n_prompt, &err))
-            return BAD(e, "'prompt' could not be tokenized: %s", err.msg);
+        if (tokenizer_encode(lim->tok, p->valuestring, 1, ids, n, &err))
+            return BAD(e, "%s could not be tokenized: %s", name, err.msg);
         return 1;
     }
-    int n = cJSON_IsArray(p) ? cJSON_GetArraySize(p) : 0;
-    if (n < 1) return BAD(e, "'prompt' must be a string, a non-empty array of token ids, or an array of one of either");
-    req->prompt = burst_malloc(sizeof(int) * (size_t)n);
-    for (int i = 0; i < n; i++) {
-        const cJSON *t = cJSON_GetArrayItem(p, i);
+    int len = cJSON_IsArray(p) ? cJSON_GetArraySize(p) : 0;
+    if (len < 1) return BAD(e, "%s must be a string, a non-empty array of token ids, or an array of either", name);
+    *ids = burst_malloc(sizeof(int) * (size_t)len);
+    for (*n = 0; *n < len; ++*n) {
+        const cJSON *t = cJSON_GetArrayItem(p, *n);
         if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 || t->valuedouble >= lim->vocab)
-            return BAD(e, "'prompt'[%d] must be a token id in [0, %d)", i, lim->vocab);
-        req->prompt[req->n_prompt++] = (int)t->valuedouble;
+            return BAD(e, "%s[%d] must be a token id in [0, %d)", name, *n, lim->vocab);
+        (*ids)[*n] = (int)t->valuedouble;
+    }
+    return 1;
+}
+
+// The prompts of a completion: a string or token ids, or a batch (an array of several of either).
+// The first goes to req, the others to call->prompts; texts[i]: prompt i's string or NULL.
+static int get_prompts(const cJSON *o, const openai_limits *lim, burst_request *req, openai_call *call,
+                       const char ***texts, api_error *e) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "prompt");
+    if (!p) return BAD(e, "'prompt' is required");
+    int batch = cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0 && !cJSON_IsNumber(cJSON_GetArrayItem(p, 0));
+    int k = batch ? cJSON_GetArraySize(p) : 1;
+    if (k > lim->max_prompts)
+        return BAD(e, "'prompt': a batch of %d prompts; at most %d (each waits in the server's queue, --max-queue)", k,
+                   lim->max_prompts);
+    call->n_prompts = k;
+    call->prompts = burst_calloc((size_t)k, sizeof *call->prompts);
+    call->prompt_lens = burst_calloc((size_t)k, sizeof *call->prompt_lens);
+    *texts = burst_calloc((size_t)k, sizeof **texts);
+    for (int i = 0; i < k; i++) {
+        char name[32];
+        snprintf(name, sizeof name, batch ? "'prompt'[%d]" : "'prompt'", i);
+        if (!parse_prompt(batch ? cJSON_GetArrayItem(p, i) : p, lim, name, i ? &call->prompts[i] : &req->prompt,
+                          i ? &call->prompt_lens[i] : &req->n_prompt, &(*texts)[i], e))
+            return 0;
     }
     return 1;
 }
@@ -151,18 +171,20 @@ static int get_messages(const cJSON *o, const openai_limits *lim, burst_request 
 // OpenAI and vLLM): the prompt alone, with its logprobs when asked; without echo it would return
 // nothing, so it is a 400 (as vLLM).
 static int get_max_tokens(const cJSON *o, openai_kind kind, const openai_limits *lim, burst_request *req,
-                          const openai_call *call, api_error *e) {
+                          const openai_call *call, int echo, api_error *e) {
     double v = -1;
     if (!get_int(o, "max_tokens", 0, 1 << 30, &v, e)) return 0;
     if (kind == OPENAI_CHAT && v < 0 && !get_int(o, "max_completion_tokens", 0, 1 << 30, &v, e)) return 0;
-    if (v == 0 && !call->echo) return BAD(e, "'max_tokens' must be at least 1 (0 only with 'echo': true)");
-    int room = lim->ctx - req->n_prompt;
+    if (v == 0 && !echo) return BAD(e, "'max_tokens' must be at least 1 (0 only with 'echo': true)");
+    int n_prompt = req->n_prompt; // the longest of a batch
+    for (int i = 1; i < call->n_prompts; i++) n_prompt = call->prompt_lens[i] > n_prompt ? call->prompt_lens[i] : n_prompt;
+    int room = lim->ctx - n_prompt;
     if (v < 0 && room >= 1) v = kind == OPENAI_CHAT || room < 16 ? room : 16;
-    if (v < 0 || req->n_prompt + v > lim->ctx)
+    if (v < 0 || n_prompt + v > lim->ctx)
         return api_error_set(e, 400, "invalid_request_error", "context_length_exceeded",
                              "This model's maximum context length is %d tokens. However, you requested %.0f tokens "
                              "(%d in the %s, %.0f for the completion). Please reduce the length of the %s or the "
-                             "completion.", lim->ctx, req->n_prompt + (v < 0 ? 1 : v), req->n_prompt,
+                             "completion.", lim->ctx, n_prompt + (v < 0 ? 1 : v), n_prompt,
                              kind == OPENAI_CHAT ? "messages" : "prompt", v < 0 ? 1 : v,
                              kind == OPENAI_CHAT ? "messages" : "prompt");
     req->max_tokens = (int)v;
@@ -220,15 +242,10 @@ static int get_logprobs(const cJSON *o, openai_kind kind, burst_request *req, op
 }
 
 // Completions' "echo": the prompt's text goes before the completion, and with logprobs the prompt
-// tokens' logprobs before the completion's. prompt_text: the prompt as sent, or NULL for token
-// ids (they are decoded).
-static int get_echo(const cJSON *o, const openai_limits *lim, burst_request *req, const char *prompt_text,
-                    openai_call *call, api_error *e) {
-    int echo = 0;
-    if (!get_bool(o, "echo", &echo, e)) return 0;
-    if (!echo) return 1;
-    req->prompt_logprobs = req->logprobs;
-    call->echo = prompt_text ? strdup(prompt_text) : tokenizer_decode(lim->tok, req->prompt, req->n_prompt);
+// tokens' logprobs before the completion's (each choice's texts are set by get_choices).
+static int get_echo(const cJSON *o, burst_request *req, int *echo, api_error *e) {
+    if (!get_bool(o, "echo", echo, e)) return 0;
+    if (*echo) req->prompt_logprobs = req->logprobs;
     return 1;
 }
 
@@ -262,15 +279,21 @@ static int reject_unsupported(const cJSON *o, api_error *e) {
     return 1;
 }
 
-// "n": completions of the prompt, each in a KV slot of its own (so at most the slots); 1 with echo.
-static int get_choices(const cJSON *o, const openai_limits *lim, burst_request *req, openai_call *call, api_error *e) {
+// "n": completions of each prompt, each in a KV slot of its own (so at most the slots); 1 with echo,
+// where each choice's echo is its prompt's text (texts[i], or prompt i's ids decoded).
+static int get_choices(const cJSON *o, const openai_limits *lim, burst_request *req, openai_call *call, int echo,
+                       const char **texts, api_error *e) {
     double n = 1;
     if (!get_int(o, "n", 1, 1e9, &n, e)) return 0;
     if (n > lim->max_choices)
         return BAD(e, "'n' must be at most %d: each choice takes one of the server's KV slots (--slots)", lim->max_choices);
-    if (n > 1 && call->echo) return BAD(e, "'n' greater than 1 with 'echo' is not supported");
-    req->n_choices = call->n_choices = (int)n;
-    call->state = burst_calloc((size_t)n, sizeof *call->state);
+    if (n > 1 && echo) return BAD(e, "'n' greater than 1 with 'echo' is not supported");
+    req->n_choices = (int)n;
+    call->n_choices = call->n_prompts * (int)n;
+    call->state = burst_calloc((size_t)call->n_choices, sizeof *call->state);
+    for (int i = 0; echo && i < call->n_prompts; i++)
+        call->state[i].echo = texts[i] ? strdup(texts[i])
+                              : tokenizer_decode(lim->tok, i ? call->prompts[i] : req->prompt, i ? call->prompt_lens[i] : req->n_prompt);
     return 1;
 }
 
@@ -282,19 +305,28 @@ int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, b
     const cJSON *model = o ? cJSON_GetObjectItemCaseSensitive(o, "model") : NULL;
     if (ok && model && !cJSON_IsString(model)) ok = BAD(e, "'model' must be a string");
     ok = ok && reject_unsupported(o, e);
-    const char *prompt_text = NULL;
-    ok = ok && (kind == OPENAI_CHAT ? get_messages(o, lim, req, e) : get_prompt(o, lim, req, &prompt_text, e));
+    const char **texts = NULL; // each prompt's string (or NULL: ids), borrowed from o
+    int echo = 0;
+    if (kind == OPENAI_CHAT) {
+        call->n_prompts = 1;
+        ok = ok && get_messages(o, lim, req, e);
+    } else {
+        ok = ok && get_prompts(o, lim, req, call, &texts, e);
+    }
     ok = ok && get_bool(o, "stream", &call->stream, e) && get_stream_options(o, call, e) && get_stop(o, req, e);
     ok = ok && get_sampling(o, req, e) && get_logit_bias(o, lim, req, e) && get_logprobs(o, kind, req, call, e);
-    ok = ok && (kind == OPENAI_CHAT || get_echo(o, lim, req, prompt_text, call, e)) && get_choices(o, lim, req, call, e);
-    ok = ok && get_max_tokens(o, kind, lim, req, call, e);
+    ok = ok && (kind == OPENAI_CHAT || get_echo(o, req, &echo, e)) && get_choices(o, lim, req, call, echo, texts, e);
+    ok = ok && get_max_tokens(o, kind, lim, req, call, echo, e);
+    free(texts);
     cJSON_Delete(o);
     return ok;
 }
 
 void openai_call_free(openai_call *call) {
-    free(call->echo);
+    for (int i = 0; call->prompts && i < call->n_prompts; i++) free(call->prompts[i]);
+    for (int i = 0; call->state && i < call->n_choices; i++) free(call->state[i].echo);
+    free(call->prompts);
+    free(call->prompt_lens);
     free(call->state);
-    call->echo = NULL;
-    call->state = NULL;
+    call->prompts = NULL, call->prompt_lens = NULL, call->state = NULL;
 }

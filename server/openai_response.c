@@ -25,21 +25,24 @@ char *api_error_json(const api_error *e) {
     return print(o);
 }
 
-// The usage of n choices of one prompt: the prompt once, every choice's tokens, the first token of any.
-static cJSON *usage(const request_result *r, int n) {
-    int gen = 0;
-    double ttft = 0;
-    for (int i = 0; i < n; i++) {
+// The usage of call's choices (r, one result each): every prompt once (the first choice of each),
+// every choice's tokens, the first token of any, the longest queue time.
+static cJSON *usage(const openai_call *c, const request_result *r) {
+    int gen = 0, prompt = 0, cached = 0, per_prompt = c->n_choices / c->n_prompts;
+    double ttft = 0, queue = 0;
+    for (int i = 0; i < c->n_choices; i++) {
         gen += r[i].n_gen;
+        if (i % per_prompt == 0) prompt += r[i].n_prompt, cached += r[i].n_cached;
         if (r[i].ttft_s > 0 && (ttft == 0 || r[i].ttft_s < ttft)) ttft = r[i].ttft_s;
+        if (r[i].queue_s > queue) queue = r[i].queue_s;
     }
     cJSON *u = cJSON_CreateObject();
-    cJSON_AddNumberToObject(u, "prompt_tokens", r->n_prompt);
-    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", r->n_cached);
+    cJSON_AddNumberToObject(u, "prompt_tokens", prompt);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", cached);
     cJSON_AddNumberToObject(u, "completion_tokens", gen);
-    cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + gen);
+    cJSON_AddNumberToObject(u, "total_tokens", prompt + gen);
     cJSON_AddNumberToObject(u, "time_to_first_token_s", ttft);
-    cJSON_AddNumberToObject(u, "queue_time_s", r->queue_s);
+    cJSON_AddNumberToObject(u, "queue_time_s", queue);
     return u;
 }
 
@@ -167,12 +170,12 @@ static void add_logprobs(const openai_call *c, openai_choice_state *st, cJSON *c
 // first text), a delta (or message) for chats.
 static void add_text(openai_call *c, openai_choice_state *st, cJSON *choice, const char *key, const char *text) {
     if (c->kind == OPENAI_COMPLETION) {
-        char *all = join(c->echo ? c->echo : "", text ? text : "");
+        char *all = join(st->echo ? st->echo : "", text ? text : "");
         cJSON_AddStringToObject(choice, "text", all);
         free(all);
         if (c->stream) {
-            free(c->echo);
-            c->echo = NULL;
+            free(st->echo);
+            st->echo = NULL;
         }
         return;
     }
@@ -210,7 +213,7 @@ char *openai_chunk_final(openai_call *c, const char *id, int index, const reques
 
 char *openai_chunk_usage(openai_call *c, const char *id, const request_result *res) {
     cJSON *o = envelope(c, id, 1);
-    cJSON_AddItemToObject(o, "usage", usage(res, c->n_choices));
+    cJSON_AddItemToObject(o, "usage", usage(c, res));
     return sse(o);
 }
 
@@ -224,6 +227,6 @@ char *openai_response(openai_call *c, const char *id, const openai_choice *choic
         cJSON_AddStringToObject(choice, "finish_reason", finish_reason_str(choices[i].result.finish));
         res[i] = choices[i].result;
     }
-    cJSON_AddItemToObject(o, "usage", usage(res, c->n_choices));
+    cJSON_AddItemToObject(o, "usage", usage(c, res));
     return print(o);
 }

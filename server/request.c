@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "request.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -30,6 +31,23 @@ burst_request *request_new(void) {
     return r;
 }
 
+burst_request *request_batch_member(burst_request *first, int index, int *prompt, int n_prompt, int choice0) {
+    burst_request *r = request_new();
+    snprintf(r->id, sizeof r->id, "%.36s.%d", first->id, index);
+    r->prompt = prompt, r->n_prompt = n_prompt;
+    r->max_tokens = first->max_tokens, r->n_choices = first->n_choices, r->ignore_eos = first->ignore_eos;
+    r->logprobs = first->logprobs, r->top_logprobs = first->top_logprobs, r->prompt_logprobs = first->prompt_logprobs;
+    r->sampling = first->sampling;
+    r->sampling.bias = burst_calloc((size_t)(first->sampling.n_bias ? first->sampling.n_bias : 1), sizeof *r->sampling.bias);
+    memcpy(r->sampling.bias, first->sampling.bias, sizeof *r->sampling.bias * (size_t)first->sampling.n_bias);
+    r->stop = burst_calloc((size_t)(first->n_stop ? first->n_stop : 1), sizeof *r->stop);
+    for (r->n_stop = 0; r->n_stop < first->n_stop; r->n_stop++) r->stop[r->n_stop] = strdup(first->stop[r->n_stop]);
+    r->t_accept = first->t_accept;
+    r->sink = first, r->choice0 = choice0;
+    request_retain(first);
+    return r;
+}
+
 void request_retain(burst_request *r) { atomic_fetch_add(&r->refs, 1); }
 
 void request_event_free(request_event *e) {
@@ -51,10 +69,12 @@ void request_release(burst_request *r) {
     free(r->prompt);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
+    request_release(r->sink);
     free(r);
 }
 
 static void push(burst_request *r, request_event *e) {
+    if (r->sink) e->choice += r->choice0, r = r->sink;
     pthread_mutex_lock(&r->mu);
     if (r->tail) r->tail->next = e;
     else r->head = e;
@@ -100,4 +120,4 @@ request_event *request_pop(burst_request *r, double timeout_s) {
 }
 
 void request_cancel(burst_request *r) { atomic_store(&r->cancelled, 1); }
-int request_cancelled(burst_request *r) { return atomic_load(&r->cancelled); }
+int request_cancelled(burst_request *r) { return atomic_load(&r->cancelled) || (r->sink && atomic_load(&r->sink->cancelled)); }

@@ -73,6 +73,11 @@ typedef struct burst_request {
     char **stop;          // (n_stop) malloc'd strings that end the completion (not included)
     int n_stop;
     double t_accept;      // burst_now() when the HTTP thread accepted it
+    // A request of a batch (several prompts in one call) hands its events to the batch's first
+    // request, its choices numbered from choice0; it holds a reference on that one, and is
+    // cancelled with it.
+    struct burst_request *sink;
+    int choice0;
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -82,6 +87,9 @@ typedef struct burst_request {
 } burst_request;
 
 burst_request *request_new(void);
+// Prompt (n_prompt ids, taken) as a further request of first's batch: first's options, its own
+// prompt, choices numbered from choice0, id "<first's id>.<index>", events into first's queue.
+burst_request *request_batch_member(burst_request *first, int index, int *prompt, int n_prompt, int choice0);
 void request_retain(burst_request *r);
 void request_release(burst_request *r);
 

@@ -1,4 +1,4 @@
-"""Several completions of one prompt (OpenAI's n), on stories260K: the prompt is prefilled once and
+"""Several completions in one request, on stories260K. OpenAI's n: the prompt is prefilled once and
 its K/V copied to each choice's slot (llama_slot_copy), then each choice samples on its own with
 the request's seed + its index.
 - greedy n=3: every choice is the n=1 answer (text; logprobs within 1e-4), on 1 rank and on 3
@@ -9,8 +9,14 @@ the request's seed + its index.
   ends with its finish_reason, then one usage chunk and [DONE]; chats name the role in each
   choice's first delta;
 - n = --slots takes every slot; a request behind it waits and runs after;
-- a client that leaves a streamed n=3 request frees all three slots."""
+- a client that leaves a streamed n=3 request frees all three slots.
+A batch of prompts ("prompt" as an array of several, what lm-eval-harness sends):
+- choice i is prompt i's completion as if sent alone (text, logprobs within 1e-4), with n=2
+  choice 2i + j; usage sums the prompts and completions; echo with logprobs and max_tokens 0
+  (loglikelihood scoring) gives each prompt's entries; streamed with echo, each choice's chunks
+  are its prompt's text and completion; a client that leaves a streamed batch cancels all of it."""
 import os
+import re
 import tempfile
 import threading
 import time
@@ -35,7 +41,18 @@ def post(d, path, body):
 
 
 def lps(choice):
-    return np.array(choice["logprobs"]["token_logprobs"], dtype=float)
+    return np.array([np.nan if x is None else x for x in choice["logprobs"]["token_logprobs"]], dtype=float)
+
+
+def max_diff(choices, refs):
+    """The largest difference of the choices' logprobs from the references' (inf if any length differs)."""
+    pairs = [(lps(c), lps(r)) for c, r in zip(choices, refs)]
+    return max(np.nanmax(np.abs(a - b)) if a.shape == b.shape else np.inf for a, b in pairs)
+
+
+def sp_decode(d, ids):
+    """The text of token ids, as burstd decodes them (BOS has none)."""
+    return d.request("POST", "/detokenize", {"tokens": ids})[2]["content"]
 
 
 def greedy(d, tag):
@@ -44,7 +61,7 @@ def greedy(d, tag):
     many = post(d, C, {**body, "n": 3})
     ch = many["choices"]
     ref = one["choices"][0]
-    diff = max(np.abs(lps(c) - lps(ref)).max() if len(lps(c)) == len(lps(ref)) else np.inf for c in ch)
+    diff = max_diff(ch, [ref] * len(ch))
     check(f"{tag}: greedy n=3: choices 0, 1, 2, each the n=1 text, logprobs within {TOL} (max diff {diff:.1e})",
           [c["index"] for c in ch] == [0, 1, 2] and all(c["text"] == ref["text"] for c in ch) and diff < TOL,
           [c["text"] for c in ch] + [ref["text"]])
@@ -96,6 +113,41 @@ with Burstd(STORIES, "--slots", "4") as d:
           status == 200 and sorted(first) == [0, 1] and all(x.get("role") == "assistant" for x in first.values()), first)
 
 
+    # A batch of prompts (what lm-eval-harness sends with batch_size > 1): choice i*n + j is
+    # prompt i's j-th completion, each as if sent alone.
+    batch = [PROMPT, "Tim and his dog", [1, 400, 300, 77], "One day"]
+    body = {"prompt": batch, "max_tokens": 16, "temperature": 0, "logprobs": 1}
+    got = post(d, C, body)
+    alone = [post(d, C, {**body, "prompt": p}) for p in batch]
+    diff = max_diff(got["choices"], [a["choices"][0] for a in alone])
+    check(f"batch of 4 prompts: choice i = prompt i alone (text; logprobs max diff {diff:.1e})",
+          [c["index"] for c in got["choices"]] == [0, 1, 2, 3] and diff < TOL
+          and [c["text"] for c in got["choices"]] == [a["choices"][0]["text"] for a in alone], got["choices"])
+    check("batch of 4 prompts: usage sums the prompts and the completions",
+          got["usage"]["prompt_tokens"] == sum(a["usage"]["prompt_tokens"] for a in alone)
+          and got["usage"]["completion_tokens"] == 64, got["usage"])
+    got = post(d, C, {**body, "n": 2, "logprobs": None})
+    check("batch of 4 prompts with n=2: choice 2i + j is prompt i's",
+          [c["text"] for c in got["choices"]] == [a["choices"][0]["text"] for a in alone for _ in range(2)]
+          and got["usage"]["completion_tokens"] == 128, [c["text"] for c in got["choices"]])
+    score = {"prompt": batch, "max_tokens": 0, "echo": True, "logprobs": 1}
+    got = post(d, C, score)
+    alone = [post(d, C, {**score, "prompt": p}) for p in batch]
+    diff = max_diff(got["choices"], [a["choices"][0] for a in alone])
+    check(f"batch echo + logprobs, max_tokens 0 (loglikelihood scoring): each prompt's text and entries as alone "
+          f"(max diff {diff:.1e})", diff < TOL and [c["text"] for c in got["choices"]] == [a["choices"][0]["text"] for a in alone]
+          and [c["logprobs"]["tokens"] for c in got["choices"]] == [a["choices"][0]["logprobs"]["tokens"] for a in alone],
+          [c["text"] for c in got["choices"]])
+    whole = post(d, C, {"prompt": batch, "max_tokens": 10, "temperature": 0})
+    status, events = d.stream(C, {"prompt": batch, "max_tokens": 10, "temperature": 0, "echo": True})
+    texts = {}
+    for e in events:
+        if isinstance(e, dict) and e["choices"]:
+            texts[e["choices"][0]["index"]] = texts.get(e["choices"][0]["index"], "") + e["choices"][0]["text"]
+    want = [(p if isinstance(p, str) else sp_decode(d, p)) + c["text"] for p, c in zip(batch, whole["choices"])]
+    check("streamed batch with echo: each choice's chunks = its prompt's text + the whole response's",
+          status == 200 and [texts.get(i) for i in range(4)] == want and events[-1] == "[DONE]", (texts, want))
+
 with Burstd(STORIES, "--slots", "3", "--ranks", "3") as d:
     greedy(d, "3 ranks")
 
@@ -132,4 +184,16 @@ with tempfile.TemporaryDirectory() as tmp:
               [line for line in d.lines if "cmpl-5" in line])
         r = post(d, C, {"prompt": PROMPT, "max_tokens": 4, "n": 4})
         check("... and their slots free again (n=4 runs)", len(r["choices"]) == 4, r)
+
+        # A client that leaves a streamed batch of 3 prompts: every prompt of it is cancelled.
+        c = d.connect()
+        c.request("POST", C, body=b'{"prompt": ["Tim", "Sam", "Lily"], "max_tokens": 3000, "stream": true, '
+                  b'"ignore_eos": true}', headers={"Content-Type": "application/json"})
+        resp = c.getresponse()
+        first = resp.readline()
+        c.close()
+        ids = [re.escape(r["id"][:-1]) + str(int(r["id"][-1]) + 1) + s for s in ("", ".1", ".2")]
+        gone = [d.wait_log(rf"{i} \| cancelled \(client gone\)", timeout=30) for i in ids]
+        check("a client leaving a streamed batch of 3 prompts: all three cancelled",
+              resp.status == 200 and first.startswith(b"data: ") and all(gone), (ids, d.log()[-600:]))
 check.exit()
