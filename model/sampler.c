@@ -68,10 +68,11 @@ static int pick(sampler *s, const float *logits) {
         sum += e;
     }
     int keep = n;
-    int filter = (s->p.top_k > 0 && s->p.top_k < n) || s->p.top_p < 1.0f;
+    int filter = (s->p.top_k > 0 && s->p.top_k < n) || s->p.top_p < 1.0f || s->p.min_p > 0;
     if (filter) {
         qsort(s->cand, (size_t)n, sizeof *s->cand, by_prob_desc);
         if (s->p.top_k > 0 && s->p.top_k < n) keep = s->p.top_k;
+        while (keep > 1 && s->cand[keep - 1].prob < s->p.min_p * s->cand[0].prob) keep--;
         if (s->p.top_p < 1.0f) { // smallest prefix whose mass reaches top_p
             float mass = 0;
             for (int i = 0; i < keep; i++) {

@@ -1,5 +1,5 @@
-// Picks the next token from logits: greedy (temperature 0), or temperature with optional top-k
-// and top-p (nucleus) filtering, from a seeded generator so that a seed reproduces a completion.
+// Picks the next token from logits: greedy (temperature 0), or temperature with optional top-k,
+// top-p (nucleus) and min-p filtering, from a seeded generator so that a seed reproduces a completion.
 // Before either, OpenAI's logit_bias and presence/frequency penalties adjust the logits.
 // sampler_logprobs gives the log-probabilities of a logits row (the API's logprobs).
 //
@@ -17,6 +17,7 @@ typedef struct {
     float temperature; // 0: greedy
     float top_p;       // 1: off
     int top_k;         // 0: off
+    float min_p;       // 0: off; keeps the tokens at least min_p times as likely as the most likely
     uint64_t seed;
     // OpenAI's penalties: logit[j] -= count[j] * frequency_penalty + (count[j] > 0) * presence_penalty,
     // count[j] the times token j was sampled so far (the prompt does not count). 0: off.

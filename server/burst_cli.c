@@ -2,6 +2,7 @@
 // prompt is not repeated) and timings on stderr, with the model in-process; `burst worker` runs
 // a share of the ranks of a burstd (or burst generate) on another process or machine; `burst
 // load` drives a running burstd (server/load.h).
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,7 @@
 #include "model/tokenizer.h"
 
 static const char usage[] =
-    "usage: burst generate --model DIR --prompt TEXT [options]\n"
+    "usage: burst generate --model DIR (--prompt TEXT | --prompt-file PATH) [options]\n"
     "       burst worker --model DIR --coordinator HOST:PORT [options]   (burst worker --help)\n"
     "       burst load --url URL [options]   (burst load --help)\n"
     "\n"
@@ -22,6 +23,7 @@ static const char usage[] =
     "\n"
     "  --model DIR         Hugging Face LLaMA directory (config.json, *.safetensors, tokenizer.model)\n"
     "  --prompt TEXT       the prompt (a BOS token is added before it)\n"
+    "  --prompt-file PATH  the prompt is the file's text (- for stdin): long prompts\n"
     "  --max-tokens N      tokens to generate at most (default 256); stops early at EOS\n"
     "  --temperature T     0 is greedy (default 0)\n"
     "  --top-p P           nucleus sampling mass (default 1: off)\n"
@@ -43,12 +45,38 @@ static const char usage[] =
     "                      seconds means a process hangs, and fails the run (default 600)\n";
 
 typedef struct {
-    const char *model, *prompt, *backend, *comm, *coordinator;
+    const char *model, *prompt, *prompt_file, *backend, *comm, *coordinator;
+    char *prompt_text; // --prompt-file's text (malloc'd); prompt points to it
     int max_tokens, top_k, ctx, batch, threads, ranks, nodes;
     float temperature, top_p, join_timeout, node_timeout;
     uint64_t seed;
     burst_dtype kv_dtype;
 } generate_args;
+
+// The whole text of a file (path "-": stdin), malloc'd; NULL with a one-line error on stderr.
+static char *read_text(const char *path) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) {
+        fprintf(stderr, "burst: --prompt-file %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t len = 0, cap = 1 << 16, n;
+    char *text = burst_malloc(cap);
+    while ((n = fread(text + len, 1, cap - len - 1, f)) > 0) {
+        if ((len += n) < cap - 1) continue;
+        text = realloc(text, cap *= 2);
+        BURST_ASSERT(text && "burst: out of memory reading the prompt");
+    }
+    int failed = ferror(f);
+    if (f != stdin) fclose(f);
+    text[len] = 0;
+    if (failed) {
+        fprintf(stderr, "burst: --prompt-file %s: read error\n", path);
+        free(text);
+        return NULL;
+    }
+    return text;
+}
 
 static int parse_generate(int argc, char **argv, generate_args *a) {
     *a = (generate_args){.max_tokens = 256, .top_p = 1.0f, .batch = 512, .ranks = 1,
@@ -60,6 +88,7 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
         int ok = 1;
         if (!strcmp(f, "--model")) a->model = v;
         else if (!strcmp(f, "--prompt")) a->prompt = v;
+        else if (!strcmp(f, "--prompt-file")) a->prompt_file = v;
         else if (!strcmp(f, "--max-tokens")) ok = cli_parse_long("burst", f, v, 0, 1 << 30, &n), a->max_tokens = (int)n;
         else if (!strcmp(f, "--top-k")) ok = cli_parse_long("burst", f, v, 0, 1 << 30, &n), a->top_k = (int)n;
         else if (!strcmp(f, "--ctx")) ok = cli_parse_long("burst", f, v, 1, 1 << 30, &n), a->ctx = (int)n;
@@ -82,10 +111,11 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
         }
         if (!ok) return 0;
     }
-    if (!a->model || !a->prompt) {
-        fprintf(stderr, "burst: generate needs --model and --prompt\n%s", usage);
+    if (!a->model || !a->prompt == !a->prompt_file) {
+        fprintf(stderr, "burst: generate needs --model and one of --prompt and --prompt-file\n%s", usage);
         return 0;
     }
+    if (a->prompt_file && !(a->prompt = a->prompt_text = read_text(a->prompt_file))) return 0;
     if (a->nodes > 1 && !a->coordinator) {
         fprintf(stderr, "burst: --nodes %d needs --coordinator HOST:PORT\n", a->nodes);
         return 0;
@@ -281,7 +311,9 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "generate")) {
         generate_args a;
-        return parse_generate(argc - 2, argv + 2, &a) ? generate(&a) : 2;
+        int rc = parse_generate(argc - 2, argv + 2, &a) ? generate(&a) : 2;
+        free(a.prompt_text);
+        return rc;
     }
     if (!strcmp(argv[1], "worker")) {
         worker_args a;

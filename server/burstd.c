@@ -42,6 +42,9 @@ static const char usage[] =
     "  --nodes P         processes sharing the G ranks, this one and P-1 `burst worker`s, each\n"
     "                    running an even share of the ranks (default 1)\n"
     "  --coordinator HOST:PORT  with --nodes: where this process listens for its workers\n"
+    "  --drain-timeout S on SIGTERM or SIGINT, refuse new requests (503) and let the running and\n"
+    "                    waiting ones finish for up to S seconds before stopping them; a second\n"
+    "                    signal stops at once (default 30)\n"
     "  --join-timeout S  seconds to wait for the workers to join (default 600)\n"
     "  --node-timeout S  with --comm tcp: a transfer between ranks that makes no progress for S\n"
     "                    seconds means a process hangs: the model goes out of service, /health\n"
@@ -50,13 +53,13 @@ static const char usage[] =
 typedef struct {
     const char *model, *host, *api_key, *backend, *comm, *coordinator;
     int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk, nodes, prefix_cache;
-    float max_wait, join_timeout, node_timeout;
+    float max_wait, join_timeout, node_timeout, drain_timeout;
     burst_dtype kv_dtype;
 } burstd_args;
 
 static int parse_args(int argc, char **argv, burstd_args *a) {
     *a = (burstd_args){.host = "127.0.0.1", .port = 8080, .slots = 4, .max_queue = 64, .batch = 512, .ranks = 1,
-                         .prefill_chunk = 256, .prefix_cache = 1};
+                         .prefill_chunk = 256, .prefix_cache = 1, .drain_timeout = 30};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = cli_value("burstd", usage, argc, argv, &i);
         if (!v) return 0;
@@ -72,6 +75,7 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         else if (!strcmp(f, "--coordinator")) a->coordinator = v;
         else if (!strcmp(f, "--nodes")) ok = cli_parse_long("burstd", f, v, 1, 1024, &n), dst = &a->nodes;
         else if (!strcmp(f, "--join-timeout")) ok = cli_parse_float("burstd", f, v, 0.1f, 1e7f, &a->join_timeout);
+        else if (!strcmp(f, "--drain-timeout")) ok = cli_parse_float("burstd", f, v, 0, 1e7f, &a->drain_timeout);
         else if (!strcmp(f, "--node-timeout")) ok = cli_parse_float("burstd", f, v, 0.1f, 1e7f, &a->node_timeout);
         else if (!strcmp(f, "--port")) ok = cli_parse_long("burstd", f, v, 0, 65535, &n), dst = &a->port;
         else if (!strcmp(f, "--slots")) ok = cli_parse_long("burstd", f, v, 1, 4096, &n), dst = &a->slots;
@@ -103,6 +107,31 @@ static const char *model_name(const char *dir) {
     while (n > 1 && name[n - 1] == '/') name[--n] = 0;
     const char *slash = strrchr(name, '/');
     return slash && slash[1] ? slash + 1 : name;
+}
+
+// After a stop signal: no new requests, and up to --drain-timeout seconds for those accepted to
+// finish (a second signal cuts it short); engine_stop then ends what is left.
+static void drain(const burstd_args *a, engine *eng, http_server *http, const sigset_t *stop_signals, int sig) {
+    int running, waiting;
+    http_drain(http);
+    engine_counts(eng, &running, &waiting);
+    LOG_I("signal %d: draining: new requests get 503; %d running and %d waiting may finish within %.0f s "
+          "(a second signal stops at once)", sig, running, waiting, a->drain_timeout);
+    double until = burst_now() + a->drain_timeout;
+    const struct timespec tick = {.tv_nsec = 50 * 1000 * 1000};
+    for (;;) {
+        engine_counts(eng, &running, &waiting);
+        if (!running && !waiting) break;
+        if (burst_now() >= until) {
+            LOG_W("drain timeout: stopping %d running and %d waiting requests", running, waiting);
+            break;
+        }
+        if ((sig = sigtimedwait(stop_signals, NULL, &tick)) > 0) {
+            LOG_I("signal %d again: stopping %d running and %d waiting requests", sig, running, waiting);
+            break;
+        }
+    }
+    LOG_I("stopping");
 }
 
 // Loads, serves until a signal, and tears down in reverse order. Returns the exit code.
@@ -141,11 +170,12 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
           a->api_key ? ", API key required" : "");
     int sig;
     sigwait(stop_signals, &sig);
-    LOG_I("signal %d: stopping", sig);
+    drain(a, eng, http, stop_signals, sig);
 fail:
     if (err.msg[0]) LOG_E("%s", err.msg);
+    engine_stop(eng); // what is left ends with an error, which the HTTP threads send before http_stop
     http_stop(http);
-    engine_stop(eng);
+    engine_free(eng);
     metrics_free(met);
     llama_free(m);
     tokenizer_free(tok);

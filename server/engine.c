@@ -512,7 +512,7 @@ burst_status engine_start(llama_model *m, const tokenizer *tok, metrics *met, co
     pthread_cond_init(&e->cv, NULL);
     int rc = pthread_create(&e->thread, NULL, engine_main, e);
     if (rc) {
-        engine_stop(e);
+        engine_free(e);
         return BURST_FAIL(err, BURST_ERR_NOMEM, "pthread_create: error %d", rc);
     }
     e->started = 1;
@@ -527,14 +527,22 @@ void engine_stop(engine *e) {
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
     if (e->started) pthread_join(e->thread, NULL);
+    e->started = 0;
     for (int s = 0; s < e->n_slots; s++)
         if (e->seq[s].req) seq_finish(e, s, FINISH_ERROR, "the server is shutting down");
+    pthread_mutex_lock(&e->mu); // HTTP threads may still count the queue
     for (; e->q_len; e->q_len--, e->q_head = (e->q_head + 1) % e->max_queue) {
         burst_request *r = e->queue[e->q_head];
         request_result res = {.n_prompt = r->n_prompt, .total_s = burst_now() - r->t_accept, .finish = FINISH_ERROR};
         log_finished(e, r, 0, &res, strdup("the server is shutting down"), NULL, 0, "the server is shutting down", -1);
         request_release(r);
     }
+    pthread_mutex_unlock(&e->mu);
+}
+
+void engine_free(engine *e) {
+    if (!e) return;
+    engine_stop(e);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);
     free(e->queue);

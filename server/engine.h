@@ -47,8 +47,11 @@ typedef struct engine engine;
 
 burst_status engine_start(llama_model *m, const tokenizer *tok, metrics *met, const engine_options *opt,
                           engine **out, burst_error *err);
-// Stops the thread; requests still queued or running finish with FINISH_ERROR ("shutting down").
+// Stops the thread; requests still queued or running finish with FINISH_ERROR ("shutting down"),
+// which their HTTP threads still deliver. engine_submit refuses from then on (the engine stays
+// valid for engine_cancel and engine_counts until engine_free).
 void engine_stop(engine *e);
+void engine_free(engine *e); // stops it first if need be
 
 // Queues req (taking a reference), or refuses it at once; *retry_after_s is then when to retry.
 engine_admission engine_submit(engine *e, burst_request *req, double *retry_after_s);

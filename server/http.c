@@ -173,6 +173,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **ctx, enu
     if (h->req) {
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) engine_cancel(s->eng, h->req);
         request_release(h->req);
+        atomic_fetch_sub(&s->in_flight, 1);
     }
     free(h->body);
     free(h);
@@ -200,6 +201,8 @@ burst_status http_start(const http_options *opt, engine *eng, const llama_model 
                                   .max_choices = llama_options_of(m)->n_slots,
                                   .max_prompts = engine_max_queue(eng)}};
     atomic_init(&s->next_id, 1);
+    atomic_init(&s->draining, 0);
+    atomic_init(&s->in_flight, 0);
     s->daemon = MHD_start_daemon(HTTP_MHD_MODE | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0), (uint16_t)opt->port,
                                  NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                                  MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
@@ -219,8 +222,13 @@ int http_port(const http_server *s) {
     return di ? di->port : -1;
 }
 
+void http_drain(http_server *s) { atomic_store(&s->draining, 1); }
+
 void http_stop(http_server *s) {
     if (!s) return;
+    // Responses in flight (their last events already queued by engine_stop) get up to 2 s to go
+    // out before the connections close.
+    for (int i = 0; i < 100 && atomic_load(&s->in_flight) > 0; i++) nanosleep(&(struct timespec){.tv_nsec = 20000000}, NULL);
     MHD_stop_daemon(s->daemon);
     free(s);
 }

@@ -25,4 +25,7 @@ typedef struct http_server http_server;
 burst_status http_start(const http_options *opt, engine *eng, const llama_model *m, const tokenizer *tok,
                         metrics *met, http_server **out, burst_error *err);
 int http_port(const http_server *s);
-void http_stop(http_server *s);
+// From now on new completions get 503 ("shutting down") and /health answers 503 "draining";
+// requests already accepted go on (burstd drains before it stops).
+void http_drain(http_server *s);
+void http_stop(http_server *s); // after up to 2 s for the responses in flight to be sent

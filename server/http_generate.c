@@ -184,6 +184,9 @@ static enum MHD_Result whole(http_server *s, http_request *h, openai_call *call)
 
 static enum MHD_Result generate(http_server *s, http_request *h, openai_kind kind) {
     api_error e;
+    if (atomic_load(&s->draining))
+        return http_reply_error(s, h, (api_error_set(&e, 503, "server_error", "shutting_down",
+                                                     "the server is shutting down; send the request elsewhere"), &e));
     openai_call call = {.kind = kind, .model = s->model_name, .tok = s->limits.tok, .created = (long long)time(NULL)};
     burst_request *r = request_new();
     snprintf(r->id, sizeof r->id, "%s", h->id);
@@ -218,6 +221,7 @@ static enum MHD_Result generate(http_server *s, http_request *h, openai_kind kin
         return http_reply_error(s, h, &e);
     }
     h->req = r; // released (and cancelled unless it completed) when the HTTP request ends
+    atomic_fetch_add(&s->in_flight, 1);
     if (call.stream) return stream(s, h, &call);
     enum MHD_Result res = whole(s, h, &call);
     openai_call_free(&call);

@@ -23,6 +23,8 @@ struct http_server {
     const char *model_name, *api_key;
     long long started;      // unix seconds, the models' "created"
     atomic_ullong next_id;  // request ids
+    atomic_int draining;    // http_drain was called
+    atomic_int in_flight;   // generation requests whose response is not yet sent
 };
 
 // One HTTP request (libmicrohttpd's per-request pointer), freed when the request completes.

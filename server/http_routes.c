@@ -27,14 +27,16 @@ enum MHD_Result http_health(http_server *s, http_request *h) {
     int running, waiting;
     engine_counts(s->eng, &running, &waiting);
     // A model that lost a node of its cluster cannot serve again: say so, for load balancers.
+    // A draining server takes no new work: load balancers should look elsewhere.
     const char *fault = llama_fault(s->model);
+    int draining = atomic_load(&s->draining);
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "status", fault ? "error" : "ok");
+    cJSON_AddStringToObject(o, "status", fault ? "error" : draining ? "draining" : "ok");
     if (fault) cJSON_AddStringToObject(o, "error", fault);
     cJSON_AddStringToObject(o, "model", s->model_name);
     cJSON_AddNumberToObject(o, "running", running);
     cJSON_AddNumberToObject(o, "waiting", waiting);
-    return reply_json_status(h, fault ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, o);
+    return reply_json_status(h, fault || draining ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, o);
 }
 
 enum MHD_Result http_models(http_server *s, http_request *h) {

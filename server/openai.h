@@ -17,7 +17,7 @@ typedef enum { OPENAI_COMPLETION, OPENAI_CHAT } openai_kind;
 
 // An OpenAI-shaped error: {"error": {"message", "type", "code"}} with an HTTP status.
 typedef struct {
-    int status;        // 400, 401, 404, 405, 413, 429, 500
+    int status;        // 400, 401, 404, 405, 413, 429, 500, 503
     const char *type;  // "invalid_request_error" (4xx), "rate_limit_error" (429), "server_error" (500)
     const char *code;  // NULL or a short machine-readable code
     int retry_after_s; // 429: the Retry-After header (0: 1 s)

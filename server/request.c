@@ -39,7 +39,8 @@ burst_request *request_batch_member(burst_request *first, int index, int *prompt
     r->logprobs = first->logprobs, r->top_logprobs = first->top_logprobs, r->prompt_logprobs = first->prompt_logprobs;
     r->sampling = first->sampling;
     r->sampling.bias = burst_calloc((size_t)(first->sampling.n_bias ? first->sampling.n_bias : 1), sizeof *r->sampling.bias);
-    memcpy(r->sampling.bias, first->sampling.bias, sizeof *r->sampling.bias * (size_t)first->sampling.n_bias);
+    if (first->sampling.n_bias)
+        memcpy(r->sampling.bias, first->sampling.bias, sizeof *r->sampling.bias * (size_t)first->sampling.n_bias);
     r->stop = burst_calloc((size_t)(first->n_stop ? first->n_stop : 1), sizeof *r->stop);
     for (r->n_stop = 0; r->n_stop < first->n_stop; r->n_stop++) r->stop[r->n_stop] = strdup(first->stop[r->n_stop]);
     r->t_accept = first->t_accept;

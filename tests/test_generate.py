@@ -40,7 +40,10 @@ with tempfile.TemporaryDirectory() as tmp:
     cases = [
         (["generate", "--model", os.path.join(tmp, "nope"), "--prompt", "x"], "nope"),
         (["generate", "--model", tmp, "--prompt", "x"], "tokenizer.model"),
-        (["generate", "--model", STORIES], "needs --model and --prompt"),
+        (["generate", "--model", STORIES], "needs --model and one of --prompt and --prompt-file"),
+        (["generate", "--model", STORIES, "--prompt", "x", "--prompt-file", "-"], "one of --prompt and --prompt-file"),
+        (["generate", "--model", STORIES, "--prompt-file", os.path.join(tmp, "none.txt")],
+         "--prompt-file " + os.path.join(tmp, "none.txt") + ": No such file or directory"),
         (["generate", "--model", STORIES, "--prompt", "x", "--max-tokens", "-3"], "--max-tokens -3"),
         (["generate", "--model", STORIES, "--prompt", "x", "--temperature", "hot"], "--temperature hot"),
         (["generate", "--model", STORIES, "--prompt", "x", "--bogus", "1"], "--bogus"),
@@ -52,6 +55,23 @@ with tempfile.TemporaryDirectory() as tmp:
         r = run(*args)
         check(f"error {args[1:3]} -> {want!r}", r.returncode != 0 and want in r.stderr and r.returncode < 128,
               f"rc={r.returncode} stderr={r.stderr[-300:]!r}")
+
+# --prompt-file: the same continuation as --prompt with the file's text, from a file and from stdin.
+with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, "prompt.txt")
+    with open(path, "w") as f:
+        f.write("Once upon a time")
+    r = run("generate", "--model", STORIES, "--prompt-file", path, "--max-tokens", "40", "--temperature", "0")
+    check("--prompt-file: the greedy continuation", r.returncode == 0 and r.stdout.startswith(EXPECT), r.stderr[-300:])
+    r = subprocess.run([BIN, "generate", "--model", STORIES, "--prompt-file", "-", "--max-tokens", "40"],
+                       input="Once upon a time", capture_output=True, text=True, timeout=120)
+    check("--prompt-file - (stdin): the greedy continuation", r.returncode == 0 and r.stdout.startswith(EXPECT),
+          r.stderr[-300:])
+    with open(path, "w") as f:
+        f.write("Once upon a time. " * 6000)  # 108 KB: read in several pieces; far past the context
+    r = run("generate", "--model", STORIES, "--prompt-file", path, "--max-tokens", "4", "--ctx", "512")
+    check("--prompt-file of 108 KB: read whole (30001 tokens), then refused as past --ctx",
+          r.returncode == 1 and "prompt of 30001 tokens exceeds the context of 512" in r.stderr, r.stderr[-300:])
 
 r = run("generate", "--help")
 check("--help", r.returncode == 0 and "--max-tokens" in r.stdout, r.stdout[:200])

@@ -2,12 +2,15 @@
 CPU thread): with one KV slot and --max-queue 2, a long streamed request runs, two more wait,
 a fourth gets 429 at once; the long request's client disconnects after its first tokens, the log
 says it was cancelled (having generated far fewer tokens than asked), and the waiting requests are
-served at once instead of after the long request would have finished."""
+served at once instead of after the long request would have finished. SIGTERM drains: a running
+stream finishes while new requests get 503 and /health says draining; --drain-timeout cuts the
+drain short, and so does a second signal."""
 import os
 import tempfile
 import threading
 import time
 import json
+import signal
 
 from burstd_util import MODELS, Burstd, Checks, need_stories
 from make_random_model import write_model
@@ -63,4 +66,51 @@ with tempfile.TemporaryDirectory() as tmp:
                   and waited < remaining / 2, (done, waited, remaining))
         check("metrics count the cancel and the rejection", srv.metric('request_cancelled_total{reason="decode"') == 1
               and srv.metric("request_rejected_total") == 1 and srv.metric("num_requests_running") == 0)
+
+    # SIGTERM drains: the running stream finishes whole, new requests get 503, /health says
+    # draining, then burstd exits 0. With a short --drain-timeout the request is stopped at it
+    # instead; a second signal stops at once.
+    def stream_tokens(srv, max_tokens, out, started):
+        c = srv.connect()
+        c.request("POST", "/v1/completions", body=json.dumps({
+            "prompt": "Once upon a time", "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+            "stream": True}), headers={"Content-Type": "application/json"})
+        resp = c.getresponse()
+        for line in resp:
+            started.set()
+            if line.startswith(b"data: "):
+                out.append(line[6:].strip().decode())
+        c.close()
+
+    def drained(args, max_tokens, signals):
+        with Burstd(tmp, "--slots", "1", *args) as srv:
+            out, started = [], threading.Event()
+            t = threading.Thread(target=stream_tokens, args=(srv, max_tokens, out, started))
+            t.start()
+            started.wait(30)
+            t0 = time.time()
+            for _ in range(signals):
+                srv.proc.send_signal(signal.SIGTERM)
+                time.sleep(0.05)
+            srv.wait_log("draining")
+            new = srv.request("POST", "/v1/completions", {"prompt": "Once", "max_tokens": 3}) if signals == 1 else None
+            health = srv.request("GET", "/health") if signals == 1 else None
+            t.join(120)
+            rc = srv.proc.wait(60)
+            return out, new, health, rc, time.time() - t0, srv.log()
+
+    out, new, health, rc, took, log = drained(["--drain-timeout", "60"], 600, 1)
+    chunks = [json.loads(e) for e in out if e.startswith("{")]
+    tokens = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"] is None]  # a chunk a token
+    check(f"SIGTERM mid-stream: the stream finishes whole ({len(tokens)} of 600 tokens, then [DONE])",
+          len(tokens) == 600 and out[-1] == "[DONE]", out[-2:])
+    check("... meanwhile a new request gets 503 'shutting down'", new and new[0] == 503
+          and new[2]["error"]["code"] == "shutting_down", new)
+    check("... and /health 503 'draining'", health and health[0] == 503 and health[2]["status"] == "draining", health)
+    check("... then burstd exits 0", rc == 0 and "stopping" in log, log[-400:])
+    out, _, _, rc, took, log = drained(["--drain-timeout", "0.5"], 3000, 1)
+    check(f"--drain-timeout 0.5: the long stream is stopped at it with an error ({took:.1f} s), exit 0",
+          rc == 0 and took < 10 and "shutting down" in "".join(out) and "drain timeout" in log, (out[-2:], log[-300:]))
+    out, _, _, rc, took, log = drained(["--drain-timeout", "60"], 3000, 2)
+    check(f"a second signal stops at once ({took:.1f} s), exit 0", rc == 0 and took < 10 and "again" in log, log[-300:])
 check.exit()

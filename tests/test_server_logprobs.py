@@ -315,6 +315,21 @@ with Burstd(STORIES, "--prefill-chunk", str(CHUNK), *NO_CACHE) as srv:
     check("logit_bias -100 on the greedy first token: the reference's greedy with that bias",
           greedy_ok(prompt_ids, got["logprobs"]["tokens"], bias={first: -100})[0]
           and got["logprobs"]["tokens"][0] != token_str(first), got)
+    # top_k and min_p (vLLM's): every sampled token within the filter, read from the raw logprobs
+    # (no bias or penalty here, so raw and sampled rankings agree). min_p keeps a token when its
+    # tempered probability is at least min_p times the top one's: raw logprob gap <= -T log(min_p).
+    got = greedy_tokens({"max_tokens": 30, "temperature": 1.5, "top_k": 1, "seed": 5})
+    check("top_k 1 at temperature 1.5 = greedy", got["text"] == greedy_tokens({"max_tokens": 30})["text"], got["text"])
+    got = greedy_tokens({"max_tokens": 40, "temperature": 2, "top_k": 3, "seed": 5, "logprobs": 3})
+    lp = got["logprobs"]
+    check("top_k 3 at temperature 2: each token among its position's 3 most likely",
+          len(lp["tokens"]) == 40 and all(t in top for t, top in zip(lp["tokens"], lp["top_logprobs"])), lp["tokens"])
+    got = greedy_tokens({"max_tokens": 40, "temperature": 2, "min_p": 0.3, "seed": 5, "logprobs": 1})
+    lp = got["logprobs"]
+    gaps = [max(top.values()) - v for v, top in zip(lp["token_logprobs"], lp["top_logprobs"])]
+    check(f"min_p 0.3 at temperature 2: each token's gap to the top one <= -2 log 0.3 (largest {max(gaps):.2f})",
+          len(gaps) == 40 and max(gaps) <= -2 * np.log(0.3) + 1e-4, gaps)
+
     # A byte-fallback token that is not UTF-8 alone: "bytes:\xe2" with its byte; its logprob is
     # the raw one (the bias is not in it), and it is not among the raw top alternatives.
     byte_e2 = sp.piece_to_id("<0xE2>")
@@ -396,6 +411,8 @@ with Burstd(STORIES, "--prefill-chunk", str(CHUNK), *NO_CACHE) as srv:
         (H, {**M, "logprobs": True, "top_logprobs": 21}, "'top_logprobs' must be an integer in [0, 20]"),
         (H, {**M, "top_logprobs": 2}, "'top_logprobs' needs 'logprobs': true"),
         (C, {**P, "presence_penalty": 3}, "'presence_penalty' must be a number in [-2, 2]"),
+        (C, {**P, "top_k": -2}, "'top_k' must be an integer in [-1,"),
+        (H, {**M, "min_p": 1.5}, "'min_p' must be a number in [0, 1]"),
         (H, {**M, "frequency_penalty": -2.5}, "'frequency_penalty' must be a number in [-2, 2]"),
         (C, {**P, "frequency_penalty": "2"}, "'frequency_penalty'"),
         (C, {**P, "logit_bias": {"abc": 1}}, "'logit_bias' keys must be token ids in [0, 512), not 'abc'"),
