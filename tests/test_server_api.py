@@ -54,6 +54,17 @@ with Burstd(STORIES) as srv:
     check("log line for the request", srv.wait_log(r"cmpl-\d+ \| length: prompt 5 tokens \(0 cached\), generated 40 tokens, "
                                                    r"queue [\d.]+ s, ttft [\d.]+ s, total [\d.]+ s"), srv.log()[-500:])
 
+    # echo with max_tokens 0 and no logprobs: the prompt's text, without running the model.
+    prefills = srv.metric("request_prefill_time_seconds_count")
+    st, _, body = srv.request("POST", "/v1/completions", {"prompt": ["Once upon a time", "Tim"], "max_tokens": 0,
+                                                          "echo": True})
+    st2, events = srv.stream("/v1/completions", {"prompt": "Lily", "max_tokens": 0, "echo": True})
+    check("echo, max_tokens 0, no logprobs: the prompts' texts, finish length, no prefill run",
+          st == 200 and [c["text"] for c in body["choices"]] == ["Once upon a time", "Tim"]
+          and all(c["finish_reason"] == "length" for c in body["choices"]) and body["usage"]["completion_tokens"] == 0
+          and body["usage"]["prompt_tokens"] == 7 and st2 == 200 and stream_text(events) == "Lily"
+          and events[-1] == "[DONE]" and srv.metric("request_prefill_time_seconds_count") == prefills, (body, events))
+
     # Chats: the LLaMA-2 template, whole and streamed, against burst generate on the templated prompt.
     chat = {"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 30, "temperature": 0}
     ref = generate(STORIES, "[INST] Tell me a story [/INST]", 30)
