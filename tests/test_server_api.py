@@ -51,6 +51,9 @@ with Burstd(STORIES) as srv:
           and events[-2]["choices"] == [] and events[-2]["usage"]["completion_tokens"] == 40
           and events[-2]["usage"]["time_to_first_token_s"] > 0 and events[-3]["choices"][0]["finish_reason"] == "length",
           events[-3:])
+    t = events[-3].get("timings", {})
+    check("the final chunk carries timings (time to first token, queue, total)",
+          0 < t.get("time_to_first_token_s", 0) <= t.get("total_s", 0) and t.get("queue_time_s", -1) >= 0, events[-3])
     check("log line for the request", srv.wait_log(r"cmpl-\d+ \| length: prompt 5 tokens \(0 cached\), generated 40 tokens, "
                                                    r"queue [\d.]+ s, ttft [\d.]+ s, total [\d.]+ s"), srv.log()[-500:])
 
