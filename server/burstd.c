@@ -19,6 +19,8 @@ static const char usage[] =
     "  --host ADDR       address to listen on (default 127.0.0.1)\n"
     "  --port N          port (default 8080; 0: any free port, printed at start)\n"
     "  --api-key KEY     require \"Authorization: Bearer KEY\" (all routes but /health)\n"
+    "  --cors-origin O   let web pages from origin O (\"*\": any) call the API from a browser:\n"
+    "                    CORS headers and preflight answers (default: none)\n"
     "  --slots N         requests running at once, each with its own KV cache slot (default 4)\n"
     "  --ctx N           tokens per slot, prompt + completion (default: the model's context)\n"
     "  --max-queue N     requests waiting for a slot at most; more get 429 (default 64)\n"
@@ -51,7 +53,7 @@ static const char usage[] =
     "                    says why (default 600)\n";
 
 typedef struct {
-    const char *model, *host, *api_key, *backend, *comm, *coordinator;
+    const char *model, *host, *api_key, *cors_origin, *backend, *comm, *coordinator;
     int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk, nodes, prefix_cache;
     float max_wait, join_timeout, node_timeout, drain_timeout;
     burst_dtype kv_dtype;
@@ -68,6 +70,7 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         if (!strcmp(f, "--model")) a->model = v;
         else if (!strcmp(f, "--host")) a->host = v;
         else if (!strcmp(f, "--api-key")) a->api_key = v;
+        else if (!strcmp(f, "--cors-origin")) a->cors_origin = v;
         else if (!strcmp(f, "--backend")) a->backend = v;
         else if (!strcmp(f, "--comm")) a->comm = v;
         else if (!strcmp(f, "--prefix-cache")) ok = cli_parse_on_off("burstd", f, v, &a->prefix_cache);
@@ -160,7 +163,8 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
           llama_options_of(m)->ctx, dtype_name(llama_options_of(m)->kv_dtype), llama_options_of(m)->n_ranks,
           llama_options_of(m)->backend, llama_reserved_bytes(m) / 1e6);
     met = metrics_new(model_name(a->model));
-    http_options ho = {.host = a->host, .port = a->port, .api_key = a->api_key, .model_name = model_name(a->model)};
+    http_options ho = {.host = a->host, .port = a->port, .api_key = a->api_key, .model_name = model_name(a->model),
+                       .cors_origin = a->cors_origin};
     if (engine_start(m, tok, met, &(engine_options){.max_queue = a->max_queue, .prefill_chunk = a->prefill_chunk,
                                                        .max_wait_s = a->max_wait, .prefix_cache = a->prefix_cache},
                      &eng, &err) ||

@@ -573,6 +573,12 @@ static double estimate_wait(const engine *e) {
 }
 
 engine_admission engine_submit(engine *e, burst_request *req, double *retry_after_s) {
+    *retry_after_s = 0;
+    if (req->max_tokens == 0 && !req->prompt_logprobs) { // echo alone: the prompt's text, no model
+        request_result res = {.n_prompt = req->n_prompt, .total_s = burst_now() - req->t_accept, .finish = FINISH_LENGTH};
+        log_finished(e, req, 0, &res, NULL, NULL, 0, NULL, req->n_prompt);
+        return ENGINE_ACCEPTED;
+    }
     pthread_mutex_lock(&e->mu);
     engine_admission a = ENGINE_ACCEPTED;
     double wait = estimate_wait(e);

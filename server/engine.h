@@ -7,7 +7,8 @@
 //      max_batch,
 //   4. samples the next token of every segment that reached its prompt's end or decodes, and
 //      hands its text to the request's queue (request_push_token), never waiting on the HTTP side
-//      (a request with max_tokens 0 ends at its prompt's end instead).
+//      (a request with max_tokens 0 ends at its prompt's end instead; without prompt logprobs it
+//      needs no model and ends at engine_submit).
 // A request with n_choices > 1 takes that many slots at admission: the first prefills the prompt,
 // the others wait, then copy its K/V (llama_slot_copy) and sample from the same logits, each with
 // its own seed (the request's + its index).

@@ -46,8 +46,31 @@ static enum MHD_Result reply(http_request *h, int status, const char *type, char
         MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, secs));
     }
     if (status == MHD_HTTP_UNAUTHORIZED) MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer"));
+    http_add_cors(h, resp);
     h->replied = 1;
     enum MHD_Result r = MHD_queue_response(h->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return r;
+}
+
+void http_add_cors(const http_request *h, struct MHD_Response *resp) {
+    if (!h->cors_origin) return;
+    MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, h->cors_origin));
+    if (strcmp(h->cors_origin, "*")) MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Origin"));
+}
+
+// A browser's CORS preflight (OPTIONS) of a known route: which method and headers it may send.
+static enum MHD_Result reply_preflight(http_request *h) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    BURST_ASSERT(resp && "http: out of memory creating a response");
+    char methods[32];
+    snprintf(methods, sizeof methods, "%s, OPTIONS", routes[h->route].method);
+    MHD_CHECK(MHD_add_response_header(resp, "Access-Control-Allow-Methods", methods));
+    MHD_CHECK(MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type"));
+    MHD_CHECK(MHD_add_response_header(resp, "Access-Control-Max-Age", "600"));
+    http_add_cors(h, resp);
+    h->replied = 1;
+    enum MHD_Result r = MHD_queue_response(h->conn, MHD_HTTP_NO_CONTENT, resp);
     MHD_destroy_response(resp);
     return r;
 }
@@ -103,6 +126,7 @@ static enum MHD_Result on_headers(http_server *s, http_request *h) {
         api_error_set(&e, 404, "invalid_request_error", "not_found", "no route %s %s", h->method, h->url);
         return http_reply_error(s, h, &e);
     }
+    if (h->cors_origin && !strcmp(h->method, MHD_HTTP_METHOD_OPTIONS)) return reply_preflight(h);
     if (strcmp(routes[h->route].method, h->method)) {
         api_error_set(&e, 405, "invalid_request_error", "method_not_allowed", "%s wants %s, not %s", h->url,
                       routes[h->route].method, h->method);
@@ -140,7 +164,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     http_request *h = *ctx;
     if (!h) {
         *ctx = h = burst_calloc(1, sizeof *h);
-        *h = (http_request){.conn = conn, .method = method, .url = url};
+        *h = (http_request){.conn = conn, .method = method, .url = url, .cors_origin = s->cors_origin};
         return on_headers(s, h);
     }
     if (h->replied) { // answered at the headers (404, 405, 401): drop the body
@@ -196,6 +220,7 @@ burst_status http_start(const http_options *opt, engine *eng, const llama_model 
     if (rc) return BURST_FAIL(err, BURST_ERR_INVALID, "--host %s: %s", opt->host, gai_strerror(rc));
     http_server *s = burst_calloc(1, sizeof *s);
     *s = (http_server){.eng = eng, .model = m, .met = met, .model_name = opt->model_name, .api_key = opt->api_key,
+                       .cors_origin = opt->cors_origin,
                        .started = (long long)time(NULL),
                        .limits = {.tok = tok, .vocab = llama_config_of(m)->vocab_size, .ctx = llama_options_of(m)->ctx,
                                   .max_choices = llama_options_of(m)->n_slots,

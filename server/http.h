@@ -18,6 +18,7 @@ typedef struct {
     int port;            // 0: any free port (http_port says which)
     const char *api_key; // NULL: no key
     const char *model_name;
+    const char *cors_origin; // NULL: no CORS; else every response allows this origin ("*": any)
 } http_options;
 
 typedef struct http_server http_server;

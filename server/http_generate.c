@@ -124,6 +124,7 @@ static enum MHD_Result stream(http_server *s, http_request *h, const openai_call
     BURST_ASSERT(resp && "http: out of memory creating a response");
     MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream"));
     MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache"));
+    http_add_cors(h, resp);
     h->replied = 1;
     enum MHD_Result r = MHD_queue_response(h->conn, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);

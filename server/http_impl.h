@@ -20,7 +20,7 @@ struct http_server {
     const llama_model *model; // for its health
     metrics *met;
     openai_limits limits;
-    const char *model_name, *api_key;
+    const char *model_name, *api_key, *cors_origin;
     long long started;      // unix seconds, the models' "created"
     atomic_ullong next_id;  // request ids
     atomic_int draining;    // http_drain was called
@@ -39,7 +39,11 @@ typedef struct {
     int too_large;
     int replied;            // a response is queued: later calls only drain the body
     burst_request *req;     // a generation request this connection holds a reference on
+    const char *cors_origin; // the server's (NULL: none), for the reply helpers
 } http_request;
+
+// The CORS header of every response when the server allows an origin.
+void http_add_cors(const http_request *h, struct MHD_Response *resp);
 
 // Queues body (malloc'd, taken) with the given status and content type.
 enum MHD_Result http_reply(http_request *h, int status, const char *type, char *body);

@@ -3,7 +3,8 @@
 // output becomes OpenAI-shaped responses, stream chunks ("data: {...}\n\n") and errors.
 //
 // Extensions OpenAI clients ignore: "ignore_eos" (vLLM's) in requests; "time_to_first_token_s"
-// and "queue_time_s" in every "usage" object.
+// and "queue_time_s" in every "usage" object; "timings" {"time_to_first_token_s", "queue_time_s",
+// "total_s"} in each choice's final stream chunk.
 //
 // Stateless apart from the openai_call a request owns (one HTTP thread). Returned strings are
 // malloc'd; the caller frees them. The tokenizer is shared (it is thread-safe).

@@ -208,6 +208,10 @@ char *openai_chunk_final(openai_call *c, const char *id, int index, const reques
     add_text(c, &c->state[index], choice, "delta", c->kind == OPENAI_COMPLETION ? "" : NULL);
     add_logprobs(c, &c->state[index], choice, NULL, 0);
     cJSON_AddStringToObject(choice, "finish_reason", finish_reason_str(res->finish));
+    cJSON *t = cJSON_AddObjectToObject(o, "timings"); // the choice's, whether or not usage is asked
+    cJSON_AddNumberToObject(t, "time_to_first_token_s", res->ttft_s);
+    cJSON_AddNumberToObject(t, "queue_time_s", res->queue_s);
+    cJSON_AddNumberToObject(t, "total_s", res->total_s);
     return sse(o);
 }
 

@@ -2,6 +2,7 @@
 `burst generate` gives greedily; the chat template, stop strings, seeds, tokenize; every bad input
 gets its status and an OpenAI-shaped error, and a normal request right after succeeds; the API
 key; a missing model fails before the port opens; one log line per request."""
+import json
 import os
 import re
 import subprocess
@@ -51,8 +52,22 @@ with Burstd(STORIES) as srv:
           and events[-2]["choices"] == [] and events[-2]["usage"]["completion_tokens"] == 40
           and events[-2]["usage"]["time_to_first_token_s"] > 0 and events[-3]["choices"][0]["finish_reason"] == "length",
           events[-3:])
+    t = events[-3].get("timings", {})
+    check("the final chunk carries timings (time to first token, queue, total)",
+          0 < t.get("time_to_first_token_s", 0) <= t.get("total_s", 0) and t.get("queue_time_s", -1) >= 0, events[-3])
     check("log line for the request", srv.wait_log(r"cmpl-\d+ \| length: prompt 5 tokens \(0 cached\), generated 40 tokens, "
                                                    r"queue [\d.]+ s, ttft [\d.]+ s, total [\d.]+ s"), srv.log()[-500:])
+
+    # echo with max_tokens 0 and no logprobs: the prompt's text, without running the model.
+    prefills = srv.metric("request_prefill_time_seconds_count")
+    st, _, body = srv.request("POST", "/v1/completions", {"prompt": ["Once upon a time", "Tim"], "max_tokens": 0,
+                                                          "echo": True})
+    st2, events = srv.stream("/v1/completions", {"prompt": "Lily", "max_tokens": 0, "echo": True})
+    check("echo, max_tokens 0, no logprobs: the prompts' texts, finish length, no prefill run",
+          st == 200 and [c["text"] for c in body["choices"]] == ["Once upon a time", "Tim"]
+          and all(c["finish_reason"] == "length" for c in body["choices"]) and body["usage"]["completion_tokens"] == 0
+          and body["usage"]["prompt_tokens"] == 7 and st2 == 200 and stream_text(events) == "Lily"
+          and events[-1] == "[DONE]" and srv.metric("request_prefill_time_seconds_count") == prefills, (body, events))
 
     # Chats: the LLaMA-2 template, whole and streamed, against burst generate on the templated prompt.
     chat = {"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 30, "temperature": 0}
@@ -172,6 +187,35 @@ with Burstd(STORIES, "--api-key", "sekrit") as srv:
     check("right API key -> 200", st == 200 and body["choices"][0]["text"].startswith(EXPECT), body)
     check("/health needs no key", srv.request("GET", "/health")[0] == 200)
     check("/metrics needs the key", srv.request("GET", "/metrics")[0] == 401)
+    st, h, _ = srv.request("OPTIONS", "/v1/completions")
+    check("without --cors-origin: no CORS header, OPTIONS is a 405", st == 405
+          and "Access-Control-Allow-Origin" not in h and "Access-Control-Allow-Origin" not in
+          srv.request("POST", "/v1/completions", NORMAL, {"Authorization": "Bearer sekrit"})[1], (st, h))
+
+# --cors-origin: a browser page from that origin may call the API (the key still applies).
+ORIGIN = "http://localhost:3000"
+with Burstd(STORIES, "--api-key", "sekrit", "--cors-origin", ORIGIN) as srv:
+    st, h, _ = srv.request("OPTIONS", "/v1/chat/completions", headers={"Origin": ORIGIN,
+                                                                      "Access-Control-Request-Method": "POST"})
+    check("CORS preflight (no key): 204 with the origin, POST, the Authorization header",
+          st == 204 and h.get("Access-Control-Allow-Origin") == ORIGIN and h.get("Vary") == "Origin"
+          and h.get("Access-Control-Allow-Methods") == "POST, OPTIONS"
+          and "Authorization" in h.get("Access-Control-Allow-Headers", ""), (st, h))
+    key = {"Authorization": "Bearer sekrit", "Origin": ORIGIN}
+    st, h, _ = srv.request("POST", "/v1/completions", NORMAL, key)
+    st2, h2, _ = srv.request("POST", "/v1/completions", NORMAL, {"Origin": ORIGIN})
+    c = srv.connect()
+    c.request("POST", "/v1/completions", body=json.dumps({**NORMAL, "stream": True}),
+              headers={"Content-Type": "application/json", **key})
+    r = c.getresponse()
+    r.read()
+    c.close()
+    check("CORS: the origin on answers, errors (401) and streams",
+          st == 200 and st2 == 401 and r.status == 200
+          and h.get("Access-Control-Allow-Origin") == h2.get("Access-Control-Allow-Origin")
+          == r.getheader("Access-Control-Allow-Origin") == ORIGIN, (h, h2, r.getheaders()))
+    st, _, _ = srv.request("OPTIONS", "/nowhere")
+    check("CORS preflight of an unknown route: 404", st == 404, st)
 
 # A missing or unusable model directory fails clearly before the port opens; bad flags too.
 with tempfile.TemporaryDirectory() as tmp:
