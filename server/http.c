@@ -46,17 +46,18 @@ static enum MHD_Result reply(http_request *h, int status, const char *type, char
         MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, secs));
     }
     if (status == MHD_HTTP_UNAUTHORIZED) MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer"));
-    http_add_cors(h, resp);
-    h->replied = 1;
-    enum MHD_Result r = MHD_queue_response(h->conn, (unsigned)status, resp);
-    MHD_destroy_response(resp);
-    return r;
+    return http_queue(h, (unsigned)status, resp);
 }
 
-void http_add_cors(const http_request *h, struct MHD_Response *resp) {
-    if (!h->cors_origin) return;
-    MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, h->cors_origin));
-    if (strcmp(h->cors_origin, "*")) MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Origin"));
+enum MHD_Result http_queue(http_request *h, unsigned status, struct MHD_Response *resp) {
+    if (h->cors_origin) {
+        MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, h->cors_origin));
+        if (strcmp(h->cors_origin, "*")) MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Origin"));
+    }
+    h->replied = 1;
+    enum MHD_Result r = MHD_queue_response(h->conn, status, resp);
+    MHD_destroy_response(resp);
+    return r;
 }
 
 // A browser's CORS preflight (OPTIONS) of a known route: which method and headers it may send.
@@ -68,11 +69,7 @@ static enum MHD_Result reply_preflight(http_request *h) {
     MHD_CHECK(MHD_add_response_header(resp, "Access-Control-Allow-Methods", methods));
     MHD_CHECK(MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type"));
     MHD_CHECK(MHD_add_response_header(resp, "Access-Control-Max-Age", "600"));
-    http_add_cors(h, resp);
-    h->replied = 1;
-    enum MHD_Result r = MHD_queue_response(h->conn, MHD_HTTP_NO_CONTENT, resp);
-    MHD_destroy_response(resp);
-    return r;
+    return http_queue(h, MHD_HTTP_NO_CONTENT, resp);
 }
 
 enum MHD_Result http_reply(http_request *h, int status, const char *type, char *body) {

@@ -114,7 +114,7 @@ static void sse_free(void *cls) {
     free(st);
 }
 
-// Takes call's echo.
+// Takes call (its choices' state and the batch's prompts).
 static enum MHD_Result stream(http_server *s, http_request *h, const openai_call *call) {
     sse_stream *st = burst_calloc(1, sizeof *st);
     *st = (sse_stream){.s = s, .conn = h->conn, .req = h->req, .call = *call, .left = call->n_choices,
@@ -124,11 +124,7 @@ static enum MHD_Result stream(http_server *s, http_request *h, const openai_call
     BURST_ASSERT(resp && "http: out of memory creating a response");
     MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream"));
     MHD_CHECK(MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache"));
-    http_add_cors(h, resp);
-    h->replied = 1;
-    enum MHD_Result r = MHD_queue_response(h->conn, MHD_HTTP_OK, resp);
-    MHD_destroy_response(resp);
-    return r;
+    return http_queue(h, MHD_HTTP_OK, resp);
 }
 
 // One choice of a whole completion as its events come: its text and its tokens' logprobs.

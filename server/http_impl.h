@@ -42,8 +42,9 @@ typedef struct {
     const char *cors_origin; // the server's (NULL: none), for the reply helpers
 } http_request;
 
-// The CORS header of every response when the server allows an origin.
-void http_add_cors(const http_request *h, struct MHD_Response *resp);
+// Queues resp (taken) with status, adding the CORS headers when the server allows an origin; every
+// response goes out through here.
+enum MHD_Result http_queue(http_request *h, unsigned status, struct MHD_Response *resp);
 
 // Queues body (malloc'd, taken) with the given status and content type.
 enum MHD_Result http_reply(http_request *h, int status, const char *type, char *body);

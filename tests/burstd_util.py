@@ -123,6 +123,15 @@ def stream_text(events, kind="completion"):
     return "".join(out)
 
 
+def logprob_diff(got, ref):
+    """The largest difference between two choices' token logprobs, skipping the null entries (the
+    prompt's first token); inf when they have not the same number of tokens."""
+    a, b = got["logprobs"]["token_logprobs"], ref["logprobs"]["token_logprobs"]
+    if len(a) != len(b):
+        return float("inf")
+    return max((abs(x - y) for x, y in zip(a, b) if x is not None and y is not None), default=float("nan"))
+
+
 def generate(model, prompt, max_tokens):
     """`burst generate` greedy text (its trailing newline removed)."""
     r = subprocess.run([os.path.join(BIN, "burst"), "generate", "--model", model, "--prompt", prompt,

@@ -21,9 +21,7 @@ import tempfile
 import threading
 import time
 
-import numpy as np
-
-from burstd_util import MODELS, STORIES, Burstd, Checks, need_stories
+from burstd_util import MODELS, STORIES, Burstd, Checks, logprob_diff, need_stories
 from make_random_model import write_model
 
 need_stories()
@@ -40,14 +38,9 @@ def post(d, path, body):
     return r
 
 
-def lps(choice):
-    return np.array([np.nan if x is None else x for x in choice["logprobs"]["token_logprobs"]], dtype=float)
-
-
 def max_diff(choices, refs):
     """The largest difference of the choices' logprobs from the references' (inf if any length differs)."""
-    pairs = [(lps(c), lps(r)) for c, r in zip(choices, refs)]
-    return max(np.nanmax(np.abs(a - b)) if a.shape == b.shape else np.inf for a, b in pairs)
+    return max(logprob_diff(c, r) for c, r in zip(choices, refs))
 
 
 def sp_decode(d, ids):

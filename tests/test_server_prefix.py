@@ -19,7 +19,7 @@ import subprocess
 REF_PORT = None
 import numpy as np
 
-from burstd_util import BIN, ENV, STORIES, Burstd, Checks, need_stories, stream_text
+from burstd_util import BIN, ENV, STORIES, Burstd, Checks, logprob_diff, need_stories
 
 need_stories()
 check = Checks()
@@ -54,9 +54,7 @@ def cached(body):
 def same_answer(name, got, ref):
     """Same text, and logprobs (of the generated tokens; of the prompt's too with echo) within TOL."""
     g, r = got["choices"][0], ref["choices"][0]
-    a = np.array([np.nan if x is None else x for x in g["logprobs"]["token_logprobs"]], dtype=float)
-    b = np.array([np.nan if x is None else x for x in r["logprobs"]["token_logprobs"]], dtype=float)
-    diff = np.nanmax(np.abs(a - b)) if a.shape == b.shape else np.inf
+    diff = logprob_diff(g, r)
     check(f"{name}: same text, logprobs within {TOL} (max diff {diff:.1e})",
           g["text"] == r["text"] and diff < TOL, f"{g['text']!r} vs {r['text']!r}")
 
