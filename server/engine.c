@@ -445,7 +445,7 @@ static void fork_choices(engine *e, int s, const float *logits) {
     for (int t = 0; t < e->n_slots; t++) {
         engine_seq *c = &e->seq[t];
         if (!c->req || c->fork_of != s + 1) continue;
-        llama_slot_copy(e->model, t, s);
+        llama_slot_copy(e->model, t, s, llama_slot_len(e->model, s));
         slot_tokens *from = &e->held[s], *to = &e->held[t];
         reserve_tokens(to, from->len);
         memcpy(to->tokens, from->tokens, sizeof(int) * (size_t)from->len);
