@@ -2,13 +2,17 @@
 finish with the text `burst generate` gives greedily, and /metrics counts exactly 32 more
 first-token observations; `burst load` against it reports percentiles and the server counts
 exactly the tokens it asked for; with --shared-prefix its prompts share their first tokens, which
-the prefix cache holds (as it reports from the usage and the server counts)."""
+the prefix cache holds (as it reports from the usage and the server counts). On a random-weight
+model, whose tokens often split a UTF-8 character, a stream has exactly one chunk per token before
+its final chunk, which carries the text held back to the end: `burst load` counts tokens so."""
 import os
 import re
 import subprocess
+import tempfile
 import threading
 
-from burstd_util import BIN, STORIES, Burstd, Checks, generate, need_stories, stream_text
+from burstd_util import BIN, MODELS, STORIES, Burstd, Checks, generate, need_stories, stream_text
+from make_random_model import write_model
 
 need_stories()
 check = Checks()
@@ -68,4 +72,30 @@ with Burstd(STORIES, "--slots", "8", "--max-queue", "64") as srv:
     r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url + "/nowhere", "--requests", "2"],
                        capture_output=True, text=True, timeout=60)
     check("burst load reports failures", r.returncode == 1 and "status 404" in r.stderr, (r.returncode, r.stderr))
+
+with tempfile.TemporaryDirectory() as tmp:
+    write_model(tmp, dim=64, hidden=172, layers=2, heads=4, kv_heads=2, vocab=512, max_seq=256,
+                tokenizer=os.path.join(STORIES, "tokenizer.model"))
+    with Burstd(tmp, "--slots", "4") as srv:
+        bad, split = [], 0
+        for prompt in PROMPTS:
+            body = {"prompt": prompt, "max_tokens": 40, "temperature": 0, "ignore_eos": True}
+            status, events = srv.stream("/v1/completions", {**body, "stream_options": {"include_usage": True}})
+            _, _, whole = srv.request("POST", "/v1/completions", body)
+            chunks = [e for e in events if isinstance(e, dict) and e.get("choices")]
+            usage = [e["usage"] for e in events if isinstance(e, dict) and e.get("usage")]
+            if not (status == 200 and usage and len(chunks) == usage[0]["completion_tokens"] + 1
+                    and chunks[-1]["choices"][0]["finish_reason"] == "length"
+                    and all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
+                    and stream_text(events) == whole["choices"][0]["text"]):
+                bad.append((prompt, len(chunks), usage, chunks[-2:]))
+            split += "\ufffd" in whole["choices"][0]["text"]
+        check(f"random model: each stream has a chunk per token, then the final chunk, with the whole "
+              f"response's text ({split} of {len(PROMPTS)} hold split characters)", not bad and split, bad[:2])
+        r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--concurrency", "4", "--requests",
+                            "8", "--prompt-tokens", "20", "--max-tokens", "16"], capture_output=True, text=True,
+                           timeout=120)
+        check("random model: burst load counts exactly 16 tokens in every stream",
+              r.returncode == 0 and "8 requests (0 failed)" in r.stdout and not r.stderr,
+              (r.stdout, r.stderr))
 check.exit()
