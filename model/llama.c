@@ -98,7 +98,7 @@ typedef struct {
 } node_info;
 
 // The leader's commands to its workers (cluster_broadcast), as int32 words.
-// FORWARD n_segs n_tokens (slot n all_rows)* token*; TRUNCATE slot len; COPY dst src
+// FORWARD n_segs n_tokens (slot n all_rows)* token*; TRUNCATE slot len; COPY dst src len
 enum { CMD_FORWARD, CMD_TRUNCATE, CMD_COPY, CMD_QUIT };
 
 static void ops_attend(void *ctx, const flash_args *a) { backend_attention(ctx, a); }
