@@ -2,7 +2,8 @@
 finish with the text `burst generate` gives greedily, and /metrics counts exactly 32 more
 first-token observations; `burst load` against it reports percentiles and the server counts
 exactly the tokens it asked for; with --shared-prefix its prompts share their first tokens, which
-the prefix cache holds (as it reports from the usage and the server counts). On a random-weight
+the prefix cache holds (as it reports from the usage and the server counts); with --rate its
+requests go out at Poisson times, late when every client is busy. On a random-weight
 model, whose tokens often split a UTF-8 character, a stream has exactly one chunk per token before
 its final chunk, which carries the text held back to the end: `burst load` counts tokens so."""
 import os
@@ -65,6 +66,26 @@ with Burstd(STORIES, "--slots", "8", "--max-queue", "64") as srv:
     check(f"burst load --shared-prefix 16: one at a time, requests 2-4 reuse the prefix ({got and got.group(1)} "
           f"cached; the server counts {hits:.0f})", r.returncode == 0 and "(16 shared)" in r.stdout and got
           and int(got.group(1)) == hits >= 3 * 16, (r.stdout, r.stderr))
+    # --rate: requests due at Poisson times. The run lasts at least until the last is due; one
+    # client cannot keep up with 1000 a second, so requests go out late and the report says so.
+    gen_before = srv.metric("generation_tokens_total")
+    r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--rate", "40", "--concurrency", "12",
+                        "--requests", "12", "--prompt-tokens", "20", "--max-tokens", "4"],
+                       capture_output=True, text=True, timeout=120)
+    span = re.search(r"arrivals: 40.00 requests/s \(Poisson\) over ([\d.]+) s; \d+ sent more than 10 ms late", r.stdout)
+    wall = re.search(r"tokens each, ([\d.]+) s", r.stdout)
+    check(f"burst load --rate 40: 12 requests due over {span and span.group(1)} s, run {wall and wall.group(1)} s",
+          r.returncode == 0 and span and wall and float(wall.group(1)) >= float(span.group(1)) > 0
+          and srv.metric("generation_tokens_total") - gen_before == 48, (r.stdout, r.stderr))
+    r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--rate", "1000", "--concurrency", "1",
+                        "--requests", "16", "--prompt-tokens", "20", "--max-tokens", "16"],
+                       capture_output=True, text=True, timeout=120)
+    late = re.search(r"(\d+) sent more than 10 ms late, all 1 clients being busy", r.stdout)
+    check(f"burst load --rate 1000 with one client: {late and late.group(1)} requests sent late",
+          r.returncode == 0 and late and int(late.group(1)) >= 1, (r.stdout, r.stderr))
+    r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--rate", "-1"],
+                       capture_output=True, text=True, timeout=60)
+    check("burst load: a negative --rate is refused", r.returncode == 2 and "--rate -1" in r.stderr, r.stderr)
     r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--prompt-tokens", "8",
                         "--shared-prefix", "9"], capture_output=True, text=True, timeout=60)
     check("burst load: --shared-prefix past --prompt-tokens is refused", r.returncode == 2
