@@ -98,7 +98,7 @@ typedef struct {
 } node_info;
 
 // The leader's commands to its workers (cluster_broadcast), as int32 words.
-// FORWARD n_segs n_tokens (slot n all_rows)* token*; TRUNCATE slot len; COPY dst src
+// FORWARD n_segs n_tokens (slot n all_rows)* token*; TRUNCATE slot len; COPY dst src len
 enum { CMD_FORWARD, CMD_TRUNCATE, CMD_COPY, CMD_QUIT };
 
 static void ops_attend(void *ctx, const flash_args *a) { backend_attention(ctx, a); }
@@ -401,29 +401,33 @@ void llama_slot_truncate(llama_model *m, int slot, int64_t len) {
     tell_workers(m, (int32_t[]){CMD_TRUNCATE, slot, (int32_t)len}, 3);
 }
 
-// A rank's part of llama_slot_copy: its shard of slot copy_src, every layer, into slot copy_dst.
+// A rank's part of llama_slot_copy: its rows of slot copy_src's first positions (as many as slot
+// copy_dst now counts on this rank), every layer, into slot copy_dst.
 static void copy_rank(void *arg, int rank) {
     llama_model *m = arg;
     llama_rank *R = &m->ranks[rank];
     int dst = m->call.copy_dst, src = m->call.copy_src;
-    size_t bytes = (size_t)m->shard_len[(int64_t)src * m->G + R->rank] * (size_t)R->kv.kv_dim * dtype_size(R->kv.dtype);
+    size_t bytes = (size_t)m->shard_len[(int64_t)dst * m->G + R->rank] * (size_t)R->kv.kv_dim * dtype_size(R->kv.dtype);
     for (int l = 0; l < m->cfg.n_layers; l++) {
         backend_copy(R->be, kv_cache_k(&R->kv, dst, l, 0), kv_cache_k(&R->kv, src, l, 0), bytes);
         backend_copy(R->be, kv_cache_v(&R->kv, dst, l, 0), kv_cache_v(&R->kv, src, l, 0), bytes);
     }
 }
 
-static void slot_copy(llama_model *m, int dst, int src) {
+// A prefix of src is a prefix of each of its shards, so dst takes src's owners of the first len
+// positions and, on each rank, the first rows that those owners count.
+static void slot_copy(llama_model *m, int dst, int src, int64_t len) {
+    memcpy(m->pos_rank + (int64_t)dst * m->opt.ctx, m->pos_rank + (int64_t)src * m->opt.ctx, (size_t)len);
+    slot_truncate(m, dst, len);
     m->call = (llama_call){.copy_dst = dst, .copy_src = src};
     rank_pool_run(m->pool, copy_rank, m);
-    memcpy(m->shard_len + (int64_t)dst * m->G, m->shard_len + (int64_t)src * m->G, sizeof(int64_t) * (size_t)m->G);
-    memcpy(m->pos_rank + (int64_t)dst * m->opt.ctx, m->pos_rank + (int64_t)src * m->opt.ctx, (size_t)m->opt.ctx);
 }
 
-void llama_slot_copy(llama_model *m, int dst, int src) {
-    BURST_ASSERT(dst >= 0 && dst < m->opt.n_slots && src >= 0 && src < m->opt.n_slots && dst != src);
-    tell_workers(m, (int32_t[]){CMD_COPY, dst, src}, 3);
-    slot_copy(m, dst, src);
+void llama_slot_copy(llama_model *m, int dst, int src, int64_t len) {
+    BURST_ASSERT(dst >= 0 && dst < m->opt.n_slots && src >= 0 && src < m->opt.n_slots && dst != src && len >= 0 &&
+                 len <= llama_slot_len(m, src));
+    tell_workers(m, (int32_t[]){CMD_COPY, dst, src, (int32_t)len}, 4);
+    slot_copy(m, dst, src, len);
 }
 
 static burst_status check_batch(const llama_model *m, const llama_segment *segs, int n_segs,
@@ -706,9 +710,9 @@ burst_status llama_follow(llama_model *m, burst_error *err) {
         if (words == 3 && cmd[0] == CMD_TRUNCATE && cmd[1] >= 0 && cmd[1] < m->opt.n_slots && cmd[2] >= 0 &&
             cmd[2] <= llama_slot_len(m, cmd[1])) {
             slot_truncate(m, cmd[1], cmd[2]);
-        } else if (words == 3 && cmd[0] == CMD_COPY && cmd[1] >= 0 && cmd[1] < m->opt.n_slots && cmd[2] >= 0 &&
-                   cmd[2] < m->opt.n_slots && cmd[1] != cmd[2]) {
-            slot_copy(m, cmd[1], cmd[2]);
+        } else if (words == 4 && cmd[0] == CMD_COPY && cmd[1] >= 0 && cmd[1] < m->opt.n_slots && cmd[2] >= 0 &&
+                   cmd[2] < m->opt.n_slots && cmd[1] != cmd[2] && cmd[3] >= 0 && cmd[3] <= llama_slot_len(m, cmd[2])) {
+            slot_copy(m, cmd[1], cmd[2], cmd[3]);
         } else if (words >= 3 && cmd[0] == CMD_FORWARD && n_segs >= 1 && n_segs <= m->opt.n_slots && n >= 1 &&
                    words == (size_t)(3 + 3 * n_segs + n)) {
             llama_segment segs[n_segs];

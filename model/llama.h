@@ -85,9 +85,10 @@ int64_t llama_slot_len(const llama_model *m, int slot);
 // Keeps the slot's first len tokens (len <= its length) and forgets the rest: 0 empties it; more
 // keeps a prefix that the next tokens extend, as if only it had been run.
 void llama_slot_truncate(llama_model *m, int slot, int64_t len);
-// Makes slot dst hold what slot src holds (its K/V on every rank), as if src's tokens had been run
-// in dst: several completions of one prompt share its prefill.
-void llama_slot_copy(llama_model *m, int dst, int src);
+// Makes slot dst hold the first len tokens slot src holds (their K/V on every rank), as if they had
+// been run in dst: several completions of one prompt share its prefill, and prompts that begin
+// alike share their common prefix.
+void llama_slot_copy(llama_model *m, int dst, int src, int64_t len);
 
 // A worker's life: runs the leader's llama_forward, llama_slot_truncate and llama_slot_copy calls as they come,
 // until the leader frees its model (BURST_OK) or is lost (an error).

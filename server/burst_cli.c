@@ -269,7 +269,11 @@ static const char load_usage[] =
     "\n"
     "  --url URL           the server, e.g. http://127.0.0.1:8080\n"
     "  --api-key KEY       sent as \"Authorization: Bearer KEY\"\n"
-    "  --concurrency C     requests in flight at once (default 4)\n"
+    "  --concurrency C     requests in flight at once (default 4); with --rate, at most\n"
+    "  --rate R            send requests as users arrive: R a second on average, at Poisson\n"
+    "                      times (the same every run), each when due unless all C are in\n"
+    "                      flight (the report counts those sent late); default 0: each of\n"
+    "                      the C clients sends its next request as soon as its last ends\n"
     "  --requests R        requests in all (default 16)\n"
     "  --prompt-tokens P   prompt length in tokens, exactly (default 128)\n"
     "  --shared-prefix S   the first S prompt tokens are the same in every request, as behind a\n"
@@ -290,6 +294,11 @@ static int parse_load(int argc, char **argv, load_args *a) {
         else if (!strcmp(f, "--prompt-tokens")) ok = cli_parse_long("burst", f, v, 1, 1 << 24, &n), dst = &a->prompt_tokens;
         else if (!strcmp(f, "--max-tokens")) ok = cli_parse_long("burst", f, v, 1, 1 << 24, &n), dst = &a->max_tokens;
         else if (!strcmp(f, "--shared-prefix")) ok = cli_parse_long("burst", f, v, 0, 1 << 24, &n), dst = &a->shared_prefix;
+        else if (!strcmp(f, "--rate")) {
+            float rate;
+            ok = cli_parse_float("burst", f, v, 0, 1e6f, &rate);
+            a->rate = rate;
+        }
         else {
             fprintf(stderr, "burst: %s: unknown option\n%s", f, load_usage);
             return 0;

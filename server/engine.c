@@ -16,6 +16,12 @@ typedef struct {
     int n_cached;       // of those, the ones the prefix cache held at admission
     int choice;         // which of the request's n_choices completions this slot runs
     int fork_of;        // 1 + the slot whose prompt this choice copies once it is prefilled (0: none)
+    // A prompt that begins as another slot's: it waits until that slot holds the common prefix
+    // (share_len tokens), then copies it (share_prefixes). share_used: that slot's held.used then;
+    // if it changes, the slot has gone to another prompt and the wait ends.
+    int share_from;     // 1 + that slot (0: none)
+    int share_len;
+    uint64_t share_used;
     int last;           // the last sampled token, fed back at the next decode step
     int n_gen;
     double t_admit, t_first, t_last;
@@ -180,14 +186,24 @@ static void seq_finish(engine *e, int s, finish_reason why, const char *error) {
         if (e->seq[t].req && e->seq[t].fork_of == s + 1) seq_finish(e, t, why, error);
 }
 
-// Tokens at the start of prompt r that slot s holds (at most all but the last prompt token, which
-// must run for its logits; none when r wants every prompt token's logprobs).
-static int cached_prefix(const engine *e, int s, const burst_request *r) {
-    const slot_tokens *h = &e->held[s];
+// Tokens at the start of prompt r that n tokens begin with (at most all but the last prompt token,
+// which must run for its logits; none when r wants every prompt token's logprobs).
+static int common_prefix(const engine *e, const int *tokens, int n, const burst_request *r) {
     int len = 0;
     if (!e->prefix_cache || r->prompt_logprobs) return 0;
-    while (len < h->len && len < r->n_prompt - 1 && h->tokens[len] == r->prompt[len]) len++;
+    while (len < n && len < r->n_prompt - 1 && tokens[len] == r->prompt[len]) len++;
     return len;
+}
+
+// Tokens at the start of prompt r that slot s holds.
+static int cached_prefix(const engine *e, int s, const burst_request *r) {
+    return common_prefix(e, e->held[s].tokens, e->held[s].len, r);
+}
+
+static void reserve_tokens(slot_tokens *h, int n) {
+    if (n <= h->cap) return;
+    h->tokens = realloc(h->tokens, sizeof(int) * (size_t)(h->cap = 2 * n));
+    BURST_ASSERT(h->tokens && "engine: out of memory holding a slot's tokens");
 }
 
 // The free slot used least recently (or never). Called with e->mu held.
@@ -210,6 +226,52 @@ static int pick_slot(const engine *e, const burst_request *r, int *reuse) {
     int s = best >= 0 && 2 * best_len >= e->held[best].len ? best : lru;
     *reuse = s == best ? best_len : cached_prefix(e, lru, r);
     return s;
+}
+
+// The prompt r just admitted to slot s, which holds `reuse` tokens of it, copies a longer prefix from
+// the slot that holds the longest now (free or running), or waits for the prompt of a running
+// slot to be prefilled past a prefix that is longer still by a chunk or more (less would not repay
+// the wait). Called with e->mu held.
+static void find_share(engine *e, int s, const burst_request *r, int reuse) {
+    int from = -1, len = reuse;
+    for (int t = 0; t < e->n_slots; t++) {
+        int n = t == s ? 0 : cached_prefix(e, t, r);
+        if (n > len) from = t, len = n;
+    }
+    for (int t = 0, wait_len = len + e->prefill_chunk - 1; t < e->n_slots; t++) {
+        const engine_seq *o = &e->seq[t];
+        int n = t == s || !o->req || o->fork_of ? 0 : common_prefix(e, o->req->prompt, o->req->n_prompt, r);
+        if (n > wait_len) from = t, len = wait_len = n;
+    }
+    if (from < 0) return;
+    engine_seq *q = &e->seq[s];
+    q->share_from = from + 1, q->share_len = len, q->share_used = e->held[from].used;
+}
+
+// Waiting prompts whose source slot now holds their shared prefix copy it and go on after it. Those
+// whose source has gone to another prompt, or ended short of it, copy what it holds of it and
+// prefill the rest themselves. Repeats while copies happen, as a source may itself have waited.
+static void share_prefixes(engine *e) {
+    for (int copied = 1; copied;) {
+        copied = 0;
+        for (int s = 0; s < e->n_slots; s++) {
+            engine_seq *q = &e->seq[s];
+            if (!q->share_from) continue;
+            int t = q->share_from - 1, same = e->held[t].used == q->share_used;
+            int have = same ? cached_prefix(e, t, q->req) : 0;
+            if (have < q->share_len && same && e->seq[t].req) continue; // it is still coming
+            q->share_from = 0;
+            if (have <= q->n_cached) continue;
+            llama_slot_copy(e->model, s, t, have);
+            slot_tokens *to = &e->held[s];
+            reserve_tokens(to, have);
+            memcpy(to->tokens, e->held[t].tokens, sizeof(int) * (size_t)have);
+            to->len = have;
+            metrics_add(e->met, METRIC_PREFIX_HITS, (uint64_t)(have - q->n_cached));
+            q->n_prefilled = q->n_cached = have;
+            copied = 1;
+        }
+    }
 }
 
 // Gives choice `choice` of a waiting request the free slot s, whose first `reuse` tokens it keeps
@@ -252,6 +314,7 @@ static int admit(engine *e) {
         if (!request_cancelled(r)) {
             int reuse, s = pick_slot(e, r, &reuse);
             seq_admit(e, s, r, reuse, 0, s);
+            find_share(e, s, r, reuse);
             for (int c = 1; c < r->n_choices; c++) { // each choice holds a reference, as the first
                 request_retain(r);
                 seq_admit(e, lru_slot(e), r, 0, c, s);
@@ -270,12 +333,6 @@ static int admit(engine *e) {
     for (int s = 0; s < e->n_slots; s++)
         if (e->seq[s].req && llama_slot_len(e->model, s) > e->held[s].len) llama_slot_truncate(e->model, s, e->held[s].len);
     return running;
-}
-
-static void reserve_tokens(slot_tokens *h, int n) {
-    if (n <= h->cap) return;
-    h->tokens = realloc(h->tokens, sizeof(int) * (size_t)(h->cap = 2 * n));
-    BURST_ASSERT(h->tokens && "engine: out of memory holding a slot's tokens");
 }
 
 // Appends the tokens a successful forward call fed to each segment's slot to what it holds.
@@ -337,17 +394,31 @@ static void drop_cancelled(engine *e) {
         if (e->seq[s].req && request_cancelled(e->seq[s].req)) seq_finish(e, s, FINISH_CANCELLED, NULL);
 }
 
-// Fills e->segs/e->tokens for one step; returns the number of segments. Decoding requests first,
-// one token each; then prompt chunks of at most prefill_chunk tokens, the prompt with the fewest
-// tokens left first (older first among equals), while tokens of max_batch are left. A prompt that
-// gets less than its chunk because others went first counts as a preemption.
-// Whether slot s already has a segment among the first n_segs of this step.
-static int in_batch(const engine *e, int n_segs, int s) {
+// Whether slot s has prompt tokens to prefill now: not waiting for another slot's prefill, and not
+// already among the first n_segs segments of this step.
+static int wants_prefill(const engine *e, int n_segs, int s) {
+    const engine_seq *q = &e->seq[s];
+    if (!q->req || q->fork_of || q->share_from || q->n_prefilled >= q->req->n_prompt) return 0;
     for (int i = 0; i < n_segs; i++)
-        if (e->seg_seq[i] == s) return 1;
-    return 0;
+        if (e->seg_seq[i] == s) return 0;
+    return 1;
 }
 
+// Prompt tokens slot s has left to prefill, or those of a prompt waiting for s's prefix if fewer:
+// the order of prefills, in which a source goes as soon as the prompts that wait for it would.
+static int prefill_order(const engine *e, int s) {
+    int left = e->seq[s].req->n_prompt - e->seq[s].n_prefilled;
+    for (int w = 0; w < e->n_slots; w++) {
+        const engine_seq *q = &e->seq[w];
+        if (q->req && q->share_from == s + 1 && q->req->n_prompt - q->n_prefilled < left) left = q->req->n_prompt - q->n_prefilled;
+    }
+    return left;
+}
+
+// Fills e->segs/e->tokens for one step; returns the number of segments. Decoding requests first,
+// one token each; then prompt chunks of at most prefill_chunk tokens in prefill_order (older first
+// among equals), while tokens of max_batch are left. A prompt that gets less than its chunk because
+// others went first counts as a preemption.
 static int build_batch(engine *e) {
     int n_segs = 0, n_tok = 0;
     for (int s = 0; s < e->n_slots; s++) {
@@ -358,14 +429,12 @@ static int build_batch(engine *e) {
         e->tokens[n_tok++] = q->last;
     }
     for (;;) {
-        int best = -1;
+        int best = -1, best_left = 0;
         for (int s = 0; s < e->n_slots; s++) {
-            engine_seq *q = &e->seq[s];
-            if (!q->req || q->fork_of || in_batch(e, n_segs, s) || q->n_prefilled >= q->req->n_prompt) continue;
-            int left = q->req->n_prompt - q->n_prefilled;
-            if (best < 0) { best = s; continue; }
-            int best_left = e->seq[best].req->n_prompt - e->seq[best].n_prefilled;
-            if (left < best_left || (left == best_left && q->admitted < e->seq[best].admitted)) best = s;
+            if (!wants_prefill(e, n_segs, s)) continue;
+            int left = prefill_order(e, s);
+            if (best < 0 || left < best_left || (left == best_left && e->seq[s].admitted < e->seq[best].admitted))
+                best = s, best_left = left;
         }
         if (best < 0) break;
         engine_seq *q = &e->seq[best];
@@ -373,11 +442,8 @@ static int build_batch(engine *e) {
         int n = want < e->max_batch - n_tok ? want : e->max_batch - n_tok;
         if (n < want) metrics_add(e->met, METRIC_PREEMPTIONS, 1);
         if (n == 0) { // no room this step; the others wait too (they have more left)
-            for (int s = 0; s < e->n_slots; s++) {
-                engine_seq *o = &e->seq[s];
-                if (o->req && s != best && !in_batch(e, n_segs, s) && o->n_prefilled < o->req->n_prompt)
-                    metrics_add(e->met, METRIC_PREEMPTIONS, 1);
-            }
+            for (int s = 0; s < e->n_slots; s++)
+                if (s != best && wants_prefill(e, n_segs, s)) metrics_add(e->met, METRIC_PREEMPTIONS, 1);
             break;
         }
         memcpy(e->tokens + n_tok, q->req->prompt + q->n_prefilled, sizeof(int) * (size_t)n);
@@ -445,7 +511,7 @@ static void fork_choices(engine *e, int s, const float *logits) {
     for (int t = 0; t < e->n_slots; t++) {
         engine_seq *c = &e->seq[t];
         if (!c->req || c->fork_of != s + 1) continue;
-        llama_slot_copy(e->model, t, s);
+        llama_slot_copy(e->model, t, s, llama_slot_len(e->model, s));
         slot_tokens *from = &e->held[s], *to = &e->held[t];
         reserve_tokens(to, from->len);
         memcpy(to->tokens, from->tokens, sizeof(int) * (size_t)from->len);
@@ -458,6 +524,7 @@ static void fork_choices(engine *e, int s, const float *logits) {
 // One engine step: one llama_forward over every running request, then sampling.
 static void step(engine *e) {
     drop_cancelled(e);
+    share_prefixes(e);
     int n_segs = build_batch(e);
     if (!n_segs) return;
     burst_error err = {{0}};

@@ -17,7 +17,12 @@
 // Prefix cache: a finished request's K/V stay in its slot. A new prompt takes the free slot whose
 // tokens share the longest prefix with it and skips the prefill of that prefix (all but its last
 // token, whose logits it needs), so a chat's next turn or a shared system prompt costs only its
-// new tokens. Free slots with nothing in common are reused least recently used first.
+// new tokens. Free slots with nothing in common are reused least recently used first. A prompt
+// that shares a longer prefix with another slot copies it from there (llama_slot_copy), from a
+// running request too; and when a running request's prompt, not yet prefilled, shares a prefix
+// longer still by a chunk or more, the new prompt waits for that prefill to pass it and copies it,
+// so prompts arriving together behind one system prompt prefill it once. A prompt that others
+// wait for is prefilled in their turn if theirs comes first.
 // A request joins or leaves between steps (continuous batching); a long prompt is prefilled over
 // several steps while others decode, and reports its progress once it has taken a second. A
 // client that goes away stops its work at the next step. Every finished request gets one log line.

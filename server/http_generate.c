@@ -67,11 +67,8 @@ static char *sse_format(sse_stream *st, request_event *ev, size_t *len) {
         fprintf(f, "data: %s\n\ndata: [DONE]\n\n", chunk = api_error_json(&e));
         st->done = 1;
     } else {
-        if (ev->text[0] || ev->n_logprobs) {
-            fputs(chunk = openai_chunk_text(&st->call, st->req->id, ev->choice, ev->text, ev->logprobs, ev->n_logprobs), f);
-            free(chunk);
-        }
-        fputs(chunk = openai_chunk_final(&st->call, st->req->id, ev->choice, &ev->result), f);
+        fputs(chunk = openai_chunk_final(&st->call, st->req->id, ev->choice, ev->text, ev->logprobs, ev->n_logprobs,
+                                         &ev->result), f);
         st->results[ev->choice] = ev->result;
         if (--st->left == 0) {
             if (st->call.include_usage) {

@@ -8,12 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "http_client.h"
 
 // One request's client-side record.
 typedef struct {
     double t_send, ttft;  // ttft < 0: no token came
+    double late;          // with a rate: seconds after it was due that it went out
     double t_last;
     double *gaps;         // (n_tokens - 1) inter-token gaps
     int n_tokens, cap, status, done, failed;
@@ -29,6 +31,8 @@ typedef struct {
     const load_args *a;
     http_url url;
     load_record *rec;     // (requests)
+    double *due;          // (requests) with a rate: when each is due, in seconds from t0
+    double t0;
     atomic_int next;
 } load_state;
 
@@ -113,6 +117,12 @@ static void *client(void *arg) {
         char *body = request_body(ls->a, i);
         r->ttft = -1;
         r->n_usage = -1;
+        if (ls->due) {
+            double wait = ls->t0 + ls->due[i] - burst_now();
+            struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+            while (wait > 0 && nanosleep(&ts, &ts)) {} // again after a signal, for what is left
+            r->late = burst_now() - ls->t0 - ls->due[i];
+        }
         r->t_send = burst_now();
         if (http_post(&ls->url, "/v1/completions", ls->a->api_key, body, &r->status, on_body, r, &err))
             snprintf(r->error, sizeof r->error, "%s", err.msg);
@@ -146,7 +156,7 @@ static void print_row(const char *name, double *v, size_t n) {
     printf(" %10.4f %8zu\n", sum / (double)n, n);
 }
 
-static int report(const load_args *a, load_record *rec, double wall) {
+static int report(const load_args *a, load_record *rec, double due_last, double wall) {
     double *ttft = burst_malloc(sizeof(double) * (size_t)a->requests), *itl;
     size_t n_ttft = 0, n_itl = 0, n_gaps = 0;
     long long tokens = 0;
@@ -172,6 +182,16 @@ static int report(const load_args *a, load_record *rec, double wall) {
     for (int i = 0; i < a->requests; i++) progress += rec[i].n_progress, with_progress += rec[i].n_progress > 0;
     if (progress) printf("prompt progress: %d events before first tokens, on %d requests\n", progress, with_progress);
     printf("prefix cache: %lld of %lld prompt tokens cached\n", cached, (long long)a->requests * a->prompt_tokens);
+    if (a->rate > 0) {
+        int late = 0;
+        double worst = 0;
+        for (int i = 0; i < a->requests; i++) {
+            late += rec[i].late > 0.01;
+            worst = rec[i].late > worst ? rec[i].late : worst;
+        }
+        printf("arrivals: %.2f requests/s (Poisson) over %.2f s; %d sent more than 10 ms late, all %d clients being "
+               "busy (the latest by %.3f s)\n", a->rate, due_last, late, a->concurrency, worst);
+    }
     free(ttft);
     free(itl);
     return failed ? 1 : 0;
@@ -186,14 +206,24 @@ int load_run(const load_args *a) {
         return 2;
     }
     pthread_t *th = burst_malloc(sizeof *th * (size_t)a->concurrency);
-    double t0 = burst_now();
+    if (a->rate > 0) { // exponential gaps from one fixed stream of draws: every run the same arrivals
+        ls.due = burst_malloc(sizeof(double) * (size_t)a->requests);
+        uint64_t x = 0xD1B54A32D192ED03ull;
+        for (int i = 0; i < a->requests; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            double u = (double)((x >> 11) + 1) * 0x1p-53; // in (0, 1]
+            ls.due[i] = i ? ls.due[i - 1] - log(u) / a->rate : 0;
+        }
+    }
+    double t0 = ls.t0 = burst_now();
     int started = 0;
     while (started < a->concurrency && !pthread_create(&th[started], NULL, client, &ls)) started++;
     if (!started) client(&ls); // no thread could start: run them here, one at a time
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-    int rc = report(a, ls.rec, burst_now() - t0);
+    int rc = report(a, ls.rec, ls.due ? ls.due[a->requests - 1] : 0, burst_now() - t0);
     for (int i = 0; i < a->requests; i++) free(ls.rec[i].gaps), free(ls.rec[i].pending);
     free(ls.rec);
+    free(ls.due);
     free(th);
     return rc;
 }

@@ -6,6 +6,9 @@
 // time to first token (request sent -> first token chunk), inter-token latency (between token
 // chunks) and output throughput; p50/p90/p99 are printed on stdout, and the prompt tokens the
 // server's prefix cache held (usage.prompt_tokens_details.cached_tokens).
+// With a rate, requests are due at Poisson arrival times (an open loop, as users arrive, with
+// the same draws every run) and each is sent when due by a free client; C then caps the requests
+// in flight, and the report counts those sent late because every client was busy.
 //
 // Threads: load_run creates and joins its own client threads.
 #pragma once
@@ -14,6 +17,7 @@ typedef struct {
     const char *url, *api_key;
     int concurrency, requests, prompt_tokens, max_tokens;
     int shared_prefix; // the first shared_prefix prompt tokens are the same in every request (<= prompt_tokens)
+    double rate;       // requests due per second on average (0: each client sends its next when its last ends)
 } load_args;
 
 // Runs the load and prints the report. Returns 0 when every request completed with M tokens.

@@ -73,14 +73,17 @@ int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, b
 
 // Stream chunks, each of one choice (its index): one per token event (with the n_lp logprobs
 // entries it carries; with echo the first carries the prompt's text and, when asked, the prompt's
-// logprobs); the choice's last carries finish_reason. Once every choice has ended, with
+// logprobs); the choice's last carries finish_reason, with the text (and its tokens' entries) that
+// was held back until the end (an incomplete UTF-8 sequence, a possible stop string), so a stream
+// has one chunk per generated token and then the final one. Once every choice has ended, with
 // include_usage a chunk with no choices and the usage of them all follows; then "data: [DONE]".
 // Before the first token, a long prefill sends chunks with no choices and an extra field
 // "prompt_progress": {"processed", "total", "elapsed_s"} (OpenAI clients ignore it).
 char *openai_chunk_progress(openai_call *call, const char *id, const request_progress *p);
 char *openai_chunk_text(openai_call *call, const char *id, int choice, const char *text, const sampled_logprobs *lp,
                         int n_lp);
-char *openai_chunk_final(openai_call *call, const char *id, int choice, const request_result *res);
+char *openai_chunk_final(openai_call *call, const char *id, int choice, const char *text, const sampled_logprobs *lp,
+                         int n_lp, const request_result *res);
 char *openai_chunk_usage(openai_call *call, const char *id, const request_result *res); // (n_choices) results
 
 // One choice of a whole response: its text, the n_lp tokens' logprobs when asked (with echo, the

@@ -185,11 +185,19 @@ static void add_text(openai_call *c, openai_choice_state *st, cJSON *choice, con
     if (text) cJSON_AddStringToObject(d, "content", text);
 }
 
+// A stream chunk of one choice: its text and the logprobs of the n_lp tokens that begin in it.
+static cJSON *chunk(openai_call *c, const char *id, int index, const char *text, const sampled_logprobs *lp, int n_lp,
+                    cJSON **choice) {
+    cJSON *o = envelope(c, id, 1);
+    *choice = add_choice(o, index);
+    add_text(c, &c->state[index], *choice, "delta", text);
+    add_logprobs(c, &c->state[index], *choice, lp, n_lp);
+    return o;
+}
+
 char *openai_chunk_text(openai_call *c, const char *id, int index, const char *text, const sampled_logprobs *lp,
                         int n_lp) {
-    cJSON *o = envelope(c, id, 1), *choice = add_choice(o, index);
-    add_text(c, &c->state[index], choice, "delta", text);
-    add_logprobs(c, &c->state[index], choice, lp, n_lp);
+    cJSON *choice, *o = chunk(c, id, index, text, lp, n_lp, &choice);
     cJSON_AddNullToObject(choice, "finish_reason");
     return sse(o);
 }
@@ -203,10 +211,9 @@ char *openai_chunk_progress(openai_call *c, const char *id, const request_progre
     return sse(o);
 }
 
-char *openai_chunk_final(openai_call *c, const char *id, int index, const request_result *res) {
-    cJSON *o = envelope(c, id, 1), *choice = add_choice(o, index);
-    add_text(c, &c->state[index], choice, "delta", c->kind == OPENAI_COMPLETION ? "" : NULL);
-    add_logprobs(c, &c->state[index], choice, NULL, 0);
+char *openai_chunk_final(openai_call *c, const char *id, int index, const char *text, const sampled_logprobs *lp,
+                         int n_lp, const request_result *res) {
+    cJSON *choice, *o = chunk(c, id, index, c->kind == OPENAI_COMPLETION || text[0] ? text : NULL, lp, n_lp, &choice);
     cJSON_AddStringToObject(choice, "finish_reason", finish_reason_str(res->finish));
     cJSON *t = cJSON_AddObjectToObject(o, "timings"); // the choice's, whether or not usage is asked
     cJSON_AddNumberToObject(t, "time_to_first_token_s", res->ttft_s);

@@ -2,9 +2,10 @@
 // with the float64 reference in test_logits.py and across rank counts.
 //   forward_dump [--backend NAME] [--kv-dtype f32|bf16] DIR OUT BATCH RANKS p0 p1 ... [-- d0 d1 ...] [+ L q0 q1 ...]
 // Prefills p0.. in chunks of BATCH tokens on RANKS ranks, then feeds d0.. one token at a time;
-// then keeps the first L tokens of the slot (llama_slot_truncate) and prefills q0.. after them.
-// OUT holds float32 rows of vocab logits: one after the prefill, one after each decode token, one
-// after the prefill that follows the cut.
+// then copies the slot's first L tokens to a second slot (llama_slot_copy) and prefills q0.. after
+// them there, and keeps the first L tokens of the first slot (llama_slot_truncate) and prefills q0..
+// after them. OUT holds float32 rows of vocab logits: one after the prefill, one after each decode
+// token, one after the prefill that follows the copy, one after the prefill that follows the cut.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,7 @@ int main(int argc, char **argv) {
     }
     burst_error err;
     llama_model *m;
-    llama_options opt = {.ctx = n, .n_slots = 1, .max_batch = atoi(argv[3]), .n_ranks = atoi(argv[4]),
+    llama_options opt = {.ctx = n, .n_slots = 2, .max_batch = atoi(argv[3]), .n_ranks = atoi(argv[4]),
                          .backend = backend, .kv_dtype = kv_dtype};
     if (llama_load(argv[1], &opt, &m, &err)) {
         fprintf(stderr, "E %s\n", err.msg);
@@ -55,9 +56,12 @@ int main(int argc, char **argv) {
             fputs(usage, stderr);
             return 2;
         }
+        llama_slot_copy(m, 1, 0, keep);
         llama_slot_truncate(m, 0, keep);
-        rc = llama_prefill(m, 0, ids + len[0] + len[1], len[2], logits, &err) ? 1 : 0;
-        if (!rc) fwrite(logits, sizeof(float), (size_t)vocab, out);
+        for (int slot = 1; !rc && slot >= 0; slot--) {
+            rc = llama_prefill(m, slot, ids + len[0] + len[1], len[2], logits, &err) ? 1 : 0;
+            if (!rc) fwrite(logits, sizeof(float), (size_t)vocab, out);
+        }
     }
     if (rc) fprintf(stderr, "E %s\n", out ? err.msg : "cannot open output");
     ring_stats rs = llama_ring_stats(m);

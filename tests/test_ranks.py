@@ -2,8 +2,9 @@
 G = 1, 2, 3, 4, 8, and logits of G ranks and of chunked prefill (chunks of 1, 7, 64 tokens)
 equal one-shot G = 1 to 1e-5 relative error with the same greedy tokens, through one-shot and
 chunked ring prefill (n >= 2G), replicated short segments (n < 2G) and sharded decode; the same
-with a bf16 KV cache, to 5e-3 (below); and a slot cut to a prefix (the prefix cache) then
-extended equals a fresh prefill of the same tokens, for G = 1, 2, 3, 4, 8."""
+with a bf16 KV cache, to 5e-3 (below); and a slot cut to a prefix (the prefix cache), or a prefix
+copied to another slot, then extended equals a fresh prefill of the same tokens, for G = 1, 2, 3,
+4, 8."""
 import os, subprocess, sys, tempfile
 import numpy as np
 
@@ -64,9 +65,9 @@ with tempfile.TemporaryDirectory() as d_tmp:
             check(f"logits n={n} chunk={batch} G={G} KV {kv}: rel {rel:.2e}, greedy tokens {'equal' if same else 'differ'}",
                   ok and rel < (1e-5 if kv == "f32" else 5e-3) and same)
 
-    # The prefix cache's cut (llama_slot_truncate): prefill 150 tokens in chunks, decode 5, keep the
-    # first L and prefill 40 more; the logits after them must equal a fresh prefill of those L + 40
-    # tokens. Cuts inside a zigzag part of a chunk, at chunk ends, among decode tokens, and at 0.
+    # The prefix cache's cut and copy (llama_slot_truncate, llama_slot_copy): prefill 150 tokens in
+    # chunks, decode 5, keep the first L (in the slot, and copied to another) and prefill 40 more;
+    # the logits after them must equal a fresh prefill of those L + 40 tokens. Cuts inside a zigzag part of a chunk, at chunk ends, among decode tokens, and at 0.
     toks = [1] + rng.integers(3, 512, 149 + 5 + 40).tolist()
     a, d, b = toks[:150], toks[150:155], toks[155:]
     for G, batch, L in [(1, 64, 77), (2, 64, 64), (3, 64, 77), (3, 7, 152), (4, 150, 1), (3, 64, 0), (8, 40, 155)]:
@@ -74,9 +75,11 @@ with tempfile.TemporaryDirectory() as d_tmp:
         args = [os.path.join(BIN, "tests", "forward_dump"), STORIES, out, str(batch), str(G)]
         r = subprocess.run(args + [str(t) for t in a] + ["--"] + [str(t) for t in d] + ["+", str(L)] +
                            [str(t) for t in b], capture_output=True, text=True, timeout=120)
-        got = np.fromfile(out, dtype=np.float32).astype(np.float64).reshape(7, -1)[-1] if r.returncode == 0 else None
+        rows = np.fromfile(out, dtype=np.float32).astype(np.float64).reshape(8, -1) if r.returncode == 0 else None
         ref = logits((a + d)[:L] + b, L + 40, L + 40, 1)[0]
-        rel = np.linalg.norm(got - ref) / np.linalg.norm(ref) if got is not None else float("inf")
-        check(f"cut to {L} after 150 + 5 tokens (chunk {batch}, G={G}), then 40 more: rel {rel:.2e}",
-              rel < 1e-5 and got.argmax() == ref.argmax(), r.stderr[-300:])
+        for what, row in [("copied to another slot", -2), ("cut", -1)]:
+            got = rows[row] if rows is not None else None
+            rel = np.linalg.norm(got - ref) / np.linalg.norm(ref) if got is not None else float("inf")
+            check(f"first {L} of 150 + 5 tokens {what} (chunk {batch}, G={G}), then 40 more: rel {rel:.2e}",
+                  rel < 1e-5 and got.argmax() == ref.argmax(), r.stderr[-300:])
 sys.exit(1 if failures else 0)

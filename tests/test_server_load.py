@@ -2,13 +2,18 @@
 finish with the text `burst generate` gives greedily, and /metrics counts exactly 32 more
 first-token observations; `burst load` against it reports percentiles and the server counts
 exactly the tokens it asked for; with --shared-prefix its prompts share their first tokens, which
-the prefix cache holds (as it reports from the usage and the server counts)."""
+the prefix cache holds (as it reports from the usage and the server counts); with --rate its
+requests go out at Poisson times, late when every client is busy. On a random-weight
+model, whose tokens often split a UTF-8 character, a stream has exactly one chunk per token before
+its final chunk, which carries the text held back to the end: `burst load` counts tokens so."""
 import os
 import re
 import subprocess
+import tempfile
 import threading
 
-from burstd_util import BIN, STORIES, Burstd, Checks, generate, need_stories, stream_text
+from burstd_util import BIN, MODELS, STORIES, Burstd, Checks, generate, need_stories, stream_text
+from make_random_model import write_model
 
 need_stories()
 check = Checks()
@@ -61,6 +66,26 @@ with Burstd(STORIES, "--slots", "8", "--max-queue", "64") as srv:
     check(f"burst load --shared-prefix 16: one at a time, requests 2-4 reuse the prefix ({got and got.group(1)} "
           f"cached; the server counts {hits:.0f})", r.returncode == 0 and "(16 shared)" in r.stdout and got
           and int(got.group(1)) == hits >= 3 * 16, (r.stdout, r.stderr))
+    # --rate: requests due at Poisson times. The run lasts at least until the last is due; one
+    # client cannot keep up with 1000 a second, so requests go out late and the report says so.
+    gen_before = srv.metric("generation_tokens_total")
+    r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--rate", "40", "--concurrency", "12",
+                        "--requests", "12", "--prompt-tokens", "20", "--max-tokens", "4"],
+                       capture_output=True, text=True, timeout=120)
+    span = re.search(r"arrivals: 40.00 requests/s \(Poisson\) over ([\d.]+) s; \d+ sent more than 10 ms late", r.stdout)
+    wall = re.search(r"tokens each, ([\d.]+) s", r.stdout)
+    check(f"burst load --rate 40: 12 requests due over {span and span.group(1)} s, run {wall and wall.group(1)} s",
+          r.returncode == 0 and span and wall and float(wall.group(1)) >= float(span.group(1)) > 0
+          and srv.metric("generation_tokens_total") - gen_before == 48, (r.stdout, r.stderr))
+    r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--rate", "1000", "--concurrency", "1",
+                        "--requests", "16", "--prompt-tokens", "20", "--max-tokens", "16"],
+                       capture_output=True, text=True, timeout=120)
+    late = re.search(r"(\d+) sent more than 10 ms late, all 1 clients being busy", r.stdout)
+    check(f"burst load --rate 1000 with one client: {late and late.group(1)} requests sent late",
+          r.returncode == 0 and late and int(late.group(1)) >= 1, (r.stdout, r.stderr))
+    r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--rate", "-1"],
+                       capture_output=True, text=True, timeout=60)
+    check("burst load: a negative --rate is refused", r.returncode == 2 and "--rate -1" in r.stderr, r.stderr)
     r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--prompt-tokens", "8",
                         "--shared-prefix", "9"], capture_output=True, text=True, timeout=60)
     check("burst load: --shared-prefix past --prompt-tokens is refused", r.returncode == 2
@@ -68,4 +93,30 @@ with Burstd(STORIES, "--slots", "8", "--max-queue", "64") as srv:
     r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url + "/nowhere", "--requests", "2"],
                        capture_output=True, text=True, timeout=60)
     check("burst load reports failures", r.returncode == 1 and "status 404" in r.stderr, (r.returncode, r.stderr))
+
+with tempfile.TemporaryDirectory() as tmp:
+    write_model(tmp, dim=64, hidden=172, layers=2, heads=4, kv_heads=2, vocab=512, max_seq=256,
+                tokenizer=os.path.join(STORIES, "tokenizer.model"))
+    with Burstd(tmp, "--slots", "4") as srv:
+        bad, split = [], 0
+        for prompt in PROMPTS:
+            body = {"prompt": prompt, "max_tokens": 40, "temperature": 0, "ignore_eos": True}
+            status, events = srv.stream("/v1/completions", {**body, "stream_options": {"include_usage": True}})
+            _, _, whole = srv.request("POST", "/v1/completions", body)
+            chunks = [e for e in events if isinstance(e, dict) and e.get("choices")]
+            usage = [e["usage"] for e in events if isinstance(e, dict) and e.get("usage")]
+            if not (status == 200 and usage and len(chunks) == usage[0]["completion_tokens"] + 1
+                    and chunks[-1]["choices"][0]["finish_reason"] == "length"
+                    and all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
+                    and stream_text(events) == whole["choices"][0]["text"]):
+                bad.append((prompt, len(chunks), usage, chunks[-2:]))
+            split += "\ufffd" in whole["choices"][0]["text"]
+        check(f"random model: each stream has a chunk per token, then the final chunk, with the whole "
+              f"response's text ({split} of {len(PROMPTS)} hold split characters)", not bad and split, bad[:2])
+        r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--concurrency", "4", "--requests",
+                            "8", "--prompt-tokens", "20", "--max-tokens", "16"], capture_output=True, text=True,
+                           timeout=120)
+        check("random model: burst load counts exactly 16 tokens in every stream",
+              r.returncode == 0 and "8 requests (0 failed)" in r.stdout and not r.stderr,
+              (r.stdout, r.stderr))
 check.exit()

@@ -8,13 +8,21 @@ rounding may).
   token (whose logits give the first new token); a chat's next turn (earlier prompt + its answer +
   more) reuses the earlier prompt and the answer's tokens; a prompt cut inside the earlier one
   reuses up to the cut; a prompt sharing only BOS reuses 1;
-- with two slots, each follow-up finds the slot that holds its prefix;
+- a prompt sharing less than half of what a free slot holds takes another slot and copies the
+  shared part, so the slot keeps its longer prompt;
+- with several slots, each follow-up finds the slot that holds its prefix;
 - echo with logprobs reuses nothing (every prompt token's logits are needed), and gives the
   reference's prompt logprobs;
+- prompts admitted together that share a prefix prefill it once: the others wait for the first
+  one's prefill to pass it and copy it; a prompt that waits so makes its source go first, ahead
+  of a longer prompt that would otherwise (it finishes first);
 - on 3 ranks (shards cut inside zigzag parts) and on 1;
 - --prefix-cache off caches nothing; a bad value is refused in one line."""
 import os
+import re
 import subprocess
+import threading
+import time
 
 REF_PORT = None
 import numpy as np
@@ -59,11 +67,39 @@ def same_answer(name, got, ref):
           g["text"] == r["text"] and diff < TOL, f"{g['text']!r} vs {r['text']!r}")
 
 
+def together(d, prompts, blocker=None):
+    """Answers to prompts that burstd admits in one go: a streamed request with n = --slots holds
+    every slot while they queue (in the order given, each sent once the one before waits), then
+    leaves. Returns the answers and the order in which burstd logged their ends."""
+    c = d.connect()
+    c.request("POST", C, body=f'{{"prompt": [5, 6, 7], "n": 3, "max_tokens": 500, "ignore_eos": true, '
+                               f'"stream": true}}'.encode(), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    r.readline()  # the slots are taken
+    answers = [None] * len(prompts)
+
+    def send(i):
+        answers[i] = complete(d, prompts[i], max_tokens=4)
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(prompts))]
+    for i, t in enumerate(threads):
+        t.start()
+        while d.metric("num_requests_waiting") < i + 1:
+            time.sleep(0.01)
+    check("all queued behind the request that holds every slot", d.metric("num_requests_running") == 3)
+    c.close()  # it leaves: every slot frees at once
+    for t in threads:
+        t.join()
+    for a in answers:  # an answer may reach us before burstd logs its end
+        d.wait_log(re.escape(a["id"]) + " [|]")
+    log = d.log()
+    return answers, sorted(range(len(prompts)), key=lambda i: log.find(answers[i]["id"] + " |"))
+
+
 def run(ranks):
     global REF_PORT
     tag = f"{ranks} rank(s)"
     hits.clear()
-    with Burstd(STORIES, "--slots", "2", "--ranks", str(ranks), "--prefill-chunk", "32") as d, \
+    with Burstd(STORIES, "--slots", "3", "--ranks", str(ranks), "--prefill-chunk", "64", "--batch", "64") as d, \
             Burstd(STORIES, "--slots", "2", "--prefix-cache", "off") as ref:
         REF_PORT = ref.port
         p = ids(100)
@@ -95,17 +131,21 @@ def run(ranks):
         c = complete(d, cut)
         same_answer(f"{tag}: prompt leaving the cached one at token 57", c, complete(ref, cut))
         check(f"{tag}: prompt leaving the cached one at token 57: 57 cached", cached(c) == 57, cached(c))
+        # 57 is less than half of what that slot holds: the prompt went to another slot and copied
+        # them, and the slot still holds the longer prompt.
+        kept = complete(d, longer)
+        check(f"{tag}: the slot it copied from still holds the longer prompt", cached(kept) == 129, cached(kept))
 
         other = ids(40)
         o = complete(d, other)
         check(f"{tag}: unrelated prompt: BOS alone cached", cached(o) == 1, cached(o))
 
-        # Two slots, two conversations: each follow-up finds its own slot.
+        # Two conversations: each follow-up finds its own slot.
         x, y = ids(50), ids(60)
         complete(d, x), complete(d, y)
         x2, y2 = x + ids(10)[1:], y + ids(10)[1:]
         cx, cy = cached(complete(d, x2)), cached(complete(d, y2))
-        check(f"{tag}: two slots: each follow-up reuses its own prefix ({cx}, {cy})", cx == 50 and cy == 60)
+        check(f"{tag}: two conversations: each follow-up reuses its own prefix ({cx}, {cy})", cx == 50 and cy == 60)
 
         e = complete(d, x2, max_tokens=2, echo=True, logprobs=1)
         same_answer(f"{tag}: echo with logprobs after a cached prompt", e,
@@ -119,6 +159,28 @@ def run(ranks):
         check(f"{tag}: streamed usage says cached_tokens",
               s_status == 200 and usage and usage[-1]["prompt_tokens_details"]["cached_tokens"] == 68, usage)
         hits.append(68)
+
+        # Three prompts behind one 200-token system prompt, admitted together: one prefills it, the
+        # others copy it from that one's slot.
+        system = ids(200)
+        group = [system + [10 + i] + ids(20)[1:] for i in range(3)]
+        answers, _ = together(d, group)
+        for i, a in enumerate(answers):
+            same_answer(f"{tag}: prompt {i} sharing a system prompt", a, complete(ref, group[i], max_tokens=4))
+        got = sorted(cached(a) for a in answers)
+        check(f"{tag}: three prompts admitted together prefill their shared 200 tokens once (cached {got})",
+              got == [0, 200, 200])
+
+        # A 450-token prompt S, then W sharing its first 300, then an unrelated C of 400, admitted
+        # together, one 64-token chunk a step. W waits for S; S goes in W's place (W has 319 left,
+        # fewer than C's 399, which would otherwise beat S's 449), so W ends first and C last.
+        s_prompt = [1, 20] + ids(449)[1:]
+        w_prompt, c_prompt = s_prompt[:300] + [21] + ids(20)[1:], [1, 22] + ids(399)[1:]
+        (s_ans, w_ans, c_ans), order = together(d, [s_prompt, w_prompt, c_prompt])
+        same_answer(f"{tag}: prompt waiting for a running one's prefix", w_ans, complete(ref, w_prompt, max_tokens=4))
+        check(f"{tag}: it copied the 300 shared tokens", cached(w_ans) == 300, cached(w_ans))
+        check(f"{tag}: the prompt waiting for a prefix ends first, the longer unrelated one last",
+              order == [1, 0, 2], order)
 
         queries, got = d.metric("prefix_cache_queries_total"), d.metric("prefix_cache_hits_total")
         check(f"{tag}: metrics count the hits ({got:.0f} of {queries:.0f} prompt tokens)", got == sum(hits),
