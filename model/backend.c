@@ -74,9 +74,9 @@ void backend_matmul(burst_backend *b, float *out, const float *x, const burst_we
 }
 
 void backend_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads,
-                  int head_dim, float theta) {
-    BURST_ASSERT(x && pos && n >= 0 && head_dim % 2 == 0);
-    b->ops->rope(b, x, pos, n, n_heads, head_dim, theta);
+                  int head_dim, const rope_params *p) {
+    BURST_ASSERT(x && pos && p && n >= 0 && head_dim % 2 == 0);
+    b->ops->rope(b, x, pos, n, n_heads, head_dim, p);
 }
 
 void backend_swiglu(burst_backend *b, float *gate, const float *up, int64_t n) {

@@ -11,6 +11,7 @@ extern "C" {
 #endif
 #include "attention/flash.h"
 #include "attention/online_softmax.h"
+#include "rope.h"
 #include "weights/weights.h"
 
 typedef struct burst_backend burst_backend;
@@ -51,9 +52,9 @@ void backend_rmsnorm(burst_backend *b, float *out, const float *x, const burst_w
 // out (n, W.rows) = x (n, W.cols) @ W^T, accumulated in float32.
 void backend_matmul(burst_backend *b, float *out, const float *x, const burst_weight *W, int n);
 // Rotary embedding in place on x (n, n_heads, head_dim), rotate-half layout (Hugging Face);
-// row i has position pos[i].
+// row i has position pos[i]; frequencies and scaling from p (model/rope.h).
 void backend_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads,
-                  int head_dim, float theta);
+                  int head_dim, const rope_params *p);
 // gate (n) = silu(gate) * up.
 void backend_swiglu(burst_backend *b, float *gate, const float *up, int64_t n);
 // x (n) += y.

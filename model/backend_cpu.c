@@ -130,14 +130,14 @@ static void cpu_matmul(burst_backend *b, float *out, const float *x, const burst
 }
 
 static void cpu_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads,
-                     int head_dim, float theta) {
+                     int head_dim, const rope_params *p) {
     const int half = head_dim / 2;
     #pragma omp parallel for num_threads(nthreads(b)) schedule(static)
     for (int i = 0; i < n; i++) {
         for (int j = 0; j < half; j++) {
             // Angles in double: at positions past ~10^4 a float32 angle loses the low bits.
-            double freq = pow((double)theta, -2.0 * j / head_dim), a = (double)pos[i] * freq;
-            float c = (float)cos(a), s = (float)sin(a);
+            double a = (double)pos[i] * rope_inv_freq(p, j, head_dim);
+            float c = (float)cos(a) * p->mscale, s = (float)sin(a) * p->mscale;
             for (int h = 0; h < n_heads; h++) {
                 float *v = x + ((int64_t)i * n_heads + h) * head_dim;
                 float x1 = v[j], x2 = v[j + half];

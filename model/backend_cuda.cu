@@ -164,16 +164,16 @@ __global__ void __launch_bounds__(THREADS) rmsnorm_kernel(float *out, const floa
     for (int64_t j = threadIdx.x; j < dim; j += THREADS) oi[j] = xi[j] * r * to_f32(w[j]);
 }
 
-__global__ void rope_kernel(float *x, const int64_t *pos, int n, int n_heads, int head_dim, float theta) {
+__global__ void rope_kernel(float *x, const int64_t *pos, int n, int n_heads, int head_dim, rope_params p) {
     const int half = head_dim / 2;
     const int64_t total = (int64_t)n * half;
     for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = t / half;
         const int j = (int)(t - i * half);
-        const double freq = pow((double)theta, -2.0 * j / head_dim), a = (double)pos[i] * freq;
+        const double a = (double)pos[i] * rope_inv_freq(&p, j, head_dim);
         double sd, cd;
         sincos(a, &sd, &cd);
-        const float c = (float)cd, s = (float)sd;
+        const float c = (float)cd * p.mscale, s = (float)sd * p.mscale;
         for (int h = 0; h < n_heads; h++) {
             float *v = x + (i * n_heads + h) * head_dim;
             const float x1 = v[j], x2 = v[j + half];
@@ -364,11 +364,11 @@ void cuda_matmul(burst_backend *b, float *out, const float *x, const burst_weigh
                               (int)W->rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-void cuda_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads, int head_dim, float theta) {
+void cuda_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads, int head_dim, const rope_params *p) {
     cuda_ctx *c = ctx_of(b);
     if (n == 0) return;
     const int64_t *d_pos = (const int64_t *)upload(c, &c->pos, pos, (size_t)n * sizeof(int64_t));
-    rope_kernel<<<blocks_for((int64_t)n * (head_dim / 2), 1), THREADS, 0, c->stream>>>(x, d_pos, n, n_heads, head_dim, theta);
+    rope_kernel<<<blocks_for((int64_t)n * (head_dim / 2), 1), THREADS, 0, c->stream>>>(x, d_pos, n, n_heads, head_dim, *p);
     CUDA_CHECK(cudaGetLastError());
 }
 

@@ -22,7 +22,7 @@ typedef struct {
                     float eps);
     void (*matmul)(burst_backend *b, float *out, const float *x, const burst_weight *W, int n);
     void (*rope)(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads, int head_dim,
-                 float theta);
+                 const rope_params *p);
     void (*swiglu)(burst_backend *b, float *gate, const float *up, int64_t n);
     void (*add)(burst_backend *b, float *x, const float *y, int64_t n);
     void (*attention)(burst_backend *b, const flash_args *a);

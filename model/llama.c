@@ -65,6 +65,7 @@ typedef struct {
 
 struct llama_model {
     llama_config cfg;
+    rope_params rope;
     llama_options opt;
     char backend[16], comm_name[16]; // opt.backend and opt.comm point here
     weights *w;
@@ -286,6 +287,7 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
     burst_status st = weights_open(dir, &m->w, err);
     if (st) goto fail;
     m->cfg = *weights_config(m->w);
+    m->rope = rope_params_of(&m->cfg);
     m->opt = *opt;
     if (m->opt.ctx <= 0) m->opt.ctx = m->cfg.max_seq_len;
     if (m->opt.n_slots <= 0) m->opt.n_slots = 1;
@@ -589,8 +591,8 @@ static burst_status rank_forward(llama_model *m, llama_rank *R) {
             backend_matmul(be, s->q, s->xb, &L->wq, n);
             backend_matmul(be, s->k, s->xb, &L->wk, n);
             backend_matmul(be, s->v, s->xb, &L->wv, n);
-            backend_rope(be, s->q, R->pos, n, c->n_heads, c->head_dim, c->rope_theta);
-            backend_rope(be, s->k, R->pos, n, c->n_kv_heads, c->head_dim, c->rope_theta);
+            backend_rope(be, s->q, R->pos, n, c->n_heads, c->head_dim, &m->rope);
+            backend_rope(be, s->k, R->pos, n, c->n_kv_heads, c->head_dim, &m->rope);
         }
         // Every rank takes part in every segment's communication, rows or not.
         for (int i = 0; !st && i < m->plan.n_segs; i++) {

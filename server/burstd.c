@@ -158,8 +158,12 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
                    tok_path, tokenizer_vocab_size(tok), c->vocab_size);
         goto fail;
     }
-    LOG_I("%s: %d layers, dim %d, %d heads (%d kv), vocab %d; %d slots x %d tokens (KV %s), %d rank(s) on %s, %.1f MB reserved",
-          a->model, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->vocab_size, llama_options_of(m)->n_slots,
+    static const char *const rope_scaling[] = {[ROPE_SCALING_NONE] = "", [ROPE_SCALING_LINEAR] = " (RoPE linear x",
+                                               [ROPE_SCALING_YARN] = " (RoPE YaRN x"};
+    char rope[48] = "";
+    if (c->rope_scaling) snprintf(rope, sizeof rope, "%s%g)", rope_scaling[c->rope_scaling], c->rope_factor);
+    LOG_I("%s: %d layers, dim %d, %d heads (%d kv), vocab %d%s; %d slots x %d tokens (KV %s), %d rank(s) on %s, %.1f MB reserved",
+          a->model, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->vocab_size, rope, llama_options_of(m)->n_slots,
           llama_options_of(m)->ctx, dtype_name(llama_options_of(m)->kv_dtype), llama_options_of(m)->n_ranks,
           llama_options_of(m)->backend, llama_reserved_bytes(m) / 1e6);
     met = metrics_new(model_name(a->model));

@@ -1,6 +1,6 @@
 """Float64 numpy reference of the LLaMA forward pass (Hugging Face semantics), reading a
 checkpoint directory with its own safetensors reader, independent of burst's C code."""
-import json, os, struct
+import json, math, os, struct
 import numpy as np
 
 def read_safetensors(path):
@@ -39,11 +39,31 @@ def load(dir):
 def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
-def rope(x, pos, theta):  # x (n, heads, hd), rotate-half layout
-    hd = x.shape[-1]
+def rope_frequencies(cfg, hd):
+    """RoPE's inverse frequencies (hd / 2) and the factor on cos and sin, with config.json's
+    rope_scaling: linear divides every frequency by factor; YaRN (the paper's reference code, as
+    Hugging Face and vLLM): pairs that turn more than beta_fast times over the original context
+    keep theirs, those turning fewer than beta_slow times are divided by factor, a linear ramp
+    between; cos and sin are scaled by attention_factor (default 0.1 ln(factor) + 1)."""
+    theta, rs = cfg.get("rope_theta", 10000.0), cfg.get("rope_scaling") or {}
     inv = theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
+    kind = rs.get("rope_type", rs.get("type", "default"))
+    if kind == "linear":
+        return inv / rs["factor"], 1.0
+    if kind != "yarn":
+        return inv, 1.0
+    factor, ctx = rs["factor"], rs.get("original_max_position_embeddings", cfg["max_position_embeddings"])
+
+    def pair(turns):  # the (real) pair index that turns `turns` times over ctx positions
+        return hd * math.log(ctx / (turns * 2 * math.pi)) / (2 * math.log(theta))
+    lo, hi = max(math.floor(pair(rs.get("beta_fast", 32))), 0), min(math.ceil(pair(rs.get("beta_slow", 1))), hd - 1)
+    ramp = np.clip((np.arange(hd // 2) - lo) / ((hi if hi != lo else hi + 0.001) - lo), 0, 1)
+    return inv * (1 - ramp) + inv / factor * ramp, rs.get("attention_factor", 0.1 * math.log(factor) + 1)
+
+def rope(x, pos, inv, mscale=1.0):  # x (n, heads, hd), rotate-half layout
+    hd = x.shape[-1]
     ang = np.asarray(pos, dtype=np.float64)[:, None] * inv[None, :]
-    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    c, s = mscale * np.cos(ang)[:, None, :], mscale * np.sin(ang)[:, None, :]
     x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
     return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
 
@@ -58,7 +78,8 @@ def forward(cfg, w, tokens, kv_bf16=False):
     bf16 KV cache holds them."""
     D, H = cfg["hidden_size"], cfg["num_attention_heads"]
     KV = cfg.get("num_key_value_heads", H)
-    hd, eps, theta = D // H, cfg["rms_norm_eps"], cfg.get("rope_theta", 10000.0)
+    hd, eps = D // H, cfg["rms_norm_eps"]
+    inv, mscale = rope_frequencies(cfg, hd)
     n = len(tokens)
     pos = np.arange(n)
     x = w["model.embed_tokens.weight"][np.asarray(tokens)]
@@ -66,8 +87,8 @@ def forward(cfg, w, tokens, kv_bf16=False):
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
         h = rmsnorm(x, w[p + "input_layernorm.weight"], eps)
-        q = rope((h @ w[p + "self_attn.q_proj.weight"].T).reshape(n, H, hd), pos, theta)
-        k = rope((h @ w[p + "self_attn.k_proj.weight"].T).reshape(n, KV, hd), pos, theta)
+        q = rope((h @ w[p + "self_attn.q_proj.weight"].T).reshape(n, H, hd), pos, inv, mscale)
+        k = rope((h @ w[p + "self_attn.k_proj.weight"].T).reshape(n, KV, hd), pos, inv, mscale)
         v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(n, KV, hd)
         if kv_bf16:
             k, v = bf16(k), bf16(v)

@@ -111,7 +111,7 @@ def split_shards(names, sizes, k):
 
 def write_model(out_dir, dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=512,
                 max_seq=1024, dtype="F32", shards=1, seed=0, tie=False, tokenizer=None,
-                std=0.05, norm_eps=1e-5, rope_theta=10000.0):
+                std=0.05, norm_eps=1e-5, rope_theta=10000.0, rope_scaling=None):
     """Writes the checkpoint; returns (config dict, dict name -> float64 array as stored)."""
     dtype = dtype.upper()
     if dtype not in DTYPES:
@@ -129,6 +129,8 @@ def write_model(out_dir, dim=96, hidden=200, layers=2, heads=6, kv_heads=2, voca
         "hidden_act": "silu", "tie_word_embeddings": tie, "bos_token_id": 1, "eos_token_id": 2,
         "torch_dtype": {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[dtype],
     }
+    if rope_scaling:
+        config["rope_scaling"] = rope_scaling
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     names = list(values)

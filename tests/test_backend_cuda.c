@@ -244,13 +244,20 @@ static void test_rope(const backends *B) {
             const int64_t len = (int64_t)n * heads * hd;
             int64_t *pos = burst_malloc((size_t)n * sizeof(int64_t));
             for (int i = 0; i < n; i++) pos[i] = si == 1 ? i : (int64_t)(test_rand_u64() % 1000000);
-            float theta = si == 2 ? 500000.0f : 10000.0f;
+            // No scaling; linear; YaRN (its ramp falls inside head_dim 128's pairs).
+            llama_config cfg = {.head_dim = hd, .rope_theta = si == 2 ? 500000.0f : 10000.0f, .rope_factor = 1};
+            if (si == 1) cfg.rope_scaling = ROPE_SCALING_LINEAR, cfg.rope_factor = 4;
+            if (si == 2)
+                cfg.rope_scaling = ROPE_SCALING_YARN, cfg.rope_factor = 16, cfg.rope_original_ctx = 4096,
+                cfg.rope_beta_fast = 32, cfg.rope_beta_slow = 1, cfg.rope_attention_factor = 1.277f;
+            rope_params rp = rope_params_of(&cfg);
             float *want = host_random(len, -1, 1), *got = host_clone(want, len), *d = dev_upload(got, len);
-            backend_rope(B->gpu, d, pos, n, heads, hd, theta);
-            backend_rope(B->cpu, want, pos, n, heads, hd, theta);
+            backend_rope(B->gpu, d, pos, n, heads, hd, &rp);
+            backend_rope(B->cpu, want, pos, n, heads, hd, &rp);
             dev_download(B->gpu, got, d, len);
             char what[96];
-            snprintf(what, sizeof what, "rope n=%d heads=%d head_dim=%d theta=%g", n, heads, hd, theta);
+            snprintf(what, sizeof what, "rope n=%d heads=%d head_dim=%d theta=%g scaling %d", n, heads, hd,
+                     cfg.rope_theta, (int)cfg.rope_scaling);
             check(compare(what, got, want, len, F32_NMSE, F32_ATOL, F32_RTOL));
             CUDA_CHECK(cudaFree(d));
             free(want), free(got), free(pos);

@@ -1,7 +1,7 @@
 """Logits of burst's CPU forward (batched, chunked prefill, then decode steps through the KV
 cache) against the float64 numpy reference in llama_ref.py, on random-weight models with GQA,
-odd sizes, every dtype, tied and untied heads, sharded files, and a bf16 KV cache (the reference
-then rounds K/V to bf16 the same way)."""
+odd sizes, every dtype, tied and untied heads, sharded files, a bf16 KV cache (the reference
+then rounds K/V to bf16 the same way), and rope_scaling linear and YaRN."""
 import os, subprocess, sys, tempfile
 import numpy as np
 
@@ -27,6 +27,16 @@ CASES = [  # model shape, prompt length, prefill chunk, ranks, decode steps
     dict(model=dict(dim=80, hidden=64, layers=1, heads=5, kv_heads=5, vocab=99, dtype="f32"), n=70, batch=1, dec=0),
     dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="bf16"), n=45, batch=16, dec=5, kv="bf16"),
     dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="f32"), n=45, batch=16, ranks=3, dec=5, kv="bf16"),
+    # rope_scaling. YaRN over an original context of 64 with head_dim 16: pairs 0..3 ramp from
+    # kept to divided by 8 (the others divided), cos and sin scaled by 1.21.
+    dict(model=dict(dim=64, hidden=100, layers=2, heads=4, kv_heads=2, vocab=300, dtype="f32",
+                    rope_scaling={"type": "linear", "factor": 4.0}), n=150, batch=64, ranks=3, dec=3),
+    dict(model=dict(dim=64, hidden=100, layers=2, heads=4, kv_heads=2, vocab=300, dtype="f32",
+                    rope_scaling={"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 64}),
+         n=150, batch=64, dec=3),
+    dict(model=dict(dim=64, hidden=100, layers=2, heads=4, kv_heads=2, vocab=300, dtype="bf16", rope_theta=500000.0,
+                    rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128, "beta_fast": 16,
+                                  "beta_slow": 2, "attention_factor": 1.1}), n=100, batch=32, ranks=2, dec=3),
 ]
 rng = np.random.default_rng()
 failures = 0

@@ -4,9 +4,11 @@
 // file never crash (every outcome is OK or an error line).
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
+#include <math.h>
 #include <unistd.h>
 
 #include "tests/test_util.h"
+#include "weights/config.h"
 #include "weights/weights.h"
 
 // ---- temporary checkpoint directories ----
@@ -264,9 +266,24 @@ static const bad_case cases[] = {
     {"eos outside vocab", .config = CFG(SIZES ", \"rms_norm_eps\": 1e-5, \"eos_token_id\": 32"),
      .files = {{ST, GOOD_A, 24}}, .want = BURST_ERR_FORMAT,
      .frag = {"config.json: bos_token_id = 1 / eos_token_id = 32 outside vocab_size = 32", NULL}},
-    {"rope_scaling", .config = CFG(SIZES ", \"rms_norm_eps\": 1e-5, \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2}"),
+    {"rope_scaling dynamic", .config = CFG(SIZES ", \"rms_norm_eps\": 1e-5, \"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2}"),
      .files = {{ST, GOOD_A, 24}}, .want = BURST_ERR_FORMAT,
-     .frag = {"config.json: rope_scaling unsupported", NULL}},
+     .frag = {"config.json: rope_scaling type dynamic unsupported (want linear or yarn)", NULL}},
+    {"rope_scaling without type", .config = CFG(SIZES ", \"rms_norm_eps\": 1e-5, \"rope_scaling\": {\"factor\": 2}"),
+     .files = {{ST, GOOD_A, 24}}, .want = BURST_ERR_FORMAT,
+     .frag = {"config.json: rope_scaling type (missing) unsupported", NULL}},
+    {"rope_scaling without factor", .config = CFG(SIZES ", \"rms_norm_eps\": 1e-5, \"rope_scaling\": {\"rope_type\": \"linear\"}"),
+     .files = {{ST, GOOD_A, 24}}, .want = BURST_ERR_FORMAT,
+     .frag = {"config.json: rope_scaling: field factor missing", NULL}},
+    {"rope_scaling factor below 1", .config = CFG(SIZES ", \"rms_norm_eps\": 1e-5, \"rope_scaling\": {\"type\": \"linear\", \"factor\": 0.5}"),
+     .files = {{ST, GOOD_A, 24}}, .want = BURST_ERR_FORMAT,
+     .frag = {"config.json: rope_scaling: factor 0.5 (want >= 1)", NULL}},
+    {"rope_scaling yarn with DeepSeek's mscale", .config = CFG(SIZES ", \"rms_norm_eps\": 1e-5, \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4, \"mscale\": 1}"),
+     .files = {{ST, GOOD_A, 24}}, .want = BURST_ERR_FORMAT,
+     .frag = {"config.json: rope_scaling mscale unsupported", NULL}},
+    {"rope_scaling yarn betas crossed", .config = CFG(SIZES ", \"rms_norm_eps\": 1e-5, \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4, \"beta_fast\": 1, \"beta_slow\": 2}"),
+     .files = {{ST, GOOD_A, 24}}, .want = BURST_ERR_FORMAT,
+     .frag = {"config.json: rope_scaling: original_max_position_embeddings 64, beta_fast 1, beta_slow 2", NULL}},
     {"hidden_act gelu", .config = CFG(SIZES ", \"rms_norm_eps\": 1e-5, \"hidden_act\": \"gelu\""),
      .files = {{ST, GOOD_A, 24}}, .want = BURST_ERR_FORMAT,
      .frag = {"config.json: hidden_act gelu unsupported (want silu)", NULL}},
@@ -382,10 +399,45 @@ static int check_mutations(int iters) {
     return ok;
 }
 
+// rope_scaling as config.json says it: linear (legacy "type" key), yarn with its defaults (HF's
+// "rope_type" key) and with every field given, "default" (none), and null.
+static int check_rope_scaling(void) {
+    static const struct {
+        const char *json;
+        int kind, orig;
+        float factor, beta_fast, beta_slow, attn;
+    } t[] = {
+        {"{\"type\": \"linear\", \"factor\": 8}", ROPE_SCALING_LINEAR, 0, 8, 0, 0, 0},
+        {"{\"rope_type\": \"yarn\", \"factor\": 16}", ROPE_SCALING_YARN, 64, 16, 32, 1, 1.2772588722f},
+        {"{\"type\": \"yarn\", \"factor\": 4, \"original_max_position_embeddings\": 16, \"beta_fast\": 16, "
+         "\"beta_slow\": 2, \"attention_factor\": 1.5, \"finetuned\": true}", ROPE_SCALING_YARN, 16, 4, 16, 2, 1.5f},
+        {"{\"rope_type\": \"default\"}", ROPE_SCALING_NONE, 0, 1, 0, 0, 0},
+        {"null", ROPE_SCALING_NONE, 0, 1, 0, 0, 0},
+    };
+    int ok = 1;
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        char *dir = tmp_dir(), json[1024], path[600];
+        snprintf(json, sizeof json, CFG(SIZES ", \"rms_norm_eps\": 1e-5, \"rope_scaling\": %s"), t[i].json);
+        write_bytes(dir, "config.json", json, strlen(json));
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        llama_config c;
+        burst_error err = {{0}};
+        int good = !weights_config_load(path, &c, &err) && (int)c.rope_scaling == t[i].kind && c.rope_factor == t[i].factor;
+        if (good && t[i].kind == ROPE_SCALING_YARN)
+            good = c.rope_original_ctx == t[i].orig && c.rope_beta_fast == t[i].beta_fast &&
+                   c.rope_beta_slow == t[i].beta_slow && fabsf(c.rope_attention_factor - t[i].attn) < 1e-6f;
+        printf("%s rope_scaling %s%s%s\n", good ? "ok  " : "FAIL", t[i].json, err.msg[0] ? ": " : "", err.msg);
+        ok &= good;
+        remove_dir(dir);
+    }
+    return ok;
+}
+
 int main(void) {
     test_seed("test_weights");
     int ok = check_format_shape();
     ok &= check_real();
+    ok &= check_rope_scaling();
     int failed = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) failed += !run_case(&cases[i]);
     printf("%s %zu broken checkpoints, %d failed\n", failed ? "FAIL" : "ok  ",

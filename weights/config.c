@@ -49,9 +49,6 @@ static burst_status check_supported(const cJSON *root, const char *path, burst_e
     if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0))
         return BURST_FAIL(err, BURST_ERR_FORMAT, "%s: hidden_act %s unsupported (want silu)", path,
                           cJSON_IsString(act) ? json_show(act->valuestring) : "(not a string)");
-    const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-    if (scaling && !cJSON_IsNull(scaling))
-        return BURST_FAIL(err, BURST_ERR_FORMAT, "%s: rope_scaling unsupported (want null)", path);
     const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
     if (tie && !cJSON_IsBool(tie))
         return BURST_FAIL(err, BURST_ERR_FORMAT, "%s: tie_word_embeddings is not true/false", path);
@@ -98,6 +95,42 @@ static burst_status validate(const cJSON *root, const char *path, const llama_co
     return BURST_OK;
 }
 
+// rope_scaling: null, or {"type" (or "rope_type"): "linear" | "yarn", "factor": F, ...}. The others
+// (dynamic NTK, whose frequencies change with the sequence's length; llama3; longrope) are refused.
+static burst_status parse_rope_scaling(const cJSON *root, const char *path, llama_config *c, burst_error *err) {
+    c->rope_scaling = ROPE_SCALING_NONE, c->rope_factor = 1;
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    if (!rs || cJSON_IsNull(rs)) return BURST_OK;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+    if (!type) type = cJSON_GetObjectItemCaseSensitive(rs, "type");
+    const char *name = cJSON_IsString(type) ? type->valuestring : NULL;
+    if (!cJSON_IsObject(rs) || !name || (strcmp(name, "linear") && strcmp(name, "yarn") && strcmp(name, "default")))
+        return BURST_FAIL(err, BURST_ERR_FORMAT, "%s: rope_scaling type %s unsupported (want linear or yarn)", path,
+                          name ? json_show(name) : "(missing)");
+    if (!strcmp(name, "default")) return BURST_OK;
+    if (cJSON_GetObjectItemCaseSensitive(rs, "mscale") || cJSON_GetObjectItemCaseSensitive(rs, "mscale_all_dim"))
+        return BURST_FAIL(err, BURST_ERR_FORMAT, "%s: rope_scaling mscale unsupported (DeepSeek's YaRN variant)", path);
+    char where[512]; // messages name the field inside rope_scaling
+    snprintf(where, sizeof where, "%s: rope_scaling", path);
+    burst_status s;
+    if ((s = get_float(rs, where, "factor", 1, 0, &c->rope_factor, err))) return s;
+    c->rope_scaling = strcmp(name, "yarn") ? ROPE_SCALING_LINEAR : ROPE_SCALING_YARN;
+    if (c->rope_factor < 1)
+        return BURST_FAIL(err, BURST_ERR_FORMAT, "%s: factor %g (want >= 1)", where, c->rope_factor);
+    if (c->rope_scaling != ROPE_SCALING_YARN) return BURST_OK;
+    if ((s = get_int(rs, where, "original_max_position_embeddings", 0, c->max_seq_len, &c->rope_original_ctx, err)) ||
+        (s = get_float(rs, where, "beta_fast", 0, 32, &c->rope_beta_fast, err)) ||
+        (s = get_float(rs, where, "beta_slow", 0, 1, &c->rope_beta_slow, err)) ||
+        (s = get_float(rs, where, "attention_factor", 0, 0.1f * logf(c->rope_factor) + 1, &c->rope_attention_factor,
+                       err)))
+        return s;
+    if (c->rope_original_ctx < 1 || c->rope_beta_fast <= c->rope_beta_slow)
+        return BURST_FAIL(err, BURST_ERR_FORMAT, "%s: original_max_position_embeddings %d, beta_fast %g, "
+                          "beta_slow %g (want >= 1, and beta_fast > beta_slow)", where, c->rope_original_ctx,
+                          c->rope_beta_fast, c->rope_beta_slow);
+    return BURST_OK;
+}
+
 static burst_status parse(const cJSON *root, const char *path, llama_config *c, burst_error *err) {
     burst_status s;
     if (!cJSON_IsObject(root))
@@ -115,6 +148,7 @@ static burst_status parse(const cJSON *root, const char *path, llama_config *c, 
     if ((s = get_float(root, path, "rope_theta", 0, 10000.0f, &c->rope_theta, err))) return s;
     if ((s = get_int(root, path, "bos_token_id", 0, 1, &c->bos_id, err))) return s;
     if ((s = get_int(root, path, "eos_token_id", 0, 2, &c->eos_id, err))) return s;
+    if ((s = parse_rope_scaling(root, path, c, err))) return s;
     c->tie_embeddings = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings"));
     c->head_dim = c->n_heads > 0 ? c->dim / c->n_heads : 0;
     return validate(root, path, c, err);

@@ -20,6 +20,15 @@ typedef struct {
     int max_seq_len;    // max_position_embeddings
     float norm_eps;     // rms_norm_eps
     float rope_theta;   // rope_theta (default 10000)
+    // rope_scaling (default none), for checkpoints trained past their base model's context:
+    // linear divides every RoPE frequency by rope_factor; yarn (YaRN) divides the low ones,
+    // keeps the high ones, blends those between and scales cos and sin (model/rope.h).
+    enum { ROPE_SCALING_NONE, ROPE_SCALING_LINEAR, ROPE_SCALING_YARN } rope_scaling;
+    float rope_factor;           // factor (1 with none)
+    int rope_original_ctx;       // yarn: original_max_position_embeddings (default max_position_embeddings)
+    float rope_beta_fast;        // yarn: beta_fast (default 32)
+    float rope_beta_slow;        // yarn: beta_slow (default 1)
+    float rope_attention_factor; // yarn: attention_factor (default 0.1 ln(factor) + 1)
     int tie_embeddings; // tie_word_embeddings (default false): lm_head shares embed_tokens
     int bos_id, eos_id; // bos_token_id, eos_token_id (defaults 1, 2)
 } llama_config;
