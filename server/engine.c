@@ -629,13 +629,15 @@ static int by_value(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-// Estimated seconds until a request queued now gets a slot: the k-th slot to free, k the
-// requests ahead, plus a mean request time per round of slots. Called with e->mu held.
-static double estimate_wait(const engine *e) {
+// Estimated seconds until a request of n_choices queued now gets its slots: the k-th slot to
+// free, k the slots that the requests ahead take (each its choices) and its own but one, plus a
+// mean request time per round of slots. Called with e->mu held.
+static double estimate_wait(const engine *e, int n_choices) {
     double left[e->n_slots];
     memcpy(left, e->slot_left_s, sizeof left);
     qsort(left, (size_t)e->n_slots, sizeof(double), by_value);
-    int ahead = e->q_len;
+    int ahead = n_choices - 1;
+    for (int i = 0; i < e->q_len; i++) ahead += e->queue[(e->q_head + i) % e->max_queue]->n_choices;
     return left[ahead % e->n_slots] + (double)(ahead / e->n_slots) * e->request_s;
 }
 
@@ -648,7 +650,7 @@ engine_admission engine_submit(engine *e, burst_request *req, double *retry_afte
     }
     pthread_mutex_lock(&e->mu);
     engine_admission a = ENGINE_ACCEPTED;
-    double wait = estimate_wait(e);
+    double wait = estimate_wait(e, req->n_choices);
     if (e->q_len >= e->max_queue || e->stopping) a = ENGINE_QUEUE_FULL;
     else if (e->max_wait_s > 0 && wait > e->max_wait_s) a = ENGINE_WAIT_TOO_LONG;
     if (a == ENGINE_ACCEPTED) {

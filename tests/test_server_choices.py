@@ -189,4 +189,20 @@ with tempfile.TemporaryDirectory() as tmp:
         gone = [d.wait_log(rf"{i} \| cancelled \(client gone\)", timeout=30) for i in ids]
         check("a client leaving a streamed batch of 3 prompts: all three cancelled",
               resp.status == 200 and first.startswith(b"data: ") and all(gone), (ids, d.log()[-600:]))
+
+    # --max-wait counts a request's choices: with one of two slots decoding a long request, n=1
+    # gets the free slot at once, n=2 would wait for the long one and is refused.
+    with Burstd(tmp, "--slots", "2", "--max-wait", "1") as d:
+        c = d.connect()
+        c.request("POST", C, body=b'{"prompt": "Tim", "max_tokens": 3000, "stream": true, "ignore_eos": true}',
+                  headers={"Content-Type": "application/json"})
+        resp = c.getresponse()
+        for _ in range(20):  # decode steps behind it: the estimate has their time
+            resp.readline()
+        one = d.request("POST", C, {"prompt": "Sam", "max_tokens": 2})
+        two = d.request("POST", C, {"prompt": "Sam", "max_tokens": 2, "n": 2})
+        c.close()
+        check("--max-wait 1 beside a 3000-token request: n=1 runs, n=2 gets 429 wait_too_long",
+              one[0] == 200 and two[0] == 429 and two[2]["error"]["code"] == "wait_too_long"
+              and int(two[1]["Retry-After"]) > 1, (one[0], two[0], two[2], two[1].get("Retry-After")))
 check.exit()
