@@ -477,7 +477,13 @@ static void prefill_progress(engine *e, int seg, double now) {
     burst_request *r = q->req;
     if (q->n_prefilled == r->n_prompt) {
         metrics_observe(e->met, METRIC_PREFILL, now - q->t_admit);
-        if (q->prompt_lp) request_push_token(r, 0, NULL, q->prompt_lp, r->n_prompt);
+        for (int t = 0; q->prompt_lp && t < e->n_slots; t++) // the choices waiting to copy it get theirs
+            if (e->seq[t].req && e->seq[t].fork_of == e->seg_seq[seg] + 1) {
+                sampled_logprobs *lp = burst_malloc(sizeof *lp * (size_t)r->n_prompt);
+                request_push_token(r, e->seq[t].choice, NULL, memcpy(lp, q->prompt_lp, sizeof *lp * (size_t)r->n_prompt),
+                                   r->n_prompt);
+            }
+        if (q->prompt_lp) request_push_token(r, q->choice, NULL, q->prompt_lp, r->n_prompt);
         q->prompt_lp = NULL;
         return;
     }
@@ -517,7 +523,8 @@ static void fork_choices(engine *e, int s, const float *logits) {
         memcpy(to->tokens, from->tokens, sizeof(int) * (size_t)from->len);
         to->len = from->len;
         c->n_prefilled = c->req->n_prompt, c->n_cached = e->seq[s].n_cached, c->fork_of = 0;
-        seq_sample(e, t, logits);
+        if (c->req->max_tokens == 0) seq_finish(e, t, FINISH_LENGTH, NULL); // echo: the prompt alone
+        else seq_sample(e, t, logits);
     }
 }
 
@@ -645,7 +652,7 @@ engine_admission engine_submit(engine *e, burst_request *req, double *retry_afte
     *retry_after_s = 0;
     if (req->max_tokens == 0 && !req->prompt_logprobs) { // echo alone: the prompt's text, no model
         request_result res = {.n_prompt = req->n_prompt, .total_s = burst_now() - req->t_accept, .finish = FINISH_LENGTH};
-        log_finished(e, req, 0, &res, NULL, NULL, 0, NULL, req->n_prompt);
+        for (int c = 0; c < req->n_choices; c++) log_finished(e, req, c, &res, NULL, NULL, 0, NULL, req->n_prompt);
         return ENGINE_ACCEPTED;
     }
     pthread_mutex_lock(&e->mu);

@@ -128,7 +128,6 @@ with Burstd(STORIES) as srv:
         ("POST", C, {"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "'stop'"),
         ("POST", C, {"prompt": "x", "n": 5}, 400, "'n' must be at most 4: each choice takes one of the server's KV slots"),
         ("POST", C, {"prompt": "x", "n": 0}, 400, "'n' must be an integer"),
-        ("POST", C, {"prompt": "x", "n": 2, "echo": True}, 400, "'n' greater than 1 with 'echo' is not supported"),
         ("POST", C, {"prompt": "x", "model": 3}, 400, "'model' must be a string"),
         ("POST", C, {"prompt": "x", "suffix": "end"}, 400, "'suffix' (text insertion) is not supported"),
         ("POST", C, {"prompt": "x", "best_of": 3}, 400, "'best_of' other than 1"),
