@@ -43,7 +43,8 @@ static const char usage[] =
     "                    nccl (one GPU per rank; default for cuda across nodes)\n"
     "  --nodes P         processes sharing the G ranks, this one and P-1 `burst worker`s, each\n"
     "                    running an even share of the ranks (default 1)\n"
-    "  --coordinator HOST:PORT  with --nodes: where this process listens for its workers\n"
+    "  --coordinator HOST:PORT  with --nodes: where this process listens for its workers (set the\n"
+    "                    same secret in BURST_CLUSTER_KEY on every node: only nodes that hold it join)\n"
     "  --drain-timeout S on SIGTERM or SIGINT, refuse new requests (503) and let the running and\n"
     "                    waiting ones finish for up to S seconds before stopping them; a second\n"
     "                    signal stops at once (default 30)\n"
@@ -149,7 +150,8 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
     http_server *http = NULL;
     llama_options lo = {.ctx = a->ctx, .n_slots = a->slots, .max_batch = a->batch, .n_threads = a->threads,
                         .n_ranks = a->ranks, .backend = a->backend, .kv_dtype = a->kv_dtype, .comm = a->comm, .n_nodes = a->nodes,
-                        .coordinator = a->coordinator, .join_timeout_s = a->join_timeout,
+                        .coordinator = a->coordinator,
+                        .cluster_key = getenv("BURST_CLUSTER_KEY"), .join_timeout_s = a->join_timeout,
                         .node_timeout_s = a->node_timeout};
     if (tokenizer_load(tok_path, &tok, &err) || llama_load(a->model, &lo, &m, &err)) goto fail;
     const llama_config *c = llama_config_of(m);
