@@ -30,7 +30,7 @@ static const char usage[] =
     "  --top-k K           keep the K most likely tokens (default 0: off)\n"
     "  --seed S            sampling seed (default: from the clock; printed on stderr)\n"
     "  --ctx N             KV cache tokens (default: prompt + max-tokens)\n"
-    "  --batch N           tokens per prefill chunk (default 512)\n"
+    "  --batch N           tokens per prefill chunk (default 512; 8192 with a cuda backend)\n"
     "  --ranks G           ranks sharing the sequence: BurstAttention prefill, sharded KV cache\n"
     "                      (default 1)\n"
     "  --threads N         CPU threads of this process, shared out among its ranks (default: all cores)\n"
@@ -80,7 +80,7 @@ static char *read_text(const char *path) {
 }
 
 static int parse_generate(int argc, char **argv, generate_args *a) {
-    *a = (generate_args){.max_tokens = 256, .top_p = 1.0f, .batch = 512, .ranks = 1,
+    *a = (generate_args){.max_tokens = 256, .top_p = 1.0f, .ranks = 1,
                          .seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32)};
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i], *v = cli_value("burst", usage, argc, argv, &i);
@@ -112,6 +112,7 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
         }
         if (!ok) return 0;
     }
+    if (!a->batch) a->batch = a->backend && !strncmp(a->backend, "cuda", 4) ? 8192 : 512;
     if (!a->model || !a->prompt == !a->prompt_file) {
         fprintf(stderr, "burst: generate needs --model and one of --prompt and --prompt-file\n%s", usage);
         return 0;

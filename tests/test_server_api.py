@@ -55,6 +55,9 @@ with Burstd(STORIES) as srv:
     t = events[-3].get("timings", {})
     check("the final chunk carries timings (time to first token, queue, total)",
           0 < t.get("time_to_first_token_s", 0) <= t.get("total_s", 0) and t.get("queue_time_s", -1) >= 0, events[-3])
+    check("the start line gives the CPU's step defaults", srv.wait_log(r"4 slots x 512 tokens \(KV F32\), steps of 512 "
+                                                                       r"tokens \(prompt chunks of 256\), 1 rank\(s\) on cpu"),
+          srv.log()[:600])
     check("log line for the request", srv.wait_log(r"cmpl-\d+ \| length: prompt 5 tokens \(0 cached\), generated 40 tokens, "
                                                    r"queue [\d.]+ s, ttft [\d.]+ s, total [\d.]+ s"), srv.log()[-500:])
 
