@@ -5,8 +5,9 @@
 //
 // Set-up: every process listens on a free port, the ports go round the cluster (every listener
 // exists before anyone dials), each rank dials its successor's process and names itself with the
-// cluster's secret (cluster_secret), then each process accepts its ranks' predecessors. A failed transfer shuts every connection of the
-// process down, so no rank of it stays blocked and the peers see the loss too.
+// cluster's secret (cluster_secret), then each process accepts its ranks' predecessors. A failed
+// transfer shuts every connection of the process down, so no rank of it stays blocked and the
+// peers see the loss too.
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -410,7 +410,8 @@ static int prefill_order(const engine *e, int s) {
     int left = e->seq[s].req->n_prompt - e->seq[s].n_prefilled;
     for (int w = 0; w < e->n_slots; w++) {
         const engine_seq *q = &e->seq[w];
-        if (q->req && q->share_from == s + 1 && q->req->n_prompt - q->n_prefilled < left) left = q->req->n_prompt - q->n_prefilled;
+        int waiter_left = q->req ? q->req->n_prompt - q->n_prefilled : 0;
+        if (q->req && q->share_from == s + 1 && waiter_left < left) left = waiter_left;
     }
     return left;
 }
