@@ -3,13 +3,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "hmac.h"
 #include "net.h"
 
 #define CLUSTER_MAGIC 0x54535242u // "BRST"
-#define CLUSTER_VERSION 1u
+#define CLUSTER_VERSION 2u
 #define CLUSTER_MAX_NODES 1024
 
 struct cluster {
@@ -17,11 +19,25 @@ struct cluster {
     int *fd;         // leader: (n_nodes) connection to each worker (fd[0] unused); worker: fd[0] to the leader
     uint32_t *hosts; // (n_nodes)
     char addr[64];   // the coordinator, for messages
+    uint8_t secret[SHA256_BYTES];
 };
 
 typedef struct {
     uint32_t magic, version, node, n_nodes;
 } cluster_hello;
+
+burst_status cluster_random(void *buf, size_t n, burst_error *err) {
+    if (getrandom(buf, n, 0) != (ssize_t)n) return BURST_FAIL(err, BURST_ERR_IO, "getrandom: too few bytes");
+    return BURST_OK;
+}
+
+// HMAC under the cluster key (none: the empty key) of a label and two 32-byte values.
+static void prove(const char *key, const char *label, const uint8_t a[SHA256_BYTES], const uint8_t b[SHA256_BYTES],
+                  uint8_t out[SHA256_BYTES]) {
+    const void *parts[] = {label, a, b};
+    size_t lens[] = {strlen(label), SHA256_BYTES, b ? SHA256_BYTES : 0};
+    hmac_sha256(key ? key : "", key ? strlen(key) : 0, parts, lens, 3, out);
+}
 
 static cluster *cluster_new(int node, int n_nodes, const char *addr) {
     cluster *c = burst_calloc(1, sizeof *c);
@@ -40,20 +56,32 @@ void cluster_free(cluster *c) {
     free(c->fd), free(c->hosts), free(c);
 }
 
-// A hello must arrive promptly: a stray connection that says nothing is dropped, not waited on.
-static burst_status recv_hello(int fd, cluster_hello *h, burst_error *err) {
-    struct timeval t = {.tv_sec = 10};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof t);
-    burst_status st = net_recv(fd, h, sizeof *h, err);
-    t.tv_sec = 0;
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof t);
-    if (!st && (h->magic != CLUSTER_MAGIC || h->version != CLUSTER_VERSION))
-        st = BURST_FAIL(err, BURST_ERR_FORMAT, "not a burst worker (or another version): magic %08x version %u",
-                        h->magic, h->version);
-    return st;
+// Leader: a joining worker says hello with its nonce, gets the leader's nonce and proof of the
+// key, and answers with its own proof; the leader says whether it took it. Each side proves the
+// key over both nonces, so neither the key nor a replayable answer crosses the wire. A worker must
+// answer promptly: a stray connection that says nothing is dropped, not waited on.
+static burst_status admit_worker(int fd, const char *key, burst_error *err) {
+    cluster_hello h;
+    uint8_t theirs[SHA256_BYTES], ours[SHA256_BYTES], proof[SHA256_BYTES], want[SHA256_BYTES];
+    burst_status st;
+    if ((st = net_set_timeout(fd, 10, err)) || (st = net_recv(fd, &h, sizeof h, err))) return st;
+    if (h.magic != CLUSTER_MAGIC || h.version != CLUSTER_VERSION)
+        return BURST_FAIL(err, BURST_ERR_FORMAT, "not a burst worker (or another version): magic %08x version %u",
+                          h.magic, h.version);
+    if ((st = net_recv(fd, theirs, sizeof theirs, err)) || (st = cluster_random(ours, sizeof ours, err))) return st;
+    prove(key, "burst leader", theirs, ours, proof);
+    if ((st = net_send(fd, ours, sizeof ours, err)) || (st = net_send(fd, proof, sizeof proof, err)) ||
+        (st = net_recv(fd, proof, sizeof proof, err)))
+        return st;
+    prove(key, "burst worker", ours, theirs, want);
+    uint32_t taken = hmac_equal(proof, want);
+    if ((st = net_send(fd, &taken, sizeof taken, err))) return st;
+    if (!taken) return BURST_FAIL(err, BURST_ERR_INVALID, "another cluster key (BURST_CLUSTER_KEY)");
+    return net_set_timeout(fd, 0, err);
 }
 
-burst_status cluster_lead(const char *addr, int n_nodes, double timeout_s, cluster **out, burst_error *err) {
+burst_status cluster_lead(const char *addr, int n_nodes, double timeout_s, const char *key, cluster **out,
+                          burst_error *err) {
     *out = NULL;
     if (n_nodes < 2 || n_nodes > CLUSTER_MAX_NODES)
         return BURST_FAIL(err, BURST_ERR_INVALID, "%d nodes (want 2..%d)", n_nodes, CLUSTER_MAX_NODES);
@@ -66,6 +94,7 @@ burst_status cluster_lead(const char *addr, int n_nodes, double timeout_s, clust
     c->hosts[0] = 0x7f000001; // the leader reaches its own machine on loopback
     double deadline = burst_now() + timeout_s;
     LOG_I("cluster: waiting for %d worker(s) on %s", n_nodes - 1, addr);
+    if (!key || !*key) LOG_W("cluster: BURST_CLUSTER_KEY is not set: any process that reaches %s can join", addr);
     for (int node = 1; node < n_nodes;) {
         int fd;
         uint32_t peer;
@@ -77,8 +106,7 @@ burst_status cluster_lead(const char *addr, int n_nodes, double timeout_s, clust
         }
         char who[64];
         net_format(who, sizeof who, peer, 0);
-        cluster_hello h;
-        if (recv_hello(fd, &h, &e)) {
+        if (admit_worker(fd, key, &e)) {
             LOG_W("cluster: dropped a connection from %s: %s", who, e.msg);
             close(fd);
             continue;
@@ -88,7 +116,10 @@ burst_status cluster_lead(const char *addr, int n_nodes, double timeout_s, clust
         node++;
     }
     close(lfd);
-    // Each worker learns its number and every node's address (node 0: the one it dialled).
+    // Each worker learns its number, every node's address (node 0: the one it dialled) and this
+    // cluster's nonce, from which every node derives the secret its transports check.
+    uint8_t nonce[SHA256_BYTES];
+    if (!st) st = cluster_random(nonce, sizeof nonce, err);
     for (int node = 1; !st && node < n_nodes; node++) {
         cluster_hello h = {CLUSTER_MAGIC, CLUSTER_VERSION, (uint32_t)node, (uint32_t)n_nodes};
         uint32_t hosts[CLUSTER_MAX_NODES];
@@ -96,9 +127,11 @@ burst_status cluster_lead(const char *addr, int n_nodes, double timeout_s, clust
         hosts[0] = 0;
         burst_error e;
         if ((st = net_send(c->fd[node], &h, sizeof h, &e)) ||
-            (st = net_send(c->fd[node], hosts, sizeof(uint32_t) * (size_t)n_nodes, &e)))
+            (st = net_send(c->fd[node], hosts, sizeof(uint32_t) * (size_t)n_nodes, &e)) ||
+            (st = net_send(c->fd[node], nonce, sizeof nonce, &e)))
             BURST_FAIL(err, st, "cluster: node %d lost (%s)", node, e.msg);
     }
+    prove(key, "burst cluster", nonce, NULL, c->secret);
     if (st) {
         cluster_free(c);
         return st;
@@ -107,9 +140,9 @@ burst_status cluster_lead(const char *addr, int n_nodes, double timeout_s, clust
     return BURST_OK;
 }
 
-burst_status cluster_join(const char *addr, double timeout_s, cluster **out, burst_error *err) {
+burst_status cluster_join(const char *addr, double timeout_s, const char *key, cluster **out, burst_error *err) {
     *out = NULL;
-    uint32_t ip;
+    uint32_t ip, taken = 0;
     uint16_t port;
     int fd;
     burst_status st;
@@ -117,8 +150,27 @@ burst_status cluster_join(const char *addr, double timeout_s, cluster **out, bur
     if ((st = net_resolve(addr, &ip, &port, err)) || (st = net_connect(ip, port, burst_now() + timeout_s, &fd, err)))
         return st;
     cluster_hello h = {CLUSTER_MAGIC, CLUSTER_VERSION, 0, 0};
-    if ((st = net_send(fd, &h, sizeof h, &e)) || (st = net_recv(fd, &h, sizeof h, &e))) {
+    uint8_t ours[SHA256_BYTES], theirs[SHA256_BYTES], proof[SHA256_BYTES], want[SHA256_BYTES];
+    if ((st = cluster_random(ours, sizeof ours, err))) {
         close(fd);
+        return st;
+    }
+    if ((st = net_send(fd, &h, sizeof h, &e)) || (st = net_send(fd, ours, sizeof ours, &e)) ||
+        (st = net_recv(fd, theirs, sizeof theirs, &e)) || (st = net_recv(fd, proof, sizeof proof, &e))) {
+        close(fd);
+        return BURST_FAIL(err, st, "cluster at %s refused us (%s)", addr, e.msg);
+    }
+    prove(key, "burst leader", ours, theirs, want);
+    if (!hmac_equal(proof, want)) {
+        close(fd);
+        return BURST_FAIL(err, BURST_ERR_INVALID, "the leader at %s has another cluster key (BURST_CLUSTER_KEY differs, "
+                          "or is set on one side only)", addr);
+    }
+    prove(key, "burst worker", theirs, ours, proof);
+    if ((st = net_send(fd, proof, sizeof proof, &e)) || (st = net_recv(fd, &taken, sizeof taken, &e)) || !taken ||
+        (st = net_recv(fd, &h, sizeof h, &e))) {
+        close(fd);
+        if (!st) return BURST_FAIL(err, BURST_ERR_INVALID, "the leader at %s refused our cluster key", addr);
         return BURST_FAIL(err, st, "cluster at %s refused us (%s)", addr, e.msg);
     }
     if (h.magic != CLUSTER_MAGIC || h.version != CLUSTER_VERSION || h.n_nodes < 2 ||
@@ -128,16 +180,19 @@ burst_status cluster_join(const char *addr, double timeout_s, cluster **out, bur
     }
     cluster *c = cluster_new((int)h.node, (int)h.n_nodes, addr);
     c->fd[0] = fd;
-    if ((st = net_recv(fd, c->hosts, sizeof(uint32_t) * h.n_nodes, &e))) {
+    uint8_t nonce[SHA256_BYTES];
+    if ((st = net_recv(fd, c->hosts, sizeof(uint32_t) * h.n_nodes, &e)) || (st = net_recv(fd, nonce, sizeof nonce, &e))) {
         cluster_free(c);
         return BURST_FAIL(err, st, "cluster at %s lost (%s)", addr, e.msg);
     }
+    prove(key, "burst cluster", nonce, NULL, c->secret);
     c->hosts[0] = net_peer_ip(fd);
     *out = c;
     return BURST_OK;
 }
 
 int cluster_node(const cluster *c) { return c ? c->node : 0; }
+const uint8_t *cluster_secret(const cluster *c) { return c->secret; }
 int cluster_nodes(const cluster *c) { return c ? c->n_nodes : 1; }
 
 uint32_t cluster_host(const cluster *c, int node) {

@@ -13,15 +13,27 @@
 
 typedef struct cluster cluster;
 
+// Every node holds the same key (the BURST_CLUSTER_KEY of its environment; NULL or "": none, which
+// only matches none). The leader admits a worker, and the worker its leader, only when the other
+// proves it holds the key (HMAC-SHA-256 over fresh nonces: the key never crosses the wire); a
+// connection that cannot is dropped with a line saying why. The data that follows is not
+// encrypted: the key keeps out processes that reach the ports, not those that watch the network.
+//
 // Leader: listens on addr ("host:port") and waits until n_nodes - 1 workers have joined, or
 // timeout_s has passed.
-burst_status cluster_lead(const char *addr, int n_nodes, double timeout_s, cluster **out, burst_error *err);
+burst_status cluster_lead(const char *addr, int n_nodes, double timeout_s, const char *key, cluster **out,
+                          burst_error *err);
 // Worker: connects to the leader at addr, retrying until timeout_s (the leader may start later).
-burst_status cluster_join(const char *addr, double timeout_s, cluster **out, burst_error *err);
+burst_status cluster_join(const char *addr, double timeout_s, const char *key, cluster **out, burst_error *err);
 void cluster_free(cluster *c);
 
 int cluster_node(const cluster *c);  // 0 on the leader; NULL cluster: 0
 int cluster_nodes(const cluster *c); // P; NULL cluster: 1
+// 32 bytes every node of this cluster derives from the key and a nonce of this run: a transport's
+// connections carry it, so that only the cluster's own processes are taken (comm_tcp).
+const uint8_t *cluster_secret(const cluster *c);
+// n random bytes from the system.
+burst_status cluster_random(void *buf, size_t n, burst_error *err);
 // The IPv4 address (host byte order) at which this node reaches node i's machine.
 uint32_t cluster_host(const cluster *c, int node);
 // The ranks node `node` runs out of n_ranks: [*first, *first + *count), an even split. With a

@@ -4,9 +4,10 @@
 // that pass the blocks along, barrier an all-gather of one byte.
 //
 // Set-up: every process listens on a free port, the ports go round the cluster (every listener
-// exists before anyone dials), each rank dials its successor's process and names itself, then
-// each process accepts its ranks' predecessors. A failed transfer shuts every connection of the
-// process down, so no rank of it stays blocked and the peers see the loss too.
+// exists before anyone dials), each rank dials its successor's process and names itself with the
+// cluster's secret (cluster_secret), then each process accepts its ranks' predecessors. A failed
+// transfer shuts every connection of the process down, so no rank of it stays blocked and the
+// peers see the loss too.
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "comm_impl.h"
+#include "hmac.h"
 #include "net.h"
 
 #define TCP_MAGIC 0x50435442u   // "BTCP"
@@ -166,35 +168,49 @@ static int node_of(const cluster *cl, int n_ranks, int r) {
     }
 }
 
+// A rank's hello to its successor: who it is, and the cluster's secret (only the cluster's own
+// processes know it).
+typedef struct {
+    uint32_t magic, rank;
+    uint8_t secret[SHA256_BYTES];
+} tcp_hello;
+
 // Dials each local rank's successor, then accepts each local rank's predecessor.
 static burst_status connect_ring(tcp_group *t, cluster *cl, int n, int first, int lfd, const uint32_t *ports,
-                                 burst_error *err) {
+                                 const uint8_t *secret, burst_error *err) {
     double deadline = burst_now() + TCP_CONNECT_TIMEOUT_S;
     burst_status st;
     for (int i = 0; i < t->n_local; i++) {
         int to = (first + i + 1) % n, node = node_of(cl, n, to);
-        uint32_t host = cl ? cluster_host(cl, node) : 0x7f000001, hello[2] = {TCP_MAGIC, (uint32_t)(first + i)};
+        uint32_t host = cl ? cluster_host(cl, node) : 0x7f000001;
+        tcp_hello hello = {TCP_MAGIC, (uint32_t)(first + i), {0}};
+        memcpy(hello.secret, secret, SHA256_BYTES);
         mover *out = &t->ranks[i].out;
         out->peer = to;
         if ((st = net_connect(host, (uint16_t)ports[node], deadline, &out->fd, err)) ||
-            (st = net_send(out->fd, hello, sizeof hello, err)))
+            (st = net_send(out->fd, &hello, sizeof hello, err)))
             return st;
     }
     for (int i = 0; i < t->n_local; i++) {
         int fd;
-        uint32_t peer, hello[2];
+        uint32_t peer;
+        tcp_hello hello;
         if ((st = net_accept(lfd, deadline, &fd, &peer, err))) return st;
-        if ((st = net_recv(fd, hello, sizeof hello, err))) {
+        if ((st = net_recv(fd, &hello, sizeof hello, err))) {
             close(fd);
             return st;
         }
-        int to = (int)((hello[1] + 1) % (uint32_t)n) - first;
-        if (hello[0] != TCP_MAGIC || hello[1] >= (uint32_t)n || to < 0 || to >= t->n_local || t->ranks[to].in.fd >= 0) {
+        int to = (int)((hello.rank + 1) % (uint32_t)n) - first;
+        if (hello.magic != TCP_MAGIC || !hmac_equal(hello.secret, secret) || hello.rank >= (uint32_t)n || to < 0 ||
+            to >= t->n_local || t->ranks[to].in.fd >= 0) {
             close(fd);
-            return BURST_FAIL(err, BURST_ERR_FORMAT, "tcp: unexpected connection (magic %08x, rank %u)", hello[0], hello[1]);
+            char who[64];
+            net_format(who, sizeof who, peer, 0);
+            return BURST_FAIL(err, BURST_ERR_FORMAT, "tcp: unexpected connection from %s (magic %08x, rank %u%s)", who,
+                              hello.magic, hello.rank, hmac_equal(hello.secret, secret) ? "" : ", not this cluster's secret");
         }
         t->ranks[to].in.fd = fd;
-        t->ranks[to].in.peer = (int)hello[1];
+        t->ranks[to].in.peer = (int)hello.rank;
     }
     return BURST_OK;
 }
@@ -221,7 +237,9 @@ burst_status comm_tcp_group_new(cluster *cl, int n_ranks, double stall_s, comm_g
     }
     BURST_CHECK_GEN(pthread_mutex_init(&t->mu, NULL), 0, strerror);
     BURST_CHECK_GEN(pthread_cond_init(&t->cv, NULL), 0, strerror);
-    if (!st) st = connect_ring(t, cl, n_ranks, first, lfd, ports, err);
+    uint8_t alone[SHA256_BYTES]; // one process's ranks: a secret of its own
+    if (!st && !cl) st = cluster_random(alone, sizeof alone, err);
+    if (!st) st = connect_ring(t, cl, n_ranks, first, lfd, ports, cl ? cluster_secret(cl) : alone, err);
     for (int i = 0; !st && i < count; i++)
         if (!(st = net_set_timeout(t->ranks[i].out.fd, stall_s, err))) st = net_set_timeout(t->ranks[i].in.fd, stall_s, err);
     close(lfd);

@@ -227,10 +227,10 @@ static burst_status join_cluster(llama_model *m, const char *dir, burst_error *e
     burst_status st;
     if (o->worker) {
         if (!o->coordinator) return BURST_FAIL(err, BURST_ERR_INVALID, "a worker needs the coordinator's address");
-        st = cluster_join(o->coordinator, timeout, &m->cl, err);
+        st = cluster_join(o->coordinator, timeout, o->cluster_key, &m->cl, err);
     } else if (o->n_nodes > 1) {
         if (!o->coordinator) return BURST_FAIL(err, BURST_ERR_INVALID, "%d nodes need a coordinator address", o->n_nodes);
-        st = cluster_lead(o->coordinator, o->n_nodes, timeout, &m->cl, err);
+        st = cluster_lead(o->coordinator, o->n_nodes, timeout, o->cluster_key, &m->cl, err);
     } else {
         return BURST_OK;
     }

@@ -36,6 +36,7 @@ typedef struct {
     // llama_follow. Both wait join_timeout_s (0: 600) for the cluster to form.
     int n_nodes;
     const char *coordinator; // "host:port"
+    const char *cluster_key; // every node's the same (NULL: none): a process without it cannot join
     int worker;
     double join_timeout_s;
     // A transfer between processes (comm tcp) that makes no progress this long (0: 600 s) means a

@@ -30,7 +30,7 @@ static const char usage[] =
     "  --top-k K           keep the K most likely tokens (default 0: off)\n"
     "  --seed S            sampling seed (default: from the clock; printed on stderr)\n"
     "  --ctx N             KV cache tokens (default: prompt + max-tokens)\n"
-    "  --batch N           tokens per prefill chunk (default 512)\n"
+    "  --batch N           tokens per prefill chunk (default 512; 8192 with a cuda backend)\n"
     "  --ranks G           ranks sharing the sequence: BurstAttention prefill, sharded KV cache\n"
     "                      (default 1)\n"
     "  --threads N         CPU threads of this process, shared out among its ranks (default: all cores)\n"
@@ -39,7 +39,8 @@ static const char usage[] =
     "  --comm NAME         threads (default in one process), tcp (cpu backend, any processes) or\n"
     "                      nccl (one GPU per rank; default for cuda across nodes)\n"
     "  --nodes P           processes sharing the G ranks: this one and P-1 `burst worker`s\n"
-    "  --coordinator HOST:PORT  with --nodes: where this process listens for its workers\n"
+    "  --coordinator HOST:PORT  with --nodes: where this process listens for its workers (set the\n"
+    "                      same secret in BURST_CLUSTER_KEY on every node: only nodes that hold it join)\n"
     "  --join-timeout S    seconds to wait for the workers to join (default 600)\n"
     "  --node-timeout S    with --comm tcp: a transfer between ranks that makes no progress for S\n"
     "                      seconds means a process hangs, and fails the run (default 600)\n";
@@ -79,7 +80,7 @@ static char *read_text(const char *path) {
 }
 
 static int parse_generate(int argc, char **argv, generate_args *a) {
-    *a = (generate_args){.max_tokens = 256, .top_p = 1.0f, .batch = 512, .ranks = 1,
+    *a = (generate_args){.max_tokens = 256, .top_p = 1.0f, .ranks = 1,
                          .seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32)};
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i], *v = cli_value("burst", usage, argc, argv, &i);
@@ -111,6 +112,7 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
         }
         if (!ok) return 0;
     }
+    if (!a->batch) a->batch = a->backend && !strncmp(a->backend, "cuda", 4) ? 8192 : 512;
     if (!a->model || !a->prompt == !a->prompt_file) {
         fprintf(stderr, "burst: generate needs --model and one of --prompt and --prompt-file\n%s", usage);
         return 0;
@@ -144,7 +146,8 @@ static int generate(const generate_args *a) {
     llama_options opt = {.ctx = a->ctx ? a->ctx : n_prompt + a->max_tokens, .n_slots = 1,
                          .max_batch = a->batch, .n_threads = a->threads, .n_ranks = a->ranks,
                          .backend = a->backend, .kv_dtype = a->kv_dtype, .comm = a->comm, .n_nodes = a->nodes,
-                         .coordinator = a->coordinator, .join_timeout_s = a->join_timeout,
+                         .coordinator = a->coordinator,
+                         .cluster_key = getenv("BURST_CLUSTER_KEY"), .join_timeout_s = a->join_timeout,
                          .node_timeout_s = a->node_timeout};
     double t0 = burst_now();
     if (llama_load(a->model, &opt, &m, &err)) goto fail;
@@ -215,7 +218,7 @@ static const char worker_usage[] =
     "--coordinator: it joins the leader there, takes the leader's options (ranks, ctx, slots,\n"
     "batch, backend, KV dtype, comm), checks that both loaded the same model, then runs the\n"
     "leader's steps until the leader stops (exit 0) or is lost (exit 1). Start P-1 of them, on\n"
-    "any machines.\n"
+    "any machines, each with the leader's BURST_CLUSTER_KEY in its environment (if it has one).\n"
     "\n"
     "  --model DIR         the same model as the leader's (a copy on this machine)\n"
     "  --coordinator HOST:PORT  the leader's --coordinator, as this machine reaches it\n"
@@ -252,7 +255,8 @@ static int parse_worker(int argc, char **argv, worker_args *a) {
 static int worker(const worker_args *a) {
     burst_error err = {{0}};
     llama_model *m = NULL;
-    llama_options opt = {.n_threads = a->threads, .coordinator = a->coordinator, .worker = 1,
+    llama_options opt = {.n_threads = a->threads, .coordinator = a->coordinator,
+                         .cluster_key = getenv("BURST_CLUSTER_KEY"), .worker = 1,
                          .join_timeout_s = a->join_timeout};
     int rc = llama_load(a->model, &opt, &m, &err) || llama_follow(m, &err);
     if (rc) fprintf(stderr, "E %s\n", err.msg);

@@ -24,9 +24,10 @@ static const char usage[] =
     "  --slots N         requests running at once, each with its own KV cache slot (default 4)\n"
     "  --ctx N           tokens per slot, prompt + completion (default: the model's context)\n"
     "  --max-queue N     requests waiting for a slot at most; more get 429 (default 64)\n"
-    "  --batch N         tokens per engine step, decode tokens plus prompt chunks (default 512)\n"
+    "  --batch N         tokens per engine step, decode tokens plus prompt chunks (default 512;\n"
+    "                    8192 with a cuda backend, where large steps keep the GPU busy)\n"
     "  --prefill-chunk N prompt tokens of one request per step at most, so that long prompts\n"
-    "                    interleave with other requests (default 256; at most --batch)\n"
+    "                    interleave with other requests (default 256, 8192 with cuda; at most --batch)\n"
     "  --prefix-cache on|off  keep each finished request's KV cache in its slot, so that a prompt\n"
     "                    beginning with the same tokens (a chat's next turn, a shared system\n"
     "                    prompt) skips their prefill (default on)\n"
@@ -43,7 +44,8 @@ static const char usage[] =
     "                    nccl (one GPU per rank; default for cuda across nodes)\n"
     "  --nodes P         processes sharing the G ranks, this one and P-1 `burst worker`s, each\n"
     "                    running an even share of the ranks (default 1)\n"
-    "  --coordinator HOST:PORT  with --nodes: where this process listens for its workers\n"
+    "  --coordinator HOST:PORT  with --nodes: where this process listens for its workers (set the\n"
+    "                    same secret in BURST_CLUSTER_KEY on every node: only nodes that hold it join)\n"
     "  --drain-timeout S on SIGTERM or SIGINT, refuse new requests (503) and let the running and\n"
     "                    waiting ones finish for up to S seconds before stopping them; a second\n"
     "                    signal stops at once (default 30)\n"
@@ -60,8 +62,8 @@ typedef struct {
 } burstd_args;
 
 static int parse_args(int argc, char **argv, burstd_args *a) {
-    *a = (burstd_args){.host = "127.0.0.1", .port = 8080, .slots = 4, .max_queue = 64, .batch = 512, .ranks = 1,
-                         .prefill_chunk = 256, .prefix_cache = 1, .drain_timeout = 30};
+    *a = (burstd_args){.host = "127.0.0.1", .port = 8080, .slots = 4, .max_queue = 64, .ranks = 1, .prefix_cache = 1,
+                         .drain_timeout = 30};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = cli_value("burstd", usage, argc, argv, &i);
         if (!v) return 0;
@@ -96,6 +98,9 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         if (!ok) return 0;
         if (dst) *dst = (int)n;
     }
+    int gpu = a->backend && !strncmp(a->backend, "cuda", 4);
+    if (!a->batch) a->batch = gpu ? 8192 : 512;
+    if (!a->prefill_chunk) a->prefill_chunk = gpu ? 8192 : 256;
     if (!a->model) fprintf(stderr, "burstd: --model DIR is required\n%s", usage);
     else if (a->nodes > 1 && !a->coordinator) fprintf(stderr, "burstd: --nodes %d needs --coordinator HOST:PORT\n", a->nodes);
     else return 1;
@@ -149,7 +154,8 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
     http_server *http = NULL;
     llama_options lo = {.ctx = a->ctx, .n_slots = a->slots, .max_batch = a->batch, .n_threads = a->threads,
                         .n_ranks = a->ranks, .backend = a->backend, .kv_dtype = a->kv_dtype, .comm = a->comm, .n_nodes = a->nodes,
-                        .coordinator = a->coordinator, .join_timeout_s = a->join_timeout,
+                        .coordinator = a->coordinator,
+                        .cluster_key = getenv("BURST_CLUSTER_KEY"), .join_timeout_s = a->join_timeout,
                         .node_timeout_s = a->node_timeout};
     if (tokenizer_load(tok_path, &tok, &err) || llama_load(a->model, &lo, &m, &err)) goto fail;
     const llama_config *c = llama_config_of(m);
@@ -162,9 +168,11 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
                                                [ROPE_SCALING_YARN] = " (RoPE YaRN x"};
     char rope[48] = "";
     if (c->rope_scaling) snprintf(rope, sizeof rope, "%s%g)", rope_scaling[c->rope_scaling], c->rope_factor);
-    LOG_I("%s: %d layers, dim %d, %d heads (%d kv), vocab %d%s; %d slots x %d tokens (KV %s), %d rank(s) on %s, %.1f MB reserved",
+    LOG_I("%s: %d layers, dim %d, %d heads (%d kv), vocab %d%s; %d slots x %d tokens (KV %s), steps of %d tokens "
+          "(prompt chunks of %d), %d rank(s) on %s, %.1f MB reserved",
           a->model, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->vocab_size, rope, llama_options_of(m)->n_slots,
-          llama_options_of(m)->ctx, dtype_name(llama_options_of(m)->kv_dtype), llama_options_of(m)->n_ranks,
+          llama_options_of(m)->ctx, dtype_name(llama_options_of(m)->kv_dtype), llama_options_of(m)->max_batch,
+          a->prefill_chunk < a->batch ? a->prefill_chunk : a->batch, llama_options_of(m)->n_ranks,
           llama_options_of(m)->backend, llama_reserved_bytes(m) / 1e6);
     met = metrics_new(model_name(a->model));
     http_options ho = {.host = a->host, .port = a->port, .api_key = a->api_key, .model_name = model_name(a->model),

@@ -410,7 +410,8 @@ static int prefill_order(const engine *e, int s) {
     int left = e->seq[s].req->n_prompt - e->seq[s].n_prefilled;
     for (int w = 0; w < e->n_slots; w++) {
         const engine_seq *q = &e->seq[w];
-        if (q->req && q->share_from == s + 1 && q->req->n_prompt - q->n_prefilled < left) left = q->req->n_prompt - q->n_prefilled;
+        int waiter_left = q->req ? q->req->n_prompt - q->n_prefilled : 0;
+        if (q->req && q->share_from == s + 1 && waiter_left < left) left = waiter_left;
     }
     return left;
 }
@@ -477,7 +478,13 @@ static void prefill_progress(engine *e, int seg, double now) {
     burst_request *r = q->req;
     if (q->n_prefilled == r->n_prompt) {
         metrics_observe(e->met, METRIC_PREFILL, now - q->t_admit);
-        if (q->prompt_lp) request_push_token(r, 0, NULL, q->prompt_lp, r->n_prompt);
+        for (int t = 0; q->prompt_lp && t < e->n_slots; t++) // the choices waiting to copy it get theirs
+            if (e->seq[t].req && e->seq[t].fork_of == e->seg_seq[seg] + 1) {
+                sampled_logprobs *lp = burst_malloc(sizeof *lp * (size_t)r->n_prompt);
+                request_push_token(r, e->seq[t].choice, NULL, memcpy(lp, q->prompt_lp, sizeof *lp * (size_t)r->n_prompt),
+                                   r->n_prompt);
+            }
+        if (q->prompt_lp) request_push_token(r, q->choice, NULL, q->prompt_lp, r->n_prompt);
         q->prompt_lp = NULL;
         return;
     }
@@ -517,7 +524,8 @@ static void fork_choices(engine *e, int s, const float *logits) {
         memcpy(to->tokens, from->tokens, sizeof(int) * (size_t)from->len);
         to->len = from->len;
         c->n_prefilled = c->req->n_prompt, c->n_cached = e->seq[s].n_cached, c->fork_of = 0;
-        seq_sample(e, t, logits);
+        if (c->req->max_tokens == 0) seq_finish(e, t, FINISH_LENGTH, NULL); // echo: the prompt alone
+        else seq_sample(e, t, logits);
     }
 }
 
@@ -629,13 +637,15 @@ static int by_value(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-// Estimated seconds until a request queued now gets a slot: the k-th slot to free, k the
-// requests ahead, plus a mean request time per round of slots. Called with e->mu held.
-static double estimate_wait(const engine *e) {
+// Estimated seconds until a request of n_choices queued now gets its slots: the k-th slot to
+// free, k the slots that the requests ahead take (each its choices) and its own but one, plus a
+// mean request time per round of slots. Called with e->mu held.
+static double estimate_wait(const engine *e, int n_choices) {
     double left[e->n_slots];
     memcpy(left, e->slot_left_s, sizeof left);
     qsort(left, (size_t)e->n_slots, sizeof(double), by_value);
-    int ahead = e->q_len;
+    int ahead = n_choices - 1;
+    for (int i = 0; i < e->q_len; i++) ahead += e->queue[(e->q_head + i) % e->max_queue]->n_choices;
     return left[ahead % e->n_slots] + (double)(ahead / e->n_slots) * e->request_s;
 }
 
@@ -643,12 +653,12 @@ engine_admission engine_submit(engine *e, burst_request *req, double *retry_afte
     *retry_after_s = 0;
     if (req->max_tokens == 0 && !req->prompt_logprobs) { // echo alone: the prompt's text, no model
         request_result res = {.n_prompt = req->n_prompt, .total_s = burst_now() - req->t_accept, .finish = FINISH_LENGTH};
-        log_finished(e, req, 0, &res, NULL, NULL, 0, NULL, req->n_prompt);
+        for (int c = 0; c < req->n_choices; c++) log_finished(e, req, c, &res, NULL, NULL, 0, NULL, req->n_prompt);
         return ENGINE_ACCEPTED;
     }
     pthread_mutex_lock(&e->mu);
     engine_admission a = ENGINE_ACCEPTED;
-    double wait = estimate_wait(e);
+    double wait = estimate_wait(e, req->n_choices);
     if (e->q_len >= e->max_queue || e->stopping) a = ENGINE_QUEUE_FULL;
     else if (e->max_wait_s > 0 && wait > e->max_wait_s) a = ENGINE_WAIT_TOO_LONG;
     if (a == ENGINE_ACCEPTED) {

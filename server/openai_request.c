@@ -281,21 +281,22 @@ static int reject_unsupported(const cJSON *o, api_error *e) {
     return 1;
 }
 
-// "n": completions of each prompt, each in a KV slot of its own (so at most the slots); 1 with echo,
-// where each choice's echo is its prompt's text (texts[i], or prompt i's ids decoded).
+// "n": completions of each prompt, each in a KV slot of its own (so at most the slots). With echo,
+// each choice's echo is its prompt's text (texts[i], or prompt i's ids decoded).
 static int get_choices(const cJSON *o, const openai_limits *lim, burst_request *req, openai_call *call, int echo,
                        const char **texts, api_error *e) {
     double n = 1;
     if (!get_int(o, "n", 1, 1e9, &n, e)) return 0;
     if (n > lim->max_choices)
         return BAD(e, "'n' must be at most %d: each choice takes one of the server's KV slots (--slots)", lim->max_choices);
-    if (n > 1 && echo) return BAD(e, "'n' greater than 1 with 'echo' is not supported");
     req->n_choices = (int)n;
     call->n_choices = call->n_prompts * (int)n;
     call->state = burst_calloc((size_t)call->n_choices, sizeof *call->state);
-    for (int i = 0; echo && i < call->n_prompts; i++)
-        call->state[i].echo = texts[i] ? strdup(texts[i])
+    for (int i = 0; echo && i < call->n_prompts; i++) {
+        char *text = texts[i] ? strdup(texts[i])
                               : tokenizer_decode(lim->tok, i ? call->prompts[i] : req->prompt, i ? call->prompt_lens[i] : req->n_prompt);
+        for (int c = 0; c < (int)n; c++) call->state[i * (int)n + c].echo = c && text ? strdup(text) : text;
+    }
     return 1;
 }
 

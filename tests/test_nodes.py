@@ -11,10 +11,14 @@ leader with `burst worker`s on loopback.
 - a worker exits 0 when its leader stops; a worker with another model is refused on both sides;
   a leader whose workers never come and a worker whose leader never comes give up at the join
   timeout with one-line errors; a stray connection to the coordinator is dropped and the real
-  worker still joins; --nodes without --coordinator is a usage error."""
+  worker still joins; --nodes without --coordinator is a usage error;
+- BURST_CLUSTER_KEY: the same key on both sides forms the cluster, another key or none is
+  refused by both (a wrong answer to the leader's challenge too), and the leader warns when it has
+  none."""
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -180,6 +184,58 @@ rc, err = finish(lead, 60)
 wrc, werr = finish(w)
 check("a stray connection is dropped and the worker still joins", rc == 0 and "dropped a connection" in err and wrc == 0,
       err[-400:] + werr[-200:])
+
+# BURST_CLUSTER_KEY: with the same key on both sides the cluster forms (and the leader does not
+# warn that anyone can join); a worker with another key, or none, is refused on both sides, and
+# so is a client that answers the leader's challenge with a wrong proof; the right worker then joins.
+KEYED = {**ENV, "BURST_CLUSTER_KEY": "s3cret"}
+
+
+def keyed_worker(coord, env):
+    return subprocess.Popen([BURST, "worker", "--model", STORIES, "--coordinator", coord, "--threads", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def keyed_leader(coord, timeout=None):
+    return subprocess.Popen([BURST, "generate", "--model", STORIES, "--prompt", PROMPT, "--max-tokens", "20", "--threads",
+                             "1", "--ranks", "2", "--nodes", "2", "--coordinator", coord]
+                            + (["--join-timeout", str(timeout)] if timeout else []),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=KEYED)
+
+
+one = generate("--ranks", "2", "--max-tokens", "20")
+coord = f"127.0.0.1:{free_port()}"
+lead, w = keyed_leader(coord), keyed_worker(coord, KEYED)
+out, err = lead.communicate(timeout=60)
+wrc, werr = finish(w)
+check("same BURST_CLUSTER_KEY on both sides: the cluster forms, same text as one process, no warning",
+      lead.returncode == 0 and wrc == 0 and out == one.stdout and "BURST_CLUSTER_KEY is not set" not in err,
+      err[-400:] + werr[-200:])
+check("without a key the leader warns that anyone can join", "BURST_CLUSTER_KEY is not set" in many.stderr,
+      many.stderr[-400:])
+for name, env in (("another key", {**ENV, "BURST_CLUSTER_KEY": "guess"}), ("no key", ENV)):
+    port = free_port()
+    coord = f"127.0.0.1:{port}"
+    lead = keyed_leader(coord)
+    rc, werr = finish(keyed_worker(coord, env), 60)
+    check(f"a worker with {name}: refused, saying the leader has another cluster key",
+          rc == 1 and "has another cluster key" in werr, werr[-400:])
+    if name == "no key":  # a client that answers the challenge with a wrong proof
+        fake = socket.create_connection(("127.0.0.1", port))
+        fake.sendall(struct.pack("<4I", 0x54535242, 2, 0, 0) + os.urandom(32))
+        got = b""
+        while len(got) < 64:
+            got += fake.recv(64 - len(got))
+        fake.sendall(bytes(32))
+        verdict = fake.recv(4)
+        fake.close()
+        check("a wrong proof: the leader answers 0 (refused)", verdict == bytes(4), verdict)
+    w = keyed_worker(coord, KEYED)
+    out, err = lead.communicate(timeout=60)
+    wrc, werr = finish(w)
+    check(f"... the leader dropped it ({name}) and the right worker still joined",
+          lead.returncode == 0 and wrc == 0 and out == one.stdout and "dropped a connection from 127.0.0.1" in err
+          and (name != "no key" or "another cluster key (BURST_CLUSTER_KEY)" in err), err[-600:] + werr[-200:])
 
 r = subprocess.run([BURST, "generate", "--model", STORIES, "--prompt", "x", "--nodes", "2"], capture_output=True,
                    text=True, env=ENV)

@@ -55,6 +55,9 @@ with Burstd(STORIES) as srv:
     t = events[-3].get("timings", {})
     check("the final chunk carries timings (time to first token, queue, total)",
           0 < t.get("time_to_first_token_s", 0) <= t.get("total_s", 0) and t.get("queue_time_s", -1) >= 0, events[-3])
+    check("the start line gives the CPU's step defaults", srv.wait_log(r"4 slots x 512 tokens \(KV F32\), steps of 512 "
+                                                                       r"tokens \(prompt chunks of 256\), 1 rank\(s\) on cpu"),
+          srv.log()[:600])
     check("log line for the request", srv.wait_log(r"cmpl-\d+ \| length: prompt 5 tokens \(0 cached\), generated 40 tokens, "
                                                    r"queue [\d.]+ s, ttft [\d.]+ s, total [\d.]+ s"), srv.log()[-500:])
 
@@ -128,7 +131,6 @@ with Burstd(STORIES) as srv:
         ("POST", C, {"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "'stop'"),
         ("POST", C, {"prompt": "x", "n": 5}, 400, "'n' must be at most 4: each choice takes one of the server's KV slots"),
         ("POST", C, {"prompt": "x", "n": 0}, 400, "'n' must be an integer"),
-        ("POST", C, {"prompt": "x", "n": 2, "echo": True}, 400, "'n' greater than 1 with 'echo' is not supported"),
         ("POST", C, {"prompt": "x", "model": 3}, 400, "'model' must be a string"),
         ("POST", C, {"prompt": "x", "suffix": "end"}, 400, "'suffix' (text insertion) is not supported"),
         ("POST", C, {"prompt": "x", "best_of": 3}, 400, "'best_of' other than 1"),

@@ -2,7 +2,8 @@
 its K/V copied to each choice's slot (llama_slot_copy), then each choice samples on its own with
 the request's seed + its index.
 - greedy n=3: every choice is the n=1 answer (text; logprobs within 1e-4), on 1 rank and on 3
-  (the copy of a sharded slot); usage counts the prompt once and every choice's tokens;
+  (the copy of a sharded slot); usage counts the prompt once and every choice's tokens; with echo
+  too (each choice begins with the prompt, and its entries), and with max_tokens 0;
 - seeded sampling n=4: choice i is the n=1 completion with seed + i, the choices differ, and the
   same request again gives the same choices;
 - streamed: every chunk names its choice, each choice's text equals the whole response's, each
@@ -13,7 +14,7 @@ the request's seed + its index.
 A batch of prompts ("prompt" as an array of several, what lm-eval-harness sends):
 - choice i is prompt i's completion as if sent alone (text, logprobs within 1e-4), with n=2
   choice 2i + j; usage sums the prompts and completions; echo with logprobs and max_tokens 0
-  (loglikelihood scoring) gives each prompt's entries; streamed with echo, each choice's chunks
+  (loglikelihood scoring) gives each prompt's entries; streamed with echo (n=1 and 2), each choice's chunks
   are its prompt's text and completion; a client that leaves a streamed batch cancels all of it."""
 import os
 import re
@@ -62,6 +63,22 @@ def greedy(d, tag):
     check(f"{tag}: usage counts the prompt once and the tokens of every choice",
           u["prompt_tokens"] == one["usage"]["prompt_tokens"] and u["completion_tokens"] == 72
           and u["total_tokens"] == u["prompt_tokens"] + 72, u)
+
+    # With echo, every choice carries the prompt: its text, and with logprobs its entries.
+    one = post(d, C, {**body, "echo": True})
+    many = post(d, C, {**body, "echo": True, "n": 3})
+    diff = max_diff(many["choices"], [one["choices"][0]] * 3)
+    check(f"{tag}: greedy n=3 with echo and logprobs: each choice the n=1 answer, prompt entries included "
+          f"(max diff {diff:.1e})", diff < TOL and all(c["text"] == one["choices"][0]["text"] and c["text"].startswith(PROMPT)
+                                                       for c in many["choices"]), [c["text"] for c in many["choices"]])
+    for extra in ({"logprobs": 1}, {}):  # loglikelihood scoring; the prompt's text alone (no model run)
+        score = {"prompt": PROMPT, "max_tokens": 0, "echo": True, **extra}
+        one, many = post(d, C, score), post(d, C, {**score, "n": 2})
+        diff = max_diff(many["choices"], [one["choices"][0]] * 2) if extra else 0
+        check(f"{tag}: n=2, echo, max_tokens 0{', logprobs' if extra else ''}: both choices the prompt"
+              f"{' and its entries' if extra else ''} (max diff {diff:.1e})",
+              len(many["choices"]) == 2 and diff < TOL and many["usage"]["completion_tokens"] == 0
+              and all(c["text"] == PROMPT and c["finish_reason"] == "length" for c in many["choices"]), many)
 
 
 with Burstd(STORIES, "--slots", "4") as d:
@@ -140,6 +157,13 @@ with Burstd(STORIES, "--slots", "4") as d:
     want = [(p if isinstance(p, str) else sp_decode(d, p)) + c["text"] for p, c in zip(batch, whole["choices"])]
     check("streamed batch with echo: each choice's chunks = its prompt's text + the whole response's",
           status == 200 and [texts.get(i) for i in range(4)] == want and events[-1] == "[DONE]", (texts, want))
+    status, events = d.stream(C, {"prompt": batch[:2], "max_tokens": 10, "temperature": 0, "echo": True, "n": 2})
+    texts = {}
+    for e in events:
+        if isinstance(e, dict) and e["choices"]:
+            texts[e["choices"][0]["index"]] = texts.get(e["choices"][0]["index"], "") + e["choices"][0]["text"]
+    check("streamed batch of 2 with n=2 and echo: choice 2i + j = prompt i's text + its completion",
+          status == 200 and [texts.get(i) for i in range(4)] == [want[0], want[0], want[1], want[1]], texts)
 
 with Burstd(STORIES, "--slots", "3", "--ranks", "3") as d:
     greedy(d, "3 ranks")
@@ -189,4 +213,20 @@ with tempfile.TemporaryDirectory() as tmp:
         gone = [d.wait_log(rf"{i} \| cancelled \(client gone\)", timeout=30) for i in ids]
         check("a client leaving a streamed batch of 3 prompts: all three cancelled",
               resp.status == 200 and first.startswith(b"data: ") and all(gone), (ids, d.log()[-600:]))
+
+    # --max-wait counts a request's choices: with one of two slots decoding a long request, n=1
+    # gets the free slot at once, n=2 would wait for the long one and is refused.
+    with Burstd(tmp, "--slots", "2", "--max-wait", "1") as d:
+        c = d.connect()
+        c.request("POST", C, body=b'{"prompt": "Tim", "max_tokens": 3000, "stream": true, "ignore_eos": true}',
+                  headers={"Content-Type": "application/json"})
+        resp = c.getresponse()
+        for _ in range(20):  # decode steps behind it: the estimate has their time
+            resp.readline()
+        one = d.request("POST", C, {"prompt": "Sam", "max_tokens": 2})
+        two = d.request("POST", C, {"prompt": "Sam", "max_tokens": 2, "n": 2})
+        c.close()
+        check("--max-wait 1 beside a 3000-token request: n=1 runs, n=2 gets 429 wait_too_long",
+              one[0] == 200 and two[0] == 429 and two[2]["error"]["code"] == "wait_too_long"
+              and int(two[1]["Retry-After"]) > 1, (one[0], two[0], two[2], two[1].get("Retry-After")))
 check.exit()
