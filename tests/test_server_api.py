@@ -181,7 +181,8 @@ with Burstd(STORIES) as srv:
 
 # The API key: every route but /health wants it.
 with Burstd(STORIES, "--api-key", "sekrit") as srv:
-    for hdr in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "sekrit"}):
+    for hdr in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "sekrit"}, {"Authorization": "Bearer sekri"},
+                {"Authorization": "Bearer sekrit2"}):
         st, h, body = srv.request("POST", "/v1/completions", NORMAL, hdr)
         check(f"API key {hdr} -> 401", st == 401 and body["error"]["code"] == "invalid_api_key"
               and h.get("WWW-Authenticate") == "Bearer", (st, body))
