@@ -4,7 +4,7 @@
 //   inv_freq(j) = theta^(-2j / head_dim) * ((1 - r_j) + r_j / factor),
 //   r_j = clamp((j - ramp_lo) / (ramp_hi - ramp_lo), 0, 1).
 // No scaling: factor 1. Linear: r_j = 1 for every j (every frequency divided by factor). YaRN
-// (Peng et al. 2023, as Hugging Face and vLLM compute it): the pairs that turn more than beta_fast
+// (Peng et al. 2023, as vLLM and the authors' code compute it): the pairs that turn more than beta_fast
 // times over the original context keep their frequency (r = 0), those that turn fewer than
 // beta_slow times are divided by factor (r = 1), a linear ramp between, and mscale is the
 // attention factor. The function is shared by the CPU and CUDA backends, in double.

@@ -279,10 +279,23 @@ static const char load_usage[] =
     "                      flight (the report counts those sent late); default 0: each of\n"
     "                      the C clients sends its next request as soon as its last ends\n"
     "  --requests R        requests in all (default 16)\n"
-    "  --prompt-tokens P   prompt length in tokens, exactly (default 128)\n"
+    "  --prompt-tokens P   prompt length in tokens, exactly (default 128); MIN:MAX draws each\n"
+    "                      prompt's length from MIN to MAX (the same draws every run)\n"
     "  --shared-prefix S   the first S prompt tokens are the same in every request, as behind a\n"
     "                      system prompt (default 0: only BOS; at most P)\n"
     "  --max-tokens M      tokens generated per request, exactly (default 64; EOS is ignored)\n";
+
+// --prompt-tokens P or MIN:MAX.
+static int parse_lengths(const char *flag, const char *v, load_args *a) {
+    char *end;
+    long lo = strtol(v, &end, 10), hi = *end == ':' ? strtol(end + 1, &end, 10) : lo;
+    if (*v < '0' || *v > '9' || *end || lo < 1 || hi < lo || hi > 1 << 24) {
+        fprintf(stderr, "burst: %s %s: want P or MIN:MAX, with 1 <= MIN <= MAX <= %d\n", flag, v, 1 << 24);
+        return 0;
+    }
+    a->prompt_tokens = (int)lo, a->prompt_tokens_max = (int)hi;
+    return 1;
+}
 
 static int parse_load(int argc, char **argv, load_args *a) {
     *a = (load_args){.concurrency = 4, .requests = 16, .prompt_tokens = 128, .max_tokens = 64};
@@ -295,7 +308,7 @@ static int parse_load(int argc, char **argv, load_args *a) {
         else if (!strcmp(f, "--api-key")) a->api_key = v;
         else if (!strcmp(f, "--concurrency")) ok = cli_parse_long("burst", f, v, 1, 4096, &n), dst = &a->concurrency;
         else if (!strcmp(f, "--requests")) ok = cli_parse_long("burst", f, v, 1, 1 << 24, &n), dst = &a->requests;
-        else if (!strcmp(f, "--prompt-tokens")) ok = cli_parse_long("burst", f, v, 1, 1 << 24, &n), dst = &a->prompt_tokens;
+        else if (!strcmp(f, "--prompt-tokens")) ok = parse_lengths(f, v, a);
         else if (!strcmp(f, "--max-tokens")) ok = cli_parse_long("burst", f, v, 1, 1 << 24, &n), dst = &a->max_tokens;
         else if (!strcmp(f, "--shared-prefix")) ok = cli_parse_long("burst", f, v, 0, 1 << 24, &n), dst = &a->shared_prefix;
         else if (!strcmp(f, "--rate")) {
@@ -312,7 +325,8 @@ static int parse_load(int argc, char **argv, load_args *a) {
     }
     if (!a->url) fprintf(stderr, "burst: load needs --url\n%s", load_usage);
     else if (a->shared_prefix > a->prompt_tokens)
-        fprintf(stderr, "burst: --shared-prefix %d is longer than --prompt-tokens %d\n", a->shared_prefix, a->prompt_tokens);
+        fprintf(stderr, "burst: --shared-prefix %d is longer than the shortest prompt (--prompt-tokens %d)\n",
+                a->shared_prefix, a->prompt_tokens);
     else return 1;
     return 0;
 }

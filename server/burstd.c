@@ -182,7 +182,8 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
                      &eng, &err) ||
         http_start(&ho, eng, m, tok, met, &http, &err))
         goto fail;
-    LOG_I("listening on http://%s:%d (model %s%s)", a->host, http_port(http), ho.model_name,
+    int v6 = strchr(a->host, ':') != NULL; // an IPv6 address goes in brackets in a URL
+    LOG_I("listening on http://%s%s%s:%d (model %s%s)", v6 ? "[" : "", a->host, v6 ? "]" : "", http_port(http), ho.model_name,
           a->api_key ? ", API key required" : "");
     int sig;
     sigwait(stop_signals, &sig);

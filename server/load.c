@@ -89,11 +89,19 @@ static void on_body(void *ctx, const char *data, size_t n) {
     memmove(r->pending, start, r->n_pending + 1);
 }
 
+// Request index's prompt length: P, or drawn from [P, P_MAX] by a hash of the index.
+static int prompt_len(const load_args *a, int index) {
+    if (a->prompt_tokens_max <= a->prompt_tokens) return a->prompt_tokens;
+    uint64_t x = 0xBF58476D1CE4E5B9ull * (uint64_t)(index + 1);
+    x ^= x >> 31, x *= 0x94D049BB133111EBull, x ^= x >> 29;
+    return a->prompt_tokens + (int)(x % (uint64_t)(a->prompt_tokens_max - a->prompt_tokens + 1));
+}
+
 static char *request_body(const load_args *a, int index) {
     cJSON *o = cJSON_CreateObject(), *p = cJSON_AddArrayToObject(o, "prompt");
     uint64_t x = 0x2545F4914F6CDD1Dull; // the shared prefix: the same draws for every request
     cJSON_AddItemToArray(p, cJSON_CreateNumber(1)); // BOS
-    for (int i = 1; i < a->prompt_tokens; i++) {
+    for (int i = 1, n = prompt_len(a, index); i < n; i++) {
         if (i == (a->shared_prefix > 1 ? a->shared_prefix : 1)) x = 0x9E3779B97F4A7C15ull * (uint64_t)(index + 1);
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         cJSON_AddItemToArray(p, cJSON_CreateNumber(3 + (double)(x % 256))); // byte pieces <0x00>..<0xFF>
@@ -170,10 +178,13 @@ static int report(const load_args *a, load_record *rec, double due_last, double 
         for (int j = 0; j + 1 < r->n_tokens; j++) itl[n_itl++] = r->gaps[j];
         tokens += r->n_tokens;
     }
-    long long cached = 0;
-    for (int i = 0; i < a->requests; i++) cached += rec[i].n_cached;
-    printf("burst load: %s, %d requests (%d failed), concurrency %d, prompt %d tokens (%d shared), %d tokens each, "
-           "%.2f s\n", a->url, a->requests, failed, a->concurrency, a->prompt_tokens, a->shared_prefix, a->max_tokens, wall);
+    long long cached = 0, prompt = 0;
+    for (int i = 0; i < a->requests; i++) cached += rec[i].n_cached, prompt += prompt_len(a, i);
+    char lens[48];
+    if (a->prompt_tokens_max > a->prompt_tokens) snprintf(lens, sizeof lens, "%d..%d", a->prompt_tokens, a->prompt_tokens_max);
+    else snprintf(lens, sizeof lens, "%d", a->prompt_tokens);
+    printf("burst load: %s, %d requests (%d failed), concurrency %d, prompt %s tokens (%d shared), %d tokens each, "
+           "%.2f s\n", a->url, a->requests, failed, a->concurrency, lens, a->shared_prefix, a->max_tokens, wall);
     printf("%-22s %10s %10s %10s %10s %8s\n", "", "p50", "p90", "p99", "mean", "n");
     print_row("time to first token s", ttft, n_ttft);
     print_row("inter-token latency s", itl, n_itl);
@@ -181,7 +192,7 @@ static int report(const load_args *a, load_record *rec, double due_last, double 
     int progress = 0, with_progress = 0;
     for (int i = 0; i < a->requests; i++) progress += rec[i].n_progress, with_progress += rec[i].n_progress > 0;
     if (progress) printf("prompt progress: %d events before first tokens, on %d requests\n", progress, with_progress);
-    printf("prefix cache: %lld of %lld prompt tokens cached\n", cached, (long long)a->requests * a->prompt_tokens);
+    printf("prefix cache: %lld of %lld prompt tokens cached\n", cached, prompt);
     if (a->rate > 0) {
         int late = 0;
         double worst = 0;

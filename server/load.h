@@ -1,5 +1,6 @@
 // `burst load`: a load generator for first-token latency. C client threads each send streaming
-// completions, one at a time, until R requests are done; the prompts are exactly P token ids
+// completions, one at a time, until R requests are done; the prompts are exactly P token ids (or
+// each of a length drawn from [P, P_MAX], the same draws every run)
 // (BOS, then byte pieces 3..258, which every LLaMA vocabulary has), the first S of them the same
 // in every prompt (a shared system prompt, for the prefix cache), and "ignore_eos" makes every
 // completion exactly M tokens. Everything is timed on the client (no server-side numbers used):
@@ -16,6 +17,7 @@
 typedef struct {
     const char *url, *api_key;
     int concurrency, requests, prompt_tokens, max_tokens;
+    int prompt_tokens_max; // > prompt_tokens: each prompt's length is drawn from [prompt_tokens, this]
     int shared_prefix; // the first shared_prefix prompt tokens are the same in every request (<= prompt_tokens)
     double rate;       // requests due per second on average (0: each client sends its next when its last ends)
 } load_args;

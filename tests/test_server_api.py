@@ -2,9 +2,11 @@
 `burst generate` gives greedily; the chat template, stop strings, seeds, tokenize; every bad input
 gets its status and an OpenAI-shaped error, and a normal request right after succeeds; the API
 key; a missing model fails before the port opens; one log line per request."""
+import http.client
 import json
 import os
 import re
+import socket
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -180,8 +182,26 @@ with Burstd(STORIES) as srv:
     check("burstd still running", srv.proc.poll() is None)
 
 # The API key: every route but /health wants it.
+# --host ::1: an IPv6 address; the start line names it as a URL does (in brackets). Skipped where
+# this machine has no IPv6 loopback.
+try:
+    with socket.socket(socket.AF_INET6) as probe:
+        probe.bind(("::1", 0))
+    v6 = True
+except OSError:
+    v6 = False
+if v6:
+    with Burstd(STORIES, "--host", "::1") as srv:
+        c = http.client.HTTPConnection("::1", srv.port, timeout=30)
+        c.request("GET", "/health")
+        status = c.getresponse().status
+        c.close()
+        check("--host ::1: /health over IPv6, and the start line says http://[::1]:PORT",
+              status == 200 and f"listening on http://[::1]:{srv.port} " in srv.log(), srv.log()[-300:])
+
 with Burstd(STORIES, "--api-key", "sekrit") as srv:
-    for hdr in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "sekrit"}):
+    for hdr in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "sekrit"}, {"Authorization": "Bearer sekri"},
+                {"Authorization": "Bearer sekrit2"}):
         st, h, body = srv.request("POST", "/v1/completions", NORMAL, hdr)
         check(f"API key {hdr} -> 401", st == 401 and body["error"]["code"] == "invalid_api_key"
               and h.get("WWW-Authenticate") == "Bearer", (st, body))

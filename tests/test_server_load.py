@@ -3,7 +3,8 @@ finish with the text `burst generate` gives greedily, and /metrics counts exactl
 first-token observations; `burst load` against it reports percentiles and the server counts
 exactly the tokens it asked for; with --shared-prefix its prompts share their first tokens, which
 the prefix cache holds (as it reports from the usage and the server counts); with --rate its
-requests go out at Poisson times, late when every client is busy. On a random-weight
+requests go out at Poisson times, late when every client is busy; with --prompt-tokens MIN:MAX
+the prompts' lengths vary, the same every run. On a random-weight
 model, whose tokens often split a UTF-8 character, a stream has exactly one chunk per token before
 its final chunk, which carries the text held back to the end: `burst load` counts tokens so."""
 import os
@@ -83,13 +84,29 @@ with Burstd(STORIES, "--slots", "8", "--max-queue", "64") as srv:
     late = re.search(r"(\d+) sent more than 10 ms late, all 1 clients being busy", r.stdout)
     check(f"burst load --rate 1000 with one client: {late and late.group(1)} requests sent late",
           r.returncode == 0 and late and int(late.group(1)) >= 1, (r.stdout, r.stderr))
+    # --prompt-tokens MIN:MAX: each prompt's length drawn from the range, the same every run; the
+    # report's prompt total is what the server counted.
+    runs = []
+    for _ in range(2):
+        prompt_before = srv.metric("prompt_tokens_total")
+        r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--requests", "8",
+                            "--prompt-tokens", "10:40", "--max-tokens", "2"], capture_output=True, text=True, timeout=120)
+        total = re.search(r"prefix cache: \d+ of (\d+) prompt tokens", r.stdout)
+        runs.append((r.returncode, total and int(total.group(1)), srv.metric("prompt_tokens_total") - prompt_before))
+    check(f"burst load --prompt-tokens 10:40: prompts of drawn lengths, {runs[0][1]} tokens in all as the server "
+          f"counts, the same both runs", runs[0] == runs[1] and runs[0][0] == 0 and runs[0][1] == runs[0][2]
+          and 8 * 10 < runs[0][1] < 8 * 40 and "prompt 10..40 tokens" in r.stdout, (runs, r.stdout, r.stderr))
+    r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--prompt-tokens", "40:10"],
+                       capture_output=True, text=True, timeout=60)
+    check("burst load: --prompt-tokens 40:10 is refused", r.returncode == 2 and "want P or MIN:MAX" in r.stderr, r.stderr)
     r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--rate", "-1"],
                        capture_output=True, text=True, timeout=60)
     check("burst load: a negative --rate is refused", r.returncode == 2 and "--rate -1" in r.stderr, r.stderr)
     r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--prompt-tokens", "8",
                         "--shared-prefix", "9"], capture_output=True, text=True, timeout=60)
     check("burst load: --shared-prefix past --prompt-tokens is refused", r.returncode == 2
-          and "--shared-prefix 9 is longer than --prompt-tokens 8" in r.stderr, (r.returncode, r.stderr))
+          and "--shared-prefix 9 is longer than the shortest prompt (--prompt-tokens 8)" in r.stderr,
+          (r.returncode, r.stderr))
     r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url + "/nowhere", "--requests", "2"],
                        capture_output=True, text=True, timeout=60)
     check("burst load reports failures", r.returncode == 1 and "status 404" in r.stderr, (r.returncode, r.stderr))

@@ -17,10 +17,13 @@ rounding may).
   one's prefill to pass it and copy it; a prompt that waits so makes its source go first, ahead
   of a longer prompt that would otherwise (it finishes first);
 - on 3 ranks (shards cut inside zigzag parts) and on 1;
+- a prompt whose source leaves during its prefill copies what the source had prefilled;
 - --prefix-cache off caches nothing; a bad value is refused in one line."""
+import json
 import os
 import re
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -28,6 +31,7 @@ REF_PORT = None
 import numpy as np
 
 from burstd_util import BIN, ENV, STORIES, Burstd, Checks, logprob_diff, need_stories
+from make_random_model import write_model
 
 need_stories()
 check = Checks()
@@ -190,6 +194,41 @@ def run(ranks):
 
 run(1)
 run(3)
+
+# A source that leaves during its prefill: the prompt waiting for it copies what it had prefilled
+# (the log's "at k/2000"), and prefills the rest itself. A random model slow enough to watch.
+with tempfile.TemporaryDirectory() as tmp:
+    write_model(tmp, dim=256, hidden=688, layers=4, heads=8, kv_heads=4, vocab=512, max_seq=2100,
+                tokenizer=os.path.join(STORIES, "tokenizer.model"))
+    with Burstd(tmp, "--slots", "3", "--prefill-chunk", "64", "--batch", "64") as d, \
+            Burstd(tmp, "--slots", "1", "--prefix-cache", "off") as ref:
+        REF_PORT = ref.port
+        source = [1, 20] + ids(1999)[1:]
+        waiter = source[:1900] + [21] + ids(30)[1:]
+        blocker = d.connect()
+        blocker.request("POST", C, body=b'{"prompt": [5, 6, 7], "n": 3, "max_tokens": 2000, "ignore_eos": true, '
+                        b'"stream": true}', headers={"Content-Type": "application/json"})
+        blocker.getresponse().readline()
+        src = d.connect()
+        src.request("POST", C, body=json.dumps({"prompt": source, "max_tokens": 4, "stream": True}).encode(),
+                    headers={"Content-Type": "application/json"})
+        while d.metric("num_requests_waiting") < 1:
+            time.sleep(0.01)
+        out = {}
+        t = threading.Thread(target=lambda: out.update(w=complete(d, waiter, max_tokens=4)))
+        t.start()
+        while d.metric("num_requests_waiting") < 2:
+            time.sleep(0.01)
+        blocker.close()  # both take slots at once: the waiter waits for the source's prefill
+        time.sleep(0.1)
+        src.close()  # the source leaves some chunks in (noticed within 0.1 s), far from the shared 1900
+        t.join(120)
+        gone = d.wait_log(r"cancelled \(client gone\) during prefill at (\d+)/2000 prompt tokens")
+        k = int(gone.group(1)) if gone else -1
+        w = out.get("w")
+        check(f"the source left during its prefill at {k} of 2000 tokens; the waiter copied those and prefilled the rest",
+              w is not None and 0 < k < 1900 and cached(w) == k, (k, w and w["usage"], d.log()[-800:]))
+        same_answer("the waiter whose source left", w, complete(ref, waiter, max_tokens=4))
 
 r = subprocess.run([os.path.join(BIN, "burstd"), "--model", STORIES, "--prefix-cache", "maybe"],
                    capture_output=True, text=True, timeout=60, env=ENV)
