@@ -206,11 +206,12 @@ static void reserve_tokens(slot_tokens *h, int n) {
     BURST_ASSERT(h->tokens && "engine: out of memory holding a slot's tokens");
 }
 
-// The free slot used least recently (or never). Called with e->mu held.
-static int lru_slot(const engine *e) {
+// The free slot used least recently (or never), other than `keep` if another is free. Called with
+// e->mu held.
+static int lru_slot(const engine *e, int keep) {
     int lru = -1;
     for (int s = 0; s < e->n_slots; s++)
-        if (!e->seq[s].req && (lru < 0 || e->held[s].used < e->held[lru].used)) lru = s;
+        if (!e->seq[s].req && (lru < 0 || lru == keep || (s != keep && e->held[s].used < e->held[lru].used))) lru = s;
     return lru;
 }
 
@@ -218,7 +219,7 @@ static int lru_slot(const engine *e) {
 // half of what the slot holds, else the least recently used (so a short match, say a BOS, does not
 // evict a long conversation); *reuse: the tokens it keeps. Called with e->mu held.
 static int pick_slot(const engine *e, const burst_request *r, int *reuse) {
-    int best = -1, best_len = 0, lru = lru_slot(e);
+    int best = -1, best_len = 0, lru = lru_slot(e, -1);
     for (int s = 0; s < e->n_slots; s++) {
         int len = e->seq[s].req ? 0 : cached_prefix(e, s, r);
         if (len > best_len) best = s, best_len = len;
@@ -317,7 +318,7 @@ static int admit(engine *e) {
             find_share(e, s, r, reuse);
             for (int c = 1; c < r->n_choices; c++) { // each choice holds a reference, as the first
                 request_retain(r);
-                seq_admit(e, lru_slot(e), r, 0, c, s);
+                seq_admit(e, lru_slot(e, e->seq[s].share_from - 1), r, 0, c, s); // not the prefix it copies
             }
             continue;
         }

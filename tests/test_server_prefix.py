@@ -9,7 +9,8 @@ rounding may).
   more) reuses the earlier prompt and the answer's tokens; a prompt cut inside the earlier one
   reuses up to the cut; a prompt sharing only BOS reuses 1;
 - a prompt sharing less than half of what a free slot holds takes another slot and copies the
-  shared part, so the slot keeps its longer prompt;
+  shared part, so the slot keeps its longer prompt (with n=2 too: its second choice takes yet
+  another slot);
 - with several slots, each follow-up finds the slot that holds its prefix;
 - echo with logprobs reuses nothing (every prompt token's logits are needed), and gives the
   reference's prompt logprobs;
@@ -194,6 +195,17 @@ def run(ranks):
 
 run(1)
 run(3)
+
+# A request with n=2 whose first choice copies a prefix from a free slot: its second choice takes
+# another slot, so the copy happens and the conversation in the source slot stays.
+with Burstd(STORIES, "--slots", "3") as d:
+    conv = ids(100)
+    complete(d, conv)
+    complete(d, ids(30))
+    r = complete(d, conv[:40] + [21] + ids(20)[1:], n=2, temperature=1, seed=1)
+    again = complete(d, conv + ids(10)[1:])
+    check(f"n=2 copying 40 tokens of a free slot's conversation: cached {cached(r)}; the conversation's next "
+          f"prompt still finds all 100 ({cached(again)})", cached(r) == 40 and cached(again) == 100)
 
 # A source that leaves during its prefill: the prompt waiting for it copies what it had prefilled
 # (the log's "at k/2000"), and prefills the rest itself. A random model slow enough to watch.
