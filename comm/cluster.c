@@ -131,11 +131,11 @@ burst_status cluster_lead(const char *addr, int n_nodes, double timeout_s, const
             (st = net_send(c->fd[node], nonce, sizeof nonce, &e)))
             BURST_FAIL(err, st, "cluster: node %d lost (%s)", node, e.msg);
     }
-    prove(key, "burst cluster", nonce, NULL, c->secret);
     if (st) {
         cluster_free(c);
         return st;
     }
+    prove(key, "burst cluster", nonce, NULL, c->secret);
     *out = c;
     return BURST_OK;
 }

@@ -477,13 +477,20 @@ static int rank_rows(llama_model *m, llama_rank *R) {
     return n;
 }
 
+// Stores n new K/V rows (scratch rows from `row` on) in the cache of (slot, layer) from row `at`
+// on, in the cache's dtype.
+static void cache_kv(llama_rank *R, int slot, int l, int64_t at, int64_t row, int64_t n) {
+    int64_t kv_dim = R->kv.kv_dim;
+    backend_convert(R->be, kv_cache_k(&R->kv, slot, l, at), R->kv.dtype, R->s.k + row * kv_dim, n * kv_dim);
+    backend_convert(R->be, kv_cache_v(&R->kv, slot, l, at), R->kv.dtype, R->s.v + row * kv_dim, n * kv_dim);
+}
+
 // Ring segment: append this rank's K/V rows to its shard, then BurstAttention over all shards.
 static burst_status attend_ring(llama_model *m, llama_rank *R, int l, const seg_plan *sp, int row0) {
     const llama_config *c = &m->cfg;
-    int64_t kv_dim = (int64_t)c->n_kv_heads * c->head_dim, dim = c->dim;
+    int64_t dim = c->dim;
     int64_t old = sp->old_len[R->rank], n = sp->new_len[R->rank];
-    backend_convert(R->be, kv_cache_k(&R->kv, sp->slot, l, old), R->kv.dtype, R->s.k + row0 * kv_dim, n * kv_dim);
-    backend_convert(R->be, kv_cache_v(&R->kv, sp->slot, l, old), R->kv.dtype, R->s.v + row0 * kv_dim, n * kv_dim);
+    cache_kv(R, sp->slot, l, old, row0, n);
     ring_args a = {
         .c = R->c, .ops = &R->ops, .q = R->s.q + row0 * dim, .k = kv_cache_k(&R->kv, sp->slot, l, 0),
         .v = kv_cache_v(&R->kv, sp->slot, l, 0), .kv_dtype = R->kv.dtype,
@@ -525,11 +532,7 @@ static burst_status attend_replicated(llama_model *m, llama_rank *R, int l, cons
     burst_status st = sharded_merge(R->c, &R->ops, o, R->s.lse, sp->n, c->n_heads, c->head_dim,
                                     R->s.merge, &R->err);
     for (int j = 0, stored = 0; !st && j < sp->n; j++)
-        if (sp->owner[j] == R->rank) {
-            backend_convert(R->be, kv_cache_k(&R->kv, sp->slot, l, old + stored), R->kv.dtype, R->s.k + (row0 + j) * kv_dim, kv_dim);
-            backend_convert(R->be, kv_cache_v(&R->kv, sp->slot, l, old + stored), R->kv.dtype, R->s.v + (row0 + j) * kv_dim, kv_dim);
-            stored++;
-        }
+        if (sp->owner[j] == R->rank) cache_kv(R, sp->slot, l, old + stored++, row0 + j, 1);
     return st;
 }
 

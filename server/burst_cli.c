@@ -112,7 +112,7 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
         }
         if (!ok) return 0;
     }
-    if (!a->batch) a->batch = a->backend && !strncmp(a->backend, "cuda", 4) ? 8192 : 512;
+    if (!a->batch) a->batch = cli_step_default(a->backend, 512);
     if (!a->model || !a->prompt == !a->prompt_file) {
         fprintf(stderr, "burst: generate needs --model and one of --prompt and --prompt-file\n%s", usage);
         return 0;

@@ -98,9 +98,8 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         if (!ok) return 0;
         if (dst) *dst = (int)n;
     }
-    int gpu = a->backend && !strncmp(a->backend, "cuda", 4);
-    if (!a->batch) a->batch = gpu ? 8192 : 512;
-    if (!a->prefill_chunk) a->prefill_chunk = gpu ? 8192 : 256;
+    if (!a->batch) a->batch = cli_step_default(a->backend, 512);
+    if (!a->prefill_chunk) a->prefill_chunk = cli_step_default(a->backend, 256);
     if (!a->model) fprintf(stderr, "burstd: --model DIR is required\n%s", usage);
     else if (a->nodes > 1 && !a->coordinator) fprintf(stderr, "burstd: --nodes %d needs --coordinator HOST:PORT\n", a->nodes);
     else return 1;

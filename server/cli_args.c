@@ -59,3 +59,5 @@ int cli_parse_on_off(const char *prog, const char *flag, const char *s, int *out
     *out = !strcmp(s, "on");
     return 1;
 }
+
+int cli_step_default(const char *backend, int cpu) { return backend && !strncmp(backend, "cuda", 4) ? 8192 : cpu; }

@@ -15,3 +15,6 @@ int cli_parse_float(const char *prog, const char *flag, const char *s, float lo,
 int cli_parse_kv_dtype(const char *prog, const char *flag, const char *s, burst_dtype *out);
 // Returns 1 and sets *out (1 or 0) when s is on or off; else prints why and returns 0.
 int cli_parse_on_off(const char *prog, const char *flag, const char *s, int *out);
+// Tokens per step (--batch, --prefill-chunk) by default on a backend: cpu's own default there,
+// 8192 on a cuda backend, where large steps keep the GPU busy.
+int cli_step_default(const char *backend, int cpu);

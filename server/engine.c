@@ -206,6 +206,15 @@ static void reserve_tokens(slot_tokens *h, int n) {
     BURST_ASSERT(h->tokens && "engine: out of memory holding a slot's tokens");
 }
 
+// Slot dst takes the first len tokens slot src holds: their K/V, and the books of which they are.
+static void copy_slot(engine *e, int dst, int src, int len) {
+    llama_slot_copy(e->model, dst, src, len);
+    slot_tokens *to = &e->held[dst];
+    reserve_tokens(to, len);
+    memcpy(to->tokens, e->held[src].tokens, sizeof(int) * (size_t)len);
+    to->len = len;
+}
+
 // The free slot used least recently (or never), other than `keep` if another is free. Called with
 // e->mu held.
 static int lru_slot(const engine *e, int keep) {
@@ -263,11 +272,7 @@ static void share_prefixes(engine *e) {
             if (have < q->share_len && same && e->seq[t].req) continue; // it is still coming
             q->share_from = 0;
             if (have <= q->n_cached) continue;
-            llama_slot_copy(e->model, s, t, have);
-            slot_tokens *to = &e->held[s];
-            reserve_tokens(to, have);
-            memcpy(to->tokens, e->held[t].tokens, sizeof(int) * (size_t)have);
-            to->len = have;
+            copy_slot(e, s, t, have);
             metrics_add(e->met, METRIC_PREFIX_HITS, (uint64_t)(have - q->n_cached));
             q->n_prefilled = q->n_cached = have;
             copied = 1;
@@ -519,11 +524,7 @@ static void fork_choices(engine *e, int s, const float *logits) {
     for (int t = 0; t < e->n_slots; t++) {
         engine_seq *c = &e->seq[t];
         if (!c->req || c->fork_of != s + 1) continue;
-        llama_slot_copy(e->model, t, s, llama_slot_len(e->model, s));
-        slot_tokens *from = &e->held[s], *to = &e->held[t];
-        reserve_tokens(to, from->len);
-        memcpy(to->tokens, from->tokens, sizeof(int) * (size_t)from->len);
-        to->len = from->len;
+        copy_slot(e, t, s, e->held[s].len);
         c->n_prefilled = c->req->n_prompt, c->n_cached = e->seq[s].n_cached, c->fork_of = 0;
         if (c->req->max_tokens == 0) seq_finish(e, t, FINISH_LENGTH, NULL); // echo: the prompt alone
         else seq_sample(e, t, logits);

@@ -39,9 +39,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def worker(coord, model=STORIES, *args):
+def worker(coord, model=STORIES, *args, env=ENV):
     return subprocess.Popen([BURST, "worker", "--model", model, "--coordinator", coord, "--threads", "1", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def generate(*args, timeout=120):
@@ -191,11 +191,6 @@ check("a stray connection is dropped and the worker still joins", rc == 0 and "d
 KEYED = {**ENV, "BURST_CLUSTER_KEY": "s3cret"}
 
 
-def keyed_worker(coord, env):
-    return subprocess.Popen([BURST, "worker", "--model", STORIES, "--coordinator", coord, "--threads", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-
-
 def keyed_leader(coord, timeout=None):
     return subprocess.Popen([BURST, "generate", "--model", STORIES, "--prompt", PROMPT, "--max-tokens", "20", "--threads",
                              "1", "--ranks", "2", "--nodes", "2", "--coordinator", coord]
@@ -205,7 +200,7 @@ def keyed_leader(coord, timeout=None):
 
 one = generate("--ranks", "2", "--max-tokens", "20")
 coord = f"127.0.0.1:{free_port()}"
-lead, w = keyed_leader(coord), keyed_worker(coord, KEYED)
+lead, w = keyed_leader(coord), worker(coord, env=KEYED)
 out, err = lead.communicate(timeout=60)
 wrc, werr = finish(w)
 check("same BURST_CLUSTER_KEY on both sides: the cluster forms, same text as one process, no warning",
@@ -217,7 +212,7 @@ for name, env in (("another key", {**ENV, "BURST_CLUSTER_KEY": "guess"}), ("no k
     port = free_port()
     coord = f"127.0.0.1:{port}"
     lead = keyed_leader(coord)
-    rc, werr = finish(keyed_worker(coord, env), 60)
+    rc, werr = finish(worker(coord, env=env), 60)
     check(f"a worker with {name}: refused, saying the leader has another cluster key",
           rc == 1 and "has another cluster key" in werr, werr[-400:])
     if name == "no key":  # a client that answers the challenge with a wrong proof
@@ -230,7 +225,7 @@ for name, env in (("another key", {**ENV, "BURST_CLUSTER_KEY": "guess"}), ("no k
         verdict = fake.recv(4)
         fake.close()
         check("a wrong proof: the leader answers 0 (refused)", verdict == bytes(4), verdict)
-    w = keyed_worker(coord, KEYED)
+    w = worker(coord, env=KEYED)
     out, err = lead.communicate(timeout=60)
     wrc, werr = finish(w)
     check(f"... the leader dropped it ({name}) and the right worker still joined",

@@ -44,6 +44,15 @@ def max_diff(choices, refs):
     return max(logprob_diff(c, r) for c, r in zip(choices, refs))
 
 
+def choice_texts(events):
+    """Each choice's text in a stream, by index: its chunks' texts in order."""
+    texts = {}
+    for e in events:
+        if isinstance(e, dict) and e["choices"]:
+            texts[e["choices"][0]["index"]] = texts.get(e["choices"][0]["index"], "") + e["choices"][0]["text"]
+    return texts
+
+
 def sp_decode(d, ids):
     """The text of token ids, as burstd decodes them (BOS has none)."""
     return d.request("POST", "/detokenize", {"tokens": ids})[2]["content"]
@@ -150,18 +159,12 @@ with Burstd(STORIES, "--slots", "4") as d:
           [c["text"] for c in got["choices"]])
     whole = post(d, C, {"prompt": batch, "max_tokens": 10, "temperature": 0})
     status, events = d.stream(C, {"prompt": batch, "max_tokens": 10, "temperature": 0, "echo": True})
-    texts = {}
-    for e in events:
-        if isinstance(e, dict) and e["choices"]:
-            texts[e["choices"][0]["index"]] = texts.get(e["choices"][0]["index"], "") + e["choices"][0]["text"]
+    texts = choice_texts(events)
     want = [(p if isinstance(p, str) else sp_decode(d, p)) + c["text"] for p, c in zip(batch, whole["choices"])]
     check("streamed batch with echo: each choice's chunks = its prompt's text + the whole response's",
           status == 200 and [texts.get(i) for i in range(4)] == want and events[-1] == "[DONE]", (texts, want))
     status, events = d.stream(C, {"prompt": batch[:2], "max_tokens": 10, "temperature": 0, "echo": True, "n": 2})
-    texts = {}
-    for e in events:
-        if isinstance(e, dict) and e["choices"]:
-            texts[e["choices"][0]["index"]] = texts.get(e["choices"][0]["index"], "") + e["choices"][0]["text"]
+    texts = choice_texts(events)
     check("streamed batch of 2 with n=2 and echo: choice 2i + j = prompt i's text + its completion",
           status == 200 and [texts.get(i) for i in range(4)] == [want[0], want[0], want[1], want[1]], texts)
 

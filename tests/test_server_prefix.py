@@ -72,15 +72,20 @@ def same_answer(name, got, ref):
           g["text"] == r["text"] and diff < TOL, f"{g['text']!r} vs {r['text']!r}")
 
 
-def together(d, prompts, blocker=None):
-    """Answers to prompts that burstd admits in one go: a streamed request with n = --slots holds
-    every slot while they queue (in the order given, each sent once the one before waits), then
-    leaves. Returns the answers and the order in which burstd logged their ends."""
+def hold_slots(d, max_tokens):
+    """A streamed request with n = --slots (3) that holds every slot until its connection closes."""
     c = d.connect()
-    c.request("POST", C, body=f'{{"prompt": [5, 6, 7], "n": 3, "max_tokens": 500, "ignore_eos": true, '
-                               f'"stream": true}}'.encode(), headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    r.readline()  # the slots are taken
+    c.request("POST", C, body=json.dumps({"prompt": [5, 6, 7], "n": 3, "max_tokens": max_tokens, "ignore_eos": True,
+                                          "stream": True}).encode(), headers={"Content-Type": "application/json"})
+    c.getresponse().readline()  # the slots are taken
+    return c
+
+
+def together(d, prompts):
+    """Answers to prompts that burstd admits in one go: hold_slots holds every slot while they
+    queue (in the order given, each sent once the one before waits), then leaves. Returns the
+    answers and the order in which burstd logged their ends."""
+    c = hold_slots(d, 500)
     answers = [None] * len(prompts)
 
     def send(i):
@@ -217,10 +222,7 @@ with tempfile.TemporaryDirectory() as tmp:
         REF_PORT = ref.port
         source = [1, 20] + ids(1999)[1:]
         waiter = source[:1900] + [21] + ids(30)[1:]
-        blocker = d.connect()
-        blocker.request("POST", C, body=b'{"prompt": [5, 6, 7], "n": 3, "max_tokens": 2000, "ignore_eos": true, '
-                        b'"stream": true}', headers={"Content-Type": "application/json"})
-        blocker.getresponse().readline()
+        blocker = hold_slots(d, 2000)
         src = d.connect()
         src.request("POST", C, body=json.dumps({"prompt": source, "max_tokens": 4, "stream": True}).encode(),
                     headers={"Content-Type": "application/json"})
