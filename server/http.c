@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -215,6 +216,24 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     LOG_W("libmicrohttpd: %s", msg);
 }
 
+// Each connection holds a file descriptor. Raises the soft limit toward the hard one when
+// max_connections needs more (beside room for the model's files and the ranks' sockets), and
+// returns how many connections fit.
+static unsigned fit_fd_limit(unsigned max_connections) {
+    const rlim_t spare = 64;
+    struct rlimit rl;
+    SYS_CHECK(getrlimit(RLIMIT_NOFILE, &rl));
+    rlim_t want = max_connections + spare;
+    if (rl.rlim_cur >= want) return max_connections;
+    rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
+    SYS_CHECK(setrlimit(RLIMIT_NOFILE, &rl));
+    if (rl.rlim_cur >= want) return max_connections;
+    unsigned fit = rl.rlim_cur > 2 * spare ? (unsigned)(rl.rlim_cur - spare) : (unsigned)(rl.rlim_cur / 2);
+    LOG_W("--max-connections %u: this process may open %llu files (ulimit -n), so at most %u connections",
+          max_connections, (unsigned long long)rl.rlim_cur, fit);
+    return fit;
+}
+
 burst_status http_start(const http_options *opt, engine *eng, const llama_model *m, const tokenizer *tok,
                         metrics *met, http_server **out, burst_error *err) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
@@ -224,7 +243,7 @@ burst_status http_start(const http_options *opt, engine *eng, const llama_model 
     if (rc) return BURST_FAIL(err, BURST_ERR_INVALID, "--host %s: %s", opt->host, gai_strerror(rc));
     http_server *s = burst_calloc(1, sizeof *s);
     *s = (http_server){.eng = eng, .model = m, .met = met, .model_name = opt->model_name, .api_key = opt->api_key,
-                       .cors_origin = opt->cors_origin,
+                       .cors_origin = opt->cors_origin, .idle_timeout_s = opt->idle_timeout_s,
                        .started = (long long)time(NULL),
                        .limits = {.tok = tok, .vocab = llama_config_of(m)->vocab_size, .ctx = llama_options_of(m)->ctx,
                                   .max_choices = llama_options_of(m)->n_slots,
@@ -235,7 +254,8 @@ burst_status http_start(const http_options *opt, engine *eng, const llama_model 
     s->daemon = MHD_start_daemon(HTTP_MHD_MODE | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0), (uint16_t)opt->port,
                                  NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                                  MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                 MHD_OPTION_END);
+                                 MHD_OPTION_CONNECTION_TIMEOUT, opt->idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+                                 fit_fd_limit(opt->max_connections), MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
         free(s);

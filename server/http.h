@@ -19,6 +19,10 @@ typedef struct {
     const char *api_key; // NULL: no key
     const char *model_name;
     const char *cors_origin; // NULL: no CORS; else every response allows this origin ("*": any)
+    unsigned idle_timeout_s; // a client silent this long (sending a request, reading a reply, or
+                             // between requests) is disconnected; 0: never. Waiting for the
+                             // engine does not count.
+    unsigned max_connections; // open connections at most; more wait in the listen backlog
 } http_options;
 
 typedef struct http_server http_server;

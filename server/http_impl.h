@@ -21,6 +21,7 @@ struct http_server {
     metrics *met;
     openai_limits limits;
     const char *model_name, *api_key, *cors_origin;
+    unsigned idle_timeout_s;  // http_options'
     long long started;      // unix seconds, the models' "created"
     atomic_ullong next_id;  // request ids
     atomic_int draining;    // http_drain was called

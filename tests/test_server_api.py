@@ -1,11 +1,13 @@
 """burstd's HTTP API on stories260K: completions and chats (streamed and whole) give the text
 `burst generate` gives greedily; the chat template, stop strings, seeds, tokenize; every bad input
 gets its status and an OpenAI-shaped error, and a normal request right after succeeds; the API
-key; a missing model fails before the port opens; one log line per request."""
+key; --idle-timeout and --max-connections; a missing model fails before the port opens; one log
+line per request."""
 import http.client
 import json
 import os
 import re
+import resource
 import socket
 import subprocess
 import tempfile
@@ -238,6 +240,55 @@ with Burstd(STORIES, "--api-key", "sekrit", "--cors-origin", ORIGIN) as srv:
           == r.getheader("Access-Control-Allow-Origin") == ORIGIN, (h, h2, r.getheaders()))
     st, _, _ = srv.request("OPTIONS", "/nowhere")
     check("CORS preflight of an unknown route: 404", st == 404, st)
+
+# --idle-timeout 2: a client that sends half a request, or nothing after an answer (a completion
+# included: the timeout, off while the answer was computed, is back on), is disconnected.
+# --max-connections 3: a fourth connection is refused while three are open, and served once the
+# idle ones are gone.
+def closed_within(sock, seconds):
+    """What sock received before the server closed it, within seconds (None: still open)."""
+    sock.settimeout(seconds)
+    got = b""
+    try:
+        while chunk := sock.recv(65536):
+            got += chunk
+        return got
+    except socket.timeout:
+        return None
+    except ConnectionResetError:
+        return got
+
+
+with Burstd(STORIES, "--idle-timeout", "2", "--max-connections", "3") as srv:
+    half = socket.create_connection((srv.host, srv.port))
+    half.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro")
+    idle = socket.create_connection((srv.host, srv.port))
+    after = srv.connect()
+    after.request("POST", "/v1/completions", body=json.dumps(NORMAL), headers={"Content-Type": "application/json"})
+    answered = after.getresponse().read()
+    extra = socket.create_connection((srv.host, srv.port))
+    extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    check("--max-connections 3: a fourth connection is refused", closed_within(extra, 10) == b"")
+    check("--idle-timeout 2: a half-sent request is disconnected", closed_within(half, 10) == b"")
+    check("... so is a connection that never sends", closed_within(idle, 10) == b"")
+    check("... and one idle after its completion", json.loads(answered)["choices"]
+          and closed_within(after.sock, 10) == b"")
+    check("... then a new connection is served", srv.request("GET", "/health")[0] == 200)
+
+# Each connection holds a file: burstd raises the open-files limit toward the hard one as
+# --max-connections needs, and says so when the hard one is too low.
+def files_limit(soft, hard):
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+with Burstd(STORIES, "--max-connections", "1000", preexec_fn=files_limit(256, 4096)) as srv:
+    with open(f"/proc/{srv.proc.pid}/limits") as f:
+        soft = int(re.search(r"Max open files +(\d+)", f.read()).group(1))
+    check(f"--max-connections 1000 raises a soft limit of 256 open files ({soft})", soft >= 1000 and
+          "connections" not in srv.log(), srv.log()[-300:])
+with Burstd(STORIES, "--max-connections", "1000", preexec_fn=files_limit(256, 256)) as srv:
+    check("... and warns when the hard limit is 256", "this process may open 256 files (ulimit -n), so at most "
+          "192 connections" in srv.log(), srv.log()[-300:])
 
 # A missing or unusable model directory fails clearly before the port opens; bad flags too.
 with tempfile.TemporaryDirectory() as tmp:
