@@ -209,11 +209,28 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **ctx, enu
     *ctx = NULL;
 }
 
+// libmicrohttpd's messages, as warnings. One that repeats (each connection refused past
+// --max-connections says the same) is logged at most every 10 s, with how often it came between.
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
-    char msg[512];
+    http_server *s = cls;
+    char msg[sizeof s->log_last];
     vsnprintf(msg, sizeof msg, fmt, ap);
     msg[strcspn(msg, "\n")] = 0;
-    LOG_W("libmicrohttpd: %s", msg);
+    double now = burst_now();
+    pthread_mutex_lock(&s->log_mu);
+    int same = !strcmp(msg, s->log_last);
+    if (same && now - s->log_t < 10) {
+        s->log_repeats++;
+    } else {
+        if (s->log_repeats && !same)
+            LOG_W("libmicrohttpd: %s (%u more times in %.0f s)", s->log_last, s->log_repeats, now - s->log_t);
+        if (same && s->log_repeats) LOG_W("libmicrohttpd: %s (%u times in %.0f s)", msg, s->log_repeats + 1, now - s->log_t);
+        else LOG_W("libmicrohttpd: %s", msg);
+        memcpy(s->log_last, msg, sizeof msg);
+        s->log_t = now;
+        s->log_repeats = 0;
+    }
+    pthread_mutex_unlock(&s->log_mu);
 }
 
 // Each connection holds a file descriptor. Raises the soft limit toward the hard one when
@@ -251,13 +268,15 @@ burst_status http_start(const http_options *opt, engine *eng, const llama_model 
     atomic_init(&s->next_id, 1);
     atomic_init(&s->draining, 0);
     atomic_init(&s->in_flight, 0);
+    pthread_mutex_init(&s->log_mu, NULL);
     s->daemon = MHD_start_daemon(HTTP_MHD_MODE | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0), (uint16_t)opt->port,
-                                 NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                                 NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                                  MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                                  MHD_OPTION_CONNECTION_TIMEOUT, opt->idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
                                  fit_fd_limit(opt->max_connections), MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
+        pthread_mutex_destroy(&s->log_mu);
         free(s);
         return BURST_FAIL(err, BURST_ERR_IO, "%s:%d: could not listen (address in use, or not this machine's?)",
                           opt->host, opt->port);
@@ -279,5 +298,6 @@ void http_stop(http_server *s) {
     // out before the connections close.
     for (int i = 0; i < 100 && atomic_load(&s->in_flight) > 0; i++) nanosleep(&(struct timespec){.tv_nsec = 20000000}, NULL);
     MHD_stop_daemon(s->daemon);
+    pthread_mutex_destroy(&s->log_mu);
     free(s);
 }

@@ -2,6 +2,7 @@
 // per-request state, the reply helpers and the route handlers.
 #pragma once
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "http.h"
@@ -26,6 +27,10 @@ struct http_server {
     atomic_ullong next_id;  // request ids
     atomic_int draining;    // http_drain was called
     atomic_int in_flight;   // generation requests whose response is not yet sent
+    pthread_mutex_t log_mu; // libmicrohttpd's last message, when it was logged, repeats since
+    char log_last[512];
+    double log_t;
+    unsigned log_repeats;
 };
 
 // One HTTP request (libmicrohttpd's per-request pointer), freed when the request completes.

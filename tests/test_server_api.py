@@ -11,6 +11,7 @@ import resource
 import socket
 import subprocess
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from burstd_util import BIN, STORIES, Burstd, Checks, generate, need_stories, stream_text
@@ -243,8 +244,8 @@ with Burstd(STORIES, "--api-key", "sekrit", "--cors-origin", ORIGIN) as srv:
 
 # --idle-timeout 2: a client that sends half a request, or nothing after an answer (a completion
 # included: the timeout, off while the answer was computed, is back on), is disconnected.
-# --max-connections 3: a fourth connection is refused while three are open, and served once the
-# idle ones are gone.
+# --max-connections 3: more connections are refused while three are open (logged once, not once
+# each), and served once the idle ones are gone.
 def closed_within(sock, seconds):
     """What sock received before the server closed it, within seconds (None: still open)."""
     sock.settimeout(seconds)
@@ -266,9 +267,13 @@ with Burstd(STORIES, "--idle-timeout", "2", "--max-connections", "3") as srv:
     after = srv.connect()
     after.request("POST", "/v1/completions", body=json.dumps(NORMAL), headers={"Content-Type": "application/json"})
     answered = after.getresponse().read()
-    extra = socket.create_connection((srv.host, srv.port))
-    extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-    check("--max-connections 3: a fourth connection is refused", closed_within(extra, 10) == b"")
+    extra = [socket.create_connection((srv.host, srv.port)) for _ in range(5)]
+    for c in extra:
+        c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    check("--max-connections 3: five more connections are refused", all(closed_within(c, 10) == b"" for c in extra))
+    srv.wait_log("connection limit")
+    time.sleep(0.5)  # for any further lines to reach the log
+    check("... and logged once", srv.log().count("connection limit") == 1, srv.log()[-500:])
     check("--idle-timeout 2: a half-sent request is disconnected", closed_within(half, 10) == b"")
     check("... so is a connection that never sends", closed_within(idle, 10) == b"")
     check("... and one idle after its completion", json.loads(answered)["choices"]
