@@ -52,6 +52,8 @@ enum MHD_Result http_models(http_server *s, http_request *h) {
 }
 
 enum MHD_Result http_metrics(http_server *s, http_request *h) {
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    if (di) metrics_set(s->met, METRIC_HTTP_CONNECTIONS, di->num_connections);
     return http_reply(h, MHD_HTTP_OK, "text/plain; version=0.0.4", metrics_format(s->met));
 }
 

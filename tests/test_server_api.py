@@ -278,7 +278,10 @@ with Burstd(STORIES, "--idle-timeout", "2", "--max-connections", "3") as srv:
     check("... so is a connection that never sends", closed_within(idle, 10) == b"")
     check("... and one idle after its completion", json.loads(answered)["choices"]
           and closed_within(after.sock, 10) == b"")
-    check("... then a new connection is served", srv.request("GET", "/health")[0] == 200)
+    deadline = time.time() + 10  # a closed connection's thread may still be ending
+    while (open_now := srv.metric("http_connections")) != 1 and time.time() < deadline:
+        time.sleep(0.05)
+    check("... then a new connection is served, the only one open", open_now == 1, open_now)
 
 # Each connection holds a file: burstd raises the open-files limit toward the hard one as
 # --max-connections needs, and says so when the hard one is too low.
@@ -291,6 +294,9 @@ with Burstd(STORIES, "--max-connections", "1000", preexec_fn=files_limit(256, 40
         soft = int(re.search(r"Max open files +(\d+)", f.read()).group(1))
     check(f"--max-connections 1000 raises a soft limit of 256 open files ({soft})", soft >= 1000 and
           "connections" not in srv.log(), srv.log()[-300:])
+    held = [socket.create_connection((srv.host, srv.port)) for _ in range(2)]
+    time.sleep(0.2)  # for burstd to have accepted them
+    check("/metrics counts the open connections (its own too)", srv.metric("http_connections") == 3)
 with Burstd(STORIES, "--max-connections", "1000", preexec_fn=files_limit(256, 256)) as srv:
     check("... and warns when the hard limit is 256", "this process may open 256 files (ulimit -n), so at most "
           "192 connections" in srv.log(), srv.log()[-300:])
