@@ -26,6 +26,7 @@ static const struct {
     {"POST", "/v1/completions", "cmpl", http_completions, 0},
     {"POST", "/v1/chat/completions", "chatcmpl", http_chat_completions, 0},
     {"GET", "/v1/models", "req", http_models, 0},
+    {"GET", "/v1/models/", "req", http_model, 0}, // a path ending in '/' takes any name after it
     {"GET", "/health", "req", http_health, 1},
     {"GET", "/metrics", "req", http_metrics, 0},
     {"POST", "/tokenize", "req", http_tokenize, 0},
@@ -119,12 +120,16 @@ static enum MHD_Result on_headers(http_server *s, http_request *h) {
     api_error e;
     int path_known = 0;
     h->route = -1;
-    for (int i = 0; i < N_ROUTES; i++)
-        if (!strcmp(routes[i].path, h->url)) {
+    for (int i = 0; i < N_ROUTES; i++) {
+        size_t n = strlen(routes[i].path);
+        int match = routes[i].path[n - 1] == '/' ? !strncmp(routes[i].path, h->url, n) && h->url[n]
+                                                 : !strcmp(routes[i].path, h->url);
+        if (match) {
             path_known = 1;
             h->route = i;
             if (!strcmp(routes[i].method, h->method)) break;
         }
+    }
     snprintf(h->id, sizeof h->id, "%s-%llu", h->route >= 0 ? routes[h->route].id_prefix : "req",
              (unsigned long long)atomic_fetch_add(&s->next_id, 1));
     if (!path_known) {

@@ -59,6 +59,7 @@ enum MHD_Result http_reply_error(http_server *s, http_request *h, const api_erro
 
 enum MHD_Result http_health(http_server *s, http_request *h);
 enum MHD_Result http_models(http_server *s, http_request *h);
+enum MHD_Result http_model(http_server *s, http_request *h); // GET /v1/models/{id}
 enum MHD_Result http_metrics(http_server *s, http_request *h);
 enum MHD_Result http_tokenize(http_server *s, http_request *h);
 enum MHD_Result http_detokenize(http_server *s, http_request *h);

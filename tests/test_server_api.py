@@ -37,6 +37,10 @@ with Burstd(STORIES) as srv:
     check("/health", st == 200 and body["status"] == "ok", body)
     st, _, body = srv.request("GET", "/v1/models")
     check("/v1/models", st == 200 and body["data"][0]["id"] == "stories260K" and body["data"][0]["max_model_len"] == 512, body)
+    st, _, one = srv.request("GET", "/v1/models/stories260K")
+    check("/v1/models/stories260K: the same model", st == 200 and one == body["data"][0], one)
+    st, _, body = srv.request("GET", "/v1/models/llama-2-7b")
+    check("/v1/models/llama-2-7b: 404 model_not_found", st == 404 and body["error"]["code"] == "model_not_found", body)
 
     # Completions: whole, streamed, and the same as burst generate.
     ref = generate(STORIES, "Once upon a time", 40)
