@@ -24,6 +24,11 @@ static const char usage[] =
     "  --slots N         requests running at once, each with its own KV cache slot (default 4)\n"
     "  --ctx N           tokens per slot, prompt + completion (default: the model's context)\n"
     "  --max-queue N     requests waiting for a slot at most; more get 429 (default 64)\n"
+    "  --max-connections N  open HTTP connections at most; more wait to be accepted (default 1024;\n"
+    "                    raises the open-files limit toward its hard limit when it needs to)\n"
+    "  --idle-timeout S  close a connection whose client sends or reads nothing for S seconds,\n"
+    "                    mid-request or between requests; a request waiting for its tokens is\n"
+    "                    not idle (default 60; 0: never)\n"
     "  --batch N         tokens per engine step, decode tokens plus prompt chunks (default 512;\n"
     "                    8192 with a cuda backend, where large steps keep the GPU busy)\n"
     "  --prefill-chunk N prompt tokens of one request per step at most, so that long prompts\n"
@@ -56,14 +61,15 @@ static const char usage[] =
 
 typedef struct {
     const char *model, *host, *api_key, *cors_origin, *backend, *comm, *coordinator;
-    int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk, nodes, prefix_cache;
+    int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk, nodes, prefix_cache, max_connections,
+        idle_timeout;
     float max_wait, join_timeout, node_timeout, drain_timeout;
     burst_dtype kv_dtype;
 } burstd_args;
 
 static int parse_args(int argc, char **argv, burstd_args *a) {
     *a = (burstd_args){.host = "127.0.0.1", .port = 8080, .slots = 4, .max_queue = 64, .ranks = 1, .prefix_cache = 1,
-                         .drain_timeout = 30};
+                         .drain_timeout = 30, .max_connections = 1024, .idle_timeout = 60};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = cli_value("burstd", usage, argc, argv, &i);
         if (!v) return 0;
@@ -85,6 +91,8 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         else if (!strcmp(f, "--port")) ok = cli_parse_long("burstd", f, v, 0, 65535, &n), dst = &a->port;
         else if (!strcmp(f, "--slots")) ok = cli_parse_long("burstd", f, v, 1, 4096, &n), dst = &a->slots;
         else if (!strcmp(f, "--ctx")) ok = cli_parse_long("burstd", f, v, 1, 1 << 30, &n), dst = &a->ctx;
+        else if (!strcmp(f, "--max-connections")) ok = cli_parse_long("burstd", f, v, 1, 1 << 20, &n), dst = &a->max_connections;
+        else if (!strcmp(f, "--idle-timeout")) ok = cli_parse_long("burstd", f, v, 0, 1 << 24, &n), dst = &a->idle_timeout;
         else if (!strcmp(f, "--max-queue")) ok = cli_parse_long("burstd", f, v, 1, 1 << 20, &n), dst = &a->max_queue;
         else if (!strcmp(f, "--batch")) ok = cli_parse_long("burstd", f, v, 1, 1 << 20, &n), dst = &a->batch;
         else if (!strcmp(f, "--prefill-chunk")) ok = cli_parse_long("burstd", f, v, 1, 1 << 20, &n), dst = &a->prefill_chunk;
@@ -175,7 +183,8 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
           llama_options_of(m)->backend, llama_reserved_bytes(m) / 1e6);
     met = metrics_new(model_name(a->model));
     http_options ho = {.host = a->host, .port = a->port, .api_key = a->api_key, .model_name = model_name(a->model),
-                       .cors_origin = a->cors_origin};
+                       .cors_origin = a->cors_origin, .idle_timeout_s = (unsigned)a->idle_timeout,
+                       .max_connections = (unsigned)a->max_connections};
     if (engine_start(m, tok, met, &(engine_options){.max_queue = a->max_queue, .prefill_chunk = a->prefill_chunk,
                                                        .max_wait_s = a->max_wait, .prefix_cache = a->prefix_cache},
                      &eng, &err) ||

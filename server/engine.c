@@ -410,16 +410,26 @@ static int wants_prefill(const engine *e, int n_segs, int s) {
     return 1;
 }
 
-// Prompt tokens slot s has left to prefill, or those of a prompt waiting for s's prefix if fewer:
-// the order of prefills, in which a source goes as soon as the prompts that wait for it would.
-static int prefill_order(const engine *e, int s) {
-    int left = e->seq[s].req->n_prompt - e->seq[s].n_prefilled;
+// A prompt's place in the order of prefills (lowest first): its tokens left to prefill, so that a
+// short prompt is not stuck behind a long one, less half the prefill it has been denied (what the
+// measured speed would have done since its admission, beyond what it got). A long prompt under a
+// steady stream of short ones thus goes first once it has waited about twice as long as its
+// prefill takes; one that is being prefilled keeps its place behind newer short prompts; and a
+// short wait does not undo fewest-left-first among prompts admitted together.
+static double prefill_key(const engine *e, const engine_seq *q, double now) {
+    double denied = (now - q->t_admit) * e->prefill_tok_s - (q->n_prefilled - q->n_cached);
+    return (q->req->n_prompt - q->n_prefilled) - (denied > 0 ? 0.5 * denied : 0);
+}
+
+// Slot s's place, or that of a prompt waiting for s's prefix if earlier: a source goes as soon as
+// the prompts that wait for it would.
+static double prefill_order(const engine *e, int s, double now) {
+    double key = prefill_key(e, &e->seq[s], now);
     for (int w = 0; w < e->n_slots; w++) {
         const engine_seq *q = &e->seq[w];
-        int waiter_left = q->req ? q->req->n_prompt - q->n_prefilled : 0;
-        if (q->req && q->share_from == s + 1 && waiter_left < left) left = waiter_left;
+        if (q->req && q->share_from == s + 1) key = fmin(key, prefill_key(e, q, now));
     }
-    return left;
+    return key;
 }
 
 // Fills e->segs/e->tokens for one step; returns the number of segments. Decoding requests first,
@@ -435,20 +445,21 @@ static int build_batch(engine *e) {
         e->seg_seq[n_segs++] = s;
         e->tokens[n_tok++] = q->last;
     }
-    for (;;) {
-        int best = -1, best_left = 0;
+    for (double now = burst_now();;) {
+        int best = -1;
+        double best_key = 0;
         for (int s = 0; s < e->n_slots; s++) {
             if (!wants_prefill(e, n_segs, s)) continue;
-            int left = prefill_order(e, s);
-            if (best < 0 || left < best_left || (left == best_left && e->seq[s].admitted < e->seq[best].admitted))
-                best = s, best_left = left;
+            double key = prefill_order(e, s, now);
+            if (best < 0 || key < best_key || (key == best_key && e->seq[s].admitted < e->seq[best].admitted))
+                best = s, best_key = key;
         }
         if (best < 0) break;
         engine_seq *q = &e->seq[best];
         int left = q->req->n_prompt - q->n_prefilled, want = left < e->prefill_chunk ? left : e->prefill_chunk;
         int n = want < e->max_batch - n_tok ? want : e->max_batch - n_tok;
         if (n < want) metrics_add(e->met, METRIC_PREEMPTIONS, 1);
-        if (n == 0) { // no room this step; the others wait too (they have more left)
+        if (n == 0) { // no room this step; the others wait too (they come after it)
             for (int s = 0; s < e->n_slots; s++)
                 if (s != best && wants_prefill(e, n_segs, s)) metrics_add(e->met, METRIC_PREEMPTIONS, 1);
             break;

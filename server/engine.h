@@ -3,8 +3,8 @@
 //   2. admits waiting requests, oldest first, while KV slots last,
 //   3. builds one llama_forward batch: a 1-token segment for every decoding request, then prompt
 //      chunks of at most prefill_chunk tokens for the prefilling requests, fewest prompt tokens
-//      left first (so a short prompt is not stuck behind a long one), in the tokens left of
-//      max_batch,
+//      left first (so a short prompt is not stuck behind a long one), less half the prefill each
+//      was denied (so a long one is not starved by short ones), in the tokens left of max_batch,
 //   4. samples the next token of every segment that reached its prompt's end or decodes, and
 //      hands its text to the request's queue (request_push_token), never waiting on the HTTP side
 //      (a request with max_tokens 0 ends at its prompt's end instead; without prompt logprobs it

@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -25,6 +26,7 @@ static const struct {
     {"POST", "/v1/completions", "cmpl", http_completions, 0},
     {"POST", "/v1/chat/completions", "chatcmpl", http_chat_completions, 0},
     {"GET", "/v1/models", "req", http_models, 0},
+    {"GET", "/v1/models/", "req", http_model, 0}, // a path ending in '/' takes any name after it
     {"GET", "/health", "req", http_health, 1},
     {"GET", "/metrics", "req", http_metrics, 0},
     {"POST", "/tokenize", "req", http_tokenize, 0},
@@ -118,12 +120,16 @@ static enum MHD_Result on_headers(http_server *s, http_request *h) {
     api_error e;
     int path_known = 0;
     h->route = -1;
-    for (int i = 0; i < N_ROUTES; i++)
-        if (!strcmp(routes[i].path, h->url)) {
+    for (int i = 0; i < N_ROUTES; i++) {
+        size_t n = strlen(routes[i].path);
+        int match = routes[i].path[n - 1] == '/' ? !strncmp(routes[i].path, h->url, n) && h->url[n]
+                                                 : !strcmp(routes[i].path, h->url);
+        if (match) {
             path_known = 1;
             h->route = i;
             if (!strcmp(routes[i].method, h->method)) break;
         }
+    }
     snprintf(h->id, sizeof h->id, "%s-%llu", h->route >= 0 ? routes[h->route].id_prefix : "req",
              (unsigned long long)atomic_fetch_add(&s->next_id, 1));
     if (!path_known) {
@@ -208,11 +214,46 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **ctx, enu
     *ctx = NULL;
 }
 
+// libmicrohttpd's messages, as warnings. One that repeats (each connection refused past
+// --max-connections says the same) is logged at most every 10 s, with how often it came between.
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
-    char msg[512];
+    http_server *s = cls;
+    char msg[sizeof s->log_last];
     vsnprintf(msg, sizeof msg, fmt, ap);
     msg[strcspn(msg, "\n")] = 0;
-    LOG_W("libmicrohttpd: %s", msg);
+    double now = burst_now();
+    pthread_mutex_lock(&s->log_mu);
+    int same = !strcmp(msg, s->log_last);
+    if (same && now - s->log_t < 10) {
+        s->log_repeats++;
+    } else {
+        if (s->log_repeats && !same)
+            LOG_W("libmicrohttpd: %s (%u more times in %.0f s)", s->log_last, s->log_repeats, now - s->log_t);
+        if (same && s->log_repeats) LOG_W("libmicrohttpd: %s (%u times in %.0f s)", msg, s->log_repeats + 1, now - s->log_t);
+        else LOG_W("libmicrohttpd: %s", msg);
+        memcpy(s->log_last, msg, sizeof msg);
+        s->log_t = now;
+        s->log_repeats = 0;
+    }
+    pthread_mutex_unlock(&s->log_mu);
+}
+
+// Each connection holds a file descriptor. Raises the soft limit toward the hard one when
+// max_connections needs more (beside room for the model's files and the ranks' sockets), and
+// returns how many connections fit.
+static unsigned fit_fd_limit(unsigned max_connections) {
+    const rlim_t spare = 64;
+    struct rlimit rl;
+    SYS_CHECK(getrlimit(RLIMIT_NOFILE, &rl));
+    rlim_t want = max_connections + spare;
+    if (rl.rlim_cur >= want) return max_connections;
+    rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
+    SYS_CHECK(setrlimit(RLIMIT_NOFILE, &rl));
+    if (rl.rlim_cur >= want) return max_connections;
+    unsigned fit = rl.rlim_cur > 2 * spare ? (unsigned)(rl.rlim_cur - spare) : (unsigned)(rl.rlim_cur / 2);
+    LOG_W("--max-connections %u: this process may open %llu files (ulimit -n), so at most %u connections",
+          max_connections, (unsigned long long)rl.rlim_cur, fit);
+    return fit;
 }
 
 burst_status http_start(const http_options *opt, engine *eng, const llama_model *m, const tokenizer *tok,
@@ -224,7 +265,7 @@ burst_status http_start(const http_options *opt, engine *eng, const llama_model 
     if (rc) return BURST_FAIL(err, BURST_ERR_INVALID, "--host %s: %s", opt->host, gai_strerror(rc));
     http_server *s = burst_calloc(1, sizeof *s);
     *s = (http_server){.eng = eng, .model = m, .met = met, .model_name = opt->model_name, .api_key = opt->api_key,
-                       .cors_origin = opt->cors_origin,
+                       .cors_origin = opt->cors_origin, .idle_timeout_s = opt->idle_timeout_s,
                        .started = (long long)time(NULL),
                        .limits = {.tok = tok, .vocab = llama_config_of(m)->vocab_size, .ctx = llama_options_of(m)->ctx,
                                   .max_choices = llama_options_of(m)->n_slots,
@@ -232,12 +273,15 @@ burst_status http_start(const http_options *opt, engine *eng, const llama_model 
     atomic_init(&s->next_id, 1);
     atomic_init(&s->draining, 0);
     atomic_init(&s->in_flight, 0);
+    pthread_mutex_init(&s->log_mu, NULL);
     s->daemon = MHD_start_daemon(HTTP_MHD_MODE | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0), (uint16_t)opt->port,
-                                 NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                                 NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                                  MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                 MHD_OPTION_END);
+                                 MHD_OPTION_CONNECTION_TIMEOUT, opt->idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+                                 fit_fd_limit(opt->max_connections), MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
+        pthread_mutex_destroy(&s->log_mu);
         free(s);
         return BURST_FAIL(err, BURST_ERR_IO, "%s:%d: could not listen (address in use, or not this machine's?)",
                           opt->host, opt->port);
@@ -259,5 +303,6 @@ void http_stop(http_server *s) {
     // out before the connections close.
     for (int i = 0; i < 100 && atomic_load(&s->in_flight) > 0; i++) nanosleep(&(struct timespec){.tv_nsec = 20000000}, NULL);
     MHD_stop_daemon(s->daemon);
+    pthread_mutex_destroy(&s->log_mu);
     free(s);
 }

@@ -3,9 +3,9 @@
 // format; generation requests go to the engine (server/engine.h) and their tokens come back
 // through each request's queue.
 //
-// Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,
-// GET /metrics, POST /tokenize, POST /detokenize. With an API key, every route but /health wants
-// "Authorization: Bearer KEY".
+// Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /v1/models/{id},
+// GET /health, GET /metrics, POST /tokenize, POST /detokenize. With an API key, every route but
+// /health wants "Authorization: Bearer KEY".
 //
 // Memory: the server borrows the engine, tokenizer and metrics (they outlive it).
 // Threads: libmicrohttpd runs a thread per connection (set in one place, http.c); http_start
@@ -19,6 +19,10 @@ typedef struct {
     const char *api_key; // NULL: no key
     const char *model_name;
     const char *cors_origin; // NULL: no CORS; else every response allows this origin ("*": any)
+    unsigned idle_timeout_s; // a client silent this long (sending a request, reading a reply, or
+                             // between requests) is disconnected; 0: never. Waiting for the
+                             // engine does not count.
+    unsigned max_connections; // open connections at most; more wait in the listen backlog
 } http_options;
 
 typedef struct http_server http_server;

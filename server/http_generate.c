@@ -26,11 +26,23 @@ static int client_gone(struct MHD_Connection *conn) {
     return recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
+// Turns conn's idle timeout off while this thread waits for the engine (the wait is the server's,
+// not the client's), or back on. Turning it on restarts its clock (libmicrohttpd does so for a
+// connection whose timeout was 0), so the client then has the whole timeout to take the reply.
+static void idle_timeout(http_server *s, struct MHD_Connection *conn, int on) {
+    if (s->idle_timeout_s)
+        MHD_CHECK(MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, on ? s->idle_timeout_s : 0u));
+}
+
 // The next event of h's request, or NULL once its client has gone (the request is then cancelled).
 static request_event *next_event(http_server *s, struct MHD_Connection *conn, burst_request *r) {
+    idle_timeout(s, conn, 0);
     for (;;) {
         request_event *ev = request_pop(r, POLL_S);
-        if (ev) return ev;
+        if (ev) {
+            idle_timeout(s, conn, 1);
+            return ev;
+        }
         if (client_gone(conn)) {
             engine_cancel(s->eng, r);
             return NULL;

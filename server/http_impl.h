@@ -2,6 +2,7 @@
 // per-request state, the reply helpers and the route handlers.
 #pragma once
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "http.h"
@@ -21,10 +22,15 @@ struct http_server {
     metrics *met;
     openai_limits limits;
     const char *model_name, *api_key, *cors_origin;
+    unsigned idle_timeout_s;  // http_options'
     long long started;      // unix seconds, the models' "created"
     atomic_ullong next_id;  // request ids
     atomic_int draining;    // http_drain was called
     atomic_int in_flight;   // generation requests whose response is not yet sent
+    pthread_mutex_t log_mu; // libmicrohttpd's last message, when it was logged, repeats since
+    char log_last[512];
+    double log_t;
+    unsigned log_repeats;
 };
 
 // One HTTP request (libmicrohttpd's per-request pointer), freed when the request completes.
@@ -53,6 +59,7 @@ enum MHD_Result http_reply_error(http_server *s, http_request *h, const api_erro
 
 enum MHD_Result http_health(http_server *s, http_request *h);
 enum MHD_Result http_models(http_server *s, http_request *h);
+enum MHD_Result http_model(http_server *s, http_request *h); // GET /v1/models/{id}
 enum MHD_Result http_metrics(http_server *s, http_request *h);
 enum MHD_Result http_tokenize(http_server *s, http_request *h);
 enum MHD_Result http_detokenize(http_server *s, http_request *h);

@@ -39,19 +39,38 @@ enum MHD_Result http_health(http_server *s, http_request *h) {
     return reply_json_status(h, fault || draining ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, o);
 }
 
-enum MHD_Result http_models(http_server *s, http_request *h) {
-    cJSON *o = cJSON_CreateObject(), *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
+// The model object of /v1/models and /v1/models/{id}.
+static cJSON *model_json(const http_server *s) {
+    cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", s->model_name);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)s->started);
     cJSON_AddStringToObject(m, "owned_by", "burst");
     cJSON_AddNumberToObject(m, "max_model_len", s->limits.ctx);
+    return m;
+}
+
+enum MHD_Result http_models(http_server *s, http_request *h) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), model_json(s));
     return reply_json(h, o);
 }
 
+enum MHD_Result http_model(http_server *s, http_request *h) {
+    const char *id = h->url + strlen("/v1/models/");
+    if (strcmp(id, s->model_name)) {
+        api_error e;
+        api_error_set(&e, 404, "invalid_request_error", "model_not_found", "this server serves %s, not %s",
+                      s->model_name, id);
+        return http_reply_error(s, h, &e);
+    }
+    return reply_json(h, model_json(s));
+}
+
 enum MHD_Result http_metrics(http_server *s, http_request *h) {
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    if (di) metrics_set(s->met, METRIC_HTTP_CONNECTIONS, di->num_connections);
     return http_reply(h, MHD_HTTP_OK, "text/plain; version=0.0.4", metrics_format(s->met));
 }
 

@@ -58,6 +58,7 @@ static const metric_desc gauge_desc[METRIC_N_GAUGES] = {
     [METRIC_RUNNING] = {"num_requests_running", "", "Requests holding a KV slot."},
     [METRIC_WAITING] = {"num_requests_waiting", "", "Requests waiting for a KV slot."},
     [METRIC_KV_USAGE] = {"kv_cache_usage_ratio", "", "KV cache tokens in use over tokens reserved."},
+    [METRIC_HTTP_CONNECTIONS] = {"http_connections", "", "Open HTTP connections (at most --max-connections)."},
 };
 
 metrics *metrics_new(const char *model_name) {

@@ -36,6 +36,7 @@ typedef enum {
     METRIC_RUNNING, // num_requests_running: holding a KV slot
     METRIC_WAITING, // num_requests_waiting: accepted, waiting for a slot
     METRIC_KV_USAGE, // kv_cache_usage_ratio: KV cache tokens in use / tokens reserved
+    METRIC_HTTP_CONNECTIONS, // http_connections: open HTTP connections (at most --max-connections)
     METRIC_N_GAUGES,
 } metric_gauge;
 

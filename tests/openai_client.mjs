@@ -38,6 +38,8 @@ for await (const chunk of await client.completions.create({
   for (const c of chunk.choices) completionN2[c.index] = (completionN2[c.index] ?? "") + c.text;
 }
 const models = await client.models.list();
+const retrieved = await client.models.retrieve(model);
 console.log(JSON.stringify({ chat: chat.text, completion: completion.text, usage: completion.usage,
                              logprobs: scored.choices[0].logprobs.content, models: models.data.map((m) => m.id),
+                             retrieved: retrieved.id,
                              chat_n2: chatN2.choices.map((c) => c.message.content), completion_n2: completionN2 }));

@@ -1,6 +1,6 @@
 """A long prompt among many (issue 7), on a random-weight model whose 6000-token prompt takes
-seconds to prefill on one CPU thread: short requests that arrive during the long prefill get their
-first token before the long request does (no head-of-line blocking); the long stream reports
+seconds to prefill on one CPU thread: short requests that arrive during the long prefill, early or late in it,
+get their first token before the long request does (no head-of-line blocking); the long stream reports
 prompt progress before its first token; a client that leaves during its prefill stops the work
 within a chunk (log and metrics say so) and the next request is served at once; a flood past
 --max-queue gets 429 with Retry-After while every accepted request completes; chunked prefill
@@ -57,7 +57,8 @@ with tempfile.TemporaryDirectory() as tmp:
     # it): with the blocked CPU matmul and attention, dim 128 and 2 layers took under 2 s.
     write_model(tmp, dim=256, hidden=512, layers=6, heads=4, kv_heads=2, vocab=512, max_seq=8192,
                 tokenizer=os.path.join(MODELS, "stories260K", "tokenizer.model"))
-    with Burstd(tmp, "--slots", "10", "--ctx", "6100", "--batch", "512", "--prefill-chunk", "128") as srv:
+    # --batch no larger than a chunk: prompts compete for each step, so their order shows.
+    with Burstd(tmp, "--slots", "10", "--ctx", "6100", "--batch", "128", "--prefill-chunk", "128") as srv:
         # Head of line: the long prompt starts, then 8 short requests.
         long_events = []
         t_long = threading.Thread(target=timed_stream, args=(srv, {"prompt": LONG_PROMPT, "max_tokens": 4,
@@ -65,13 +66,19 @@ with tempfile.TemporaryDirectory() as tmp:
         t_long.start()
         while not long_events and t_long.is_alive():  # wait until it is visibly prefilling
             time.sleep(0.01)
-        shorts = [[] for _ in range(8)]
+        shorts = [[] for _ in range(9)]
+        short = {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}
         with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda ev: timed_stream(srv, {"prompt": "Once upon a time", "max_tokens": 8,
-                                                        "temperature": 0}, ev), shorts))
+            list(pool.map(lambda ev: timed_stream(srv, short, ev), shorts[:8]))
+        # One more once the long prompt is past 80%: having been prefilled all along, it has not
+        # waited, so it does not go first.
+        while t_long.is_alive() and not any(isinstance(p, dict) and p.get("prompt_progress", {}).get("processed", 0)
+                                            > 0.8 * N_LONG for _, p in long_events):
+            time.sleep(0.01)
+        timed_stream(srv, short, shorts[8])
         t_long.join(300)
         t_first_long = first_token_time(long_events)
-        check("8 short requests completed", all(e and e[-1][1] == "[DONE]" and stream_text([p for _, p in e]) for e in shorts))
+        check("9 short requests completed", all(e and e[-1][1] == "[DONE]" and stream_text([p for _, p in e]) for e in shorts))
         check("each short request's first token came before the long request's",
               all(first_token_time(e) < t_first_long for e in shorts),
               [round(first_token_time(e) - t_first_long, 3) for e in shorts])

@@ -35,6 +35,7 @@ with Burstd(STORIES, "--api-key", "test-key") as srv:
                                and t["logprob"] <= 0 and t["bytes"] for t in lp)
           and "".join(t["token"] for t in lp) == chat_ref[:len("".join(t["token"] for t in lp))], lp)
     check("models.list", out.get("models") == ["stories260K"], out.get("models"))
+    check("models.retrieve", out.get("retrieved") == "stories260K", out.get("retrieved"))
     check("n=2 chat: two choices, each = burst generate", out.get("chat_n2") == [chat_ref] * 2, out.get("chat_n2"))
     check("n=2 streamed completion: each choice's chunks = burst generate",
           out.get("completion_n2") == [completion_ref] * 2, out.get("completion_n2"))

@@ -1,14 +1,17 @@
 """burstd's HTTP API on stories260K: completions and chats (streamed and whole) give the text
 `burst generate` gives greedily; the chat template, stop strings, seeds, tokenize; every bad input
 gets its status and an OpenAI-shaped error, and a normal request right after succeeds; the API
-key; a missing model fails before the port opens; one log line per request."""
+key; --idle-timeout and --max-connections; a missing model fails before the port opens; one log
+line per request."""
 import http.client
 import json
 import os
 import re
+import resource
 import socket
 import subprocess
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from burstd_util import BIN, STORIES, Burstd, Checks, generate, need_stories, stream_text
@@ -34,6 +37,10 @@ with Burstd(STORIES) as srv:
     check("/health", st == 200 and body["status"] == "ok", body)
     st, _, body = srv.request("GET", "/v1/models")
     check("/v1/models", st == 200 and body["data"][0]["id"] == "stories260K" and body["data"][0]["max_model_len"] == 512, body)
+    st, _, one = srv.request("GET", "/v1/models/stories260K")
+    check("/v1/models/stories260K: the same model", st == 200 and one == body["data"][0], one)
+    st, _, body = srv.request("GET", "/v1/models/llama-2-7b")
+    check("/v1/models/llama-2-7b: 404 model_not_found", st == 404 and body["error"]["code"] == "model_not_found", body)
 
     # Completions: whole, streamed, and the same as burst generate.
     ref = generate(STORIES, "Once upon a time", 40)
@@ -238,6 +245,65 @@ with Burstd(STORIES, "--api-key", "sekrit", "--cors-origin", ORIGIN) as srv:
           == r.getheader("Access-Control-Allow-Origin") == ORIGIN, (h, h2, r.getheaders()))
     st, _, _ = srv.request("OPTIONS", "/nowhere")
     check("CORS preflight of an unknown route: 404", st == 404, st)
+
+# --idle-timeout 2: a client that sends half a request, or nothing after an answer (a completion
+# included: the timeout, off while the answer was computed, is back on), is disconnected.
+# --max-connections 3: more connections are refused while three are open (logged once, not once
+# each), and served once the idle ones are gone.
+def closed_within(sock, seconds):
+    """What sock received before the server closed it, within seconds (None: still open)."""
+    sock.settimeout(seconds)
+    got = b""
+    try:
+        while chunk := sock.recv(65536):
+            got += chunk
+        return got
+    except socket.timeout:
+        return None
+    except ConnectionResetError:
+        return got
+
+
+with Burstd(STORIES, "--idle-timeout", "2", "--max-connections", "3") as srv:
+    half = socket.create_connection((srv.host, srv.port))
+    half.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro")
+    idle = socket.create_connection((srv.host, srv.port))
+    after = srv.connect()
+    after.request("POST", "/v1/completions", body=json.dumps(NORMAL), headers={"Content-Type": "application/json"})
+    answered = after.getresponse().read()
+    extra = [socket.create_connection((srv.host, srv.port)) for _ in range(5)]
+    for c in extra:
+        c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    check("--max-connections 3: five more connections are refused", all(closed_within(c, 10) == b"" for c in extra))
+    srv.wait_log("connection limit")
+    time.sleep(0.5)  # for any further lines to reach the log
+    check("... and logged once", srv.log().count("connection limit") == 1, srv.log()[-500:])
+    check("--idle-timeout 2: a half-sent request is disconnected", closed_within(half, 10) == b"")
+    check("... so is a connection that never sends", closed_within(idle, 10) == b"")
+    check("... and one idle after its completion", json.loads(answered)["choices"]
+          and closed_within(after.sock, 10) == b"")
+    deadline = time.time() + 10  # a closed connection's thread may still be ending
+    while (open_now := srv.metric("http_connections")) != 1 and time.time() < deadline:
+        time.sleep(0.05)
+    check("... then a new connection is served, the only one open", open_now == 1, open_now)
+
+# Each connection holds a file: burstd raises the open-files limit toward the hard one as
+# --max-connections needs, and says so when the hard one is too low.
+def files_limit(soft, hard):
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+with Burstd(STORIES, "--max-connections", "1000", preexec_fn=files_limit(256, 4096)) as srv:
+    with open(f"/proc/{srv.proc.pid}/limits") as f:
+        soft = int(re.search(r"Max open files +(\d+)", f.read()).group(1))
+    check(f"--max-connections 1000 raises a soft limit of 256 open files ({soft})", soft >= 1000 and
+          "connections" not in srv.log(), srv.log()[-300:])
+    held = [socket.create_connection((srv.host, srv.port)) for _ in range(2)]
+    time.sleep(0.2)  # for burstd to have accepted them
+    check("/metrics counts the open connections (its own too)", srv.metric("http_connections") == 3)
+with Burstd(STORIES, "--max-connections", "1000", preexec_fn=files_limit(256, 256)) as srv:
+    check("... and warns when the hard limit is 256", "this process may open 256 files (ulimit -n), so at most "
+          "192 connections" in srv.log(), srv.log()[-300:])
 
 # A missing or unusable model directory fails clearly before the port opens; bad flags too.
 with tempfile.TemporaryDirectory() as tmp:

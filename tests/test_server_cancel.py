@@ -4,12 +4,16 @@ a fourth gets 429 at once; the long request's client disconnects after its first
 says it was cancelled (having generated far fewer tokens than asked), and the waiting requests are
 served at once instead of after the long request would have finished. SIGTERM drains: a running
 stream finishes while new requests get 503 and /health says draining; --drain-timeout cuts the
-drain short, and so does a second signal."""
+drain short, and so does a second signal. With --idle-timeout 1, requests that wait longer than
+that for the slot are still answered whole, streamed or not: waiting is the server's, not the
+client's. A long prompt is not starved by a steady stream of short ones: once it has waited
+about twice as long as its prefill takes, it goes first."""
 import os
 import tempfile
 import threading
 import time
 import json
+import random
 import signal
 
 from burstd_util import MODELS, Burstd, Checks, need_stories
@@ -66,6 +70,64 @@ with tempfile.TemporaryDirectory() as tmp:
                   and waited < remaining / 2, (done, waited, remaining))
         check("metrics count the cancel and the rejection", srv.metric('request_cancelled_total{reason="decode"') == 1
               and srv.metric("request_rejected_total") == 1 and srv.metric("num_requests_running") == 0)
+
+    with Burstd(tmp, "--slots", "1", "--idle-timeout", "1") as srv:
+        holder = srv.connect()
+        holder.request("POST", "/v1/completions", body=json.dumps({
+            "prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": True, "stream": True}),
+            headers={"Content-Type": "application/json"})
+        held = holder.getresponse()
+        held.readline()  # it runs; a thread reads the rest, so that its client is never idle
+        def read_all():
+            try:
+                held.read()
+            except OSError:  # the shutdown below
+                pass
+        threading.Thread(target=read_all, daemon=True).start()
+        got = {}
+        body = {"prompt": "Once", "max_tokens": 3, "temperature": 0}
+        waiting = [threading.Thread(target=lambda: got.__setitem__("whole", srv.request("POST", "/v1/completions", body))),
+                   threading.Thread(target=lambda: got.__setitem__("stream", srv.stream("/v1/completions", body)))]
+        for t in waiting:
+            t.start()
+        deadline = time.time() + 30
+        while srv.metric("num_requests_waiting") < 2 and time.time() < deadline:
+            time.sleep(0.01)
+        time.sleep(1.5)
+        check("two requests wait 1.5 s for the slot (--idle-timeout 1)", srv.metric("num_requests_waiting") == 2)
+        holder.sock.shutdown(2)
+        for t in waiting:
+            t.join(120)
+        whole, streamed = got.get("whole"), got.get("stream")
+        check("... then the whole one is answered", whole and whole[0] == 200
+              and whole[2]["choices"][0]["finish_reason"] == "length", whole)
+        check("... and the streamed one streams to [DONE]", streamed and streamed[0] == 200
+              and streamed[1][-1:] == ["[DONE]"] and len(streamed[1]) >= 4, streamed)
+
+    # One slot prefills a 3000-token prompt while four clients keep the other slot busy with
+    # 64-token prompts, one 64-token chunk per step. Shortest-first alone would finish the long
+    # prompt after every short one; aged, it goes first after about 92 of them.
+    with Burstd(tmp, "--slots", "2", "--batch", "64", "--prefill-chunk", "64") as srv:
+        rng = random.Random(7)
+        ended = []
+
+        def send(prompt, name):
+            st, _, body = srv.request("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 1})
+            ended.append((name, st))
+        long = threading.Thread(target=send, args=([rng.randrange(3, 500) for _ in range(3000)], "long"))
+        long.start()
+        while srv.metric("num_requests_running") < 1:
+            time.sleep(0.01)
+        shorts = [[[rng.randrange(3, 500) for _ in range(64)] for _ in range(50)] for _ in range(4)]
+        clients = [threading.Thread(target=lambda ps: [send(p, "short") for p in ps], args=(ps,)) for ps in shorts]
+        for t in clients:
+            t.start()
+        for t in clients + [long]:
+            t.join(300)
+        names = [n for n, st in ended if st == 200]
+        after = len(names) - 1 - names.index("long") if "long" in names else 0
+        check(f"a long prompt is not starved by short ones ({after} of 200 end after it)",
+              len(names) == 201 and after >= 40, ended)
 
     # SIGTERM drains: the running stream finishes whole, new requests get 503, /health says
     # draining, then burstd exits 0. With a short --drain-timeout the request is stopped at it
