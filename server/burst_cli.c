@@ -285,7 +285,8 @@ static const char load_usage[] =
     "                      prompt's length from MIN to MAX (the same draws every run)\n"
     "  --shared-prefix S   the first S prompt tokens are the same in every request, as behind a\n"
     "                      system prompt (default 0: only BOS; at most P)\n"
-    "  --max-tokens M      tokens generated per request, exactly (default 64; EOS is ignored)\n";
+    "  --max-tokens M      tokens generated per request, exactly (default 64; EOS is ignored)\n"
+    "  --json FILE         also write the report's numbers to FILE, as one JSON object\n";
 
 // --prompt-tokens P or MIN:MAX.
 static int parse_lengths(const char *flag, const char *v, load_args *a) {
@@ -308,6 +309,7 @@ static int parse_load(int argc, char **argv, load_args *a) {
         int ok = 1, *dst = NULL;
         if (!strcmp(f, "--url")) a->url = v;
         else if (!strcmp(f, "--api-key")) a->api_key = v;
+        else if (!strcmp(f, "--json")) a->json_path = v;
         else if (!strcmp(f, "--concurrency")) ok = cli_parse_long("burst", f, v, 1, 4096, &n), dst = &a->concurrency;
         else if (!strcmp(f, "--requests")) ok = cli_parse_long("burst", f, v, 1, 1 << 24, &n), dst = &a->requests;
         else if (!strcmp(f, "--prompt-tokens")) ok = parse_lengths(f, v, a);
