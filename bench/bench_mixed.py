@@ -9,23 +9,15 @@ import os, re, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from make_random_model import write_model
+from bench_args import take_option
 
 args = sys.argv[1:]
 if not args:
     sys.exit(__doc__)
 
 
-def option(name, n):
-    if name not in args:
-        return None
-    i = args.index(name)
-    values = args[i + 1:i + 1 + n]
-    del args[i:i + 1 + n]
-    return values
-
-
-base = (option("--base", 1) or [None])[0]
-short_c, short_r, short_p, short_m = option("--short", 4) or ["4", "24", "32", "16"]
+base = (take_option(args, "--base", 1) or [None])[0]
+short_c, short_r, short_p, short_m = take_option(args, "--short", 4) or ["4", "24", "32", "16"]
 build = args[0]
 long_n = int(args[1]) if len(args) > 1 else 8000
 chunks = [int(c) for c in args[2:]] or [256]

@@ -11,23 +11,15 @@ import os, re, subprocess, sys, tempfile, urllib.request, json
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from make_random_model import write_model
+from bench_args import take_option
 
 args = sys.argv[1:]
 if not args:
     sys.exit(__doc__)
 
 
-def option(name, n):
-    if name not in args:
-        return None
-    i = args.index(name)
-    values = args[i + 1:i + 1 + n]
-    del args[i:i + 1 + n]
-    return values
-
-
-base = (option("--base", 1) or [None])[0]
-concurrency, requests, prompt_n, shared = [int(a) for a in option("--burst", 4) or [4, 16, 2000, 1800]]
+base = (take_option(args, "--base", 1) or [None])[0]
+concurrency, requests, prompt_n, shared = [int(a) for a in take_option(args, "--burst", 4) or [4, 16, 2000, 1800]]
 build = args[0]
 first, turn_n, turns = [int(a) for a in args[1:4]] + [2000, 200, 4][len(args[1:4]):]
 models = os.environ.get("BURST_MODELS_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "models"))

@@ -11,13 +11,13 @@
 #include "net.h"
 
 #define CLUSTER_MAGIC 0x54535242u // "BRST"
-#define CLUSTER_VERSION 2u
+#define CLUSTER_VERSION 3u
 #define CLUSTER_MAX_NODES 1024
 
 struct cluster {
     int node, n_nodes;
     int *fd;         // leader: (n_nodes) connection to each worker (fd[0] unused); worker: fd[0] to the leader
-    uint32_t *hosts; // (n_nodes)
+    net_addr *hosts; // (n_nodes)
     char addr[64];   // the coordinator, for messages
     uint8_t secret[SHA256_BYTES];
 };
@@ -44,7 +44,7 @@ static cluster *cluster_new(int node, int n_nodes, const char *addr) {
     *c = (cluster){.node = node, .n_nodes = n_nodes};
     c->fd = burst_malloc(sizeof(int) * (size_t)n_nodes);
     for (int i = 0; i < n_nodes; i++) c->fd[i] = -1;
-    c->hosts = burst_calloc((size_t)n_nodes, sizeof(uint32_t));
+    c->hosts = burst_calloc((size_t)n_nodes, sizeof(net_addr));
     snprintf(c->addr, sizeof c->addr, "%s", addr);
     return c;
 }
@@ -85,19 +85,19 @@ burst_status cluster_lead(const char *addr, int n_nodes, double timeout_s, const
     *out = NULL;
     if (n_nodes < 2 || n_nodes > CLUSTER_MAX_NODES)
         return BURST_FAIL(err, BURST_ERR_INVALID, "%d nodes (want 2..%d)", n_nodes, CLUSTER_MAX_NODES);
-    uint32_t ip;
+    net_addr ip;
     uint16_t port, bound;
     int lfd;
     burst_status st;
-    if ((st = net_resolve(addr, &ip, &port, err)) || (st = net_listen(ip, port, &lfd, &bound, err))) return st;
+    if ((st = net_resolve(addr, &ip, &port, err)) || (st = net_listen(&ip, port, &lfd, &bound, err))) return st;
     cluster *c = cluster_new(0, n_nodes, addr);
-    c->hosts[0] = 0x7f000001; // the leader reaches its own machine on loopback
+    c->hosts[0] = net_loopback(net_is_v6(&ip)); // the leader reaches its own machine on loopback
     double deadline = burst_now() + timeout_s;
     LOG_I("cluster: waiting for %d worker(s) on %s", n_nodes - 1, addr);
     if (!key || !*key) LOG_W("cluster: BURST_CLUSTER_KEY is not set: any process that reaches %s can join", addr);
     for (int node = 1; node < n_nodes;) {
         int fd;
-        uint32_t peer;
+        net_addr peer;
         burst_error e;
         if ((st = net_accept(lfd, deadline, &fd, &peer, &e))) {
             BURST_FAIL(err, st, "cluster on %s: %d of %d worker(s) joined in %.0f s (%s)", addr, node - 1,
@@ -105,7 +105,7 @@ burst_status cluster_lead(const char *addr, int n_nodes, double timeout_s, const
             break;
         }
         char who[64];
-        net_format(who, sizeof who, peer, 0);
+        net_format(who, sizeof who, &peer, 0);
         if (admit_worker(fd, key, &e)) {
             LOG_W("cluster: dropped a connection from %s: %s", who, e.msg);
             close(fd);
@@ -122,12 +122,9 @@ burst_status cluster_lead(const char *addr, int n_nodes, double timeout_s, const
     if (!st) st = cluster_random(nonce, sizeof nonce, err);
     for (int node = 1; !st && node < n_nodes; node++) {
         cluster_hello h = {CLUSTER_MAGIC, CLUSTER_VERSION, (uint32_t)node, (uint32_t)n_nodes};
-        uint32_t hosts[CLUSTER_MAX_NODES];
-        memcpy(hosts, c->hosts, sizeof(uint32_t) * (size_t)n_nodes);
-        hosts[0] = 0;
         burst_error e;
         if ((st = net_send(c->fd[node], &h, sizeof h, &e)) ||
-            (st = net_send(c->fd[node], hosts, sizeof(uint32_t) * (size_t)n_nodes, &e)) ||
+            (st = net_send(c->fd[node], c->hosts, sizeof(net_addr) * (size_t)n_nodes, &e)) ||
             (st = net_send(c->fd[node], nonce, sizeof nonce, &e)))
             BURST_FAIL(err, st, "cluster: node %d lost (%s)", node, e.msg);
     }
@@ -142,12 +139,13 @@ burst_status cluster_lead(const char *addr, int n_nodes, double timeout_s, const
 
 burst_status cluster_join(const char *addr, double timeout_s, const char *key, cluster **out, burst_error *err) {
     *out = NULL;
-    uint32_t ip, taken = 0;
+    net_addr ip;
+    uint32_t taken = 0;
     uint16_t port;
     int fd;
     burst_status st;
     burst_error e;
-    if ((st = net_resolve(addr, &ip, &port, err)) || (st = net_connect(ip, port, burst_now() + timeout_s, &fd, err)))
+    if ((st = net_resolve(addr, &ip, &port, err)) || (st = net_connect(&ip, port, burst_now() + timeout_s, &fd, err)))
         return st;
     cluster_hello h = {CLUSTER_MAGIC, CLUSTER_VERSION, 0, 0};
     uint8_t ours[SHA256_BYTES], theirs[SHA256_BYTES], proof[SHA256_BYTES], want[SHA256_BYTES];
@@ -181,7 +179,7 @@ burst_status cluster_join(const char *addr, double timeout_s, const char *key, c
     cluster *c = cluster_new((int)h.node, (int)h.n_nodes, addr);
     c->fd[0] = fd;
     uint8_t nonce[SHA256_BYTES];
-    if ((st = net_recv(fd, c->hosts, sizeof(uint32_t) * h.n_nodes, &e)) || (st = net_recv(fd, nonce, sizeof nonce, &e))) {
+    if ((st = net_recv(fd, c->hosts, sizeof(net_addr) * h.n_nodes, &e)) || (st = net_recv(fd, nonce, sizeof nonce, &e))) {
         cluster_free(c);
         return BURST_FAIL(err, st, "cluster at %s lost (%s)", addr, e.msg);
     }
@@ -195,9 +193,9 @@ int cluster_node(const cluster *c) { return c ? c->node : 0; }
 const uint8_t *cluster_secret(const cluster *c) { return c->secret; }
 int cluster_nodes(const cluster *c) { return c ? c->n_nodes : 1; }
 
-uint32_t cluster_host(const cluster *c, int node) {
+const net_addr *cluster_host(const cluster *c, int node) {
     BURST_ASSERT(c && node >= 0 && node < c->n_nodes);
-    return c->hosts[node];
+    return &c->hosts[node];
 }
 
 void cluster_ranks(const cluster *c, int node, int n_ranks, int *first, int *count) {

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "common/burst.h"
+#include "net.h"
 
 typedef struct cluster cluster;
 
@@ -19,7 +20,7 @@ typedef struct cluster cluster;
 // connection that cannot is dropped with a line saying why. The data that follows is not
 // encrypted: the key keeps out processes that reach the ports, not those that watch the network.
 //
-// Leader: listens on addr ("host:port") and waits until n_nodes - 1 workers have joined, or
+// Leader: listens on addr ("host:port", "[ipv6]:port") and waits until n_nodes - 1 workers have joined, or
 // timeout_s has passed.
 burst_status cluster_lead(const char *addr, int n_nodes, double timeout_s, const char *key, cluster **out,
                           burst_error *err);
@@ -34,8 +35,8 @@ int cluster_nodes(const cluster *c); // P; NULL cluster: 1
 const uint8_t *cluster_secret(const cluster *c);
 // n random bytes from the system.
 burst_status cluster_random(void *buf, size_t n, burst_error *err);
-// The IPv4 address (host byte order) at which this node reaches node i's machine.
-uint32_t cluster_host(const cluster *c, int node);
+// The address at which this node reaches node i's machine.
+const net_addr *cluster_host(const cluster *c, int node);
 // The ranks node `node` runs out of n_ranks: [*first, *first + *count), an even split. With a
 // NULL cluster: all of them.
 void cluster_ranks(const cluster *c, int node, int n_ranks, int *first, int *count);

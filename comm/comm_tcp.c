@@ -182,18 +182,18 @@ static burst_status connect_ring(tcp_group *t, cluster *cl, int n, int first, in
     burst_status st;
     for (int i = 0; i < t->n_local; i++) {
         int to = (first + i + 1) % n, node = node_of(cl, n, to);
-        uint32_t host = cl ? cluster_host(cl, node) : 0x7f000001;
+        net_addr host = cl ? *cluster_host(cl, node) : net_loopback(0);
         tcp_hello hello = {TCP_MAGIC, (uint32_t)(first + i), {0}};
         memcpy(hello.secret, secret, SHA256_BYTES);
         mover *out = &t->ranks[i].out;
         out->peer = to;
-        if ((st = net_connect(host, (uint16_t)ports[node], deadline, &out->fd, err)) ||
+        if ((st = net_connect(&host, (uint16_t)ports[node], deadline, &out->fd, err)) ||
             (st = net_send(out->fd, &hello, sizeof hello, err)))
             return st;
     }
     for (int i = 0; i < t->n_local; i++) {
         int fd;
-        uint32_t peer;
+        net_addr peer;
         tcp_hello hello;
         if ((st = net_accept(lfd, deadline, &fd, &peer, err))) return st;
         if ((st = net_recv(fd, &hello, sizeof hello, err))) {
@@ -205,7 +205,7 @@ static burst_status connect_ring(tcp_group *t, cluster *cl, int n, int first, in
             to >= t->n_local || t->ranks[to].in.fd >= 0) {
             close(fd);
             char who[64];
-            net_format(who, sizeof who, peer, 0);
+            net_format(who, sizeof who, &peer, 0);
             return BURST_FAIL(err, BURST_ERR_FORMAT, "tcp: unexpected connection from %s (magic %08x, rank %u%s)", who,
                               hello.magic, hello.rank, hmac_equal(hello.secret, secret) ? "" : ", not this cluster's secret");
         }
@@ -222,8 +222,10 @@ burst_status comm_tcp_group_new(cluster *cl, int n_ranks, double stall_s, comm_g
     cluster_ranks(cl, node, n_ranks, &first, &count);
     int lfd;
     uint16_t port;
-    // Alone, everything stays on loopback; in a cluster the other machines must reach us.
-    burst_status st = net_listen(cl ? 0 : 0x7f000001, 0, &lfd, &port, err);
+    // Alone, everything stays on loopback; in a cluster the other machines must reach us, at an
+    // address of the family the cluster uses.
+    net_addr any = cl ? net_any(net_is_v6(cluster_host(cl, 0))) : net_loopback(0);
+    burst_status st = net_listen(&any, 0, &lfd, &port, err);
     if (st) return st;
     uint32_t *ports = burst_calloc((size_t)P, sizeof(uint32_t)), mine = port;
     if (cl) st = cluster_allgather(cl, &mine, ports, sizeof mine, err);

@@ -15,32 +15,83 @@
 #include <time.h>
 #include <unistd.h>
 
-burst_status net_resolve(const char *addr, uint32_t *ip, uint16_t *port, burst_error *err) {
-    const char *colon = strrchr(addr, ':');
+static const uint8_t V4_MAPPED[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+int net_is_v6(const net_addr *a) { return memcmp(a->b, V4_MAPPED, sizeof V4_MAPPED) != 0; }
+
+static net_addr v4(uint32_t host_order) {
+    net_addr a;
+    memcpy(a.b, V4_MAPPED, sizeof V4_MAPPED);
+    uint32_t n = htonl(host_order);
+    memcpy(a.b + 12, &n, 4);
+    return a;
+}
+
+net_addr net_any(int v6) { return v6 ? (net_addr){{0}} : v4(INADDR_ANY); }
+
+net_addr net_loopback(int v6) { return v6 ? (net_addr){.b[15] = 1} : v4(INADDR_LOOPBACK); }
+
+static net_addr addr_of(const struct sockaddr_storage *ss) {
+    net_addr a;
+    if (ss->ss_family == AF_INET) {
+        memcpy(a.b, V4_MAPPED, sizeof V4_MAPPED);
+        memcpy(a.b + 12, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+    } else {
+        memcpy(a.b, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
+    }
+    return a;
+}
+
+// The socket address of ip:port, in ip's family; returns its length.
+static socklen_t sockaddr_of(const net_addr *ip, uint16_t port, struct sockaddr_storage *ss) {
+    memset(ss, 0, sizeof *ss);
+    if (!net_is_v6(ip)) {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+        s4->sin_family = AF_INET, s4->sin_port = htons(port);
+        memcpy(&s4->sin_addr, ip->b + 12, 4);
+        return sizeof *s4;
+    }
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+    s6->sin6_family = AF_INET6, s6->sin6_port = htons(port);
+    memcpy(&s6->sin6_addr, ip->b, 16);
+    return sizeof *s6;
+}
+
+burst_status net_resolve(const char *addr, net_addr *ip, uint16_t *port, burst_error *err) {
+    const char *colon = strrchr(addr, ':'), *host = addr, *host_end = colon;
+    if (addr[0] == '[') { // [v6]:port
+        host = addr + 1;
+        host_end = strchr(addr, ']');
+        if (!host_end || host_end[1] != ':') colon = NULL;
+    } else if (colon && memchr(addr, ':', (size_t)(colon - addr))) {
+        return BURST_FAIL(err, BURST_ERR_INVALID, "address '%s': an IPv6 address goes in brackets: [%.*s]:PORT", addr,
+                          (int)(colon - addr), addr);
+    }
     char *end;
     long p = colon ? strtol(colon + 1, &end, 10) : -1;
-    if (!colon || colon == addr || colon[1] == '\0' || *end || p < 0 || p > 65535)
-        return BURST_FAIL(err, BURST_ERR_INVALID, "address '%s': want HOST:PORT", addr);
-    char host[256];
-    if ((size_t)(colon - addr) >= sizeof host) return BURST_FAIL(err, BURST_ERR_INVALID, "address '%s': host too long", addr);
-    memcpy(host, addr, (size_t)(colon - addr));
-    host[colon - addr] = '\0';
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
-    int rc = getaddrinfo(host, NULL, &hints, &res);
+    if (!colon || host_end == host || colon[1] == '\0' || *end || p < 0 || p > 65535)
+        return BURST_FAIL(err, BURST_ERR_INVALID, "address '%s': want HOST:PORT or [IPV6]:PORT", addr);
+    char name[256];
+    if ((size_t)(host_end - host) >= sizeof name) return BURST_FAIL(err, BURST_ERR_INVALID, "address '%s': host too long", addr);
+    memcpy(name, host, (size_t)(host_end - host));
+    name[host_end - host] = '\0';
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res;
+    int rc = getaddrinfo(name, NULL, &hints, &res);
     if (rc) return BURST_FAIL(err, BURST_ERR_INVALID, "address '%s': %s", addr, gai_strerror(rc));
-    *ip = ntohl(((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr);
+    struct sockaddr_storage ss = {0};
+    memcpy(&ss, res->ai_addr, res->ai_addrlen);
+    *ip = addr_of(&ss);
     *port = (uint16_t)p;
     freeaddrinfo(res);
     return BURST_OK;
 }
 
-void net_format(char *out, size_t cap, uint32_t ip, uint16_t port) {
-    int n = snprintf(out, cap, "%u.%u.%u.%u", ip >> 24, (ip >> 16) & 255, (ip >> 8) & 255, ip & 255);
-    if (port && n > 0 && (size_t)n < cap) snprintf(out + n, cap - (size_t)n, ":%u", port);
-}
-
-static struct sockaddr_in sockaddr_of(uint32_t ip, uint16_t port) {
-    return (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(ip)};
+void net_format(char *out, size_t cap, const net_addr *ip, uint16_t port) {
+    char host[INET6_ADDRSTRLEN];
+    int v6 = net_is_v6(ip);
+    inet_ntop(v6 ? AF_INET6 : AF_INET, v6 ? (const void *)ip->b : (const void *)(ip->b + 12), host, sizeof host);
+    if (port) snprintf(out, cap, v6 ? "[%s]:%u" : "%s:%u", host, port);
+    else snprintf(out, cap, "%s", host);
 }
 
 // Ring steps are large and latency matters for the small collectives: no Nagle delay. A peer
@@ -56,26 +107,26 @@ static void tune(int fd) {
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
 }
 
-burst_status net_listen(uint32_t ip, uint16_t port, int *fd, uint16_t *bound, burst_error *err) {
+burst_status net_listen(const net_addr *ip, uint16_t port, int *fd, uint16_t *bound, burst_error *err) {
     char where[64];
     net_format(where, sizeof where, ip, port);
-    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-    if (s < 0) return BURST_FAIL(err, BURST_ERR_IO, "socket: %s", strerror(errno));
+    struct sockaddr_storage sa;
+    socklen_t len = sockaddr_of(ip, port, &sa);
+    int s = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, zero = 0;
+    if (s < 0) return BURST_FAIL(err, BURST_ERR_IO, "socket for %s: %s", where, strerror(errno));
     setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in sa = sockaddr_of(ip, port);
-    socklen_t len = sizeof sa;
-    if (bind(s, (struct sockaddr *)&sa, sizeof sa) || listen(s, 128) ||
-        getsockname(s, (struct sockaddr *)&sa, &len)) {
+    if (sa.ss_family == AF_INET6) setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero); // :: takes IPv4 too
+    if (bind(s, (struct sockaddr *)&sa, len) || listen(s, 128) || getsockname(s, (struct sockaddr *)&sa, &len)) {
         int e = errno;
         close(s);
         return BURST_FAIL(err, BURST_ERR_IO, "listen on %s: %s", where, strerror(e));
     }
     *fd = s;
-    *bound = ntohs(sa.sin_port);
+    *bound = ntohs(sa.ss_family == AF_INET ? ((struct sockaddr_in *)&sa)->sin_port : ((struct sockaddr_in6 *)&sa)->sin6_port);
     return BURST_OK;
 }
 
-burst_status net_accept(int listen_fd, double deadline, int *fd, uint32_t *peer_ip, burst_error *err) {
+burst_status net_accept(int listen_fd, double deadline, int *fd, net_addr *peer_ip, burst_error *err) {
     for (;;) {
         double left = deadline - burst_now();
         if (left <= 0) return BURST_FAIL(err, BURST_ERR_IO, "timed out waiting for a connection");
@@ -83,7 +134,7 @@ burst_status net_accept(int listen_fd, double deadline, int *fd, uint32_t *peer_
         int n = poll(&p, 1, (int)(left * 1000) + 1);
         if (n < 0 && errno != EINTR) return BURST_FAIL(err, BURST_ERR_IO, "poll: %s", strerror(errno));
         if (n <= 0) continue;
-        struct sockaddr_in sa;
+        struct sockaddr_storage sa;
         socklen_t len = sizeof sa;
         int s = accept4(listen_fd, (struct sockaddr *)&sa, &len, SOCK_CLOEXEC);
         if (s < 0) {
@@ -92,19 +143,20 @@ burst_status net_accept(int listen_fd, double deadline, int *fd, uint32_t *peer_
         }
         tune(s);
         *fd = s;
-        *peer_ip = ntohl(sa.sin_addr.s_addr);
+        *peer_ip = addr_of(&sa);
         return BURST_OK;
     }
 }
 
-burst_status net_connect(uint32_t ip, uint16_t port, double deadline, int *fd, burst_error *err) {
+burst_status net_connect(const net_addr *ip, uint16_t port, double deadline, int *fd, burst_error *err) {
     char where[64];
     net_format(where, sizeof where, ip, port);
+    struct sockaddr_storage sa;
+    socklen_t len = sockaddr_of(ip, port, &sa);
     for (;;) {
-        int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (s < 0) return BURST_FAIL(err, BURST_ERR_IO, "socket: %s", strerror(errno));
-        struct sockaddr_in sa = sockaddr_of(ip, port);
-        if (connect(s, (struct sockaddr *)&sa, sizeof sa) == 0) {
+        int s = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (s < 0) return BURST_FAIL(err, BURST_ERR_IO, "socket for %s: %s", where, strerror(errno));
+        if (connect(s, (struct sockaddr *)&sa, len) == 0) {
             tune(s);
             *fd = s;
             return BURST_OK;
@@ -118,11 +170,11 @@ burst_status net_connect(uint32_t ip, uint16_t port, double deadline, int *fd, b
     }
 }
 
-uint32_t net_peer_ip(int fd) {
-    struct sockaddr_in sa = {0};
+net_addr net_peer_ip(int fd) {
+    struct sockaddr_storage sa = {0};
     socklen_t len = sizeof sa;
     getpeername(fd, (struct sockaddr *)&sa, &len);
-    return ntohl(sa.sin_addr.s_addr);
+    return addr_of(&sa);
 }
 
 burst_status net_send(int fd, const void *buf, size_t bytes, burst_error *err) {

@@ -39,8 +39,9 @@ static const char usage[] =
     "  --comm NAME         threads (default in one process), tcp (cpu backend, any processes) or\n"
     "                      nccl (one GPU per rank; default for cuda across nodes)\n"
     "  --nodes P           processes sharing the G ranks: this one and P-1 `burst worker`s\n"
-    "  --coordinator HOST:PORT  with --nodes: where this process listens for its workers (set the\n"
-    "                      same secret in BURST_CLUSTER_KEY on every node: only nodes that hold it join)\n"
+    "  --coordinator HOST:PORT  with --nodes: where this process listens for its workers\n"
+    "                      ([ADDR]:PORT for IPv6; set the same secret in BURST_CLUSTER_KEY on every\n"
+    "                      node: only nodes that hold it join)\n"
     "  --join-timeout S    seconds to wait for the workers to join (default 600)\n"
     "  --node-timeout S    with --comm tcp: a transfer between ranks that makes no progress for S\n"
     "                      seconds means a process hangs, and fails the run (default 600)\n";
@@ -221,7 +222,8 @@ static const char worker_usage[] =
     "any machines, each with the leader's BURST_CLUSTER_KEY in its environment (if it has one).\n"
     "\n"
     "  --model DIR         the same model as the leader's (a copy on this machine)\n"
-    "  --coordinator HOST:PORT  the leader's --coordinator, as this machine reaches it\n"
+    "  --coordinator HOST:PORT  the leader's --coordinator, as this machine reaches it ([ADDR]:PORT\n"
+    "                      for IPv6)\n"
     "  --threads N         CPU threads of this process, shared out among its ranks (default: all cores)\n"
     "  --join-timeout S    seconds to keep trying to reach the leader (default 600)\n";
 
@@ -283,7 +285,8 @@ static const char load_usage[] =
     "                      prompt's length from MIN to MAX (the same draws every run)\n"
     "  --shared-prefix S   the first S prompt tokens are the same in every request, as behind a\n"
     "                      system prompt (default 0: only BOS; at most P)\n"
-    "  --max-tokens M      tokens generated per request, exactly (default 64; EOS is ignored)\n";
+    "  --max-tokens M      tokens generated per request, exactly (default 64; EOS is ignored)\n"
+    "  --json FILE         also write the report's numbers to FILE, as one JSON object\n";
 
 // --prompt-tokens P or MIN:MAX.
 static int parse_lengths(const char *flag, const char *v, load_args *a) {
@@ -306,6 +309,7 @@ static int parse_load(int argc, char **argv, load_args *a) {
         int ok = 1, *dst = NULL;
         if (!strcmp(f, "--url")) a->url = v;
         else if (!strcmp(f, "--api-key")) a->api_key = v;
+        else if (!strcmp(f, "--json")) a->json_path = v;
         else if (!strcmp(f, "--concurrency")) ok = cli_parse_long("burst", f, v, 1, 4096, &n), dst = &a->concurrency;
         else if (!strcmp(f, "--requests")) ok = cli_parse_long("burst", f, v, 1, 1 << 24, &n), dst = &a->requests;
         else if (!strcmp(f, "--prompt-tokens")) ok = parse_lengths(f, v, a);

@@ -2,6 +2,7 @@
 #include "load.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -150,18 +151,47 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+typedef struct {
+    double p50, p90, p99, mean;
+    size_t n;
+} load_stat;
+
 // p50/p90/p99 (nearest rank) and mean of v (sorted in place).
-static void print_row(const char *name, double *v, size_t n) {
-    if (!n) {
-        printf("%-22s %10s\n", name, "-");
-        return;
-    }
+static load_stat stat_of(double *v, size_t n) {
+    load_stat st = {.n = n};
+    if (!n) return st;
     qsort(v, n, sizeof *v, cmp_double);
-    double sum = 0, q[3] = {0.50, 0.90, 0.99};
-    for (size_t i = 0; i < n; i++) sum += v[i];
-    printf("%-22s", name);
-    for (int k = 0; k < 3; k++) printf(" %10.4f", v[(size_t)ceil(q[k] * (double)n) - 1]);
-    printf(" %10.4f %8zu\n", sum / (double)n, n);
+    for (size_t i = 0; i < n; i++) st.mean += v[i];
+    st.mean /= (double)n;
+    st.p50 = v[(size_t)ceil(0.50 * (double)n) - 1];
+    st.p90 = v[(size_t)ceil(0.90 * (double)n) - 1];
+    st.p99 = v[(size_t)ceil(0.99 * (double)n) - 1];
+    return st;
+}
+
+static void print_row(const char *name, const load_stat *st) {
+    if (!st->n) printf("%-22s %10s\n", name, "-");
+    else printf("%-22s %10.4f %10.4f %10.4f %10.4f %8zu\n", name, st->p50, st->p90, st->p99, st->mean, st->n);
+}
+
+static void add_stat(cJSON *o, const char *name, const load_stat *st) {
+    cJSON *j = cJSON_AddObjectToObject(o, name);
+    cJSON_AddNumberToObject(j, "p50", st->p50);
+    cJSON_AddNumberToObject(j, "p90", st->p90);
+    cJSON_AddNumberToObject(j, "p99", st->p99);
+    cJSON_AddNumberToObject(j, "mean", st->mean);
+    cJSON_AddNumberToObject(j, "n", (double)st->n);
+}
+
+// The report's numbers, for scripts: one JSON object in the file at path.
+static int write_json(const char *path, cJSON *o) {
+    char *text = cJSON_Print(o);
+    FILE *f = fopen(path, "w");
+    int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    if (f && fclose(f)) ok = 0;
+    if (!ok) fprintf(stderr, "burst load: --json %s: %s\n", path, strerror(errno));
+    free(text);
+    return ok;
 }
 
 static int report(const load_args *a, load_record *rec, double due_last, double wall) {
@@ -178,34 +208,63 @@ static int report(const load_args *a, load_record *rec, double due_last, double 
         for (int j = 0; j + 1 < r->n_tokens; j++) itl[n_itl++] = r->gaps[j];
         tokens += r->n_tokens;
     }
+    load_stat ttft_st = stat_of(ttft, n_ttft), itl_st = stat_of(itl, n_itl);
     long long cached = 0, prompt = 0;
-    for (int i = 0; i < a->requests; i++) cached += rec[i].n_cached, prompt += prompt_len(a, i);
+    int progress = 0, with_progress = 0, late = 0;
+    double worst = 0;
+    for (int i = 0; i < a->requests; i++) {
+        cached += rec[i].n_cached, prompt += prompt_len(a, i);
+        progress += rec[i].n_progress, with_progress += rec[i].n_progress > 0;
+        late += rec[i].late > 0.01;
+        worst = rec[i].late > worst ? rec[i].late : worst;
+    }
     char lens[48];
     if (a->prompt_tokens_max > a->prompt_tokens) snprintf(lens, sizeof lens, "%d..%d", a->prompt_tokens, a->prompt_tokens_max);
     else snprintf(lens, sizeof lens, "%d", a->prompt_tokens);
     printf("burst load: %s, %d requests (%d failed), concurrency %d, prompt %s tokens (%d shared), %d tokens each, "
            "%.2f s\n", a->url, a->requests, failed, a->concurrency, lens, a->shared_prefix, a->max_tokens, wall);
     printf("%-22s %10s %10s %10s %10s %8s\n", "", "p50", "p90", "p99", "mean", "n");
-    print_row("time to first token s", ttft, n_ttft);
-    print_row("inter-token latency s", itl, n_itl);
+    print_row("time to first token s", &ttft_st);
+    print_row("inter-token latency s", &itl_st);
     printf("throughput: %.1f output tokens/s, %.2f requests/s\n", (double)tokens / wall, (a->requests - failed) / wall);
-    int progress = 0, with_progress = 0;
-    for (int i = 0; i < a->requests; i++) progress += rec[i].n_progress, with_progress += rec[i].n_progress > 0;
     if (progress) printf("prompt progress: %d events before first tokens, on %d requests\n", progress, with_progress);
     printf("prefix cache: %lld of %lld prompt tokens cached\n", cached, prompt);
-    if (a->rate > 0) {
-        int late = 0;
-        double worst = 0;
-        for (int i = 0; i < a->requests; i++) {
-            late += rec[i].late > 0.01;
-            worst = rec[i].late > worst ? rec[i].late : worst;
-        }
+    if (a->rate > 0)
         printf("arrivals: %.2f requests/s (Poisson) over %.2f s; %d sent more than 10 ms late, all %d clients being "
                "busy (the latest by %.3f s)\n", a->rate, due_last, late, a->concurrency, worst);
+    int ok = 1;
+    if (a->json_path) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "url", a->url);
+        cJSON_AddNumberToObject(o, "requests", a->requests);
+        cJSON_AddNumberToObject(o, "failed", failed);
+        cJSON_AddNumberToObject(o, "concurrency", a->concurrency);
+        cJSON_AddNumberToObject(o, "rate", a->rate);
+        cJSON_AddNumberToObject(o, "prompt_tokens_min", a->prompt_tokens);
+        cJSON_AddNumberToObject(o, "prompt_tokens_max", a->prompt_tokens_max > a->prompt_tokens ? a->prompt_tokens_max
+                                                                                               : a->prompt_tokens);
+        cJSON_AddNumberToObject(o, "shared_prefix", a->shared_prefix);
+        cJSON_AddNumberToObject(o, "max_tokens", a->max_tokens);
+        cJSON_AddNumberToObject(o, "wall_s", wall);
+        add_stat(o, "time_to_first_token_s", &ttft_st);
+        add_stat(o, "inter_token_latency_s", &itl_st);
+        cJSON_AddNumberToObject(o, "output_tokens", (double)tokens);
+        cJSON_AddNumberToObject(o, "output_tokens_per_s", (double)tokens / wall);
+        cJSON_AddNumberToObject(o, "requests_per_s", (a->requests - failed) / wall);
+        cJSON_AddNumberToObject(o, "prompt_tokens", (double)prompt);
+        cJSON_AddNumberToObject(o, "cached_tokens", (double)cached);
+        cJSON_AddNumberToObject(o, "progress_events", progress);
+        if (a->rate > 0) {
+            cJSON_AddNumberToObject(o, "arrivals_s", due_last);
+            cJSON_AddNumberToObject(o, "sent_late", late);
+            cJSON_AddNumberToObject(o, "latest_by_s", worst);
+        }
+        ok = write_json(a->json_path, o);
+        cJSON_Delete(o);
     }
     free(ttft);
     free(itl);
-    return failed ? 1 : 0;
+    return !ok ? 2 : failed ? 1 : 0;
 }
 
 int load_run(const load_args *a) {

@@ -20,7 +20,9 @@ typedef struct {
     int prompt_tokens_max; // > prompt_tokens: each prompt's length is drawn from [prompt_tokens, this]
     int shared_prefix; // the first shared_prefix prompt tokens are the same in every request (<= prompt_tokens)
     double rate;       // requests due per second on average (0: each client sends its next when its last ends)
+    const char *json_path; // non-NULL: the report's numbers also go there, as one JSON object
 } load_args;
 
-// Runs the load and prints the report. Returns 0 when every request completed with M tokens.
+// Runs the load and prints the report. Returns 0 when every request completed with M tokens, 1
+// when some did not, 2 for a bad URL or a report that could not be written.
 int load_run(const load_args *a);

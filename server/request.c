@@ -74,7 +74,11 @@ void request_release(burst_request *r) {
     free(r);
 }
 
-static void push(burst_request *r, request_event *e) {
+// Queues a copy of ev (its text NULL: empty) on r's queue, or its batch's.
+static void push(burst_request *r, request_event ev) {
+    request_event *e = burst_malloc(sizeof *e);
+    *e = ev;
+    if (!e->text) e->text = strdup("");
     if (r->sink) e->choice += r->choice0, r = r->sink;
     pthread_mutex_lock(&r->mu);
     if (r->tail) r->tail->next = e;
@@ -85,24 +89,18 @@ static void push(burst_request *r, request_event *e) {
 }
 
 void request_push_token(burst_request *r, int choice, char *text, sampled_logprobs *logprobs, int n_logprobs) {
-    request_event *e = burst_calloc(1, sizeof *e);
-    *e = (request_event){.kind = REQ_EVENT_TOKEN, .choice = choice, .text = text ? text : strdup(""), .logprobs = logprobs,
-                         .n_logprobs = n_logprobs};
-    push(r, e);
+    push(r, (request_event){.kind = REQ_EVENT_TOKEN, .choice = choice, .text = text, .logprobs = logprobs,
+                            .n_logprobs = n_logprobs});
 }
 
 void request_push_done(burst_request *r, int choice, char *text, sampled_logprobs *logprobs, int n_logprobs,
                        const request_result *result) {
-    request_event *e = burst_calloc(1, sizeof *e);
-    *e = (request_event){.kind = REQ_EVENT_DONE, .choice = choice, .text = text ? text : strdup(""), .logprobs = logprobs,
-                         .n_logprobs = n_logprobs, .result = *result};
-    push(r, e);
+    push(r, (request_event){.kind = REQ_EVENT_DONE, .choice = choice, .text = text, .logprobs = logprobs,
+                            .n_logprobs = n_logprobs, .result = *result});
 }
 
 void request_push_progress(burst_request *r, const request_progress *p) {
-    request_event *e = burst_calloc(1, sizeof *e);
-    *e = (request_event){.kind = REQ_EVENT_PROGRESS, .text = strdup(""), .progress = *p};
-    push(r, e);
+    push(r, (request_event){.kind = REQ_EVENT_PROGRESS, .progress = *p});
 }
 
 request_event *request_pop(burst_request *r, double timeout_s) {

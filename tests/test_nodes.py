@@ -12,6 +12,7 @@ leader with `burst worker`s on loopback.
   a leader whose workers never come and a worker whose leader never comes give up at the join
   timeout with one-line errors; a stray connection to the coordinator is dropped and the real
   worker still joins; --nodes without --coordinator is a usage error;
+- the cluster over IPv6 ([::1]:PORT), and an IPv6 coordinator without brackets is refused;
 - BURST_CLUSTER_KEY: the same key on both sides forms the cluster, another key or none is
   refused by both (a wrong answer to the leader's challenge too), and the leader warns when it has
   none."""
@@ -72,6 +73,24 @@ for G, P, batch, kv in ((2, 2, 512, "f32"), (3, 2, 512, "f32"), (4, 3, 512, "f32
     for i, w in enumerate(workers):
         rc, err = finish(w)
         check(f"{name}: worker {i + 1} exits 0 when the leader stops", rc == 0 and "leader has stopped" in err, err[-400:])
+
+# The same over IPv6 loopback, where this machine has it; an IPv6 address without brackets is a
+# clear error.
+try:
+    with socket.socket(socket.AF_INET6) as s6:
+        s6.bind(("::1", 0))
+        coord = f"[::1]:{s6.getsockname()[1]}"
+except OSError:
+    coord = None
+if coord:
+    one = generate("--ranks", "3")
+    w = worker(coord)
+    many = generate("--ranks", "3", "--nodes", "2", "--coordinator", coord)
+    rc, err = finish(w)
+    check(f"--coordinator {coord}: same text as one process, worker exit 0", many.returncode == 0 and rc == 0
+          and many.stdout == one.stdout and "joined from ::1" in many.stderr, (many.stderr[-400:], err[-400:]))
+r = generate("--ranks", "2", "--nodes", "2", "--coordinator", "::1:9000")
+check("--coordinator ::1:9000: wants brackets", r.returncode != 0 and "[::1]:PORT" in r.stderr, r.stderr[-300:])
 
 # Prompt logprobs of a ~300-token prompt (chunks of 256 and the rest, both split zigzag over the
 # ranks, whose rows are gathered for the logits) from one process, for burstd with a worker below.
@@ -217,7 +236,7 @@ for name, env in (("another key", {**ENV, "BURST_CLUSTER_KEY": "guess"}), ("no k
           rc == 1 and "has another cluster key" in werr, werr[-400:])
     if name == "no key":  # a client that answers the challenge with a wrong proof
         fake = socket.create_connection(("127.0.0.1", port))
-        fake.sendall(struct.pack("<4I", 0x54535242, 2, 0, 0) + os.urandom(32))
+        fake.sendall(struct.pack("<4I", 0x54535242, 3, 0, 0) + os.urandom(32))  # magic, CLUSTER_VERSION
         got = b""
         while len(got) < 64:
             got += fake.recv(64 - len(got))

@@ -7,6 +7,7 @@ requests go out at Poisson times, late when every client is busy; with --prompt-
 the prompts' lengths vary, the same every run. On a random-weight
 model, whose tokens often split a UTF-8 character, a stream has exactly one chunk per token before
 its final chunk, which carries the text held back to the end: `burst load` counts tokens so."""
+import json
 import os
 import re
 import subprocess
@@ -23,6 +24,7 @@ PROMPTS = ["Once upon a time", "Lily and Tom", "The cat sat", "One day, a big do
 N, MAX_TOKENS = 32, 48
 refs = {p: generate(STORIES, p, MAX_TOKENS) for p in PROMPTS}
 
+reports = tempfile.TemporaryDirectory()  # burst load --json's
 with Burstd(STORIES, "--slots", "8", "--max-queue", "64") as srv:
     ttft_before = srv.metric("time_to_first_token_seconds_count")
     results = [None] * N
@@ -50,13 +52,27 @@ with Burstd(STORIES, "--slots", "8", "--max-queue", "64") as srv:
 
     # burst load: client-side percentiles; every request exactly P prompt and M generated tokens.
     gen_before, prompt_before = srv.metric("generation_tokens_total"), srv.metric("prompt_tokens_total")
+    report = os.path.join(reports.name, "load.json")
     r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--concurrency", "4", "--requests", "8",
-                        "--prompt-tokens", "20", "--max-tokens", "10"], capture_output=True, text=True, timeout=120)
+                        "--prompt-tokens", "20", "--max-tokens", "10", "--json", report], capture_output=True, text=True,
+                       timeout=120)
     check("burst load runs", r.returncode == 0 and "time to first token s" in r.stdout
           and "inter-token latency s" in r.stdout and "p99" in r.stdout and "output tokens/s" in r.stdout,
           (r.returncode, r.stdout, r.stderr))
+    with open(report) as f:
+        numbers = json.load(f)
+    row = [float(x) for x in re.search(r"time to first token s((?:\s+[\d.]+){4})", r.stdout).group(1).split()]
+    got = numbers["time_to_first_token_s"]
+    check("--json: the table's numbers", numbers["requests"] == 8 and numbers["failed"] == 0
+          and numbers["output_tokens"] == 80 and numbers["prompt_tokens"] == 160 and got["n"] == 8
+          and numbers["inter_token_latency_s"]["n"] == 72
+          and [round(got[k], 4) for k in ("p50", "p90", "p99", "mean")] == row, (numbers, row))
     check("burst load: exact token counts", srv.metric("generation_tokens_total") - gen_before == 80
           and srv.metric("prompt_tokens_total") - prompt_before == 160)
+    r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--requests", "1", "--max-tokens", "2",
+                        "--json", os.path.join(reports.name, "no", "such", "dir.json")], capture_output=True, text=True)
+    check("--json into a missing directory: exit 2, saying why", r.returncode == 2
+          and "No such file or directory" in r.stderr, (r.returncode, r.stderr))
     # A shared 16-token prefix: after the first requests, the prefix cache holds it for the rest.
     hits_before = srv.metric("prefix_cache_hits_total")
     r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--concurrency", "1", "--requests", "4",
