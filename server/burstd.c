@@ -29,6 +29,9 @@ static const char usage[] =
     "  --idle-timeout S  close a connection whose client sends or reads nothing for S seconds,\n"
     "                    mid-request or between requests; a request waiting for its tokens is\n"
     "                    not idle (default 60; 0: never)\n"
+    "  --stream-ping S   a stream that has sent nothing for S seconds (its request waiting for a\n"
+    "                    slot) gets an SSE comment line, which clients skip, so that proxies with\n"
+    "                    read timeouts keep it open (default 15; 0: never)\n"
     "  --batch N         tokens per engine step, decode tokens plus prompt chunks (default 512;\n"
     "                    8192 with a cuda backend, where large steps keep the GPU busy)\n"
     "  --prefill-chunk N prompt tokens of one request per step at most, so that long prompts\n"
@@ -64,13 +67,14 @@ typedef struct {
     const char *model, *host, *api_key, *cors_origin, *backend, *comm, *coordinator;
     int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk, nodes, prefix_cache, max_connections,
         idle_timeout;
-    float max_wait, join_timeout, node_timeout, drain_timeout;
+    float max_wait, join_timeout, node_timeout, drain_timeout, stream_ping;
     burst_dtype kv_dtype;
 } burstd_args;
 
 static int parse_args(int argc, char **argv, burstd_args *a) {
     *a = (burstd_args){.host = "127.0.0.1", .port = 8080, .slots = 4, .max_queue = 64, .ranks = 1, .prefix_cache = 1,
-                         .drain_timeout = 30, .max_connections = 1024, .idle_timeout = 60};
+                         .drain_timeout = 30, .max_connections = 1024, .idle_timeout = 60,
+                         .stream_ping = 15};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = cli_value("burstd", usage, argc, argv, &i);
         if (!v) return 0;
@@ -94,6 +98,7 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         else if (!strcmp(f, "--ctx")) ok = cli_parse_long("burstd", f, v, 1, 1 << 30, &n), dst = &a->ctx;
         else if (!strcmp(f, "--max-connections")) ok = cli_parse_long("burstd", f, v, 1, 1 << 20, &n), dst = &a->max_connections;
         else if (!strcmp(f, "--idle-timeout")) ok = cli_parse_long("burstd", f, v, 0, 1 << 24, &n), dst = &a->idle_timeout;
+        else if (!strcmp(f, "--stream-ping")) ok = cli_parse_float("burstd", f, v, 0, 1e6f, &a->stream_ping);
         else if (!strcmp(f, "--max-queue")) ok = cli_parse_long("burstd", f, v, 1, 1 << 20, &n), dst = &a->max_queue;
         else if (!strcmp(f, "--batch")) ok = cli_parse_long("burstd", f, v, 1, 1 << 20, &n), dst = &a->batch;
         else if (!strcmp(f, "--prefill-chunk")) ok = cli_parse_long("burstd", f, v, 1, 1 << 20, &n), dst = &a->prefill_chunk;
@@ -185,7 +190,7 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
     met = metrics_new(model_name(a->model));
     http_options ho = {.host = a->host, .port = a->port, .api_key = a->api_key, .model_name = model_name(a->model),
                        .cors_origin = a->cors_origin, .idle_timeout_s = (unsigned)a->idle_timeout,
-                       .max_connections = (unsigned)a->max_connections};
+                       .max_connections = (unsigned)a->max_connections, .stream_ping_s = a->stream_ping};
     if (engine_start(m, tok, met, &(engine_options){.max_queue = a->max_queue, .prefill_chunk = a->prefill_chunk,
                                                        .max_wait_s = a->max_wait, .prefix_cache = a->prefix_cache},
                      &eng, &err) ||

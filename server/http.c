@@ -266,6 +266,7 @@ burst_status http_start(const http_options *opt, engine *eng, const llama_model 
     http_server *s = burst_calloc(1, sizeof *s);
     *s = (http_server){.eng = eng, .model = m, .met = met, .model_name = opt->model_name, .api_key = opt->api_key,
                        .cors_origin = opt->cors_origin, .idle_timeout_s = opt->idle_timeout_s,
+                       .stream_ping_s = opt->stream_ping_s,
                        .started = (long long)time(NULL),
                        .limits = {.tok = tok, .vocab = llama_config_of(m)->vocab_size, .ctx = llama_options_of(m)->ctx,
                                   .max_choices = llama_options_of(m)->n_slots,
