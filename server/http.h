@@ -25,6 +25,7 @@ typedef struct {
     unsigned max_connections; // open connections at most; more are closed at once
     double stream_ping_s; // a stream silent this long (its request still queued) gets an SSE
                           // comment, so that proxies' read timeouts keep it; 0: never
+    const char *tls_cert, *tls_key; // PEM text of both: HTTPS; NULL: plain HTTP
 } http_options;
 
 typedef struct http_server http_server;
