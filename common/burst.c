@@ -97,3 +97,28 @@ void *burst_calloc(size_t n, size_t size) {
     if (!p) burst_abort(__FILE__, __LINE__, __func__, "out of memory allocating %zu x %zu bytes", n, size);
     return p;
 }
+
+burst_status burst_read_file(const char *path, size_t max_bytes, char **text, size_t *len, burst_error *err) {
+    *text = NULL;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return BURST_FAIL(err, BURST_ERR_IO, "%s: %s", path, strerror(errno));
+    burst_status s = BURST_OK;
+    long size = fseek(fp, 0, SEEK_END) ? -1 : ftell(fp);
+    if (size < 0) s = BURST_FAIL(err, BURST_ERR_IO, "%s: %s", path, strerror(errno));
+    else if ((unsigned long)size > max_bytes)
+        s = BURST_FAIL(err, BURST_ERR_FORMAT, "%s: %ld bytes, over %zu", path, size, max_bytes);
+    if (!s) {
+        rewind(fp);
+        *text = burst_malloc((size_t)size + 1);
+        if (fread(*text, 1, (size_t)size, fp) != (size_t)size) {
+            s = BURST_FAIL(err, BURST_ERR_IO, "%s: short read", path);
+            free(*text);
+            *text = NULL;
+        } else {
+            (*text)[size] = '\0';
+            *len = (size_t)size;
+        }
+    }
+    fclose(fp);
+    return s;
+}

@@ -286,6 +286,8 @@ static const char load_usage[] =
     "  --shared-prefix S   the first S prompt tokens are the same in every request, as behind a\n"
     "                      system prompt (default 0: only BOS; at most P)\n"
     "  --max-tokens M      tokens generated per request, exactly (default 64; EOS is ignored)\n"
+    "  --slo-ttft S        also count the requests that completed with their first token within\n"
+    "                      S seconds (goodput)\n"
     "  --json FILE         also write the report's numbers to FILE, as one JSON object\n";
 
 // --prompt-tokens P or MIN:MAX.
@@ -298,6 +300,14 @@ static int parse_lengths(const char *flag, const char *v, load_args *a) {
     }
     a->prompt_tokens = (int)lo, a->prompt_tokens_max = (int)hi;
     return 1;
+}
+
+// A rate or a number of seconds, >= 0.
+static int parse_nonnegative(const char *flag, const char *v, double *out) {
+    float x;
+    int ok = cli_parse_float("burst", flag, v, 0, 1e6f, &x);
+    *out = x;
+    return ok;
 }
 
 static int parse_load(int argc, char **argv, load_args *a) {
@@ -315,11 +325,8 @@ static int parse_load(int argc, char **argv, load_args *a) {
         else if (!strcmp(f, "--prompt-tokens")) ok = parse_lengths(f, v, a);
         else if (!strcmp(f, "--max-tokens")) ok = cli_parse_long("burst", f, v, 1, 1 << 24, &n), dst = &a->max_tokens;
         else if (!strcmp(f, "--shared-prefix")) ok = cli_parse_long("burst", f, v, 0, 1 << 24, &n), dst = &a->shared_prefix;
-        else if (!strcmp(f, "--rate")) {
-            float rate;
-            ok = cli_parse_float("burst", f, v, 0, 1e6f, &rate);
-            a->rate = rate;
-        }
+        else if (!strcmp(f, "--rate")) ok = parse_nonnegative(f, v, &a->rate);
+        else if (!strcmp(f, "--slo-ttft")) ok = parse_nonnegative(f, v, &a->slo_ttft_s);
         else {
             fprintf(stderr, "burst: %s: unknown option\n%s", f, load_usage);
             return 0;

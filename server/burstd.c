@@ -19,6 +19,8 @@ static const char usage[] =
     "  --host ADDR       address to listen on (default 127.0.0.1)\n"
     "  --port N          port (default 8080; 0: any free port, printed at start)\n"
     "  --api-key KEY     require \"Authorization: Bearer KEY\" (all routes but /health)\n"
+    "  --tls-cert FILE   serve HTTPS with this PEM certificate (chain) and --tls-key's PEM private\n"
+    "  --tls-key FILE    key (default: plain HTTP)\n"
     "  --cors-origin O   let web pages from origin O (\"*\": any) call the API from a browser:\n"
     "                    CORS headers and preflight answers (default: none)\n"
     "  --slots N         requests running at once, each with its own KV cache slot (default 4)\n"
@@ -29,6 +31,9 @@ static const char usage[] =
     "  --idle-timeout S  close a connection whose client sends or reads nothing for S seconds,\n"
     "                    mid-request or between requests; a request waiting for its tokens is\n"
     "                    not idle (default 60; 0: never)\n"
+    "  --stream-ping S   a stream that has sent nothing for S seconds (its request waiting for a\n"
+    "                    slot) gets an SSE comment line, which clients skip, so that proxies with\n"
+    "                    read timeouts keep it open (default 15; 0: never)\n"
     "  --batch N         tokens per engine step, decode tokens plus prompt chunks (default 512;\n"
     "                    8192 with a cuda backend, where large steps keep the GPU busy)\n"
     "  --prefill-chunk N prompt tokens of one request per step at most, so that long prompts\n"
@@ -61,16 +66,17 @@ static const char usage[] =
     "                    says why (default 600)\n";
 
 typedef struct {
-    const char *model, *host, *api_key, *cors_origin, *backend, *comm, *coordinator;
+    const char *model, *host, *api_key, *cors_origin, *backend, *comm, *coordinator, *tls_cert, *tls_key;
     int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk, nodes, prefix_cache, max_connections,
         idle_timeout;
-    float max_wait, join_timeout, node_timeout, drain_timeout;
+    float max_wait, join_timeout, node_timeout, drain_timeout, stream_ping;
     burst_dtype kv_dtype;
 } burstd_args;
 
 static int parse_args(int argc, char **argv, burstd_args *a) {
     *a = (burstd_args){.host = "127.0.0.1", .port = 8080, .slots = 4, .max_queue = 64, .ranks = 1, .prefix_cache = 1,
-                         .drain_timeout = 30, .max_connections = 1024, .idle_timeout = 60};
+                         .drain_timeout = 30, .max_connections = 1024, .idle_timeout = 60,
+                         .stream_ping = 15};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = cli_value("burstd", usage, argc, argv, &i);
         if (!v) return 0;
@@ -80,6 +86,8 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         else if (!strcmp(f, "--host")) a->host = v;
         else if (!strcmp(f, "--api-key")) a->api_key = v;
         else if (!strcmp(f, "--cors-origin")) a->cors_origin = v;
+        else if (!strcmp(f, "--tls-cert")) a->tls_cert = v;
+        else if (!strcmp(f, "--tls-key")) a->tls_key = v;
         else if (!strcmp(f, "--backend")) a->backend = v;
         else if (!strcmp(f, "--comm")) a->comm = v;
         else if (!strcmp(f, "--prefix-cache")) ok = cli_parse_on_off("burstd", f, v, &a->prefix_cache);
@@ -94,6 +102,7 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         else if (!strcmp(f, "--ctx")) ok = cli_parse_long("burstd", f, v, 1, 1 << 30, &n), dst = &a->ctx;
         else if (!strcmp(f, "--max-connections")) ok = cli_parse_long("burstd", f, v, 1, 1 << 20, &n), dst = &a->max_connections;
         else if (!strcmp(f, "--idle-timeout")) ok = cli_parse_long("burstd", f, v, 0, 1 << 24, &n), dst = &a->idle_timeout;
+        else if (!strcmp(f, "--stream-ping")) ok = cli_parse_float("burstd", f, v, 0, 1e6f, &a->stream_ping);
         else if (!strcmp(f, "--max-queue")) ok = cli_parse_long("burstd", f, v, 1, 1 << 20, &n), dst = &a->max_queue;
         else if (!strcmp(f, "--batch")) ok = cli_parse_long("burstd", f, v, 1, 1 << 20, &n), dst = &a->batch;
         else if (!strcmp(f, "--prefill-chunk")) ok = cli_parse_long("burstd", f, v, 1, 1 << 20, &n), dst = &a->prefill_chunk;
@@ -111,6 +120,7 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
     if (!a->prefill_chunk) a->prefill_chunk = cli_step_default(a->backend, 256);
     if (!a->model) fprintf(stderr, "burstd: --model DIR is required\n%s", usage);
     else if (a->nodes > 1 && !a->coordinator) fprintf(stderr, "burstd: --nodes %d needs --coordinator HOST:PORT\n", a->nodes);
+    else if (!a->tls_cert != !a->tls_key) fprintf(stderr, "burstd: HTTPS needs both --tls-cert and --tls-key\n");
     else return 1;
     return 0;
 }
@@ -165,7 +175,13 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
                         .coordinator = a->coordinator,
                         .cluster_key = getenv("BURST_CLUSTER_KEY"), .join_timeout_s = a->join_timeout,
                         .node_timeout_s = a->node_timeout};
-    if (tokenizer_load(tok_path, &tok, &err) || llama_load(a->model, &lo, &m, &err)) goto fail;
+    char *tls_cert = NULL, *tls_key = NULL; // read first: a bad path fails before the model loads
+    size_t tls_len;
+    const size_t tls_max = 1 << 20;
+    if ((a->tls_cert && (burst_read_file(a->tls_cert, tls_max, &tls_cert, &tls_len, &err) ||
+                         burst_read_file(a->tls_key, tls_max, &tls_key, &tls_len, &err))) ||
+        tokenizer_load(tok_path, &tok, &err) || llama_load(a->model, &lo, &m, &err))
+        goto fail;
     const llama_config *c = llama_config_of(m);
     if (tokenizer_vocab_size(tok) != c->vocab_size) {
         BURST_FAIL(&err, BURST_ERR_FORMAT, "%s: tokenizer has %d pieces, config.json vocab_size %d (want equal)",
@@ -185,15 +201,16 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
     met = metrics_new(model_name(a->model));
     http_options ho = {.host = a->host, .port = a->port, .api_key = a->api_key, .model_name = model_name(a->model),
                        .cors_origin = a->cors_origin, .idle_timeout_s = (unsigned)a->idle_timeout,
-                       .max_connections = (unsigned)a->max_connections};
+                       .max_connections = (unsigned)a->max_connections, .stream_ping_s = a->stream_ping,
+                       .tls_cert = tls_cert, .tls_key = tls_key};
     if (engine_start(m, tok, met, &(engine_options){.max_queue = a->max_queue, .prefill_chunk = a->prefill_chunk,
                                                        .max_wait_s = a->max_wait, .prefix_cache = a->prefix_cache},
                      &eng, &err) ||
         http_start(&ho, eng, m, tok, met, &http, &err))
         goto fail;
     int v6 = strchr(a->host, ':') != NULL; // an IPv6 address goes in brackets in a URL
-    LOG_I("listening on http://%s%s%s:%d (model %s%s)", v6 ? "[" : "", a->host, v6 ? "]" : "", http_port(http), ho.model_name,
-          a->api_key ? ", API key required" : "");
+    LOG_I("listening on http%s://%s%s%s:%d (model %s%s)", tls_cert ? "s" : "", v6 ? "[" : "", a->host, v6 ? "]" : "",
+          http_port(http), ho.model_name, a->api_key ? ", API key required" : "");
     int sig;
     sigwait(stop_signals, &sig);
     drain(a, eng, http, stop_signals, sig);
@@ -205,6 +222,8 @@ fail:
     metrics_free(met);
     llama_free(m);
     tokenizer_free(tok);
+    free(tls_cert);
+    free(tls_key);
     return err.msg[0] ? 1 : 0;
 }
 

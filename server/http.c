@@ -266,6 +266,7 @@ burst_status http_start(const http_options *opt, engine *eng, const llama_model 
     http_server *s = burst_calloc(1, sizeof *s);
     *s = (http_server){.eng = eng, .model = m, .met = met, .model_name = opt->model_name, .api_key = opt->api_key,
                        .cors_origin = opt->cors_origin, .idle_timeout_s = opt->idle_timeout_s,
+                       .stream_ping_s = opt->stream_ping_s,
                        .started = (long long)time(NULL),
                        .limits = {.tok = tok, .vocab = llama_config_of(m)->vocab_size, .ctx = llama_options_of(m)->ctx,
                                   .max_choices = llama_options_of(m)->n_slots,
@@ -274,8 +275,13 @@ burst_status http_start(const http_options *opt, engine *eng, const llama_model 
     atomic_init(&s->draining, 0);
     atomic_init(&s->in_flight, 0);
     pthread_mutex_init(&s->log_mu, NULL);
-    s->daemon = MHD_start_daemon(HTTP_MHD_MODE | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0), (uint16_t)opt->port,
-                                 NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+    int tls = opt->tls_cert != NULL;
+    struct MHD_OptionItem tls_options[] = {{MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)opt->tls_cert},
+                                           {MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)opt->tls_key},
+                                           {MHD_OPTION_END, 0, NULL}};
+    s->daemon = MHD_start_daemon(HTTP_MHD_MODE | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0) | (tls ? MHD_USE_TLS : 0),
+                                 (uint16_t)opt->port, NULL, NULL, on_request, s,
+                                 MHD_OPTION_ARRAY, tls ? tls_options : tls_options + 2, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                                  MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                                  MHD_OPTION_CONNECTION_TIMEOUT, opt->idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
                                  fit_fd_limit(opt->max_connections), MHD_OPTION_END);
@@ -283,6 +289,9 @@ burst_status http_start(const http_options *opt, engine *eng, const llama_model 
     if (!s->daemon) {
         pthread_mutex_destroy(&s->log_mu);
         free(s);
+        if (tls)
+            return BURST_FAIL(err, BURST_ERR_IO, "%s:%d: could not serve HTTPS (libmicrohttpd's line above says "
+                              "why: the certificate and key, or the address)", opt->host, opt->port);
         return BURST_FAIL(err, BURST_ERR_IO, "%s:%d: could not listen (address in use, or not this machine's?)",
                           opt->host, opt->port);
     }

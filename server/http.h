@@ -22,7 +22,10 @@ typedef struct {
     unsigned idle_timeout_s; // a client silent this long (sending a request, reading a reply, or
                              // between requests) is disconnected; 0: never. Waiting for the
                              // engine does not count.
-    unsigned max_connections; // open connections at most; more wait in the listen backlog
+    unsigned max_connections; // open connections at most; more are closed at once
+    double stream_ping_s; // a stream silent this long (its request still queued) gets an SSE
+                          // comment, so that proxies' read timeouts keep it; 0: never
+    const char *tls_cert, *tls_key; // PEM text of both: HTTPS; NULL: plain HTTP
 } http_options;
 
 typedef struct http_server http_server;

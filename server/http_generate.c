@@ -34,17 +34,20 @@ static void idle_timeout(http_server *s, struct MHD_Connection *conn, int on) {
         MHD_CHECK(MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, on ? s->idle_timeout_s : 0u));
 }
 
-// The next event of h's request, or NULL once its client has gone (the request is then cancelled).
-static request_event *next_event(http_server *s, struct MHD_Connection *conn, burst_request *r) {
+// The next event of r. NULL when its client has gone (*gone set; the request is cancelled), or
+// when `until` (burst_now() seconds; 0: never) passes first.
+static request_event *next_event(http_server *s, struct MHD_Connection *conn, burst_request *r, double until, int *gone) {
     idle_timeout(s, conn, 0);
     for (;;) {
-        request_event *ev = request_pop(r, POLL_S);
-        if (ev) {
+        double wait = until ? until - burst_now() : POLL_S;
+        request_event *ev = request_pop(r, wait < POLL_S ? (wait > 0 ? wait : 0) : POLL_S);
+        if (ev || (until && burst_now() >= until)) {
             idle_timeout(s, conn, 1);
             return ev;
         }
         if (client_gone(conn)) {
             engine_cancel(s->eng, r);
+            *gone = 1;
             return NULL;
         }
     }
@@ -60,6 +63,7 @@ typedef struct {
     int left;           // choices not yet ended
     request_result *results; // (n_choices) how each ended, for the usage chunk
     int done;
+    double t_sent;      // when text was last handed to libmicrohttpd
 } sse_stream;
 
 // Formats one event as SSE text: a token chunk, a choice's final chunk, or the end (an error, or
@@ -101,13 +105,17 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     sse_stream *st = cls;
     while (st->off == st->len) {
         if (st->done) return MHD_CONTENT_READER_END_OF_STREAM;
-        request_event *ev = next_event(st->s, st->conn, st->req);
-        if (!ev) return MHD_CONTENT_READER_END_WITH_ERROR;
+        int gone = 0;
+        double ping_s = st->s->stream_ping_s;
+        request_event *ev = next_event(st->s, st->conn, st->req, ping_s > 0 ? st->t_sent + ping_s : 0, &gone);
+        if (gone) return MHD_CONTENT_READER_END_WITH_ERROR;
         free(st->out);
-        st->out = sse_format(st, ev, &st->len);
+        if (ev) st->out = sse_format(st, ev, &st->len);
+        else st->out = strdup(": ping\n\n"), st->len = strlen(st->out); // an SSE comment: clients skip it
         st->off = 0;
         request_event_free(ev);
     }
+    st->t_sent = burst_now();
     size_t n = st->len - st->off < max ? st->len - st->off : max;
     memcpy(buf, st->out + st->off, n);
     st->off += n;
@@ -127,7 +135,8 @@ static void sse_free(void *cls) {
 static enum MHD_Result stream(http_server *s, http_request *h, const openai_call *call) {
     sse_stream *st = burst_calloc(1, sizeof *st);
     *st = (sse_stream){.s = s, .conn = h->conn, .req = h->req, .call = *call, .left = call->n_choices,
-                       .results = burst_calloc((size_t)call->n_choices, sizeof(request_result))};
+                       .results = burst_calloc((size_t)call->n_choices, sizeof(request_result)),
+                       .t_sent = burst_now()};
     request_retain(h->req);
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, st, sse_free);
     BURST_ASSERT(resp && "http: out of memory creating a response");
@@ -155,7 +164,8 @@ static enum MHD_Result whole(http_server *s, http_request *h, openai_call *call)
         BURST_ASSERT(acc[i].f && "http: open_memstream failed");
     }
     request_event *ev = NULL, *error = NULL;
-    while (left && !error && (ev = next_event(s, h->conn, h->req))) {
+    int gone = 0;
+    while (left && !error && (ev = next_event(s, h->conn, h->req, 0, &gone))) {
         choice_acc *a = &acc[ev->choice];
         fputs(ev->text, a->f); // progress events carry no text
         if (a->n_lp + ev->n_logprobs > a->cap) {

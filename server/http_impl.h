@@ -23,6 +23,7 @@ struct http_server {
     openai_limits limits;
     const char *model_name, *api_key, *cors_origin;
     unsigned idle_timeout_s;  // http_options'
+    double stream_ping_s;     // http_options'
     long long started;      // unix seconds, the models' "created"
     atomic_ullong next_id;  // request ids
     atomic_int draining;    // http_drain was called

@@ -210,9 +210,10 @@ static int report(const load_args *a, load_record *rec, double due_last, double 
     }
     load_stat ttft_st = stat_of(ttft, n_ttft), itl_st = stat_of(itl, n_itl);
     long long cached = 0, prompt = 0;
-    int progress = 0, with_progress = 0, late = 0;
+    int progress = 0, with_progress = 0, late = 0, met = 0;
     double worst = 0;
     for (int i = 0; i < a->requests; i++) {
+        met += !rec[i].failed && rec[i].ttft >= 0 && rec[i].ttft <= a->slo_ttft_s;
         cached += rec[i].n_cached, prompt += prompt_len(a, i);
         progress += rec[i].n_progress, with_progress += rec[i].n_progress > 0;
         late += rec[i].late > 0.01;
@@ -227,6 +228,9 @@ static int report(const load_args *a, load_record *rec, double due_last, double 
     print_row("time to first token s", &ttft_st);
     print_row("inter-token latency s", &itl_st);
     printf("throughput: %.1f output tokens/s, %.2f requests/s\n", (double)tokens / wall, (a->requests - failed) / wall);
+    if (a->slo_ttft_s > 0)
+        printf("TTFT SLO %.3f s: met by %d of %d requests (%.1f%%), %.2f requests/s\n", a->slo_ttft_s, met, a->requests,
+               100.0 * met / a->requests, met / wall);
     if (progress) printf("prompt progress: %d events before first tokens, on %d requests\n", progress, with_progress);
     printf("prefix cache: %lld of %lld prompt tokens cached\n", cached, prompt);
     if (a->rate > 0)
@@ -254,6 +258,10 @@ static int report(const load_args *a, load_record *rec, double due_last, double 
         cJSON_AddNumberToObject(o, "prompt_tokens", (double)prompt);
         cJSON_AddNumberToObject(o, "cached_tokens", (double)cached);
         cJSON_AddNumberToObject(o, "progress_events", progress);
+        if (a->slo_ttft_s > 0) {
+            cJSON_AddNumberToObject(o, "slo_ttft_s", a->slo_ttft_s);
+            cJSON_AddNumberToObject(o, "slo_met", met);
+        }
         if (a->rate > 0) {
             cJSON_AddNumberToObject(o, "arrivals_s", due_last);
             cJSON_AddNumberToObject(o, "sent_late", late);

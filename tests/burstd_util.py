@@ -30,7 +30,7 @@ class Burstd:
         def read():
             for line in self.proc.stderr:
                 self.lines.append(line.rstrip("\n"))
-                m = re.search(r"listening on http://[^ ]*:(\d+)", line)
+                m = re.search(r"listening on https?://[^ ]*:(\d+)", line)
                 if m:
                     self.port = int(m.group(1))
                     ready.set()

@@ -8,7 +8,9 @@ import json
 import os
 import re
 import resource
+import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -304,6 +306,47 @@ with Burstd(STORIES, "--max-connections", "1000", preexec_fn=files_limit(256, 40
 with Burstd(STORIES, "--max-connections", "1000", preexec_fn=files_limit(256, 256)) as srv:
     check("... and warns when the hard limit is 256", "this process may open 256 files (ulimit -n), so at most "
           "192 connections" in srv.log(), srv.log()[-300:])
+
+# HTTPS with --tls-cert and --tls-key (a self-signed certificate made here by the openssl CLI):
+# the start line says https, a client that trusts the certificate gets /health and a completion,
+# a plain-HTTP request gets no answer; a bad certificate or a missing key file fails before the
+# port opens. Skipped without the openssl command.
+def https_checks():
+    with tempfile.TemporaryDirectory() as tmp:
+        cert, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
+        made = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                               "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                              capture_output=True, text=True)
+        check("openssl made a self-signed certificate", made.returncode == 0, made.stderr[-300:])
+        with Burstd(STORIES, "--tls-cert", cert, "--tls-key", key) as srv:
+            tls = ssl.create_default_context(cafile=cert)
+            c = http.client.HTTPSConnection(srv.host, srv.port, context=tls, timeout=60)
+            c.request("GET", "/health")
+            r = c.getresponse()
+            r.read()
+            health = r.status
+            c.request("POST", "/v1/completions", body=json.dumps(NORMAL), headers={"Content-Type": "application/json"})
+            body = json.loads(c.getresponse().read())
+            c.close()
+            check("--tls-cert/--tls-key: https in the start line; /health and a completion over TLS",
+                  f"listening on https://127.0.0.1:{srv.port} " in srv.log() and health == 200
+                  and body["choices"][0]["text"].startswith(EXPECT), (health, body, srv.log()[-300:]))
+            plain = socket.create_connection((srv.host, srv.port))
+            plain.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            check("... plain HTTP gets no HTTP answer", not (closed_within(plain, 10) or b"").startswith(b"HTTP/"))
+        for args, want in ((["--tls-cert", cert], "both --tls-cert and --tls-key"),
+                           (["--tls-cert", cert, "--tls-key", os.path.join(tmp, "nokey.pem")], "nokey.pem"),
+                           (["--tls-cert", key, "--tls-key", key], "could not serve HTTPS")):
+            r = subprocess.run([os.path.join(BIN, "burstd"), "--model", STORIES, "--port", "0", *args],
+                               capture_output=True, text=True, timeout=60)
+            check(f"burstd {' '.join(a.replace(tmp, '') for a in args)}: fails, saying {want!r}",
+                  r.returncode not in (0, None) and want in r.stderr and "listening" not in r.stderr, r.stderr[-300:])
+
+
+if shutil.which("openssl"):
+    https_checks()
+else:
+    print("skip: HTTPS checks (no openssl command to make a certificate)")
 
 # A missing or unusable model directory fails clearly before the port opens; bad flags too.
 with tempfile.TemporaryDirectory() as tmp:

@@ -6,7 +6,7 @@ served at once instead of after the long request would have finished. SIGTERM dr
 stream finishes while new requests get 503 and /health says draining; --drain-timeout cuts the
 drain short, and so does a second signal. With --idle-timeout 1, requests that wait longer than
 that for the slot are still answered whole, streamed or not: waiting is the server's, not the
-client's. A long prompt is not starved by a steady stream of short ones: once it has waited
+client's; the stream gets SSE comments meanwhile (--stream-ping). A long prompt is not starved by a steady stream of short ones: once it has waited
 about twice as long as its prefill takes, it goes first."""
 import os
 import tempfile
@@ -71,7 +71,17 @@ with tempfile.TemporaryDirectory() as tmp:
         check("metrics count the cancel and the rejection", srv.metric('request_cancelled_total{reason="decode"') == 1
               and srv.metric("request_rejected_total") == 1 and srv.metric("num_requests_running") == 0)
 
-    with Burstd(tmp, "--slots", "1", "--idle-timeout", "1") as srv:
+    def raw_stream(srv, body):
+        """Status and every line of a streamed completion, comments included."""
+        c = srv.connect()
+        c.request("POST", "/v1/completions", body=json.dumps({**body, "stream": True}),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        lines = [line.decode().rstrip("\n") for line in r if line.strip()]
+        c.close()
+        return r.status, lines
+
+    with Burstd(tmp, "--slots", "1", "--idle-timeout", "1", "--stream-ping", "0.5") as srv:
         holder = srv.connect()
         holder.request("POST", "/v1/completions", body=json.dumps({
             "prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": True, "stream": True}),
@@ -87,7 +97,7 @@ with tempfile.TemporaryDirectory() as tmp:
         got = {}
         body = {"prompt": "Once", "max_tokens": 3, "temperature": 0}
         waiting = [threading.Thread(target=lambda: got.__setitem__("whole", srv.request("POST", "/v1/completions", body))),
-                   threading.Thread(target=lambda: got.__setitem__("stream", srv.stream("/v1/completions", body)))]
+                   threading.Thread(target=lambda: got.__setitem__("stream", raw_stream(srv, body)))]
         for t in waiting:
             t.start()
         deadline = time.time() + 30
@@ -101,8 +111,13 @@ with tempfile.TemporaryDirectory() as tmp:
         whole, streamed = got.get("whole"), got.get("stream")
         check("... then the whole one is answered", whole and whole[0] == 200
               and whole[2]["choices"][0]["finish_reason"] == "length", whole)
+        lines = streamed[1] if streamed else []
+        first_data = next((i for i, line in enumerate(lines) if line.startswith("data: ")), len(lines))
+        pings = [line for line in lines if line.startswith(":")]
         check("... and the streamed one streams to [DONE]", streamed and streamed[0] == 200
-              and streamed[1][-1:] == ["[DONE]"] and len(streamed[1]) >= 4, streamed)
+              and lines[-1:] == ["data: [DONE]"] and len(lines) - len(pings) >= 4, streamed)
+        check(f"... after {len(pings)} ': ping' comments while it waited (--stream-ping 0.5)", len(pings) >= 2
+              and pings == lines[:first_data] and set(pings) == {": ping"}, lines[:first_data + 1])
 
     # One slot prefills a 3000-token prompt while four clients keep the other slot busy with
     # 64-token prompts, one 64-token chunk per step. Shortest-first alone would finish the long

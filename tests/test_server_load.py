@@ -54,8 +54,8 @@ with Burstd(STORIES, "--slots", "8", "--max-queue", "64") as srv:
     gen_before, prompt_before = srv.metric("generation_tokens_total"), srv.metric("prompt_tokens_total")
     report = os.path.join(reports.name, "load.json")
     r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--concurrency", "4", "--requests", "8",
-                        "--prompt-tokens", "20", "--max-tokens", "10", "--json", report], capture_output=True, text=True,
-                       timeout=120)
+                        "--prompt-tokens", "20", "--max-tokens", "10", "--json", report, "--slo-ttft", "60"],
+                       capture_output=True, text=True, timeout=120)
     check("burst load runs", r.returncode == 0 and "time to first token s" in r.stdout
           and "inter-token latency s" in r.stdout and "p99" in r.stdout and "output tokens/s" in r.stdout,
           (r.returncode, r.stdout, r.stderr))
@@ -67,8 +67,13 @@ with Burstd(STORIES, "--slots", "8", "--max-queue", "64") as srv:
           and numbers["output_tokens"] == 80 and numbers["prompt_tokens"] == 160 and got["n"] == 8
           and numbers["inter_token_latency_s"]["n"] == 72
           and [round(got[k], 4) for k in ("p50", "p90", "p99", "mean")] == row, (numbers, row))
+    check("--slo-ttft 60: met by all 8", "TTFT SLO 60.000 s: met by 8 of 8 requests (100.0%)" in r.stdout
+          and numbers["slo_met"] == 8, r.stdout)
     check("burst load: exact token counts", srv.metric("generation_tokens_total") - gen_before == 80
           and srv.metric("prompt_tokens_total") - prompt_before == 160)
+    r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--requests", "4", "--max-tokens", "2",
+                        "--slo-ttft", "0.000001"], capture_output=True, text=True, timeout=120)
+    check("--slo-ttft 0.000001: met by none", "met by 0 of 4 requests (0.0%)" in r.stdout, r.stdout)
     r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--requests", "1", "--max-tokens", "2",
                         "--json", os.path.join(reports.name, "no", "such", "dir.json")], capture_output=True, text=True)
     check("--json into a missing directory: exit 2, saying why", r.returncode == 2
