@@ -177,10 +177,9 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
                         .cluster_key = getenv("BURST_CLUSTER_KEY"), .join_timeout_s = a->join_timeout,
                         .node_timeout_s = a->node_timeout};
     char *tls_cert = NULL, *tls_key = NULL; // read first: a bad path fails before the model loads
-    size_t tls_len;
     const size_t tls_max = 1 << 20;
-    if ((a->tls_cert && (burst_read_file(a->tls_cert, tls_max, &tls_cert, &tls_len, &err) ||
-                         burst_read_file(a->tls_key, tls_max, &tls_key, &tls_len, &err))) ||
+    if ((a->tls_cert && (burst_read_file(a->tls_cert, tls_max, &tls_cert, NULL, &err) ||
+                         burst_read_file(a->tls_key, tls_max, &tls_key, NULL, &err))) ||
         tokenizer_load(tok_path, &tok, &err) || llama_load(a->model, &lo, &m, &err))
         goto fail;
     const llama_config *c = llama_config_of(m);
