@@ -116,7 +116,7 @@ burst_status burst_read_file(const char *path, size_t max_bytes, char **text, si
             *text = NULL;
         } else {
             (*text)[size] = '\0';
-            *len = (size_t)size;
+            if (len) *len = (size_t)size;
         }
     }
     fclose(fp);

@@ -75,8 +75,8 @@ double burst_now(void);
 void *burst_malloc(size_t bytes);
 void *burst_calloc(size_t n, size_t size);
 
-// Reads the whole file at path (at most max_bytes) into *text (malloc'd, NUL-terminated; *len
-// bytes before the NUL). Errors name the file.
+// Reads the whole file at path (at most max_bytes) into *text (malloc'd, NUL-terminated; *len,
+// unless len is NULL: the bytes before the NUL). Errors name the file.
 burst_status burst_read_file(const char *path, size_t max_bytes, char **text, size_t *len, burst_error *err);
 
 #ifdef __cplusplus

@@ -311,7 +311,7 @@ static int parse_nonnegative(const char *flag, const char *v, double *out) {
 }
 
 static int parse_load(int argc, char **argv, load_args *a) {
-    *a = (load_args){.concurrency = 4, .requests = 16, .prompt_tokens = 128, .max_tokens = 64};
+    *a = (load_args){.concurrency = 4, .requests = 16, .prompt_tokens = 128, .prompt_tokens_max = 128, .max_tokens = 64};
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i], *v = cli_value("burst", load_usage, argc, argv, &i);
         if (!v) return 0;

@@ -26,8 +26,9 @@ static const char usage[] =
     "  --slots N         requests running at once, each with its own KV cache slot (default 4)\n"
     "  --ctx N           tokens per slot, prompt + completion (default: the model's context)\n"
     "  --max-queue N     requests waiting for a slot at most; more get 429 (default 64)\n"
-    "  --max-connections N  open HTTP connections at most; more wait to be accepted (default 1024;\n"
-    "                    raises the open-files limit toward its hard limit when it needs to)\n"
+    "  --max-connections N  open HTTP connections at most; more are closed as soon as they are\n"
+    "                    accepted (default 1024; raises the open-files limit toward its hard limit\n"
+    "                    when it needs to)\n"
     "  --idle-timeout S  close a connection whose client sends or reads nothing for S seconds,\n"
     "                    mid-request or between requests; a request waiting for its tokens is\n"
     "                    not idle (default 60; 0: never)\n"
@@ -176,10 +177,9 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
                         .cluster_key = getenv("BURST_CLUSTER_KEY"), .join_timeout_s = a->join_timeout,
                         .node_timeout_s = a->node_timeout};
     char *tls_cert = NULL, *tls_key = NULL; // read first: a bad path fails before the model loads
-    size_t tls_len;
     const size_t tls_max = 1 << 20;
-    if ((a->tls_cert && (burst_read_file(a->tls_cert, tls_max, &tls_cert, &tls_len, &err) ||
-                         burst_read_file(a->tls_key, tls_max, &tls_key, &tls_len, &err))) ||
+    if ((a->tls_cert && (burst_read_file(a->tls_cert, tls_max, &tls_cert, NULL, &err) ||
+                         burst_read_file(a->tls_key, tls_max, &tls_key, NULL, &err))) ||
         tokenizer_load(tok_path, &tok, &err) || llama_load(a->model, &lo, &m, &err))
         goto fail;
     const llama_config *c = llama_config_of(m);

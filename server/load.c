@@ -92,7 +92,7 @@ static void on_body(void *ctx, const char *data, size_t n) {
 
 // Request index's prompt length: P, or drawn from [P, P_MAX] by a hash of the index.
 static int prompt_len(const load_args *a, int index) {
-    if (a->prompt_tokens_max <= a->prompt_tokens) return a->prompt_tokens;
+    if (a->prompt_tokens_max == a->prompt_tokens) return a->prompt_tokens;
     uint64_t x = 0xBF58476D1CE4E5B9ull * (uint64_t)(index + 1);
     x ^= x >> 31, x *= 0x94D049BB133111EBull, x ^= x >> 29;
     return a->prompt_tokens + (int)(x % (uint64_t)(a->prompt_tokens_max - a->prompt_tokens + 1));
@@ -245,8 +245,7 @@ static int report(const load_args *a, load_record *rec, double due_last, double 
         cJSON_AddNumberToObject(o, "concurrency", a->concurrency);
         cJSON_AddNumberToObject(o, "rate", a->rate);
         cJSON_AddNumberToObject(o, "prompt_tokens_min", a->prompt_tokens);
-        cJSON_AddNumberToObject(o, "prompt_tokens_max", a->prompt_tokens_max > a->prompt_tokens ? a->prompt_tokens_max
-                                                                                               : a->prompt_tokens);
+        cJSON_AddNumberToObject(o, "prompt_tokens_max", a->prompt_tokens_max);
         cJSON_AddNumberToObject(o, "shared_prefix", a->shared_prefix);
         cJSON_AddNumberToObject(o, "max_tokens", a->max_tokens);
         cJSON_AddNumberToObject(o, "wall_s", wall);

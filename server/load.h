@@ -17,7 +17,7 @@
 typedef struct {
     const char *url, *api_key;
     int concurrency, requests, prompt_tokens, max_tokens;
-    int prompt_tokens_max; // > prompt_tokens: each prompt's length is drawn from [prompt_tokens, this]
+    int prompt_tokens_max; // >= prompt_tokens; larger: each prompt's length is drawn from [prompt_tokens, this]
     int shared_prefix; // the first shared_prefix prompt tokens are the same in every request (<= prompt_tokens)
     double rate;       // requests due per second on average (0: each client sends its next when its last ends)
     double slo_ttft_s;     // > 0: count the requests that completed with a first token this soon
