@@ -92,8 +92,8 @@ burst_status comm_nccl_group_new(cluster *cl, int n_ranks, comm_group **out, bur
         return BURST_FAIL(err, BURST_ERR_DEVICE, "nccl: %d ranks on this node need one GPU each, %d found", n_local, count);
     ncclUniqueId id, *ids = burst_malloc(sizeof id * (size_t)P);
     if (cluster_node(cl) == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-    burst_status st = cl ? cluster_allgather(cl, &id, ids, sizeof id, err) : BURST_OK;
-    id = ids[0];
+    burst_status st = BURST_OK;
+    if (cl && !(st = cluster_allgather(cl, &id, ids, sizeof id, err))) id = ids[0]; // node 0's id
     free(ids);
     if (st) return st;
     nccl_rank *ranks = burst_calloc((size_t)n_local, sizeof *ranks);
