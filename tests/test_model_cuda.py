@@ -17,15 +17,19 @@ STORIES = os.path.join(os.environ["BURST_MODELS_DIR"], "stories260K")
 # different summation orders (cuBLAS, block reductions): ~1e-6 over a few layers. bf16: every
 # weight and GEMM/attention operand rounded to bf16 (2^-9): ~1e-2 after a few layers.
 # A bf16 KV cache rounds K/V at the same points on both sides, but a value that float32 puts near
-# a bf16 rounding boundary may round the other way on the GPU (2^-8 relative on that element):
-# fp32 mode gets 1e-4 there, as test_logits does against float64.
-MAX_REL = {("cuda-fp32", "f32"): 1e-5, ("cuda-fp32", "bf16"): 1e-4, ("cuda", "f32"): 3e-2, ("cuda", "bf16"): 3e-2}
+# a bf16 rounding midpoint may round the other way on the GPU (2^-8 relative on that element):
+# the H100 saw 9e-5 and 2e-4 in fp32 mode (test_logits sees up to 6.6e-4 against float64 and
+# allows 5e-3, as here). A stride or conversion bug costs O(1); test_backend_cuda holds each op
+# with a bf16 cache to 1e-10 against the CPU.
+MAX_REL = {("cuda-fp32", "f32"): 1e-5, ("cuda-fp32", "bf16"): 5e-3, ("cuda", "f32"): 3e-2, ("cuda", "bf16"): 3e-2}
 # G ranks against one rank on the same backend: the same roundings of every operand, merged in
 # another order (fp32): ~1e-7 relative in fp32 mode; bf16 mode adds the flash kernel's tiling of
 # other key blocks, still float32 accumulation, and blocks of at most 8 rows per rank (G=8 of a
 # 64-row chunk) attend in fp32 (attention/decode_cuda.h) where G=1 rounds Q/K/V to bf16: by
 # estimate a few 1e-3 (one 2^-9 rounding of attention operands), under 1e-2.
-MAX_REL_RANKS = {"cuda-fp32": 1e-5, "cuda": 1e-2}
+# With a bf16 cache in fp32 mode the K/V of G ranks come from other GEMM shapes, so a value near a
+# rounding midpoint may round the other way, as above (the H100 saw up to 4.8e-5).
+MAX_REL_RANKS = {("cuda-fp32", "f32"): 1e-5, ("cuda-fp32", "bf16"): 5e-3, ("cuda", "f32"): 1e-2, ("cuda", "bf16"): 1e-2}
 CASES = [  # model shape, prompt length, prefill chunk, decode steps
     dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="f32"), n=37, batch=8, dec=5),
     dict(model=dict(dim=256, hidden=172, layers=3, heads=4, kv_heads=4, vocab=257, dtype="bf16", tie=True,
@@ -76,10 +80,10 @@ for i, case in enumerate(CASES):
             for G in (2, 4, 8):  # virtual ranks on this GPU: ring prefill, sharded decode
                 r, g = dump(backend, kv, d, toks, case["n"], case["batch"], G)
                 rel = np.linalg.norm(g - got.ravel()) / np.linalg.norm(got) if g is not None else float("inf")
-                ok = g is not None and g.size == got.size and rel < MAX_REL_RANKS[backend]
+                ok = g is not None and g.size == got.size and rel < MAX_REL_RANKS[backend, kv]
                 failures += not ok
                 print(f"{'ok  ' if ok else 'FAIL'} case {i} {backend} KV {kv} G={G} against G=1: rel err {rel:.2e} "
-                      f"(max {MAX_REL_RANKS[backend]:g}){'' if g is not None else ': ' + r.stderr[-300:]}")
+                      f"(max {MAX_REL_RANKS[backend, kv]:g}){'' if g is not None else ': ' + r.stderr[-300:]}")
 
 if os.path.isdir(STORIES):  # head_dim 8: the split-KV attention kernel (attention/decode_cuda.h)
     texts = {}
