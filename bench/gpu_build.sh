@@ -11,6 +11,8 @@ if [ -f .gpu-kit/prelude.sh ]; then
   source .gpu-kit/prelude.sh # sets $nv: the Python environment's nvidia/ directory, if any
   pc=/tmp/devroot/usr/lib/x86_64-linux-gnu/pkgconfig
   export PKG_CONFIG_PATH=$pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+  # The .pc files say prefix=/usr; the sysroot maps their -I/-L paths into the unpacked tree.
+  export PKG_CONFIG_SYSROOT_DIR=/tmp/devroot
   # libmicrohttpd.pc names gnutls under Requires.private (for static links only), and pkg-config
   # refuses the module when gnutls.pc is missing (no libgnutls28-dev): an empty stand-in answers
   # it; the shared libmicrohttpd loads the machine's libgnutls at run time.
