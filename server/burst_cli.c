@@ -35,7 +35,8 @@ static const char usage[] =
     "                      (default 1)\n"
     "  --threads N         CPU threads of this process, shared out among its ranks (default: all cores)\n"
     "  --backend NAME      cpu (default), cuda, or cuda-fp32 (float32 on the GPU, for exactness)\n"
-    "  --kv-dtype T        KV cache rows in f32 (default) or bf16 (half the memory)\n"
+    "  --kv-dtype T        KV cache rows in f32 or bf16 (half the memory); default bf16 with\n"
+    "                      --backend cuda, else f32\n"
     "  --comm NAME         threads (default in one process), tcp (cpu backend, any processes) or\n"
     "                      nccl (one GPU per rank; default for cuda across nodes)\n"
     "  --nodes P           processes sharing the G ranks: this one and P-1 `burst worker`s\n"
@@ -52,6 +53,7 @@ typedef struct {
     int max_tokens, top_k, ctx, batch, threads, ranks, nodes;
     float temperature, top_p, join_timeout, node_timeout;
     uint64_t seed;
+    const char *kv; // --kv-dtype as given (NULL: the backend's default)
     burst_dtype kv_dtype;
 } generate_args;
 
@@ -98,7 +100,7 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
         else if (!strcmp(f, "--threads")) ok = cli_parse_long("burst", f, v, 1, 4096, &n), a->threads = (int)n;
         else if (!strcmp(f, "--backend")) a->backend = v;
         else if (!strcmp(f, "--comm")) a->comm = v;
-        else if (!strcmp(f, "--kv-dtype")) ok = cli_parse_kv_dtype("burst", f, v, &a->kv_dtype);
+        else if (!strcmp(f, "--kv-dtype")) a->kv = v;
         else if (!strcmp(f, "--coordinator")) a->coordinator = v;
         else if (!strcmp(f, "--nodes")) ok = cli_parse_long("burst", f, v, 1, 1024, &n), a->nodes = (int)n;
         else if (!strcmp(f, "--join-timeout")) ok = cli_parse_float("burst", f, v, 0.1f, 1e7f, &a->join_timeout);
@@ -114,6 +116,8 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
         if (!ok) return 0;
     }
     if (!a->batch) a->batch = cli_step_default(a->backend, 512);
+    if (!cli_parse_kv_dtype("burst", "--kv-dtype", a->kv ? a->kv : cli_kv_dtype_default(a->backend), &a->kv_dtype))
+        return 0;
     if (!a->model || !a->prompt == !a->prompt_file) {
         fprintf(stderr, "burst: generate needs --model and one of --prompt and --prompt-file\n%s", usage);
         return 0;
@@ -160,9 +164,9 @@ static int generate(const generate_args *a) {
     }
     if (tokenizer_vocab_size(tok) != c->vocab_size)
         LOG_W("%s: tokenizer has %d pieces, model vocab_size %d", tok_path, tokenizer_vocab_size(tok), c->vocab_size);
-    fprintf(stderr, "burst: %s: %d layers, dim %d, %d heads (%d kv), vocab %d; ctx %d, %d rank(s), %.1f MB reserved, loaded in %.2f s\n",
+    fprintf(stderr, "burst: %s: %d layers, dim %d, %d heads (%d kv), vocab %d; ctx %d (KV %s), %d rank(s), %.1f MB reserved, loaded in %.2f s\n",
             a->model, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->vocab_size,
-            llama_options_of(m)->ctx, a->ranks, llama_reserved_bytes(m) / 1e6, burst_now() - t0);
+            llama_options_of(m)->ctx, dtype_name(llama_options_of(m)->kv_dtype), a->ranks, llama_reserved_bytes(m) / 1e6, burst_now() - t0);
 
     sampler smp;
     sampler_init(&smp, &(sampler_params){.temperature = a->temperature, .top_p = a->top_p,

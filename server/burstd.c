@@ -49,8 +49,9 @@ static const char usage[] =
     "  --threads N       CPU threads of this process, shared out among its ranks (default: all cores)\n"
     "  --backend NAME    cpu (default), cuda, or cuda-fp32 (float32 on the GPU); a process's i-th\n"
     "                    rank runs on its GPU i modulo the number of GPUs\n"
-    "  --kv-dtype T      KV cache rows in f32 (default) or bf16 (half the memory: twice the\n"
-    "                    context in the same space; attention reads K/V rounded to bf16)\n"
+    "  --kv-dtype T      KV cache rows in f32 or bf16 (half the memory: twice the context in the\n"
+    "                    same space; attention reads K/V rounded to bf16); default bf16 with\n"
+    "                    --backend cuda, else f32\n"
     "  --comm NAME       threads (default in one process), tcp (cpu backend, any processes) or\n"
     "                    nccl (one GPU per rank; default for cuda across nodes)\n"
     "  --nodes P         processes sharing the G ranks, this one and P-1 `burst worker`s, each\n"
@@ -71,6 +72,7 @@ typedef struct {
     int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk, nodes, prefix_cache, max_connections,
         idle_timeout;
     float max_wait, join_timeout, node_timeout, drain_timeout, stream_ping;
+    const char *kv; // --kv-dtype as given (NULL: the backend's default)
     burst_dtype kv_dtype;
 } burstd_args;
 
@@ -92,7 +94,7 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         else if (!strcmp(f, "--backend")) a->backend = v;
         else if (!strcmp(f, "--comm")) a->comm = v;
         else if (!strcmp(f, "--prefix-cache")) ok = cli_parse_on_off("burstd", f, v, &a->prefix_cache);
-        else if (!strcmp(f, "--kv-dtype")) ok = cli_parse_kv_dtype("burstd", f, v, &a->kv_dtype);
+        else if (!strcmp(f, "--kv-dtype")) a->kv = v;
         else if (!strcmp(f, "--coordinator")) a->coordinator = v;
         else if (!strcmp(f, "--nodes")) ok = cli_parse_long("burstd", f, v, 1, 1024, &n), dst = &a->nodes;
         else if (!strcmp(f, "--join-timeout")) ok = cli_parse_float("burstd", f, v, 0.1f, 1e7f, &a->join_timeout);
@@ -119,6 +121,8 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
     }
     if (!a->batch) a->batch = cli_step_default(a->backend, 512);
     if (!a->prefill_chunk) a->prefill_chunk = cli_step_default(a->backend, 256);
+    if (!cli_parse_kv_dtype("burstd", "--kv-dtype", a->kv ? a->kv : cli_kv_dtype_default(a->backend), &a->kv_dtype))
+        return 0;
     if (!a->model) fprintf(stderr, "burstd: --model DIR is required\n%s", usage);
     else if (a->nodes > 1 && !a->coordinator) fprintf(stderr, "burstd: --nodes %d needs --coordinator HOST:PORT\n", a->nodes);
     else if (!a->tls_cert != !a->tls_key) fprintf(stderr, "burstd: HTTPS needs both --tls-cert and --tls-key\n");

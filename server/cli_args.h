@@ -18,3 +18,6 @@ int cli_parse_on_off(const char *prog, const char *flag, const char *s, int *out
 // Tokens per step (--batch, --prefill-chunk) by default on a backend: cpu's own default there,
 // 8192 on a cuda backend, where large steps keep the GPU busy.
 int cli_step_default(const char *backend, int cpu);
+// The KV cache dtype by default on a backend: "bf16" on cuda (bf16 mode: attention reads the cache
+// in place, and it is faster and half the memory), "f32" on cpu and cuda-fp32 (exact float32).
+const char *cli_kv_dtype_default(const char *backend);

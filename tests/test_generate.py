@@ -27,6 +27,9 @@ for extra in ([], ["--batch", "1"], ["--batch", "3", "--threads", "1"]):
     check(f"greedy continuation {extra}", r.returncode == 0 and r.stdout.startswith(EXPECT),
           f"rc={r.returncode} stdout={r.stdout!r} stderr={r.stderr[-400:]!r}")
     check(f"timings on stderr {extra}", "first token after" in r.stderr, r.stderr[-300:])
+    check(f"float32 KV cache by default on the cpu {extra}", "(KV F32)" in r.stderr, r.stderr[-300:])
+r = run("generate", "--model", STORIES, "--prompt", "Once", "--max-tokens", "3", "--kv-dtype", "bf16")
+check("--kv-dtype bf16 named on stderr", r.returncode == 0 and "(KV BF16)" in r.stderr, r.stderr[-300:])
 
 # The same seed gives the same sampled text, with and without top-k/top-p filtering; the seed is printed.
 for extra in ([], ["--top-p", "0.9", "--top-k", "40"]):

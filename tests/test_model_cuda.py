@@ -98,6 +98,12 @@ if os.path.isdir(STORIES):  # head_dim 8: the split-KV attention kernel (attenti
         texts[backend, ranks, comm, kv] = r.stdout if r.returncode == 0 else None
         if r.returncode:
             print(f"FAIL generate {backend} G={ranks} comm {comm} KV {kv}: {r.stderr[-400:]}")
+    for backend, want in (("cuda", "(KV BF16)"), ("cuda-fp32", "(KV F32)")):  # the default KV cache
+        r = subprocess.run([os.path.join(BIN, "burst"), "generate", "--model", STORIES, "--prompt", "Once",
+                            "--max-tokens", "3", "--backend", backend], capture_output=True, text=True, timeout=300)
+        ok = r.returncode == 0 and want in r.stderr
+        failures += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} --backend {backend} without --kv-dtype: {want}: {r.stderr[-300:]!r:.200}")
     for key in runs[1:]:
         base = ("cpu", 1, "threads", key[3])  # the CPU with the same KV cache
         if key == base:
