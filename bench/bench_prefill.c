@@ -9,7 +9,9 @@
 // GB for 7b, 26 GB for 13b) of random bf16 values in +-[2^-7, 2^-6) (norms 1), a few seconds from
 // C. Then come the KV cache's dtype (default f32) and the shape (default 7b). Lengths whose KV cache (2 x layers x N x dim x 4 or 2
 // bytes) would not fit beside the weights are reported and skipped. Prints one JSON line per measurement, then a table. bench/gpu_prefill.sh runs it
-// beside the Hugging Face anchor in one call.
+// beside the Hugging Face anchor in one call. After each prefill of N tokens come DECODE_STEPS
+// one-token steps (logits to the host, no sampling): "decode_ms" is their mean, the time per
+// generated token at that context (bench/torch_decode_anchor.py times Hugging Face's the same way).
 //
 // Measured (H100 80GB HBM3, one call; s [TFLOP/s]):
 //   N      max_batch 4096   16384          32768          HF SDPA, KV cache
@@ -32,7 +34,7 @@
 #include "common/cuda_check.h"
 #include "model/llama.h"
 
-enum { MAX_LIST = 16 };
+enum { MAX_LIST = 16, DECODE_STEPS = 32 };
 
 // The LLaMA-2 shapes (multi-head attention, vocab 32000) and the one this run uses.
 typedef struct {
@@ -189,11 +191,12 @@ int main(int argc, char **argv) {
     }
     const double linear = S.layers * (4.0 * S.dim * S.dim + 3.0 * S.dim * S.hidden + 2.0 * S.dim) + S.dim + (double)VOCAB * S.dim;
     double ttft[MAX_LIST][MAX_LIST] = {{0}};
-    int *tokens = burst_malloc(sizeof(int) * (size_t)(ctx ? ctx : 1));
-    for (int i = 0; i < ctx; i++) tokens[i] = (int)(next_u64() % VOCAB);
+    double decode_ms[MAX_LIST][MAX_LIST] = {{0}};
+    int *tokens = burst_malloc(sizeof(int) * (size_t)(ctx + DECODE_STEPS));
+    for (int i = 0; i < ctx + DECODE_STEPS; i++) tokens[i] = (int)(next_u64() % VOCAB);
     float *logits = burst_malloc(sizeof(float) * VOCAB);
     for (int b = 0; b < n_batches && ctx; b++) {
-        llama_options opt = {.ctx = ctx, .n_slots = 1, .max_batch = batches[b], .backend = "cuda", .kv_dtype = kv};
+        llama_options opt = {.ctx = ctx + DECODE_STEPS, .n_slots = 1, .max_batch = batches[b], .backend = "cuda", .kv_dtype = kv};
         llama_model *m;
         burst_error err;
         double t0 = burst_now();
@@ -213,23 +216,30 @@ int main(int argc, char **argv) {
             }
             qsort(t, (size_t)reps, sizeof(double), cmp_double);
             ttft[b][i] = t[reps / 2];
+            double s = burst_now();
+            for (int j = 0; j < DECODE_STEPS; j++)
+                if (llama_forward(m, &(llama_segment){.slot = 0, .n = 1}, 1, &tokens[ns[i] + j], logits, NULL, NULL, &err))
+                    return fprintf(stderr, "E %s\n", err.msg), 1;
+            decode_ms[b][i] = (burst_now() - s) * 1e3 / DECODE_STEPS;
             double flop = 2.0 * linear * ns[i] + 2.0 * (double)ns[i] * ns[i] * S.dim * S.layers;
-            printf("{\"model\": \"%s\", \"N\": %d, \"max_batch\": %d, \"kv\": \"%s\", \"ttft_s\": %.4f, \"min_s\": %.4f, \"tflops\": %.1f, \"logit0\": %g}\n",
-                   S.name, ns[i], batches[b], dtype_name(kv), ttft[b][i], t[0], flop / ttft[b][i] / 1e12, logits[0]);
+            printf("{\"model\": \"%s\", \"N\": %d, \"max_batch\": %d, \"kv\": \"%s\", \"ttft_s\": %.4f, \"min_s\": %.4f, \"tflops\": %.1f, \"decode_ms\": %.2f, \"logit0\": %g}\n",
+                   S.name, ns[i], batches[b], dtype_name(kv), ttft[b][i], t[0], flop / ttft[b][i] / 1e12, decode_ms[b][i],
+                   logits[0]);
             fflush(stdout);
         }
         llama_free(m);
     }
-    printf("\nLLaMA-%s shape, bf16, %s KV cache, one GPU, time to first token (median of %d), s [TFLOP/s]\n%8s",
+    printf("\nLLaMA-%s shape, bf16, %s KV cache, one GPU, time to first token (median of %d), s [TFLOP/s],\n"
+           "then decode ms per token at that context\n%8s",
            S.name, dtype_name(kv), reps, "N");
-    for (int b = 0; b < n_batches; b++) printf("  batch %-13d", batches[b]);
+    for (int b = 0; b < n_batches; b++) printf("  batch %-15d", batches[b]);
     printf("\n");
     for (int i = 0; i < n_ns; i++) {
         printf("%8d", ns[i] < 0 ? -ns[i] : ns[i]);
         for (int b = 0; b < n_batches; b++) {
             double flop = 2.0 * linear * ns[i] + 2.0 * (double)ns[i] * ns[i] * S.dim * S.layers;
-            if (ns[i] > 0) printf("  %7.3f [%5.1f]      ", ttft[b][i], flop / ttft[b][i] / 1e12);
-            else printf("  %-20s", "does not fit");
+            if (ns[i] > 0) printf("  %7.3f [%5.1f] %5.2f", ttft[b][i], flop / ttft[b][i] / 1e12, decode_ms[b][i]);
+            else printf("  %-21s", "does not fit");
         }
         printf("\n");
     }
