@@ -4,7 +4,8 @@
 # prefill anchor (.gpu-kit/torch_prefill.py without its attention sweep, which
 # bench/gpu_run.sh covers) in the same call. Full logs go to $OUT (or /tmp); the tables print last.
 # The prefill runs once per KV cache dtype in KVS (default "f32 bf16"), on the LLaMA shape SHAPE
-# (7b, the default, or 13b; the anchor then runs the same shape and lengths).
+# (7b, the default, or 13b; the anchor then runs the same shape and lengths). With "anchor" the
+# decode table sets bench_prefill's decode_ms beside bench/torch_decode_anchor.py.
 #   bash bench/gpu_prefill.sh [NS] [BATCHES] [anchor]      (lists comma-separated)
 set -o pipefail
 cd "$(dirname "$0")/.."
@@ -33,10 +34,12 @@ if [ "$3" = anchor ]; then
       .gpu-kit/torch_prefill.py >/tmp/torch_prefill_only.py
   grep -q "for size, Ns in \[(\"$shape\"" /tmp/torch_prefill_only.py || { echo "anchor: cannot set shape $shape"; exit 1; }
   PYTHONUNBUFFERED=1 python3 /tmp/torch_prefill_only.py 2>&1 | grep -v Warning | tee "$out/torch.log"
+  PYTHONUNBUFFERED=1 python3 bench/torch_decode_anchor.py "$ns" "$shape" 2>&1 | grep -v Warning | tee -a "$out/torch.log"
   python3 - "$out/bench_prefill.log" "$out/torch.log" <<'PY'
 import json, sys
 ours = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-hf = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{") and '"model"' in l]
+hf = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{") and '"ttft_s"' in l]
+hf_dec = {r["N"]: r["hf_decode_ms"] for r in (json.loads(l) for l in open(sys.argv[2]) if '"hf_decode_ms"' in l)}
 kvs = sorted({r["kv"] for r in ours})
 print(f"\nLLaMA-{ours[0]['model'] if ours else '?'} shape, bf16, one GPU, time to first token s [TFLOP/s], same call")
 print(f"{'N':>6}" + "".join(f"  {'burst KV ' + kv + ' (batch)':>26}" for kv in kvs) + f"  {'HF cache=False':>18}  {'HF cache=True':>18}")
@@ -48,5 +51,13 @@ for n in sorted({r["N"] for r in ours} | {r["N"] for r in hf}):
         row += f"  {cell(o) + (' (' + str(o['max_batch']) + ')' if o else ''):>26}"
     h = {r["use_cache"]: r for r in hf if r["N"] == n}
     print(row + f"  {cell(h.get(False)):>18}  {cell(h.get(True)):>18}")
+print(f"\nThen decode, ms per generated token at context N (32 steps, logits to the host), same call")
+print(f"{'N':>6}" + "".join(f"  {'burst KV ' + kv:>14}" for kv in kvs) + f"  {'HF DynamicCache':>16}")
+for n in sorted({r["N"] for r in ours} | set(hf_dec)):
+    row = f"{n:>6}"
+    for kv in kvs:
+        ms = [r["decode_ms"] for r in ours if r["N"] == n and r["kv"] == kv and "decode_ms" in r]
+        row += f"  {min(ms) if ms else float('nan'):>14.2f}"
+    print(row + f"  {hf_dec.get(n, float('nan')):>16.2f}")
 PY
 fi
