@@ -20,7 +20,9 @@
 // by estimate: the fp32 activations (~25 GB of element-wise traffic per layer, about twice
 // torch's bf16 traffic), fp32 GEMM outputs, and the bf16 packing of Q/K/V and widening of O
 // around attention. 64K does not fit with the fp32 KV cache (64 GB); a bf16 cache (32 GB) is read
-// by the attention in place, without the per-call rounding of K/V (not yet measured).
+// by the attention in place, without the per-call rounding of K/V: another call, bf16 cache, 4K
+// 0.120 s, 16K 0.567 s, 32K 1.350 s, 64K 3.676 s against HF 0.124 / 0.580 / 1.378 / 3.705 s
+// without its KV cache and 0.130 / 0.608 / 1.428 / 3.792 s with it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
