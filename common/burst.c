@@ -98,6 +98,12 @@ void *burst_calloc(size_t n, size_t size) {
     return p;
 }
 
+void *burst_realloc(void *p, size_t bytes) {
+    void *q = realloc(p, bytes ? bytes : 1);
+    if (!q) burst_abort(__FILE__, __LINE__, __func__, "out of memory reallocating %zu bytes", bytes);
+    return q;
+}
+
 burst_status burst_read_file(const char *path, size_t max_bytes, char **text, size_t *len, burst_error *err) {
     *text = NULL;
     FILE *fp = fopen(path, "rb");

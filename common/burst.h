@@ -74,6 +74,7 @@ double burst_now(void);
 // Allocation that aborts on failure (sizes are size_t; callers compute them in 64 bits).
 void *burst_malloc(size_t bytes);
 void *burst_calloc(size_t n, size_t size);
+void *burst_realloc(void *p, size_t bytes);
 
 // Reads the whole file at path (at most max_bytes) into *text (malloc'd, NUL-terminated; *len,
 // unless len is NULL: the bytes before the NUL). Errors name the file.

@@ -26,6 +26,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +48,8 @@ constexpr int CUDNN_MIN_ROWS = 1024;
 constexpr size_t CUBLAS_WORKSPACE = 32u << 20; // cuBLAS asks for 32 MiB on Hopper
 constexpr size_t UPLOAD_CHUNK = 64u << 20;     // bytes per staged weight upload
 
+constexpr int PROFILE_KEYS = 128;
+
 // A device buffer that grows on demand (scratch reused across calls).
 typedef struct {
     void *p;
@@ -60,6 +64,25 @@ typedef struct {
     cudaEvent_t done; // the last copy out of `host` has finished
 } upload_buf;
 
+// BURST_PROFILE=1: the GPU time of every op, between two events recorded around its launches,
+// summed per op and shape class, printed on stderr when the backend is freed. An event pair
+// costs a few microseconds of host time per op, so wall times grow; the sums are what to read.
+typedef struct {
+    char name[48]; // op and shape class, e.g. "matmul 4096x11008 n<=8192"
+    double ms;
+    long calls;
+} profile_key;
+typedef struct {
+    cudaEvent_t start, stop;
+    int key;
+} profile_mark;
+typedef struct {
+    profile_key keys[PROFILE_KEYS]; // the last one takes every shape past the others
+    int n_keys;
+    profile_mark *marks; // recorded since the last stream synchronization
+    int n_marks, cap_marks;
+} profile;
+
 typedef struct {
     int device, fp32;
     int cudnn_min_rows;         // flash_cudnn for blocks of at least this many query rows, else 0
@@ -72,6 +95,7 @@ typedef struct {
     upload_buf tokens, pos;
     void **weights;             // (n_weights) device copies owned by the backend
     int n_weights, cap_weights;
+    profile *prof;              // NULL unless BURST_PROFILE=1
 } cuda_ctx;
 
 cuda_ctx *ctx_of(burst_backend *b) {
@@ -110,6 +134,85 @@ const void *upload(cuda_ctx *c, upload_buf *u, const void *src, size_t bytes) {
     CUDA_CHECK(cudaMemcpyAsync(u->dev, u->host, bytes, cudaMemcpyHostToDevice, c->stream));
     CUDA_CHECK(cudaEventRecord(u->done, c->stream));
     return u->dev;
+}
+
+// The smallest power of two >= n: the shape class of a row count in profile keys.
+long long pow2_at_least(long long n) {
+    long long p = 1;
+    while (p < n) p *= 2;
+    return p;
+}
+
+// Starts timing an op on the stream under the key printf(fmt, ...); returns its mark, or -1 when
+// not profiling.
+int profile_start(cuda_ctx *c, const char *fmt, ...) {
+    profile *p = c->prof;
+    if (!p) return -1;
+    char name[sizeof p->keys[0].name];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    int k = 0;
+    while (k < p->n_keys && strcmp(p->keys[k].name, name)) k++;
+    if (k == PROFILE_KEYS - 1 || k == p->n_keys) {
+        if (k >= PROFILE_KEYS - 1) k = PROFILE_KEYS - 1, snprintf(name, sizeof name, "(other shapes)");
+        else p->n_keys++;
+        snprintf(p->keys[k].name, sizeof p->keys[k].name, "%s", name);
+    }
+    if (p->n_marks == p->cap_marks) {
+        p->cap_marks = p->cap_marks ? 2 * p->cap_marks : 256;
+        p->marks = (profile_mark *)burst_realloc(p->marks, sizeof *p->marks * (size_t)p->cap_marks);
+        for (int i = p->n_marks; i < p->cap_marks; i++) {
+            CUDA_CHECK(cudaEventCreate(&p->marks[i].start));
+            CUDA_CHECK(cudaEventCreate(&p->marks[i].stop));
+        }
+    }
+    profile_mark *m = &p->marks[p->n_marks];
+    m->key = k;
+    CUDA_CHECK(cudaEventRecord(m->start, c->stream));
+    return p->n_marks++;
+}
+
+void profile_stop(cuda_ctx *c, int mark) {
+    if (mark >= 0) CUDA_CHECK(cudaEventRecord(c->prof->marks[mark].stop, c->stream));
+}
+
+// Adds the marks' times to their keys; the stream has been synchronized.
+void profile_fold(cuda_ctx *c) {
+    profile *p = c->prof;
+    for (int i = 0; p && i < p->n_marks; i++) {
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, p->marks[i].start, p->marks[i].stop));
+        p->keys[p->marks[i].key].ms += ms;
+        p->keys[p->marks[i].key].calls++;
+    }
+    if (p) p->n_marks = 0;
+}
+
+int profile_key_order(const void *a, const void *b) {
+    const double x = ((const profile_key *)a)->ms, y = ((const profile_key *)b)->ms;
+    return (x < y) - (x > y);
+}
+
+void profile_print_free(cuda_ctx *c) {
+    profile *p = c->prof;
+    if (!p) return;
+    profile_fold(c);
+    double total = 0;
+    for (int k = 0; k < p->n_keys; k++) total += p->keys[k].ms;
+    qsort(p->keys, (size_t)p->n_keys, sizeof p->keys[0], profile_key_order);
+    fprintf(stderr, "profile cuda:%d: GPU time per op, %.1f ms in all\n", c->device, total);
+    for (int k = 0; k < p->n_keys; k++)
+        fprintf(stderr, "profile cuda:%d: %-48s %8ld calls %10.2f ms %9.1f us/call %5.1f%%\n", c->device,
+                p->keys[k].name, p->keys[k].calls, p->keys[k].ms, 1e3 * p->keys[k].ms / (double)p->keys[k].calls,
+                100.0 * p->keys[k].ms / (total > 0 ? total : 1));
+    for (int i = 0; i < p->cap_marks; i++) {
+        CUDA_CHECK(cudaEventDestroy(p->marks[i].start));
+        CUDA_CHECK(cudaEventDestroy(p->marks[i].stop));
+    }
+    free(p->marks);
+    free(p);
 }
 
 // ---- kernels ----
@@ -202,6 +305,7 @@ __global__ void add_kernel(float *x, const float *y, int64_t n) {
 void cuda_free(burst_backend *b) {
     cuda_ctx *c = ctx_of(b);
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    profile_print_free(c);
     for (int i = 0; i < c->n_weights; i++) CUDA_CHECK(cudaFree(c->weights[i]));
     dev_buf *bufs[] = {&c->x16, &c->q16, &c->k16, &c->v16, &c->decode_ws, &c->staging};
     for (dev_buf *d : bufs) CUDA_CHECK(cudaFree(d->p));
@@ -241,8 +345,11 @@ void cuda_release(burst_backend *b, void *p) {
 
 void cuda_to_host(burst_backend *b, float *dst, const float *src, int64_t n) {
     cuda_ctx *c = ctx_of(b);
+    const int t = profile_start(c, "to_host n<=%lld", pow2_at_least(n));
     CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
+    profile_stop(c, t);
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    profile_fold(c);
 }
 
 void cuda_copy(burst_backend *b, void *dst, const void *src, size_t bytes) {
@@ -277,8 +384,7 @@ burst_status cuda_weight(burst_backend *b, const weights_tensor *t, burst_weight
     }
     if (c->n_weights == c->cap_weights) {
         c->cap_weights = c->cap_weights ? 2 * c->cap_weights : 64;
-        c->weights = (void **)realloc(c->weights, (size_t)c->cap_weights * sizeof(void *));
-        BURST_ASSERT(c->weights && "out of host memory");
+        c->weights = (void **)burst_realloc(c->weights, (size_t)c->cap_weights * sizeof(void *));
     }
     c->weights[c->n_weights++] = dst;
     if (t->dtype == to) {
@@ -303,6 +409,7 @@ burst_status cuda_weight(burst_backend *b, const weights_tensor *t, burst_weight
 void cuda_embed(burst_backend *b, float *x, const burst_weight *table, const int *tokens, int n) {
     cuda_ctx *c = ctx_of(b);
     if (n == 0) return;
+    const int t = profile_start(c, "embed n<=%lld", pow2_at_least(n));
     const int *d_tokens = (const int *)upload(c, &c->tokens, tokens, (size_t)n * sizeof(int));
     const unsigned g = blocks_for((int64_t)n * table->cols, 1);
     if (table->dtype == DTYPE_F32)
@@ -310,16 +417,19 @@ void cuda_embed(burst_backend *b, float *x, const burst_weight *table, const int
     else
         embed_kernel<<<g, THREADS, 0, c->stream>>>(x, (const __nv_bfloat16 *)table->data, d_tokens, n, table->cols);
     CUDA_CHECK(cudaGetLastError());
+    profile_stop(c, t);
 }
 
 void cuda_rmsnorm(burst_backend *b, float *out, const float *x, const burst_weight *w, int n, float eps) {
     cuda_ctx *c = ctx_of(b);
     if (n == 0) return;
+    const int t = profile_start(c, "rmsnorm n<=%lld", pow2_at_least(n));
     if (w->dtype == DTYPE_F32)
         rmsnorm_kernel<<<n, THREADS, 0, c->stream>>>(out, x, (const float *)w->data, w->cols, eps);
     else
         rmsnorm_kernel<<<n, THREADS, 0, c->stream>>>(out, x, (const __nv_bfloat16 *)w->data, w->cols, eps);
     CUDA_CHECK(cudaGetLastError());
+    profile_stop(c, t);
 }
 
 // dst (rows, cols) packed bf16 = src rows (row stride src_stride floats), rounded to nearest even.
@@ -345,8 +455,10 @@ void pack_bf16(cuda_ctx *c, __nv_bfloat16 *dst, const void *src, burst_dtype src
 
 void cuda_convert(burst_backend *b, void *dst, burst_dtype to, const float *src, int64_t n) {
     cuda_ctx *c = ctx_of(b);
+    const int t = profile_start(c, "convert to %s n<=%lld", dtype_name(to), pow2_at_least(n));
     if (to == DTYPE_F32) cuda_copy(b, dst, src, (size_t)n * sizeof(float));
     else round_bf16(c, (__nv_bfloat16 *)dst, src, 1, n, n);
+    profile_stop(c, t);
 }
 
 void cuda_matmul(burst_backend *b, float *out, const float *x, const burst_weight *W, int n) {
@@ -357,35 +469,45 @@ void cuda_matmul(burst_backend *b, float *out, const float *x, const burst_weigh
     cudaDataType ab = CUDA_R_32F;
     if (W->dtype == DTYPE_BF16) {
         __nv_bfloat16 *x16 = (__nv_bfloat16 *)dev_grow(c, &c->x16, (size_t)n * W->cols * 2);
+        const int t = profile_start(c, "matmul input to bf16 %lld n<=%lld", (long long)W->cols, pow2_at_least(n));
         round_bf16(c, x16, x, n, W->cols, W->cols);
+        profile_stop(c, t);
         xin = x16;
         ab = CUDA_R_16BF;
     }
+    const int t = profile_start(c, "matmul %lldx%lld n<=%lld", (long long)W->rows, (long long)W->cols, pow2_at_least(n));
     CUBLAS_CHECK(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)W->rows, n, (int)W->cols, &one,
                               W->data, ab, (int)W->cols, xin, ab, (int)W->cols, &zero, out, CUDA_R_32F,
                               (int)W->rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    profile_stop(c, t);
 }
 
 void cuda_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads, int head_dim, const rope_params *p) {
     cuda_ctx *c = ctx_of(b);
     if (n == 0) return;
+    const int t = profile_start(c, "rope n<=%lld", pow2_at_least(n));
     const int64_t *d_pos = (const int64_t *)upload(c, &c->pos, pos, (size_t)n * sizeof(int64_t));
     rope_kernel<<<blocks_for((int64_t)n * (head_dim / 2), 1), THREADS, 0, c->stream>>>(x, d_pos, n, n_heads, head_dim, *p);
     CUDA_CHECK(cudaGetLastError());
+    profile_stop(c, t);
 }
 
 void cuda_swiglu(burst_backend *b, float *gate, const float *up, int64_t n) {
     cuda_ctx *c = ctx_of(b);
     if (n == 0) return;
+    const int t = profile_start(c, "swiglu n<=%lld", pow2_at_least(n));
     swiglu_kernel<<<blocks_for(n, 4), THREADS, 0, c->stream>>>(gate, up, n);
     CUDA_CHECK(cudaGetLastError());
+    profile_stop(c, t);
 }
 
 void cuda_add(burst_backend *b, float *x, const float *y, int64_t n) {
     cuda_ctx *c = ctx_of(b);
     if (n == 0) return;
+    const int t = profile_start(c, "add n<=%lld", pow2_at_least(n));
     add_kernel<<<blocks_for(n, 4), THREADS, 0, c->stream>>>(x, y, n);
     CUDA_CHECK(cudaGetLastError());
+    profile_stop(c, t);
 }
 
 void cuda_attention(burst_backend *b, const flash_args *a) {
@@ -401,6 +523,7 @@ void cuda_attention(burst_backend *b, const flash_args *a) {
         // already: a bf16 KV cache (d = 64 or 128: 128-byte rows) is read in place.
         const int64_t qw = (int64_t)a->n_heads * d, kw = (int64_t)a->n_kv_heads * d;
         uint16_t *q = (uint16_t *)dev_grow(c, &c->q16, (size_t)a->nq * qw * 2);
+        int t = profile_start(c, "attention inputs to bf16 nq<=%lld", pow2_at_least(a->nq));
         round_bf16(c, (__nv_bfloat16 *)q, a->q, a->nq, qw, a->q_stride);
         const uint16_t *k = (const uint16_t *)a->k, *v = (const uint16_t *)a->v;
         int64_t kv_stride = a->kv_stride;
@@ -411,12 +534,16 @@ void cuda_attention(burst_backend *b, const flash_args *a) {
             pack_bf16(c, (__nv_bfloat16 *)v16, a->v, a->kv_dtype, a->nk, kw, a->kv_stride);
             k = k16, v = v16, kv_stride = kw;
         }
+        profile_stop(c, t);
         flash_cuda_args f = {.q = q, .k = k, .v = v, .o = a->o, .lse = a->lse, .q_stride = qw,
                              .kv_stride = kv_stride, .o_stride = a->o_stride, .nq = a->nq, .nk = a->nk,
                              .n_heads = a->n_heads, .n_kv_heads = a->n_kv_heads, .head_dim = d,
                              .q_pos0 = a->q_pos0, .k_pos0 = a->k_pos0, .causal = a->causal, .scale = a->scale};
-        if (c->cudnn_min_rows && a->nq >= c->cudnn_min_rows && flash_cudnn(&f, c->stream, &err) == BURST_OK) return;
-        if (flash_cuda(&f, c->stream, &err)) burst_abort(__FILE__, __LINE__, __func__, "%s", err.msg);
+        t = profile_start(c, "attention cudnn or flash nq<=%lld", pow2_at_least(a->nq));
+        if (!(c->cudnn_min_rows && a->nq >= c->cudnn_min_rows && flash_cudnn(&f, c->stream, &err) == BURST_OK) &&
+            flash_cuda(&f, c->stream, &err))
+            burst_abort(__FILE__, __LINE__, __func__, "%s", err.msg);
+        profile_stop(c, t);
         return;
     }
     // Decode, fp32 mode and the shapes flash_cuda does not take: the split-KV kernel on the K/V
@@ -424,15 +551,23 @@ void cuda_attention(burst_backend *b, const flash_args *a) {
     // through L2 on CUDA cores, which is what fp32 mode asks for: exact fp32 attention).
     const size_t ws = decode_cuda_workspace_floats(a);
     float *work = (float *)dev_grow(c, &c->decode_ws, ws * sizeof(float));
+    const int t = profile_start(c, "attention split-kv nq<=%lld", pow2_at_least(a->nq));
     if (decode_cuda(a, work, ws, c->stream, &err)) burst_abort(__FILE__, __LINE__, __func__, "%s", err.msg);
+    profile_stop(c, t);
 }
 
 void cuda_merge(burst_backend *b, const online_softmax_args *a) {
     cuda_ctx *c = ctx_of(b);
+    const int t = profile_start(c, "merge n<=%lld", pow2_at_least(a->n));
     online_softmax_merge_cuda(a, c->stream);
+    profile_stop(c, t);
 }
 
-void cuda_sync(burst_backend *b) { CUDA_CHECK(cudaStreamSynchronize(ctx_of(b)->stream)); }
+void cuda_sync(burst_backend *b) {
+    cuda_ctx *c = ctx_of(b);
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    profile_fold(c);
+}
 
 // comm's copy between ranks' device buffers (same or different GPUs, found by unified
 // addressing), on the calling thread's own stream so that ranks' transfers run side by side.
@@ -495,6 +630,8 @@ extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **o
     // fp32 mode: CUBLAS_COMPUTE_32F under the default math mode never uses TF32.
     CUBLAS_CHECK(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
     for (upload_buf *u : {&c->tokens, &c->pos}) CUDA_CHECK(cudaEventCreateWithFlags(&u->done, cudaEventDisableTiming));
+    const char *prof = getenv("BURST_PROFILE");
+    if (prof && !strcmp(prof, "1")) c->prof = (profile *)burst_calloc(1, sizeof *c->prof);
     burst_backend *b = (burst_backend *)burst_malloc(sizeof *b);
     *b = (burst_backend){.ops = fp32 ? &cuda_ops_fp32 : &cuda_ops, .ctx = c};
     *out = b;

@@ -4,7 +4,7 @@
 with the same cache); ring prefill and sharded decode over G = 2, 4, 8 virtual ranks on one GPU
 against G = 1; and `burst generate` greedy text on stories260K, identical between cpu and
 cuda-fp32, with 1 and 3 ranks and both caches. Skips (77) when the build has no CUDA or no device."""
-import os, subprocess, sys, tempfile
+import os, re, subprocess, sys, tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -100,10 +100,19 @@ if os.path.isdir(STORIES):  # head_dim 8: the split-KV attention kernel (attenti
             print(f"FAIL generate {backend} G={ranks} comm {comm} KV {kv}: {r.stderr[-400:]}")
     for backend, want in (("cuda", "(KV BF16)"), ("cuda-fp32", "(KV F32)")):  # the default KV cache
         r = subprocess.run([os.path.join(BIN, "burst"), "generate", "--model", STORIES, "--prompt", "Once",
-                            "--max-tokens", "3", "--backend", backend], capture_output=True, text=True, timeout=300)
+                            "--max-tokens", "3", "--temperature", "0", "--backend", backend], capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, BURST_PROFILE="1"))
         ok = r.returncode == 0 and want in r.stderr
         failures += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} --backend {backend} without --kv-dtype: {want}: {r.stderr[-300:]!r:.200}")
+        print(f"{'ok  ' if ok else 'FAIL'} --backend {backend} without --kv-dtype: {want}: {r.stderr[:300]!r:.200}")
+        # BURST_PROFILE=1: a row per op and shape class. A prefill of 2 tokens, then 2 one-token steps
+        # (the third token needs none); wq and wo (64x64) in 5 layers; the head (512x64) on last rows.
+        rows = {m[1]: int(m[2]) for m in (re.match(r"profile cuda:0: (.*?) +(\d+) calls", l) for l in r.stderr.splitlines()) if m}
+        want = {"matmul 64x64 n<=2": 10, "matmul 64x64 n<=1": 20, "matmul 512x64 n<=1": 3}
+        got = {k: rows.get(k) for k in want}
+        ok = got == want
+        failures += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} BURST_PROFILE=1 --backend {backend}: calls {got} (want {want}) of {len(rows)} rows")
     for key in runs[1:]:
         base = ("cpu", 1, "threads", key[3])  # the CPU with the same KV cache
         if key == base:
