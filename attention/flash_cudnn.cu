@@ -33,6 +33,13 @@
 // The staging copy of O costs flash_cudnn a few percent against torch's cuDNN call. A plan
 // (first call of a shape) took 0.07-0.08 s at 16K-32K, execution included; test_flash_cuda's
 // 122 cases: every shape with a key for every row was taken, nq = 1 and nk = 1 included.
+// A server meets new shapes with every new prompt length. Time to first token of a random 7B on
+// the H100 (bench_prefill, chunks of 8192, lengths in this order; first prompt of a length /
+// median of later ones, s), by model/backend_cuda.cu's choice (BURST_FLASH):
+//   N        3000         4096         5000         16000        32768
+//   auto     0.093/0.088  0.159/0.119  0.163/0.155  0.713/0.576  1.595/1.403  (flash_cudnn_worth)
+//   cudnn    0.261/0.088  0.230/0.121  0.283/0.156  0.725/0.569  1.493/1.407  (plan at first sight)
+//   ours     0.097/0.093  0.126/0.129  0.163/0.166  0.674/0.680  1.832/1.840  (flash_cuda only)
 #include "attention/flash_cudnn.h"
 
 #ifndef BURST_WITH_CUDNN
@@ -43,6 +50,10 @@ extern "C" burst_status flash_cudnn(const flash_cuda_args *a, cudaStream_t strea
     return BURST_FAIL(err, BURST_ERR_INVALID, "flash_cudnn: burst was built without cuDNN");
 }
 extern "C" int flash_cudnn_compiled(void) { return 0; }
+extern "C" int flash_cudnn_worth(const flash_cuda_args *a) {
+    (void)a;
+    return 0;
+}
 extern "C" void flash_cudnn_release(void) {}
 
 #else
@@ -63,12 +74,19 @@ typedef cudnnBackendDescriptor_t desc_t;
 enum : int64_t { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF, UID_SHIFT, UID_FIRST_VIRTUAL };
 
 constexpr size_t MAX_PLANS = 32; // per thread; the oldest is dropped beyond this
+constexpr size_t MAX_SEEN = 64;  // shapes flash_cudnn_worth counts per thread, the oldest dropped
+// flash_cudnn_worth: a plan costs 0.1-0.17 s (H100, 7B prefill) and then saves about half of
+// flash_cuda's time, some 6e-15 s per unit of work below, on each of a forward pass's layers (32
+// or more) that meet the same shape: it pays within one pass from 0.1 s / (32 x 6e-15) ~ 5e11
+// units on. 4e11 also sends a 32K prompt's blocks against its first 16K keys to cuDNN at once.
+constexpr double PLAN_WORK = 4e11; // nq x nk x n_heads x head_dim, halved when causal
+constexpr int PLAN_AFTER = 64;     // calls of a smaller shape, two passes of 32 layers: it recurs
 
-// Everything the graph bakes in (all 64-bit: no padding, compared bytewise). shift is 0 unless
-// causal.
+// Everything the graph bakes in (all 64-bit: no padding, compared bytewise). shifted: causal with
+// q_pos0 != k_pos0 (the shift itself is a run-time value, as the scale is).
 struct plan_key {
     int64_t nq, nk, n_heads, n_kv_heads, head_dim, causal;
-    int64_t q_stride, kv_stride, shift;
+    int64_t q_stride, kv_stride, shifted;
     bool operator==(const plan_key &o) const { return memcmp(this, &o, sizeof o) == 0; }
 };
 
@@ -203,7 +221,7 @@ void attention_graph(graph_builder &g, const plan_key &k) {
     if (k.causal) {
         desc_t row = g.pointwise(CUDNN_POINTWISE_GEN_INDEX, f32, i32, s_s, s, nullptr, nullptr, 2, "row index");
         desc_t col = g.pointwise(CUDNN_POINTWISE_GEN_INDEX, f32, i32, s_s, s, nullptr, nullptr, 3, "column index");
-        if (k.shift != 0)
+        if (k.shifted)
             row = g.pointwise(CUDNN_POINTWISE_ADD, i32, i32, s_s, row, g.scalar(i32, UID_SHIFT, "shift"), nullptr,
                               -1, "row + shift");
         desc_t keep = g.pointwise(CUDNN_POINTWISE_CMP_GE, boolean, boolean, s_s, row, col, nullptr, -1, "causal test");
@@ -235,6 +253,7 @@ struct thread_cache {
     int device = -1;
     cudnnHandle_t handle = nullptr;
     std::vector<plan_entry> plans; // oldest first
+    std::vector<std::pair<plan_key, int>> seen; // flash_cudnn_worth's calls per shape, oldest first
     void *workspace = nullptr, *o16 = nullptr;
     size_t workspace_bytes = 0, o16_bytes = 0;
 };
@@ -332,13 +351,13 @@ __global__ void widen_o(const __nv_bfloat16 *src, float *dst, int64_t rows, int6
 
 void run_plan(const plan_entry &e, const flash_cuda_args *a, cudaStream_t stream) {
     float scale = a->scale, neg_inf = -INFINITY;
-    int32_t shift = (int32_t)e.key.shift;
+    int32_t shift = (int32_t)(a->q_pos0 - a->k_pos0);
     const int64_t width = (int64_t)a->n_heads * a->head_dim;
     void *o = grow(&tc.o16, &tc.o16_bytes, (size_t)a->nq * width * 2);
     void *ws = e.workspace ? grow(&tc.workspace, &tc.workspace_bytes, (size_t)e.workspace) : nullptr;
     int64_t uids[8] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF, UID_SHIFT};
     void *ptrs[8] = {(void *)a->q, (void *)a->k, (void *)a->v, o, a->lse, &scale, &neg_inf, &shift};
-    const int64_t n = e.key.causal ? (e.key.shift ? 8 : 7) : 6;
+    const int64_t n = e.key.causal ? (e.key.shifted ? 8 : 7) : 6;
     desc_t vp;
     CUDNN_CHECK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp));
     CUDNN_CHECK(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids));
@@ -356,6 +375,15 @@ void run_plan(const plan_entry &e, const flash_cuda_args *a, cudaStream_t stream
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
+// A causal block whose every key is visible to every row is a full block: one plan for all.
+bool is_causal(const flash_cuda_args *a) { return a->causal && a->q_pos0 - a->k_pos0 < (int64_t)a->nk - 1; }
+
+plan_key key_of(const flash_cuda_args *a) {
+    const bool causal = is_causal(a);
+    return {a->nq, a->nk, a->n_heads, a->n_kv_heads, a->head_dim, causal, a->q_stride, a->kv_stride,
+            causal && a->q_pos0 != a->k_pos0};
+}
+
 } // namespace
 
 extern "C" int flash_cudnn_compiled(void) { return 1; }
@@ -371,8 +399,7 @@ extern "C" void flash_cudnn_release(void) {
 
 extern "C" burst_status flash_cudnn(const flash_cuda_args *a, cudaStream_t stream, burst_error *err) {
     const int64_t shift = a->q_pos0 - a->k_pos0;
-    // A causal block whose every key is visible to every row is a full block: one plan for all.
-    const int causal = a->causal && shift < (int64_t)a->nk - 1;
+    const int causal = is_causal(a);
     if (a->nq <= 0 || a->nk <= 0 || (causal && shift < 0))
         return BURST_FAIL(err, BURST_ERR_INVALID, "flash_cudnn: nq %d nk %d q_pos0-k_pos0 %lld: rows with no key",
                           a->nq, a->nk, (long long)shift);
@@ -389,14 +416,26 @@ extern "C" burst_status flash_cudnn(const flash_cuda_args *a, cudaStream_t strea
         CUDNN_CHECK(cudnnCreate(&tc.handle));
         tc.device = device;
     }
-    const plan_key key = {a->nq, a->nk, a->n_heads, a->n_kv_heads, a->head_dim, causal,
-                          a->q_stride, a->kv_stride, causal ? shift : 0};
-    const plan_entry &e = plan_for(key);
+    const plan_entry &e = plan_for(key_of(a));
     if (!e.plan)
         return BURST_FAIL(err, BURST_ERR_INVALID, "flash_cudnn: nq %d nk %d heads %d/%d d %d causal %d: %s", a->nq,
                           a->nk, a->n_heads, a->n_kv_heads, a->head_dim, causal, e.why);
     run_plan(e, a, stream);
     return BURST_OK;
+}
+
+extern "C" int flash_cudnn_worth(const flash_cuda_args *a) {
+    const plan_key key = key_of(a);
+    int device;
+    CUDA_CHECK(cudaGetDevice(&device));
+    for (const plan_entry &e : tc.plans)
+        if (device == tc.device && e.key == key) return 1;
+    if ((double)a->nq * a->nk * a->n_heads * a->head_dim * (key.causal ? 0.5 : 1.0) >= PLAN_WORK) return 1;
+    for (auto &s : tc.seen)
+        if (s.first == key) return ++s.second >= PLAN_AFTER;
+    if (tc.seen.size() >= MAX_SEEN) tc.seen.erase(tc.seen.begin());
+    tc.seen.push_back({key, 1});
+    return PLAN_AFTER <= 1;
 }
 
 #endif

@@ -10,7 +10,9 @@
 //
 // cuDNN builds one execution plan per shape, which takes tens of ms (0.07 s at 32K on an H100):
 // plans are cached per calling thread, keyed by every value the graph bakes in (nq, nk, heads,
-// KV heads, head_dim, row strides, causal and q_pos0 - k_pos0). The scale is a run-time value.
+// KV heads, head_dim, row strides, causal, and whether q_pos0 != k_pos0). The scale and
+// q_pos0 - k_pos0 are run-time values. A server meets a new nq or nk with almost every prompt
+// length: flash_cudnn_worth says when a plan is worth its cost.
 // Cache, cuDNN handle, workspace and O staging buffer belong to the calling thread (each ring
 // rank drives its GPU from its own thread); flash_cudnn_release frees the calling thread's.
 //
@@ -29,6 +31,14 @@ extern "C" {
 #endif
 
 burst_status flash_cudnn(const flash_cuda_args *a, cudaStream_t stream, burst_error *err);
+
+// For a caller with a fallback (flash_cuda): 1 when flash_cudnn should take this block now. That
+// is when its plan is built already; when the block is large enough (nq x nk x n_heads x head_dim
+// of 4e11, halved if causal: 7B's 32 layers at 8192 x 13000 keys) that cuDNN's speed repays the
+// plan within one forward pass; or when the calling thread has asked about its shape 64 times
+// (two passes of 32 layers: a prompt length that recurs). Else 0, counting the call. Always 0
+// without cuDNN. Cheap: no cuDNN call; never builds a plan itself.
+int flash_cudnn_worth(const flash_cuda_args *a);
 
 // 1 when burst was built with cuDNN (flash_cudnn can take cases), else 0.
 int flash_cudnn_compiled(void);

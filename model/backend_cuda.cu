@@ -8,7 +8,9 @@
 // angle in double, as the CPU twin does (a float32 angle loses the low bits past ~10^4
 // positions), and rotates that pair in every head. Attention: decode (up to
 // DECODE_CUDA_MAX_ROWS query rows) and fp32 mode run attention/decode_cuda.h, exact fp32 on the
-// fp32 Q/K/V in place; bf16 mode packs larger blocks to bf16 for cuDNN or the flash kernel.
+// fp32 Q/K/V in place; bf16 mode packs larger blocks to bf16 for cuDNN or the flash kernel:
+// cuDNN where flash_cudnn_worth says its plan exists or pays (BURST_FLASH=cudnn: always, =ours:
+// never).
 // Matmul: cublasGemmEx, out^T = W x^T in cuBLAS's column-major terms (W^T as op(A), x^T as B).
 //
 // Measured (H100 80GB HBM3, CUDA 13.0, bench/bench_prefill.c, random LLaMA-7B shape, bf16, one
@@ -86,6 +88,7 @@ typedef struct {
 typedef struct {
     int device, fp32;
     int cudnn_min_rows;         // flash_cudnn for blocks of at least this many query rows, else 0
+    int cudnn_always;           // 1: for every such block cuDNN takes, plan or not (BURST_FLASH=cudnn)
     cudaStream_t stream;
     cublasHandle_t blas;
     void *blas_ws;
@@ -540,7 +543,9 @@ void cuda_attention(burst_backend *b, const flash_args *a) {
                              .n_heads = a->n_heads, .n_kv_heads = a->n_kv_heads, .head_dim = d,
                              .q_pos0 = a->q_pos0, .k_pos0 = a->k_pos0, .causal = a->causal, .scale = a->scale};
         t = profile_start(c, "attention cudnn or flash nq<=%lld", pow2_at_least(a->nq));
-        if (!(c->cudnn_min_rows && a->nq >= c->cudnn_min_rows && flash_cudnn(&f, c->stream, &err) == BURST_OK) &&
+        // cuDNN where its plan exists or pays for itself (attention/flash_cudnn.h), else our kernel.
+        if (!(c->cudnn_min_rows && a->nq >= c->cudnn_min_rows && (c->cudnn_always || flash_cudnn_worth(&f)) &&
+              flash_cudnn(&f, c->stream, &err) == BURST_OK) &&
             flash_cuda(&f, c->stream, &err))
             burst_abort(__FILE__, __LINE__, __func__, "%s", err.msg);
         profile_stop(c, t);
@@ -622,6 +627,7 @@ extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **o
     c->fp32 = fp32;
     const char *flash = getenv("BURST_FLASH");
     c->cudnn_min_rows = flash && strcmp(flash, "ours") == 0 ? 0 : CUDNN_MIN_ROWS;
+    c->cudnn_always = flash && strcmp(flash, "cudnn") == 0;
     CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasCreate(&c->blas));
     CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));

@@ -264,6 +264,54 @@ static int test_decode(int *n) {
     return fails;
 }
 
+// flash_cudnn_worth (attention/flash_cudnn.h): a small shape whose plan flash_cudnn has built is
+// taken at once; a large block at once; a small new shape from its 64th call on, and a causal
+// block counts half its work. Returns the failures; adds its checks to *n.
+static int test_worth(int *n) {
+    attn_case c = {5, 77, 64, 4, 4, 0, 500, 500, DTYPE_F32};
+    attn_data t;
+    data_init(&t, c);
+    gpu_inputs g = {upload_bf16(t.q, c.nq * t.q_stride), upload_bf16(t.k, c.nk * t.kv_stride),
+                    upload_bf16(t.v, c.nk * t.kv_stride)};
+    float *d_o = device_copy(t.q, (int64_t)c.nq * t.o_stride), *d_lse = device_copy(t.q, (int64_t)c.n_heads * c.nq);
+    const flash_cuda_args planned = cuda_args(&t, &g, d_o, d_lse, 0, c.nk);
+    burst_error err;
+    int fails = 0;
+    if (flash_cudnn(&planned, 0, &err)) printf("FAIL worth: flash_cudnn declined nq=5 nk=77: %s\n", err.msg), fails++;
+    const int got = flash_cudnn_worth(&planned);
+    printf("%s worth nq=5 nk=77 after flash_cudnn built its plan: %d (want 1)\n", got ? "ok  " : "FAIL", got);
+    fails += !got;
+    (*n)++;
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaFree(d_o)); CUDA_CHECK(cudaFree(d_lse));
+    CUDA_CHECK(cudaFree(g.q)); CUDA_CHECK(cudaFree(g.k)); CUDA_CHECK(cudaFree(g.v));
+    data_free(&t);
+    static const struct {
+        int nq, nk, heads, d, causal, calls, want_from; // want 1 from call want_from on
+    } cases[] = {
+        {8192, 13000, 32, 128, 0, 1, 1},  // 4.4e11 units of work: pays within one pass
+        {8192, 13000, 32, 128, 1, 64, 64}, // causal: half that, counted
+        {1234, 1500, 4, 64, 0, 70, 64},   // small and new: from the 64th call on
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int h = cases[i].heads, d = cases[i].d;
+        const flash_cuda_args a = {.q_stride = h * d + 8, .kv_stride = h * d + 8, .nq = cases[i].nq, .nk = cases[i].nk,
+                                   .n_heads = h, .n_kv_heads = h, .head_dim = d, .q_pos0 = 500, .k_pos0 = 500,
+                                   .causal = cases[i].causal};
+        int ok = 1, first = 0;
+        for (int call = 1; call <= cases[i].calls; call++) {
+            const int got = flash_cudnn_worth(&a);
+            if (got && !first) first = call;
+            ok &= got == (call >= cases[i].want_from);
+        }
+        printf("%s worth nq=%d nk=%d heads=%d d=%d causal=%d: first 1 at call %d of %d (want %d)\n", ok ? "ok  " : "FAIL",
+               cases[i].nq, cases[i].nk, h, d, cases[i].causal, first, cases[i].calls, cases[i].want_from);
+        fails += !ok;
+        (*n)++;
+    }
+    return fails;
+}
+
 int main(void) {
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
@@ -305,6 +353,7 @@ int main(void) {
             fails += !test_case(c, IMPL_FLASH_CUDA, (flash_cuda_tiles)tl, 0);
             n++;
         }
+    if (flash_cudnn_compiled()) fails += test_worth(&n);
     fails += test_decode(&n);
     printf("%s: %d of %d cases failed (cuDNN %s, declined %d)\n", fails ? "FAIL" : "ok", fails, n,
            flash_cudnn_compiled() ? "built" : "not built", cudnn_declined);
