@@ -346,6 +346,13 @@ int main(void) {
                     which++;
                 }
     }
+    // One cuDNN plan (causal with a shift, the same shape) run at two shifts: the shift is a run-time
+    // value of the plan, not part of its key.
+    for (int shift = 700; flash_cudnn_compiled() && shift <= 1900; shift += 1200) {
+        attn_case c = {1100, 3000, 128, 8, 2, 1, 500 + shift, 500, DTYPE_F32};
+        fails += !test_case(c, IMPL_CUDNN, FLASH_CUDA_TILES_DEFAULT, 0);
+        n++;
+    }
     // Every compiled tile shape, both head dims, on an uneven causal case with an offset.
     for (int tl = 1; tl < FLASH_CUDA_TILES_COUNT; tl++)
         for (int d = 64; d <= 128; d += 64) {
