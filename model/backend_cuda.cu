@@ -4,9 +4,9 @@
 // Kernels. The element-wise ops (embed, rmsnorm, rope, swiglu, add, the fp32 -> bf16 rounding
 // of activations, the weight conversion) are memory-bound: coalesced fp32 loads and stores,
 // grid-stride loops over 64-bit indices, 256 threads a block. rmsnorm: one block per row, a
-// block reduction of the sum of squares. rope: one thread per (token, frequency) computes the
-// angle in double, as the CPU twin does (a float32 angle loses the low bits past ~10^4
-// positions), and rotates that pair in every head. Attention: decode (up to
+// block reduction of the sum of squares. rope: one thread per (token, frequency, 8 heads)
+// computes the angle in double, as the CPU twin does (a float32 angle loses the low bits past
+// ~10^4 positions), and rotates that pair in its heads. Attention: decode (up to
 // DECODE_CUDA_MAX_ROWS query rows) and fp32 mode run attention/decode_cuda.h, exact fp32 on the
 // fp32 Q/K/V in place; bf16 mode packs larger blocks to bf16 for cuDNN or the flash kernel:
 // cuDNN where flash_cudnn_worth says its plan exists or pays (BURST_FLASH=cudnn: always, =ours:
@@ -272,17 +272,21 @@ __global__ void __launch_bounds__(THREADS) rmsnorm_kernel(float *out, const floa
     for (int64_t j = threadIdx.x; j < dim; j += THREADS) oi[j] = xi[j] * r * to_f32(w[j]);
 }
 
+// One thread per (token, frequency, group of ROPE_HEADS heads): the angle is computed once per
+// group, and a one-token decode step still spreads over n_heads / ROPE_HEADS times more threads.
+constexpr int ROPE_HEADS = 8;
 __global__ void rope_kernel(float *x, const int64_t *pos, int n, int n_heads, int head_dim, rope_params p) {
-    const int half = head_dim / 2;
-    const int64_t total = (int64_t)n * half;
+    const int half = head_dim / 2, groups = (n_heads + ROPE_HEADS - 1) / ROPE_HEADS;
+    const int64_t total = (int64_t)n * half * groups;
     for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t i = t / half;
-        const int j = (int)(t - i * half);
+        const int64_t i = t / ((int64_t)half * groups);
+        const int rest = (int)(t - i * half * groups), g = rest / half, j = rest - g * half;
         const double a = (double)pos[i] * rope_inv_freq(&p, j, head_dim);
         double sd, cd;
         sincos(a, &sd, &cd);
         const float c = (float)cd * p.mscale, s = (float)sd * p.mscale;
-        for (int h = 0; h < n_heads; h++) {
+        const int h_end = min(n_heads, (g + 1) * ROPE_HEADS);
+        for (int h = g * ROPE_HEADS; h < h_end; h++) {
             float *v = x + (i * n_heads + h) * head_dim;
             const float x1 = v[j], x2 = v[j + half];
             v[j] = x1 * c - x2 * s;
@@ -490,7 +494,8 @@ void cuda_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_head
     if (n == 0) return;
     const int t = profile_start(c, "rope n<=%lld", pow2_at_least(n));
     const int64_t *d_pos = (const int64_t *)upload(c, &c->pos, pos, (size_t)n * sizeof(int64_t));
-    rope_kernel<<<blocks_for((int64_t)n * (head_dim / 2), 1), THREADS, 0, c->stream>>>(x, d_pos, n, n_heads, head_dim, *p);
+    const int64_t threads = (int64_t)n * (head_dim / 2) * ((n_heads + ROPE_HEADS - 1) / ROPE_HEADS);
+    rope_kernel<<<blocks_for(threads, 1), THREADS, 0, c->stream>>>(x, d_pos, n, n_heads, head_dim, *p);
     CUDA_CHECK(cudaGetLastError());
     profile_stop(c, t);
 }
