@@ -13,18 +13,33 @@ static seq_run chunk(int64_t n, int64_t k, int64_t c) {
 seq_part partition_zigzag(int64_t n, int n_ranks, int rank) {
     BURST_ASSERT(n >= 0 && n_ranks >= 1 && rank >= 0 && rank < n_ranks);
     int64_t k = 2 * (int64_t)n_ranks;
-    return (seq_part){.n_runs = 2, .run = {chunk(n, k, rank), chunk(n, k, k - 1 - rank)}};
+    seq_part p = {.n_runs = 2, .run = {chunk(n, k, rank), chunk(n, k, k - 1 - rank)}};
+    seq_part_coalesce(&p);
+    return p;
 }
 
 seq_part partition_contiguous(int64_t n, int n_ranks, int rank) {
     BURST_ASSERT(n >= 0 && n_ranks >= 1 && rank >= 0 && rank < n_ranks);
-    return (seq_part){.n_runs = 1, .run = {chunk(n, n_ranks, rank)}};
+    seq_part p = {.n_runs = 1, .run = {chunk(n, n_ranks, rank)}};
+    seq_part_coalesce(&p);
+    return p;
 }
 
 int64_t seq_part_len(const seq_part *p) {
     int64_t len = 0;
     for (int i = 0; i < p->n_runs; i++) len += p->run[i].len;
     return len;
+}
+
+void seq_part_coalesce(seq_part *p) {
+    int n = 0;
+    for (int i = 0; i < p->n_runs; i++) {
+        const seq_run r = p->run[i];
+        if (r.len == 0) continue;
+        if (n > 0 && p->run[n - 1].start + p->run[n - 1].len == r.start) p->run[n - 1].len += r.len;
+        else p->run[n++] = r;
+    }
+    p->n_runs = n;
 }
 
 void seq_part_shift(seq_part *p, int64_t offset) {

@@ -33,6 +33,9 @@ static void plan_ring(seg_plan *s, int G) {
         s->new_len[r] = seq_part_len(&z);
         seq_part kv = {.n_runs = 1, .run = {{.start = 0, .len = s->old_len[r]}}};
         for (int t = 0; t < z.n_runs; t++) kv.run[kv.n_runs++] = z.run[t];
+        // The old rows count as positions [0, old) (all before the new ones, which is all that
+        // causal masking asks of them); new rows that continue them make one block (G = 1).
+        seq_part_coalesce(&kv);
         s->kv[r] = kv;
         if (s->old_len[r] + s->new_len[r] > s->max_block) s->max_block = s->old_len[r] + s->new_len[r];
     }

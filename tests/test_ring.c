@@ -219,6 +219,20 @@ static int run_sharded_merge(ring_case *c, const double *ref_o, const double *re
     return ok;
 }
 
+// seq_part_coalesce, and the coalesced partitions: G = 1's zigzag is one run, a middle rank's
+// two chunks join, a rank without tokens has no run. Returns 1 when all hold.
+static int test_coalesce(void) {
+    seq_part p = {.n_runs = 4, .run = {{0, 0}, {0, 5}, {5, 3}, {10, 2}}}; // empty, joined pair, gap
+    seq_part_coalesce(&p);
+    int ok = p.n_runs == 2 && p.run[0].start == 0 && p.run[0].len == 8 && p.run[1].start == 10 && p.run[1].len == 2;
+    seq_part one = partition_zigzag(10, 1, 0), mid = partition_zigzag(12, 3, 2), none = partition_zigzag(1, 2, 1);
+    ok &= one.n_runs == 1 && one.run[0].start == 0 && one.run[0].len == 10;
+    ok &= mid.n_runs == 1 && mid.run[0].start == 4 && mid.run[0].len == 4; // chunks 2 and 3 of 6
+    ok &= none.n_runs == 0 && seq_part_len(&none) == 0;
+    printf("%s seq_part_coalesce and coalesced partitions\n", ok ? "ok  " : "FAIL");
+    return ok;
+}
+
 int main(void) {
     test_seed("test_ring");
     static const int Ns[] = {1, 7, 64, 1000, 4097}, Gs[] = {1, 2, 3, 4, 8};
@@ -226,7 +240,7 @@ int main(void) {
     // so the largest N runs its own two small shapes.
     static const int shapes[][4] = {{4, 4, 64, 1}, {4, 2, 128, 0}, {8, 2, 64, 1}, {4, 1, 128, 1}, {2, 2, 128, 0}};
     static const int large_shapes[][4] = {{4, 2, 64, 1}, {2, 2, 64, 0}};
-    int ok = 1;
+    int ok = test_coalesce();
     for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++) {
         int N = Ns[ni], n_shapes = N > 1000 ? 2 : 5;
         for (int si = 0; si < n_shapes; si++) {
