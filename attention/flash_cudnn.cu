@@ -79,7 +79,7 @@ constexpr size_t MAX_SEEN = 64;  // shapes flash_cudnn_worth counts per thread, 
 // flash_cuda's time, some 6e-15 s per unit of work below, on each of a forward pass's layers (32
 // or more) that meet the same shape: it pays within one pass from 0.1 s / (32 x 6e-15) ~ 5e11
 // units on. 4e11 also sends a 32K prompt's blocks against its first 16K keys to cuDNN at once.
-constexpr double PLAN_WORK = 4e11; // nq x nk x n_heads x head_dim, halved when causal
+constexpr double PLAN_WORK = 4e11; // visible (row, key) pairs x n_heads x head_dim
 constexpr int PLAN_AFTER = 64;     // calls of a smaller shape, two passes of 32 layers: it recurs
 
 // Everything the graph bakes in (all 64-bit: no padding, compared bytewise). shifted: causal with
@@ -430,7 +430,11 @@ extern "C" int flash_cudnn_worth(const flash_cuda_args *a) {
     CUDA_CHECK(cudaGetDevice(&device));
     for (const plan_entry &e : tc.plans)
         if (device == tc.device && e.key == key) return 1;
-    if ((double)a->nq * a->nk * a->n_heads * a->head_dim * (key.causal ? 0.5 : 1.0) >= PLAN_WORK) return 1;
+    // Row i sees min(nk, shift + i + 1) keys when causal: rows below m see shift + i + 1, the rest nk.
+    const double nq = a->nq, nk = a->nk, shift = (double)(a->q_pos0 - a->k_pos0);
+    const double m = key.causal ? fmax(0.0, fmin(nq, nk - shift)) : 0.0;
+    const double pairs = key.causal ? m * shift + m * (m + 1) / 2 + (nq - m) * nk : nq * nk;
+    if (pairs * a->n_heads * a->head_dim >= PLAN_WORK) return 1;
     for (auto &s : tc.seen)
         if (s.first == key) return ++s.second >= PLAN_AFTER;
     if (tc.seen.size() >= MAX_SEEN) tc.seen.erase(tc.seen.begin());

@@ -265,8 +265,8 @@ static int test_decode(int *n) {
 }
 
 // flash_cudnn_worth (attention/flash_cudnn.h): a small shape whose plan flash_cudnn has built is
-// taken at once; a large block at once; a small new shape from its 64th call on, and a causal
-// block counts half its work. Returns the failures; adds its checks to *n.
+// taken at once; a large block at once; a small new shape from its 64th call on; a causal block
+// counts the (row, key) pairs it sees. Returns the failures; adds its checks to *n.
 static int test_worth(int *n) {
     attn_case c = {5, 77, 64, 4, 4, 0, 500, 500, DTYPE_F32};
     attn_data t;
@@ -287,16 +287,17 @@ static int test_worth(int *n) {
     CUDA_CHECK(cudaFree(g.q)); CUDA_CHECK(cudaFree(g.k)); CUDA_CHECK(cudaFree(g.v));
     data_free(&t);
     static const struct {
-        int nq, nk, heads, d, causal, calls, want_from; // want 1 from call want_from on
+        int nq, nk, heads, d, causal, shift, calls, want_from; // want 1 from call want_from on
     } cases[] = {
-        {8192, 13000, 32, 128, 0, 1, 1},  // 4.4e11 units of work: pays within one pass
-        {8192, 13000, 32, 128, 1, 64, 64}, // causal: half that, counted
-        {1234, 1500, 4, 64, 0, 70, 64},   // small and new: from the 64th call on
+        {8192, 13000, 32, 128, 0, 0, 1, 1},     // 4.4e11 units of work: pays within one pass
+        {8192, 13000, 32, 128, 1, 0, 64, 64},   // causal: 8192 x 8193 / 2 pairs, 1.4e11, counted
+        {8192, 16384, 32, 128, 1, 8192, 1, 1},  // after 8192 earlier keys: 4.1e11 (half of all: 2.7e11)
+        {1234, 1500, 4, 64, 0, 0, 70, 64},      // small and new: from the 64th call on
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int h = cases[i].heads, d = cases[i].d;
         const flash_cuda_args a = {.q_stride = h * d + 8, .kv_stride = h * d + 8, .nq = cases[i].nq, .nk = cases[i].nk,
-                                   .n_heads = h, .n_kv_heads = h, .head_dim = d, .q_pos0 = 500, .k_pos0 = 500,
+                                   .n_heads = h, .n_kv_heads = h, .head_dim = d, .q_pos0 = 500 + cases[i].shift, .k_pos0 = 500,
                                    .causal = cases[i].causal};
         int ok = 1, first = 0;
         for (int call = 1; call <= cases[i].calls; call++) {
@@ -304,8 +305,9 @@ static int test_worth(int *n) {
             if (got && !first) first = call;
             ok &= got == (call >= cases[i].want_from);
         }
-        printf("%s worth nq=%d nk=%d heads=%d d=%d causal=%d: first 1 at call %d of %d (want %d)\n", ok ? "ok  " : "FAIL",
-               cases[i].nq, cases[i].nk, h, d, cases[i].causal, first, cases[i].calls, cases[i].want_from);
+        printf("%s worth nq=%d nk=%d heads=%d d=%d causal=%d shift=%d: first 1 at call %d of %d (want %d)\n",
+               ok ? "ok  " : "FAIL", cases[i].nq, cases[i].nk, h, d, cases[i].causal, cases[i].shift, first,
+               cases[i].calls, cases[i].want_from);
         fails += !ok;
         (*n)++;
     }
