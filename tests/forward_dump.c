@@ -39,6 +39,7 @@ int main(int argc, char **argv) {
                          .backend = backend, .kv_dtype = kv_dtype};
     if (llama_load(argv[1], &opt, &m, &err)) {
         fprintf(stderr, "E %s\n", err.msg);
+        free(ids);
         return 1;
     }
     int vocab = llama_config_of(m)->vocab_size;
