@@ -158,9 +158,9 @@ int profile_start(cuda_ctx *c, const char *fmt, ...) {
     va_end(ap);
     int k = 0;
     while (k < p->n_keys && strcmp(p->keys[k].name, name)) k++;
-    if (k == PROFILE_KEYS - 1 || k == p->n_keys) {
+    if (k == p->n_keys) { // a new key, while there is room; past that the last one takes them all
         if (k >= PROFILE_KEYS - 1) k = PROFILE_KEYS - 1, snprintf(name, sizeof name, "(other shapes)");
-        else p->n_keys++;
+        if (k == p->n_keys) p->n_keys++;
         snprintf(p->keys[k].name, sizeof p->keys[k].name, "%s", name);
     }
     if (p->n_marks == p->cap_marks) {
