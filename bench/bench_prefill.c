@@ -34,7 +34,7 @@
 #include "common/cuda_check.h"
 #include "model/llama.h"
 
-enum { MAX_LIST = 16, DECODE_STEPS = 32 };
+enum { MAX_LIST = 16, DECODE_STEPS = 32, MAX_REPS = 32, UNTIMED = 3 };
 
 // The LLaMA-2 shapes (multi-head attention, vocab 32000) and the one this run uses.
 typedef struct {
@@ -163,6 +163,8 @@ int main(int argc, char **argv) {
         S = SHAPES[strcmp(argv[6], SHAPES[0].name) ? 1 : 0];
     }
     int ns[MAX_LIST], batches[MAX_LIST], reps = argc > 4 ? atoi(argv[4]) : 3;
+    if (reps < 1 || reps > MAX_REPS)
+        return fprintf(stderr, "bench_prefill: REPS %s: want 1 to %d\n", argv[4], MAX_REPS), 2;
     burst_dtype kv = DTYPE_F32;
     if (argc > 5 && (!dtype_parse(argv[5], &kv) || kv == DTYPE_F16))
         return fprintf(stderr, "bench_prefill: KV dtype %s: want f32 or bf16\n", argv[5]), 2;
@@ -208,20 +210,15 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n_ns; i++) {
             if (ns[i] <= 0) continue;
             // The first prefill of this N meets attention shapes the lengths before it did not (a
-            // server's first prompt of a length): first_s. Three more, untimed, let every shape get
-            // its cuDNN plan (attention/flash_cudnn.h's flash_cudnn_worth); then the timed reps.
-            double t[32], first_s = 0;
-            for (int r = 0; r < 4; r++) {
+            // server's first prompt of a length): first_s. UNTIMED more let every shape get its
+            // cuDNN plan (attention/flash_cudnn.h's flash_cudnn_worth); then the timed reps.
+            double t[MAX_REPS], first_s = 0;
+            for (int r = 0; r < 1 + UNTIMED + reps; r++) {
                 llama_slot_truncate(m, 0, 0);
                 double s = burst_now();
                 if (llama_prefill(m, 0, tokens, ns[i], logits, &err)) return fprintf(stderr, "E %s\n", err.msg), 1;
                 if (r == 0) first_s = burst_now() - s;
-            }
-            for (int r = 0; r < reps && r < 32; r++) {
-                llama_slot_truncate(m, 0, 0);
-                double s = burst_now();
-                if (llama_prefill(m, 0, tokens, ns[i], logits, &err)) return fprintf(stderr, "E %s\n", err.msg), 1;
-                t[r] = burst_now() - s;
+                if (r > UNTIMED) t[r - 1 - UNTIMED] = burst_now() - s;
             }
             qsort(t, (size_t)reps, sizeof(double), cmp_double);
             ttft[b][i] = t[reps / 2];
