@@ -108,11 +108,11 @@ if os.path.isdir(STORIES):  # head_dim 8: the split-KV attention kernel (attenti
         # BURST_PROFILE=1: a row per op and shape class. A prefill of 2 tokens, then 2 one-token steps
         # (the third token needs none); wq and wo (64x64) in 5 layers; the head (512x64) on last rows.
         rows = {m[1]: int(m[2]) for m in (re.match(r"profile cuda:0: (.*?) +(\d+) calls", l) for l in r.stderr.splitlines()) if m}
-        want = {"matmul 64x64 n<=2": 10, "matmul 64x64 n<=1": 20, "matmul 512x64 n<=1": 3}
-        got = {k: rows.get(k) for k in want}
-        ok = got == want
+        want_calls = {"matmul 64x64 n<=2": 10, "matmul 64x64 n<=1": 20, "matmul 512x64 n<=1": 3}
+        got = {k: rows.get(k) for k in want_calls}
+        ok = got == want_calls
         failures += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} BURST_PROFILE=1 --backend {backend}: calls {got} (want {want}) of {len(rows)} rows")
+        print(f"{'ok  ' if ok else 'FAIL'} BURST_PROFILE=1 --backend {backend}: calls {got} (want {want_calls}) of {len(rows)} rows")
     for key in runs[1:]:
         base = ("cpu", 1, "threads", key[3])  # the CPU with the same KV cache
         if key == base:
