@@ -35,9 +35,9 @@ burst_status flash_cudnn(const flash_cuda_args *a, cudaStream_t stream, burst_er
 // For a caller with a fallback (flash_cuda): 1 when flash_cudnn should take this block now. That
 // is when its plan is built already; when the block is large enough (4e11 = its visible
 // (row, key) pairs x n_heads x head_dim: 7B's 32 heads of 128 at 8192 rows x 13000 keys) that
-// cuDNN's speed repays the plan within one forward pass; or when the calling thread has asked about its shape 64 times
-// (two passes of 32 layers: a prompt length that recurs). Else 0, counting the call. Always 0
-// without cuDNN. Cheap: no cuDNN call; never builds a plan itself.
+// cuDNN's speed repays the plan within one forward pass; or when the calling thread has asked
+// about its shape 64 times (two passes of 32 layers: a prompt length that recurs). Else 0,
+// counting the call. Always 0 without cuDNN. Cheap: no cuDNN call; never builds a plan itself.
 int flash_cudnn_worth(const flash_cuda_args *a);
 
 // 1 when burst was built with cuDNN (flash_cudnn can take cases), else 0.
