@@ -619,6 +619,13 @@ const backend_ops cuda_ops_fp32 = cuda_fp32_ops();
 
 extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **out, burst_error *err) {
     *out = NULL;
+    // The diagnostic switches: a misspelt value is refused rather than run as the default.
+    const char *flash = getenv("BURST_FLASH"), *prof = getenv("BURST_PROFILE");
+    if (flash && *flash && strcmp(flash, "ours") && strcmp(flash, "cudnn"))
+        return BURST_FAIL(err, BURST_ERR_INVALID, "BURST_FLASH=%s: want ours or cudnn (unset: cuDNN where its plan pays)",
+                          flash);
+    if (prof && *prof && strcmp(prof, "0") && strcmp(prof, "1"))
+        return BURST_FAIL(err, BURST_ERR_INVALID, "BURST_PROFILE=%s: want 1 (a GPU time table per op) or 0", prof);
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || device < 0 || count == 0) {
@@ -631,7 +638,6 @@ extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **o
     cuda_ctx *c = (cuda_ctx *)burst_calloc(1, sizeof *c);
     c->device = device;
     c->fp32 = fp32;
-    const char *flash = getenv("BURST_FLASH");
     c->cudnn_min_rows = flash && strcmp(flash, "ours") == 0 ? 0 : CUDNN_MIN_ROWS;
     c->cudnn_always = flash && strcmp(flash, "cudnn") == 0;
     CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
@@ -642,7 +648,6 @@ extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **o
     // fp32 mode: CUBLAS_COMPUTE_32F under the default math mode never uses TF32.
     CUBLAS_CHECK(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
     for (upload_buf *u : {&c->tokens, &c->pos}) CUDA_CHECK(cudaEventCreateWithFlags(&u->done, cudaEventDisableTiming));
-    const char *prof = getenv("BURST_PROFILE");
     if (prof && !strcmp(prof, "1")) c->prof = (profile *)burst_calloc(1, sizeof *c->prof);
     burst_backend *b = (burst_backend *)burst_malloc(sizeof *b);
     *b = (burst_backend){.ops = fp32 ? &cuda_ops_fp32 : &cuda_ops, .ctx = c};

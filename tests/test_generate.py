@@ -76,6 +76,15 @@ with tempfile.TemporaryDirectory() as tmp:
     check("--prompt-file of 108 KB: read whole (30001 tokens), then refused as past --ctx",
           r.returncode == 1 and "prompt of 30001 tokens exceeds the context of 512" in r.stderr, r.stderr[-300:])
 
+# The CUDA backend's diagnostic switches: a misspelt value is an error, found before any GPU is needed.
+for var, val in (("BURST_FLASH", "flahs"), ("BURST_PROFILE", "yes")):
+    r = subprocess.run([BIN, "generate", "--model", STORIES, "--prompt", "x", "--backend", "cuda"], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, var: val})
+    if "has no CUDA" in r.stderr:
+        print(f"skip {var}: built without CUDA")
+        continue
+    check(f"{var}={val} refused", r.returncode == 1 and f"{var}={val}: want" in r.stderr, r.stderr[-300:])
+
 r = run("generate", "--help")
 check("--help", r.returncode == 0 and "--max-tokens" in r.stdout, r.stdout[:200])
 sys.exit(1 if failures else 0)
