@@ -44,6 +44,10 @@ static const char usage[] =
     "                    prompt) skips their prefill (default on)\n"
     "  --max-wait S      answer 429 at once when a request's estimated wait for a KV slot is\n"
     "                    longer than S seconds (default 0: off; --max-queue still applies)\n"
+    "  --warmup N        before the port opens, run a throw-away prompt of N tokens (then one\n"
+    "                    decode step, then forget it), so that the GPU's first-use costs (cuDNN\n"
+    "                    plans, kernel loading) do not fall on the first requests (default: two\n"
+    "                    steps of --batch tokens, at most --ctx - 1, with a cuda backend; 0 on the cpu)\n"
     "  --ranks G         ranks sharing each sequence: BurstAttention prefill, sharded KV cache\n"
     "                    (default 1)\n"
     "  --threads N       CPU threads of this process, shared out among its ranks (default: all cores)\n"
@@ -70,7 +74,7 @@ static const char usage[] =
 typedef struct {
     const char *model, *host, *api_key, *cors_origin, *backend, *comm, *coordinator, *tls_cert, *tls_key;
     int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk, nodes, prefix_cache, max_connections,
-        idle_timeout;
+        idle_timeout, warmup; // warmup: -1 until resolved against the backend and the context
     float max_wait, join_timeout, node_timeout, drain_timeout, stream_ping;
     const char *kv; // --kv-dtype as given (NULL: the backend's default)
     burst_dtype kv_dtype;
@@ -79,7 +83,7 @@ typedef struct {
 static int parse_args(int argc, char **argv, burstd_args *a) {
     *a = (burstd_args){.host = "127.0.0.1", .port = 8080, .slots = 4, .max_queue = 64, .ranks = 1, .prefix_cache = 1,
                          .drain_timeout = 30, .max_connections = 1024, .idle_timeout = 60,
-                         .stream_ping = 15};
+                         .stream_ping = 15, .warmup = -1};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = cli_value("burstd", usage, argc, argv, &i);
         if (!v) return 0;
@@ -111,6 +115,7 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         else if (!strcmp(f, "--prefill-chunk")) ok = cli_parse_long("burstd", f, v, 1, 1 << 20, &n), dst = &a->prefill_chunk;
         else if (!strcmp(f, "--max-wait")) ok = cli_parse_float("burstd", f, v, 0, 1e9f, &a->max_wait);
         else if (!strcmp(f, "--threads")) ok = cli_parse_long("burstd", f, v, 1, 4096, &n), dst = &a->threads;
+        else if (!strcmp(f, "--warmup")) ok = cli_parse_long("burstd", f, v, 0, 1 << 30, &n), dst = &a->warmup;
         else if (!strcmp(f, "--ranks")) ok = cli_parse_long("burstd", f, v, 1, 64, &n), dst = &a->ranks;
         else {
             fprintf(stderr, "burstd: %s: unknown option\n%s", f, usage);
@@ -138,6 +143,26 @@ static const char *model_name(const char *dir) {
     while (n > 1 && name[n - 1] == '/') name[--n] = 0;
     const char *slash = strrchr(name, '/');
     return slash && slash[1] ? slash + 1 : name;
+}
+
+// Runs a throw-away prompt of n tokens and one decode step in slot 0, then empties the slot: the
+// first use of each GPU kernel, cuBLAS heuristic and cuDNN plan (up to ~0.6 s for a first long
+// prompt on an H100) happens here rather than in the first requests' time to first token.
+static burst_status warm_up(llama_model *m, int n, burst_error *err) {
+    const int vocab = llama_config_of(m)->vocab_size;
+    int *tokens = burst_malloc(sizeof(int) * (size_t)(n + 1));
+    for (int i = 0; i <= n; i++) tokens[i] = (int)((1 + 7919 * (int64_t)i) % vocab); // any ids serve
+    float *logits = burst_malloc(sizeof(float) * (size_t)vocab);
+    double t0 = burst_now();
+    burst_status st = llama_prefill(m, 0, tokens, n, logits, err);
+    if (!st) st = llama_forward(m, &(llama_segment){.slot = 0, .n = 1}, 1, tokens + n, logits, NULL, NULL, err);
+    if (!st) {
+        llama_slot_truncate(m, 0, 0);
+        LOG_I("warm-up: a prompt of %d tokens and a decode step in %.2f s", n, burst_now() - t0);
+    }
+    free(tokens);
+    free(logits);
+    return st;
 }
 
 // After a stop signal: no new requests, and up to --drain-timeout seconds for those accepted to
@@ -202,6 +227,10 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
           llama_options_of(m)->ctx, dtype_name(llama_options_of(m)->kv_dtype), llama_options_of(m)->max_batch,
           a->prefill_chunk < a->batch ? a->prefill_chunk : a->batch, llama_options_of(m)->n_ranks,
           llama_options_of(m)->backend, llama_reserved_bytes(m) / 1e6);
+    int ctx = llama_options_of(m)->ctx, warmup = a->warmup;
+    if (warmup < 0) warmup = strncmp(llama_options_of(m)->backend, "cuda", 4) ? 0 : 2 * a->batch;
+    if (warmup > ctx - 1) warmup = ctx - 1; // room for the decode step
+    if (warmup > 0 && warm_up(m, warmup, &err)) goto fail;
     met = metrics_new(model_name(a->model));
     http_options ho = {.host = a->host, .port = a->port, .api_key = a->api_key, .model_name = model_name(a->model),
                        .cors_origin = a->cors_origin, .idle_timeout_s = (unsigned)a->idle_timeout,
