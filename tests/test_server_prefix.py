@@ -258,6 +258,11 @@ with Burstd(STORIES, "--slots", "1", "--warmup", "40") as d, Burstd(STORIES, "--
     got = complete(d, warm)
     same_answer("after the warm-up, its own 41 tokens as a prompt", got, complete(ref, warm))
     check(f"... none of them cached ({cached(got)})", cached(got) == 0)
+for bad in ("-1", "lots"):
+    r = subprocess.run([os.path.join(BIN, "burstd"), "--model", STORIES, "--warmup", bad],
+                       capture_output=True, text=True, timeout=60, env=ENV)
+    check(f"--warmup {bad} is refused in one line", r.returncode == 2
+          and r.stderr.strip() == f"burstd: --warmup {bad}: want an integer in [0, 1073741824]", r.stderr)
 
 r = subprocess.run([os.path.join(BIN, "burstd"), "--model", STORIES, "--prefix-cache", "maybe"],
                    capture_output=True, text=True, timeout=60, env=ENV)
