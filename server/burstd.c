@@ -44,10 +44,11 @@ static const char usage[] =
     "                    prompt) skips their prefill (default on)\n"
     "  --max-wait S      answer 429 at once when a request's estimated wait for a KV slot is\n"
     "                    longer than S seconds (default 0: off; --max-queue still applies)\n"
-    "  --warmup N        before the port opens, run a throw-away prompt of N tokens (then one\n"
-    "                    decode step, then forget it), so that the GPU's first-use costs (cuDNN\n"
-    "                    plans, kernel loading) do not fall on the first requests (default: two\n"
-    "                    steps of --batch tokens, at most --ctx - 1, with a cuda backend; 0 on the cpu)\n"
+    "  --warmup N        before the port opens, run a throw-away prompt of N tokens in prompt\n"
+    "                    chunks, then one decode step, then forget them, so that the GPU's\n"
+    "                    first-use costs (cuDNN plans, kernel loading) do not fall on the first\n"
+    "                    requests (default: two steps of --batch tokens, at most --ctx - 1,\n"
+    "                    with a cuda backend; 0 on the cpu)\n"
     "  --ranks G         ranks sharing each sequence: BurstAttention prefill, sharded KV cache\n"
     "                    (default 1)\n"
     "  --threads N       CPU threads of this process, shared out among its ranks (default: all cores)\n"
@@ -145,20 +146,23 @@ static const char *model_name(const char *dir) {
     return slash && slash[1] ? slash + 1 : name;
 }
 
-// Runs a throw-away prompt of n tokens and one decode step in slot 0, then empties the slot: the
-// first use of each GPU kernel, cuBLAS heuristic and cuDNN plan (up to ~0.6 s for a first long
-// prompt on an H100) happens here rather than in the first requests' time to first token.
-static burst_status warm_up(llama_model *m, int n, burst_error *err) {
+// Runs a throw-away prompt of n tokens, in the engine's prompt chunks (the shapes requests will
+// run), and one decode step in slot 0, then empties the slot: the first use of each GPU kernel,
+// cuBLAS heuristic and cuDNN plan (up to ~0.6 s for a first long prompt on an H100) happens here
+// rather than in the first requests' time to first token.
+static burst_status warm_up(llama_model *m, int n, int chunk, burst_error *err) {
     const int vocab = llama_config_of(m)->vocab_size;
     int *tokens = burst_malloc(sizeof(int) * (size_t)(n + 1));
     for (int i = 0; i <= n; i++) tokens[i] = (int)((1 + 7919 * (int64_t)i) % vocab); // any ids serve
     float *logits = burst_malloc(sizeof(float) * (size_t)vocab);
     double t0 = burst_now();
-    burst_status st = llama_prefill(m, 0, tokens, n, logits, err);
+    burst_status st = BURST_OK;
+    for (int done = 0; !st && done < n; done += chunk)
+        st = llama_prefill(m, 0, tokens + done, n - done < chunk ? n - done : chunk, logits, err);
     if (!st) st = llama_forward(m, &(llama_segment){.slot = 0, .n = 1}, 1, tokens + n, logits, NULL, NULL, err);
     if (!st) {
         llama_slot_truncate(m, 0, 0);
-        LOG_I("warm-up: a prompt of %d tokens and a decode step in %.2f s", n, burst_now() - t0);
+        LOG_I("warm-up: a prompt of %d tokens in chunks of %d and a decode step in %.2f s", n, chunk, burst_now() - t0);
     }
     free(tokens);
     free(logits);
@@ -220,17 +224,17 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
     static const char *const rope_scaling[] = {[ROPE_SCALING_NONE] = "", [ROPE_SCALING_LINEAR] = " (RoPE linear x",
                                                [ROPE_SCALING_YARN] = " (RoPE YaRN x"};
     char rope[48] = "";
+    const int batch = llama_options_of(m)->max_batch, chunk = a->prefill_chunk < batch ? a->prefill_chunk : batch; // as the engine's
     if (c->rope_scaling) snprintf(rope, sizeof rope, "%s%g)", rope_scaling[c->rope_scaling], c->rope_factor);
     LOG_I("%s: %d layers, dim %d, %d heads (%d kv), vocab %d%s; %d slots x %d tokens (KV %s), steps of %d tokens "
           "(prompt chunks of %d), %d rank(s) on %s, %.1f MB reserved",
           a->model, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->vocab_size, rope, llama_options_of(m)->n_slots,
-          llama_options_of(m)->ctx, dtype_name(llama_options_of(m)->kv_dtype), llama_options_of(m)->max_batch,
-          a->prefill_chunk < a->batch ? a->prefill_chunk : a->batch, llama_options_of(m)->n_ranks,
+          llama_options_of(m)->ctx, dtype_name(llama_options_of(m)->kv_dtype), batch, chunk, llama_options_of(m)->n_ranks,
           llama_options_of(m)->backend, llama_reserved_bytes(m) / 1e6);
     int ctx = llama_options_of(m)->ctx, warmup = a->warmup;
     if (warmup < 0) warmup = strncmp(llama_options_of(m)->backend, "cuda", 4) ? 0 : 2 * a->batch;
     if (warmup > ctx - 1) warmup = ctx - 1; // room for the decode step
-    if (warmup > 0 && warm_up(m, warmup, &err)) goto fail;
+    if (warmup > 0 && warm_up(m, warmup, chunk, &err)) goto fail;
     met = metrics_new(model_name(a->model));
     http_options ho = {.host = a->host, .port = a->port, .api_key = a->api_key, .model_name = model_name(a->model),
                        .cors_origin = a->cors_origin, .idle_timeout_s = (unsigned)a->idle_timeout,
