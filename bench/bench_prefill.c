@@ -205,7 +205,7 @@ int main(int argc, char **argv) {
         if (llama_load(argv[1], &opt, &m, &err)) return fprintf(stderr, "E %s\n", err.msg), 1;
         fprintf(stderr, "bench_prefill: loaded in %.1f s, %.1f GB reserved, max_batch %d\n", burst_now() - t0,
                 llama_reserved_bytes(m) / 1e9, batches[b]);
-        if (llama_prefill(m, 0, tokens, batches[b] < ctx ? batches[b] : ctx, logits, &err)) // warm-up
+        if (llama_prefill(m, 0, tokens, batches[b] < ctx ? batches[b] : ctx, 0, logits, &err)) // warm-up
             return fprintf(stderr, "E %s\n", err.msg), 1;
         for (int i = 0; i < n_ns; i++) {
             if (ns[i] <= 0) continue;
@@ -216,7 +216,7 @@ int main(int argc, char **argv) {
             for (int r = 0; r < 1 + UNTIMED + reps; r++) {
                 llama_slot_truncate(m, 0, 0);
                 double s = burst_now();
-                if (llama_prefill(m, 0, tokens, ns[i], logits, &err)) return fprintf(stderr, "E %s\n", err.msg), 1;
+                if (llama_prefill(m, 0, tokens, ns[i], 0, logits, &err)) return fprintf(stderr, "E %s\n", err.msg), 1;
                 if (r == 0) first_s = burst_now() - s;
                 if (r > UNTIMED) t[r - 1 - UNTIMED] = burst_now() - s;
             }

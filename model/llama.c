@@ -734,7 +734,7 @@ burst_status llama_follow(llama_model *m, burst_error *err) {
     }
 }
 
-burst_status llama_prefill(llama_model *m, int slot, const int *tokens, int n, float *logits,
+burst_status llama_prefill(llama_model *m, int slot, const int *tokens, int n, int chunk_max, float *logits,
                            burst_error *err) {
     if (n < 1) return BURST_FAIL(err, BURST_ERR_INVALID, "slot %d: empty prompt", slot);
     if (slot < 0 || slot >= m->opt.n_slots)
@@ -742,8 +742,9 @@ burst_status llama_prefill(llama_model *m, int slot, const int *tokens, int n, f
     if (llama_slot_len(m, slot) + n > m->opt.ctx)
         return BURST_FAIL(err, BURST_ERR_INVALID, "slot %d: %lld + %d tokens exceed the context of %d",
                           slot, (long long)llama_slot_len(m, slot), n, m->opt.ctx);
+    if (chunk_max <= 0 || chunk_max > m->opt.max_batch) chunk_max = m->opt.max_batch;
     for (int done = 0; done < n;) {
-        int chunk = n - done < m->opt.max_batch ? n - done : m->opt.max_batch;
+        int chunk = n - done < chunk_max ? n - done : chunk_max;
         llama_segment seg = {.slot = slot, .n = chunk};
         burst_status st = llama_forward(m, &seg, 1, tokens + done, logits, NULL, NULL, err);
         if (st) return st;

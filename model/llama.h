@@ -74,8 +74,9 @@ size_t llama_reserved_bytes(const llama_model *m); // KV cache + scratch of this
 burst_status llama_forward(llama_model *m, const llama_segment *segs, int n_segs, const int *tokens,
                            float *logits, llama_rows_fn rows, void *rows_ctx, burst_error *err);
 
-// Prefills n tokens into a slot in chunks of max_batch; logits (vocab) of the last token.
-burst_status llama_prefill(llama_model *m, int slot, const int *tokens, int n, float *logits,
+// Prefills n tokens into a slot in chunks of chunk_max tokens (0, or more than max_batch:
+// max_batch); logits (vocab) of the last token.
+burst_status llama_prefill(llama_model *m, int slot, const int *tokens, int n, int chunk_max, float *logits,
                            burst_error *err);
 
 // Ring steps run since load, summed over this process's ranks: seconds of local attention compute and of

@@ -177,7 +177,7 @@ static int generate(const generate_args *a) {
 
     double t_start = burst_now(), t_first = 0;
     int n_gen = 0, ctx = llama_options_of(m)->ctx;
-    if (llama_prefill(m, 0, ids, n_prompt, logits, &err)) goto fail_gen;
+    if (llama_prefill(m, 0, ids, n_prompt, 0, logits, &err)) goto fail_gen;
     while (n_gen < a->max_tokens) {
         int next = sampler_sample(&smp, logits);
         if (n_gen++ == 0) t_first = burst_now();

@@ -156,9 +156,7 @@ static burst_status warm_up(llama_model *m, int n, int chunk, burst_error *err) 
     for (int i = 0; i <= n; i++) tokens[i] = (int)((1 + 7919 * (int64_t)i) % vocab); // any ids serve
     float *logits = burst_malloc(sizeof(float) * (size_t)vocab);
     double t0 = burst_now();
-    burst_status st = BURST_OK;
-    for (int done = 0; !st && done < n; done += chunk)
-        st = llama_prefill(m, 0, tokens + done, n - done < chunk ? n - done : chunk, logits, err);
+    burst_status st = llama_prefill(m, 0, tokens, n, chunk, logits, err);
     if (!st) st = llama_forward(m, &(llama_segment){.slot = 0, .n = 1}, 1, tokens + n, logits, NULL, NULL, err);
     if (!st) {
         llama_slot_truncate(m, 0, 0);
@@ -232,7 +230,7 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
           llama_options_of(m)->ctx, dtype_name(llama_options_of(m)->kv_dtype), batch, chunk, llama_options_of(m)->n_ranks,
           llama_options_of(m)->backend, llama_reserved_bytes(m) / 1e6);
     int ctx = llama_options_of(m)->ctx, warmup = a->warmup;
-    if (warmup < 0) warmup = strncmp(llama_options_of(m)->backend, "cuda", 4) ? 0 : 2 * a->batch;
+    if (warmup < 0) warmup = strncmp(llama_options_of(m)->backend, "cuda", 4) ? 0 : 2 * batch;
     if (warmup > ctx - 1) warmup = ctx - 1; // room for the decode step
     if (warmup > 0 && warm_up(m, warmup, chunk, &err)) goto fail;
     met = metrics_new(model_name(a->model));

@@ -45,7 +45,7 @@ int main(int argc, char **argv) {
     int vocab = llama_config_of(m)->vocab_size;
     float *logits = malloc(sizeof(float) * (size_t)vocab);
     FILE *out = fopen(argv[2], "wb");
-    int rc = out && !llama_prefill(m, 0, ids, len[0], logits, &err) ? 0 : 1;
+    int rc = out && !llama_prefill(m, 0, ids, len[0], 0, logits, &err) ? 0 : 1;
     if (!rc) fwrite(logits, sizeof(float), (size_t)vocab, out);
     for (int i = len[0]; !rc && i < len[0] + len[1]; i++) {
         llama_segment seg = {.slot = 0, .n = 1};
@@ -60,7 +60,7 @@ int main(int argc, char **argv) {
         llama_slot_copy(m, 1, 0, keep);
         llama_slot_truncate(m, 0, keep);
         for (int slot = 1; !rc && slot >= 0; slot--) {
-            rc = llama_prefill(m, slot, ids + len[0] + len[1], len[2], logits, &err) ? 1 : 0;
+            rc = llama_prefill(m, slot, ids + len[0] + len[1], len[2], 0, logits, &err) ? 1 : 0;
             if (!rc) fwrite(logits, sizeof(float), (size_t)vocab, out);
         }
     }
