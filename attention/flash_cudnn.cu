@@ -322,9 +322,15 @@ plan_entry build_plan(const plan_key &key) {
 }
 
 // The cached entry for key, built on first use.
-plan_entry &plan_for(const plan_key &key) {
+// The calling thread's plan for key, or null.
+plan_entry *cached_plan(const plan_key &key) {
     for (plan_entry &e : tc.plans)
-        if (e.key == key) return e;
+        if (e.key == key) return &e;
+    return nullptr;
+}
+
+plan_entry &plan_for(const plan_key &key) {
+    if (plan_entry *e = cached_plan(key)) return *e;
     if (tc.plans.size() >= MAX_PLANS) {
         destroy_all(tc.plans.front().owned);
         tc.plans.erase(tc.plans.begin());
@@ -428,8 +434,7 @@ extern "C" int flash_cudnn_worth(const flash_cuda_args *a) {
     const plan_key key = key_of(a);
     int device;
     CUDA_CHECK(cudaGetDevice(&device));
-    for (const plan_entry &e : tc.plans)
-        if (device == tc.device && e.key == key) return 1;
+    if (device == tc.device && cached_plan(key)) return 1;
     // Row i sees min(nk, shift + i + 1) keys when causal: rows below m see shift + i + 1, the rest nk.
     const double nq = a->nq, nk = a->nk, shift = (double)(a->q_pos0 - a->k_pos0);
     const double m = key.causal ? fmax(0.0, fmin(nq, nk - shift)) : 0.0;
