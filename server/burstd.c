@@ -16,6 +16,9 @@ static const char usage[] =
     "Serves the model over an OpenAI-compatible HTTP API (see README.md).\n"
     "\n"
     "  --model DIR       Hugging Face LLaMA directory (config.json, *.safetensors, tokenizer.model)\n"
+    "  --served-model-name NAME  the model's name in the API (/v1/models, each answer's \"model\",\n"
+    "                    the metrics' model_name); a request naming another model gets 404\n"
+    "                    (default: the --model directory's name)\n"
     "  --host ADDR       address to listen on (default 127.0.0.1)\n"
     "  --port N          port (default 8080; 0: any free port, printed at start)\n"
     "  --api-key KEY     require \"Authorization: Bearer KEY\" (all routes but /health)\n"
@@ -73,7 +76,7 @@ static const char usage[] =
     "                    says why (default 600)\n";
 
 typedef struct {
-    const char *model, *host, *api_key, *cors_origin, *backend, *comm, *coordinator, *tls_cert, *tls_key;
+    const char *model, *served_name, *host, *api_key, *cors_origin, *backend, *comm, *coordinator, *tls_cert, *tls_key;
     int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk, nodes, prefix_cache, max_connections,
         idle_timeout, warmup; // warmup: -1 until resolved against the backend and the context
     float max_wait, join_timeout, node_timeout, drain_timeout, stream_ping;
@@ -91,6 +94,7 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         long n = 0;
         int ok = 1, *dst = NULL;
         if (!strcmp(f, "--model")) a->model = v;
+        else if (!strcmp(f, "--served-model-name")) a->served_name = v;
         else if (!strcmp(f, "--host")) a->host = v;
         else if (!strcmp(f, "--api-key")) a->api_key = v;
         else if (!strcmp(f, "--cors-origin")) a->cors_origin = v;
@@ -132,11 +136,13 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
     if (!a->model) fprintf(stderr, "burstd: --model DIR is required\n%s", usage);
     else if (a->nodes > 1 && !a->coordinator) fprintf(stderr, "burstd: --nodes %d needs --coordinator HOST:PORT\n", a->nodes);
     else if (!a->tls_cert != !a->tls_key) fprintf(stderr, "burstd: HTTPS needs both --tls-cert and --tls-key\n");
+    else if (a->served_name && !a->served_name[0]) fprintf(stderr, "burstd: --served-model-name must not be empty\n");
     else return 1;
     return 0;
 }
 
-// The model directory's last component names the model in the API ("stories260K").
+// The model directory's last component names the model in the API ("stories260K") unless
+// --served-model-name does.
 static const char *model_name(const char *dir) {
     static char name[256];
     snprintf(name, sizeof name, "%s", dir);
@@ -233,8 +239,9 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
     if (warmup < 0) warmup = strncmp(llama_options_of(m)->backend, "cuda", 4) ? 0 : 2 * batch;
     if (warmup > ctx - 1) warmup = ctx - 1; // room for the decode step
     if (warmup > 0 && warm_up(m, warmup, chunk, &err)) goto fail;
-    met = metrics_new(model_name(a->model));
-    http_options ho = {.host = a->host, .port = a->port, .api_key = a->api_key, .model_name = model_name(a->model),
+    const char *name = a->served_name ? a->served_name : model_name(a->model);
+    met = metrics_new(name);
+    http_options ho = {.host = a->host, .port = a->port, .api_key = a->api_key, .model_name = name,
                        .cors_origin = a->cors_origin, .idle_timeout_s = (unsigned)a->idle_timeout,
                        .max_connections = (unsigned)a->max_connections, .stream_ping_s = a->stream_ping,
                        .tls_cert = tls_cert, .tls_key = tls_key};

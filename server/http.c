@@ -268,7 +268,7 @@ burst_status http_start(const http_options *opt, engine *eng, const llama_model 
                        .cors_origin = opt->cors_origin, .idle_timeout_s = opt->idle_timeout_s,
                        .stream_ping_s = opt->stream_ping_s,
                        .started = (long long)time(NULL),
-                       .limits = {.tok = tok, .vocab = llama_config_of(m)->vocab_size, .ctx = llama_options_of(m)->ctx,
+                       .limits = {.model = opt->model_name, .tok = tok, .vocab = llama_config_of(m)->vocab_size, .ctx = llama_options_of(m)->ctx,
                                   .max_choices = llama_options_of(m)->n_slots,
                                   .max_prompts = engine_max_queue(eng)}};
     atomic_init(&s->next_id, 1);

@@ -59,12 +59,8 @@ enum MHD_Result http_models(http_server *s, http_request *h) {
 
 enum MHD_Result http_model(http_server *s, http_request *h) {
     const char *id = h->url + strlen("/v1/models/");
-    if (strcmp(id, s->model_name)) {
-        api_error e;
-        api_error_set(&e, 404, "invalid_request_error", "model_not_found", "this server serves %s, not %s",
-                      s->model_name, id);
-        return http_reply_error(s, h, &e);
-    }
+    api_error e;
+    if (strcmp(id, s->model_name)) return http_reply_error(s, h, (api_error_model_not_found(&e, s->model_name, id), &e));
     return reply_json(h, model_json(s));
 }
 

@@ -22,7 +22,7 @@ typedef struct {
 
 struct metrics {
     pthread_mutex_t mu;
-    char *model; // the model_name label
+    char *model; // the model_name label's value, escaped
     histogram hist[METRIC_N_HISTOGRAMS];
     uint64_t counter[METRIC_N_COUNTERS];
     double gauge[METRIC_N_GAUGES];
@@ -64,8 +64,14 @@ static const metric_desc gauge_desc[METRIC_N_GAUGES] = {
 metrics *metrics_new(const char *model_name) {
     metrics *m = burst_calloc(1, sizeof *m);
     pthread_mutex_init(&m->mu, NULL);
-    m->model = strdup(model_name);
-    BURST_ASSERT(m->model && "metrics: out of memory");
+    // A label value escapes backslash, double quote and newline (Prometheus' text format).
+    m->model = burst_malloc(2 * strlen(model_name) + 1);
+    char *o = m->model;
+    for (const char *c = model_name; *c; c++) {
+        if (*c == '\\' || *c == '"' || *c == '\n') *o++ = '\\';
+        *o++ = *c == '\n' ? 'n' : *c;
+    }
+    *o = 0;
     return m;
 }
 

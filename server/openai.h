@@ -29,6 +29,8 @@ typedef struct {
 int api_error_set(api_error *e, int status, const char *type, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 char *api_error_json(const api_error *e);
+// 404 model_not_found: a request (or GET /v1/models/{id}) named a model this server does not serve.
+int api_error_model_not_found(api_error *e, const char *served, const char *asked);
 
 // What formatting one choice moves on.
 typedef struct {
@@ -57,6 +59,7 @@ typedef struct {
 void openai_call_free(openai_call *call);
 
 typedef struct {
+    const char *model;   // the served model's name: a request may name it or no model
     const tokenizer *tok;
     int vocab, ctx;      // token ids must be < vocab; prompt + max_tokens <= ctx
     int max_choices;     // n at most (the KV slots: each choice takes one)
@@ -67,7 +70,7 @@ typedef struct {
 // max_tokens, n_choices, sampling (penalties, logit bias), stop strings, ignore_eos and logprobs,
 // and call's stream, include_usage, logprobs, the batch's other prompts, n_choices (OpenAI's n up to
 // lim's max_choices, 1 with echo) and each choice's echo. Every prompt must fit the context with
-// max_tokens. Returns 1, or 0 with a 400 in e (call may hold prompts and state either way).
+// max_tokens. Returns 1, or 0 with a 400 in e (404 for another model's name) (call may hold prompts and state either way).
 int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, burst_request *req,
                  openai_call *call, api_error *e);
 

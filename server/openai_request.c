@@ -24,6 +24,11 @@ int api_error_set(api_error *e, int status, const char *type, const char *code, 
     return 0;
 }
 
+int api_error_model_not_found(api_error *e, const char *served, const char *asked) {
+    return api_error_set(e, 404, "invalid_request_error", "model_not_found", "this server serves %s, not %s", served,
+                         asked);
+}
+
 #define BAD(e, ...) api_error_set((e), 400, "invalid_request_error", NULL, __VA_ARGS__)
 
 // An optional number in [lo, hi] (absent or null keeps *out).
@@ -307,6 +312,7 @@ int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, b
     if (!cJSON_IsObject(o)) ok = BAD(e, "the body must be a JSON object%s", o ? "" : " (it is not valid JSON)");
     const cJSON *model = o ? cJSON_GetObjectItemCaseSensitive(o, "model") : NULL;
     if (ok && model && !cJSON_IsString(model)) ok = BAD(e, "'model' must be a string");
+    if (ok && model && strcmp(model->valuestring, lim->model)) ok = api_error_model_not_found(e, lim->model, model->valuestring);
     ok = ok && reject_unsupported(o, e);
     const char **texts = NULL; // each prompt's string (or NULL: ids), borrowed from o
     int echo = 0;

@@ -1,7 +1,7 @@
 """burstd's HTTP API on stories260K: completions and chats (streamed and whole) give the text
 `burst generate` gives greedily; the chat template, stop strings, seeds, tokenize; every bad input
 gets its status and an OpenAI-shaped error, and a normal request right after succeeds; the API
-key; --idle-timeout and --max-connections; a missing model fails before the port opens; one log
+key; --served-model-name; --idle-timeout and --max-connections; a missing model fails before the port opens; one log
 line per request."""
 import http.client
 import json
@@ -14,6 +14,7 @@ import ssl
 import subprocess
 import tempfile
 import time
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 
 from burstd_util import BIN, STORIES, Burstd, Checks, generate, need_stories, stream_text
@@ -43,6 +44,8 @@ with Burstd(STORIES) as srv:
     check("/v1/models/stories260K: the same model", st == 200 and one == body["data"][0], one)
     st, _, body = srv.request("GET", "/v1/models/llama-2-7b")
     check("/v1/models/llama-2-7b: 404 model_not_found", st == 404 and body["error"]["code"] == "model_not_found", body)
+    st, _, body = srv.request("POST", "/v1/completions", {**NORMAL, "model": "stories260K"})
+    check("a completion naming the model is served", st == 200 and body["model"] == "stories260K", body)
 
     # Completions: whole, streamed, and the same as burst generate.
     ref = generate(STORIES, "Once upon a time", 40)
@@ -143,6 +146,9 @@ with Burstd(STORIES) as srv:
         ("POST", C, {"prompt": "x", "n": 5}, 400, "'n' must be at most 4: each choice takes one of the server's KV slots"),
         ("POST", C, {"prompt": "x", "n": 0}, 400, "'n' must be an integer"),
         ("POST", C, {"prompt": "x", "model": 3}, 400, "'model' must be a string"),
+        ("POST", C, {"prompt": "x", "model": "gpt-3.5-turbo"}, 404, "this server serves stories260K, not gpt-3.5-turbo"),
+        ("POST", H, {"messages": [{"role": "user", "content": "x"}], "model": "llama-2-7b"}, 404,
+         "this server serves stories260K, not llama-2-7b"),
         ("POST", C, {"prompt": "x", "suffix": "end"}, 400, "'suffix' (text insertion) is not supported"),
         ("POST", C, {"prompt": "x", "best_of": 3}, 400, "'best_of' other than 1"),
         ("POST", H, {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}},
@@ -189,6 +195,22 @@ with Burstd(STORIES) as srv:
     check("errors are logged with the request id", re.search(r"W server/http.c:\d+ http_reply_error: cmpl-\d+ \| "
                                                              r"POST /v1/completions -> 400: ", srv.log()), srv.log()[-300:])
     check("burstd still running", srv.proc.poll() is None)
+
+# --served-model-name: the name in /v1/models, answers and metrics (escaped there), and the only
+# one requests may name; a slash and a quote in it do no harm.
+NAME = 'team "a"/llama-2'
+with Burstd(STORIES, "--served-model-name", NAME) as srv:
+    st, _, body = srv.request("GET", "/v1/models")
+    check("--served-model-name: /v1/models lists it", st == 200 and [m["id"] for m in body["data"]] == [NAME], body)
+    st, _, body = srv.request("GET", "/v1/models/" + urllib.parse.quote(NAME))
+    check("... /v1/models/{it} answers", st == 200 and body["id"] == NAME, (st, body))
+    st, _, body = srv.request("POST", "/v1/completions", {**NORMAL, "model": NAME})
+    check("... a completion naming it carries it", st == 200 and body["model"] == NAME, body)
+    st, _, body = srv.request("POST", "/v1/completions", {**NORMAL, "model": "stories260K"})
+    check("... the directory's name is another model's: 404", st == 404 and body["error"]["code"] == "model_not_found", body)
+    _, _, text = srv.request("GET", "/metrics")
+    check("... the metrics' label escapes its quotes", 'model_name="team \\"a\\"/llama-2"' in text, text[:300])
+    check("... the start line names it", f"(model {NAME})" in srv.log(), srv.log()[-300:])
 
 # The API key: every route but /health wants it.
 # --host ::1: an IPv6 address; the start line names it as a URL does (in brackets). Skipped where
@@ -355,6 +377,7 @@ with tempfile.TemporaryDirectory() as tmp:
                        [[], "--model DIR is required"],
                        [["--model", STORIES, "--port", "http"], "--port http"],
                        [["--model", STORIES, "--slots", "0"], "--slots 0"],
+                       [["--model", STORIES, "--served-model-name", ""], "--served-model-name must not be empty"],
                        [["--model", STORIES, "--kv-dtype", "int8"], "--kv-dtype int8: want f32 or bf16"],
                        [["--model", STORIES, "--host", "no.such.host.invalid", "--port", "0"], "no.such.host.invalid"]):
         r = subprocess.run([os.path.join(BIN, "burstd"), *args], capture_output=True, text=True, timeout=60)
