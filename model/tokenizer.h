@@ -16,7 +16,8 @@ int tokenizer_vocab_size(const tokenizer *t);
 int tokenizer_bos(const tokenizer *t);
 int tokenizer_eos(const tokenizer *t);
 
-// Encodes UTF-8 text; with add_bos the BOS id comes first. *ids is malloc'd (n entries).
+// Encodes UTF-8 text; with add_bos the BOS id comes first. *ids is malloc'd (n entries). A long
+// text is encoded in pieces on several threads (tokenizer.cpp says why the ids are the same).
 burst_status tokenizer_encode(const tokenizer *t, const char *text, int add_bos, int **ids, int *n,
                               burst_error *err);
 // Decodes ids into a malloc'd, NUL-terminated string (byte-fallback pieces become their bytes;

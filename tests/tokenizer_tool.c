@@ -26,7 +26,7 @@ int main(int argc, char **argv) {
     }
     FILE *f = fopen(argv[2], "rb");
     if (!f) return 1;
-    static char buf[1 << 20];
+    static char buf[4 << 20];
     size_t len = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[len] = 0;
