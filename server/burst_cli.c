@@ -18,6 +18,7 @@ static const char usage[] =
     "usage: burst generate --model DIR (--prompt TEXT | --prompt-file PATH) [options]\n"
     "       burst worker --model DIR --coordinator HOST:PORT [options]   (burst worker --help)\n"
     "       burst load --url URL [options]   (burst load --help)\n"
+    "       burst --version   (the version, the git commit and what this build runs on)\n"
     "\n"
     "Prints the completion of TEXT on stdout and timings on stderr.\n"
     "\n"
@@ -351,6 +352,7 @@ int main(int argc, char **argv) {
         fputs(usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    if (!strcmp(argv[1], "--version")) return printf("burst %s\n", cli_build_info()), 0;
     if (!strcmp(argv[1], "generate")) {
         generate_args a;
         int rc = parse_generate(argc - 2, argv + 2, &a) ? generate(&a) : 2;

@@ -73,7 +73,9 @@ static const char usage[] =
     "  --join-timeout S  seconds to wait for the workers to join (default 600)\n"
     "  --node-timeout S  with --comm tcp: a transfer between ranks that makes no progress for S\n"
     "                    seconds means a process hangs: the model goes out of service, /health\n"
-    "                    says why (default 600)\n";
+    "                    says why (default 600)\n"
+    "  --version         print the version, the git commit and what this build runs on (cpu, CUDA,\n"
+    "                    cuDNN, NCCL)\n";
 
 typedef struct {
     const char *model, *served_name, *host, *api_key, *cors_origin, *backend, *comm, *coordinator, *tls_cert, *tls_key;
@@ -213,6 +215,7 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
                         .coordinator = a->coordinator,
                         .cluster_key = getenv("BURST_CLUSTER_KEY"), .join_timeout_s = a->join_timeout,
                         .node_timeout_s = a->node_timeout};
+    LOG_I("burstd %s", cli_build_info());
     char *tls_cert = NULL, *tls_key = NULL; // read first: a bad path fails before the model loads
     const size_t tls_max = 1 << 20;
     if ((a->tls_cert && (burst_read_file(a->tls_cert, tls_max, &tls_cert, NULL, &err) ||

@@ -1,14 +1,24 @@
 #include "cli_args.h"
 
+#include "build_info.h" // generated: cmake/build_info.cmake
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+const char *cli_build_info(void) {
+    return BURST_VERSION " (git " BURST_COMMIT "; " BURST_BUILT_WITH ")";
+}
+
 const char *cli_value(const char *prog, const char *usage, int argc, char **argv, int *i) {
     const char *f = argv[*i];
     if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
         fputs(usage, stdout);
+        exit(0);
+    }
+    if (!strcmp(f, "--version")) {
+        printf("%s %s\n", prog, cli_build_info());
         exit(0);
     }
     if (*i + 1 >= argc) {

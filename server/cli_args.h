@@ -4,8 +4,12 @@
 #pragma once
 #include "common/dtype.h"
 
+// "0.1.0 (git 1a2b3c4; cpu, CUDA 13.0 for 90a, cuDNN, NCCL)": the version, the commit built and
+// what the build can run on.
+const char *cli_build_info(void);
 // The value of the flag argv[*i] (advancing *i past it). -h/--help prints usage and exits 0;
-// a flag without a value prints why (and the usage) and returns NULL.
+// --version prints "prog <cli_build_info>" and exits 0; a flag without a value prints why (and
+// the usage) and returns NULL.
 const char *cli_value(const char *prog, const char *usage, int argc, char **argv, int *i);
 // Returns 1 and sets *out when s is an integer in [lo, hi]; else prints why and returns 0.
 int cli_parse_long(const char *prog, const char *flag, const char *s, long lo, long hi, long *out);

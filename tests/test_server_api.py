@@ -1,7 +1,7 @@
 """burstd's HTTP API on stories260K: completions and chats (streamed and whole) give the text
 `burst generate` gives greedily; the chat template, stop strings, seeds, tokenize; every bad input
 gets its status and an OpenAI-shaped error, and a normal request right after succeeds; the API
-key; --served-model-name; --idle-timeout and --max-connections; a missing model fails before the port opens; one log
+key; --served-model-name; --version; --idle-timeout and --max-connections; a missing model fails before the port opens; one log
 line per request."""
 import http.client
 import json
@@ -369,6 +369,15 @@ if shutil.which("openssl"):
     https_checks()
 else:
     print("skip: HTTPS checks (no openssl command to make a certificate)")
+
+# --version: the version, the commit built and what the build runs on; burstd's start line too.
+for prog in (["burstd"], ["burst"], ["burst", "generate"]):
+    r = subprocess.run([os.path.join(BIN, prog[0]), *prog[1:], "--version"], capture_output=True, text=True, timeout=60)
+    check(f"{' '.join(prog)} --version", r.returncode == 0 and
+          re.fullmatch(prog[0] + r" \d+\.\d+\.\d+ \(git ([0-9a-f]{7}(-dirty)?|unknown); cpu(, .*)?\)\n", r.stdout), r)
+with Burstd(STORIES) as srv:
+    check("burstd's first line names its version", re.search(r"I server/burstd.c:\d+ serve: burstd \d+\.\d+\.\d+ \(git ",
+                                                              srv.log().splitlines()[0]), srv.log()[:300])
 
 # A missing or unusable model directory fails clearly before the port opens; bad flags too.
 with tempfile.TemporaryDirectory() as tmp:
