@@ -2,10 +2,12 @@
 #include <sentencepiece_processor.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -87,16 +89,20 @@ extern "C" burst_status tokenizer_encode(const tokenizer *t, const char *text, i
     size_t n_pieces = ends.size();
     std::vector<std::vector<int>> v(n_pieces);
     std::vector<sentencepiece::util::Status> status(n_pieces);
-    auto encode = [&](size_t first, size_t step) {
-        for (size_t i = first; i < n_pieces; i += step) {
+    std::atomic<size_t> next{0};
+    auto encode = [&] {
+        for (size_t i; (i = next++) < n_pieces;) {
             size_t start = i ? ends[i - 1] + 1 : 0;
             status[i] = t->sp.Encode(std::string_view(text + start, ends[i] - start), &v[i]);
         }
     };
     size_t n_threads = std::min<size_t>({n_pieces, std::max(1u, std::thread::hardware_concurrency()), 16});
     std::vector<std::thread> threads;
-    for (size_t k = 1; k < n_threads; k++) threads.emplace_back(encode, k, n_threads);
-    encode(0, n_threads);
+    try {
+        for (size_t k = 1; k < n_threads; k++) threads.emplace_back(encode);
+    } catch (const std::system_error &) { // no thread to be had: the threads there are take its pieces
+    }
+    encode();
     for (auto &th : threads) th.join();
     size_t total = add_bos ? 1 : 0;
     for (size_t i = 0; i < n_pieces; i++) {
