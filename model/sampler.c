@@ -85,7 +85,7 @@ static int pick(sampler *s, const float *logits) {
     int keep = n;
     int filter = (s->p.top_k > 0 && s->p.top_k < n) || s->p.top_p < 1.0f || s->p.min_p > 0;
     // The filters keep a prefix of the candidates sorted most likely first. Sorting all of them
-    // (3.5 ms for 32000) would cost a third of a GPU's decode step, so only those at least floor
+    // (about 5 ms for 32000) would cost half a 7B decode step on a GPU, so only those at least floor
     // times as likely as the most likely (whose prob is 1) are sorted, for the first floor (min_p,
     // else 0.1, down by 10x) under which they hold the prefix: min_p's at once, top_k's within
     // them, top_p's when their mass reaches it (counted first, sorted only then). Floor 0 is the
