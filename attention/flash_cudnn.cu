@@ -321,7 +321,6 @@ plan_entry build_plan(const plan_key &key) {
     return e;
 }
 
-// The cached entry for key, built on first use.
 // The calling thread's plan for key, or null.
 plan_entry *cached_plan(const plan_key &key) {
     for (plan_entry &e : tc.plans)
@@ -329,6 +328,7 @@ plan_entry *cached_plan(const plan_key &key) {
     return nullptr;
 }
 
+// The cached entry for key, built on first use.
 plan_entry &plan_for(const plan_key &key) {
     if (plan_entry *e = cached_plan(key)) return *e;
     if (tc.plans.size() >= MAX_PLANS) {

@@ -4,7 +4,7 @@
 #pragma once
 #include "common/dtype.h"
 
-// "0.1.0 (git 1a2b3c4; cpu, CUDA 13.0 for 90a, cuDNN, NCCL)": the version, the commit built and
+// "0.1.0 (git 1a2b3c4; cpu, CUDA 13.0.88 for sm_90a, cuDNN, NCCL)": the version, the commit built and
 // what the build can run on.
 const char *cli_build_info(void);
 // The value of the flag argv[*i] (advancing *i past it). -h/--help prints usage and exits 0;

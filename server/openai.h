@@ -70,7 +70,8 @@ typedef struct {
 // max_tokens, n_choices, sampling (penalties, logit bias), stop strings, ignore_eos and logprobs,
 // and call's stream, include_usage, logprobs, the batch's other prompts, n_choices (OpenAI's n up to
 // lim's max_choices, 1 with echo) and each choice's echo. Every prompt must fit the context with
-// max_tokens. Returns 1, or 0 with a 400 in e (404 for another model's name) (call may hold prompts and state either way).
+// max_tokens. Returns 1, or 0 with a 400 in e, a 404 when it names another model (call may hold
+// prompts and state either way).
 int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, burst_request *req,
                  openai_call *call, api_error *e);
 

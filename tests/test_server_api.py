@@ -1,8 +1,8 @@
 """burstd's HTTP API on stories260K: completions and chats (streamed and whole) give the text
 `burst generate` gives greedily; the chat template, stop strings, seeds, tokenize; every bad input
 gets its status and an OpenAI-shaped error, and a normal request right after succeeds; the API
-key; --served-model-name; --version; --idle-timeout and --max-connections; a missing model fails before the port opens; one log
-line per request."""
+key; --served-model-name; --version; --idle-timeout and --max-connections; a missing model fails
+before the port opens; one log line per request."""
 import http.client
 import json
 import os
