@@ -29,8 +29,8 @@ typedef struct {
     float *part_o;   // (max_batch, dim) a replicated segment's partial over the new tokens
     float *part_lse; // (n_heads, max_batch)
     float *hb, *hb2; // (max_batch, hidden_dim)
-    float *last;     // (n_slots, dim) each segment's last row (rank 0 only)
-    float *logits;   // (max(n_slots, row_block), vocab) the last rows', or a block of all_rows rows' (rank 0 only)
+    float *last;     // (max_logits, dim) the rows whose logits llama_forward returns (rank 0 only)
+    float *logits;   // (max_logits, vocab) their logits, or a block of all_rows rows' (rank 0 only)
     void *ring;      // ring_workspace_bytes(G, max_batch, shard_cap, ...)
     float *merge;    // sharded_merge_work_floats(G, max_batch, ...)
 } llama_scratch;
@@ -99,7 +99,7 @@ typedef struct {
 } node_info;
 
 // The leader's commands to its workers (cluster_broadcast), as int32 words.
-// FORWARD n_segs n_tokens (slot n all_rows)* token*; TRUNCATE slot len; COPY dst src len
+// FORWARD n_segs n_tokens (slot n all_rows n_logits)* token*; TRUNCATE slot len; COPY dst src len
 enum { CMD_FORWARD, CMD_TRUNCATE, CMD_COPY, CMD_QUIT };
 
 static void ops_attend(void *ctx, const flash_args *a) { backend_attention(ctx, a); }
@@ -178,8 +178,8 @@ static void alloc_scratch(llama_model *m, llama_rank *R) {
     s->hb = scratch(R, B * c->hidden_dim);
     s->hb2 = scratch(R, B * c->hidden_dim);
     if (R->rank == 0) { // the logits are computed on rank 0 alone
-        s->last = scratch(R, (int64_t)m->opt.n_slots * c->dim);
-        s->logits = scratch(R, (int64_t)(m->opt.n_slots > m->row_block ? m->opt.n_slots : m->row_block) * c->vocab_size);
+        s->last = scratch(R, (int64_t)llama_max_logits(m) * c->dim);
+        s->logits = scratch(R, (int64_t)llama_max_logits(m) * c->vocab_size);
     }
     size_t ring_bytes = ring_workspace_bytes(m->G, B, m->shard_cap, c->n_heads, c->n_kv_heads, c->head_dim, m->opt.kv_dtype);
     s->ring = scratch(R, (int64_t)((ring_bytes + sizeof(float) - 1) / sizeof(float)));
@@ -359,6 +359,9 @@ const llama_config *llama_config_of(const llama_model *m) { return &m->cfg; }
 const char *llama_tokenizer_path(const llama_model *m) { return weights_tokenizer_path(m->w); }
 const llama_options *llama_options_of(const llama_model *m) { return &m->opt; }
 
+// As many as the slots, and at least a block of all_rows rows, for which the buffers exist anyway.
+int llama_max_logits(const llama_model *m) { return m->opt.n_slots > m->row_block ? m->opt.n_slots : m->row_block; }
+
 size_t llama_reserved_bytes(const llama_model *m) {
     size_t bytes = 0;
     for (int i = 0; i < m->n_local; i++) bytes += kv_cache_bytes(&m->ranks[i].kv) + m->ranks[i].scratch_bytes;
@@ -393,8 +396,7 @@ static void tell_workers(llama_model *m, const int32_t *words, size_t n) {
 static void slot_truncate(llama_model *m, int slot, int64_t len) {
     int64_t *shard = m->shard_len + (int64_t)slot * m->G;
     const uint8_t *owner = m->pos_rank + (int64_t)slot * m->opt.ctx;
-    for (int r = 0; r < m->G; r++) shard[r] = 0;
-    for (int64_t p = 0; p < len; p++) shard[owner[p]]++;
+    for (int64_t p = llama_slot_len(m, slot) - 1; p >= len; p--) shard[owner[p]]--; // those past len go
 }
 
 void llama_slot_truncate(llama_model *m, int slot, int64_t len) {
@@ -420,7 +422,9 @@ static void copy_rank(void *arg, int rank) {
 // positions and, on each rank, the first rows that those owners count.
 static void slot_copy(llama_model *m, int dst, int src, int64_t len) {
     memcpy(m->pos_rank + (int64_t)dst * m->opt.ctx, m->pos_rank + (int64_t)src * m->opt.ctx, (size_t)len);
-    slot_truncate(m, dst, len);
+    int64_t *shard = m->shard_len + (int64_t)dst * m->G;
+    for (int r = 0; r < m->G; r++) shard[r] = 0;
+    for (int64_t p = 0; p < len; p++) shard[m->pos_rank[(int64_t)dst * m->opt.ctx + p]]++;
     m->call = (llama_call){.copy_dst = dst, .copy_src = src};
     rank_pool_run(m->pool, copy_rank, m);
 }
@@ -432,16 +436,21 @@ void llama_slot_copy(llama_model *m, int dst, int src, int64_t len) {
     slot_copy(m, dst, src, len);
 }
 
+static int seg_logits(const llama_segment *sg) { return sg->n_logits > 1 ? sg->n_logits : 1; }
+
 static burst_status check_batch(const llama_model *m, const llama_segment *segs, int n_segs,
                                 const int *tokens, int *n_total, burst_error *err) {
     if (n_segs < 1 || n_segs > m->opt.n_slots)
         return BURST_FAIL(err, BURST_ERR_INVALID, "%d segments (want 1..%d)", n_segs, m->opt.n_slots);
-    int64_t n = 0;
+    int64_t n = 0, n_logits = 0;
     for (int i = 0; i < n_segs; i++) {
         const llama_segment *sg = &segs[i];
         if (sg->slot < 0 || sg->slot >= m->opt.n_slots || sg->n < 1)
             return BURST_FAIL(err, BURST_ERR_INVALID, "segment %d: slot %d, %d tokens (want slot < %d, n >= 1)",
                               i, sg->slot, sg->n, m->opt.n_slots);
+        if (sg->n_logits < 0 || sg->n_logits > sg->n)
+            return BURST_FAIL(err, BURST_ERR_INVALID, "segment %d: logits of %d of its %d tokens", i, sg->n_logits, sg->n);
+        n_logits += seg_logits(sg);
         for (int j = 0; j < i; j++)
             if (segs[j].slot == sg->slot)
                 return BURST_FAIL(err, BURST_ERR_INVALID, "segments %d and %d share slot %d", j, i, sg->slot);
@@ -453,6 +462,9 @@ static burst_status check_batch(const llama_model *m, const llama_segment *segs,
     }
     if (n > m->opt.max_batch)
         return BURST_FAIL(err, BURST_ERR_INVALID, "%lld tokens in one batch (max %d)", (long long)n, m->opt.max_batch);
+    if (n_logits > llama_max_logits(m))
+        return BURST_FAIL(err, BURST_ERR_INVALID, "%lld rows of logits in one batch (max %d)", (long long)n_logits,
+                          llama_max_logits(m));
     for (int64_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
             return BURST_FAIL(err, BURST_ERR_INVALID, "token %lld is id %d (want 0..%d)", (long long)i,
@@ -617,15 +629,17 @@ static burst_status rank_forward(llama_model *m, llama_rank *R) {
     for (int i = 0; i < m->plan.n_segs; i++)
         if (m->call.segs[i].all_rows && (st = all_row_logits(m, R, i))) return st;
     if (R->rank != 0) return BURST_OK;
-    // Rank 0 holds every segment's last token (zigzag gives it the last chunk): logits there.
-    int n_segs = m->plan.n_segs;
+    // Rank 0 holds every segment's last token (zigzag gives it the last chunk), and every row of a
+    // segment that wants several (replicated): logits there, all in one matrix product.
+    int n_segs = m->plan.n_segs, n_logits = 0;
     for (int i = 0; i < n_segs; i++) {
-        int last = (i + 1 < n_segs ? R->row0[i + 1] : n) - 1;
-        backend_copy(be, s->last + i * dim, s->x + (int64_t)last * dim, (size_t)dim * sizeof(float));
+        int end = i + 1 < n_segs ? R->row0[i + 1] : n, k = seg_logits(&m->call.segs[i]);
+        backend_copy(be, s->last + n_logits * dim, s->x + (int64_t)(end - k) * dim, (size_t)(k * dim) * sizeof(float));
+        n_logits += k;
     }
-    backend_rmsnorm(be, s->last, s->last, &R->final_norm, n_segs, c->norm_eps);
-    backend_matmul(be, s->logits, s->last, &R->lm_head, n_segs);
-    backend_to_host(be, m->call.logits, s->logits, (int64_t)n_segs * c->vocab_size);
+    backend_rmsnorm(be, s->last, s->last, &R->final_norm, n_logits, c->norm_eps);
+    backend_matmul(be, s->logits, s->last, &R->lm_head, n_logits);
+    backend_to_host(be, m->call.logits, s->logits, (int64_t)n_logits * c->vocab_size);
     return BURST_OK;
 }
 
@@ -649,9 +663,9 @@ ring_stats llama_ring_stats(const llama_model *m) {
 // Runs a checked batch on this process's ranks and keeps the books.
 static burst_status run_batch(llama_model *m, const llama_segment *segs, int n_segs, const int *tokens,
                               float *logits, llama_rows_fn rows, void *rows_ctx, burst_error *err) {
-    int slots[n_segs], ns[n_segs];
-    for (int i = 0; i < n_segs; i++) slots[i] = segs[i].slot, ns[i] = segs[i].n;
-    burst_status st = shard_plan_make(&m->plan, slots, ns, n_segs, m->shard_len, m->shard_cap, err);
+    int slots[n_segs], ns[n_segs], whole[n_segs];
+    for (int i = 0; i < n_segs; i++) slots[i] = segs[i].slot, ns[i] = segs[i].n, whole[i] = seg_logits(&segs[i]) > 1;
+    burst_status st = shard_plan_make(&m->plan, slots, ns, whole, n_segs, m->shard_len, m->shard_cap, err);
     if (st) return st;
     m->call = (llama_call){.segs = segs, .tokens = tokens, .logits = logits, .rows = rows, .rows_ctx = rows_ctx};
     rank_pool_run(m->pool, run_rank, m);
@@ -687,12 +701,12 @@ burst_status llama_forward(llama_model *m, const llama_segment *segs, int n_segs
         if (segs[i].all_rows && !rows)
             return BURST_FAIL(err, BURST_ERR_INVALID, "segment %d wants every row's logits but there is no rows callback", i);
     if (m->cl) {
-        int32_t *cmd = burst_malloc(sizeof(int32_t) * (size_t)(3 + 3 * n_segs + n));
+        int32_t *cmd = burst_malloc(sizeof(int32_t) * (size_t)(3 + 4 * n_segs + n)), *seg = cmd + 3;
         cmd[0] = CMD_FORWARD, cmd[1] = n_segs, cmd[2] = n;
-        for (int i = 0; i < n_segs; i++)
-            cmd[3 + 3 * i] = segs[i].slot, cmd[4 + 3 * i] = segs[i].n, cmd[5 + 3 * i] = segs[i].all_rows;
-        memcpy(cmd + 3 + 3 * n_segs, tokens, sizeof(int32_t) * (size_t)n);
-        tell_workers(m, cmd, (size_t)(3 + 3 * n_segs + n));
+        for (int i = 0; i < n_segs; i++, seg += 4)
+            seg[0] = segs[i].slot, seg[1] = segs[i].n, seg[2] = segs[i].all_rows, seg[3] = segs[i].n_logits;
+        memcpy(seg, tokens, sizeof(int32_t) * (size_t)n);
+        tell_workers(m, cmd, (size_t)(3 + 4 * n_segs + n));
         free(cmd);
         if (m->faulty) return BURST_FAIL(err, BURST_ERR_IO, "model out of service: %s", m->fault.msg);
     }
@@ -719,13 +733,14 @@ burst_status llama_follow(llama_model *m, burst_error *err) {
                    cmd[2] < m->opt.n_slots && cmd[1] != cmd[2] && cmd[3] >= 0 && cmd[3] <= llama_slot_len(m, cmd[2])) {
             slot_copy(m, cmd[1], cmd[2], cmd[3]);
         } else if (words >= 3 && cmd[0] == CMD_FORWARD && n_segs >= 1 && n_segs <= m->opt.n_slots && n >= 1 &&
-                   words == (size_t)(3 + 3 * n_segs + n)) {
+                   words == (size_t)(3 + 4 * n_segs + n)) {
             llama_segment segs[n_segs];
-            for (int i = 0; i < n_segs; i++)
-                segs[i] = (llama_segment){.slot = cmd[3 + 3 * i], .n = cmd[4 + 3 * i], .all_rows = cmd[5 + 3 * i] != 0};
+            const int32_t *seg = cmd + 3;
+            for (int i = 0; i < n_segs; i++, seg += 4)
+                segs[i] = (llama_segment){.slot = seg[0], .n = seg[1], .all_rows = seg[2] != 0, .n_logits = seg[3]};
             int checked;
-            if (!(st = check_batch(m, segs, n_segs, cmd + 3 + 3 * n_segs, &checked, err)))
-                st = run_batch(m, segs, n_segs, cmd + 3 + 3 * n_segs, NULL, NULL, NULL, err);
+            if (!(st = check_batch(m, segs, n_segs, seg, &checked, err)))
+                st = run_batch(m, segs, n_segs, seg, NULL, NULL, NULL, err);
         } else {
             st = BURST_FAIL(err, BURST_ERR_FORMAT, "the leader sent a malformed command (%zu bytes)", bytes);
         }

@@ -48,6 +48,7 @@ typedef struct {
     int slot;     // KV cache slot
     int n;        // tokens, appended after the slot's current length
     int all_rows; // 1: the logits of every one of its tokens also go to llama_forward's rows callback
+    int n_logits; // logits of its last n_logits tokens go to llama_forward's logits (0: 1, the last)
 } llama_segment;
 
 // Receives the logits of tokens row0 .. row0 + n_rows - 1 of segment seg (one with all_rows):
@@ -66,9 +67,11 @@ const llama_config *llama_config_of(const llama_model *m);
 const char *llama_tokenizer_path(const llama_model *m);
 const llama_options *llama_options_of(const llama_model *m);
 size_t llama_reserved_bytes(const llama_model *m); // KV cache + scratch of this process
+int llama_max_logits(const llama_model *m);        // rows of logits one llama_forward may return
 
 // Runs the segments' tokens (concatenated in segment order) and writes the logits of each
-// segment's last token to logits (n_segs, vocab) on the host; segments with all_rows also hand
+// segment's last n_logits tokens, in token order, to logits on the host: (n_segs, vocab) when
+// every n_logits is 0 or 1, at most llama_max_logits rows in all. Segments with all_rows also hand
 // every token's logits to rows (NULL when no segment asks). Fails without side effects if a slot
 // would overflow ctx or the batch exceeds max_batch.
 burst_status llama_forward(llama_model *m, const llama_segment *segs, int n_segs, const int *tokens,

@@ -55,7 +55,7 @@ static void plan_replicated(seg_plan *s, int G) {
     }
 }
 
-burst_status shard_plan_make(shard_plan *p, const int *slots, const int *ns, int n_segs,
+burst_status shard_plan_make(shard_plan *p, const int *slots, const int *ns, const int *whole, int n_segs,
                              const int64_t *shard_len, int64_t shard_cap, burst_error *err) {
     int G = p->n_ranks, tok0 = 0;
     BURST_ASSERT(n_segs >= 1 && n_segs <= p->max_segs);
@@ -67,7 +67,7 @@ burst_status shard_plan_make(shard_plan *p, const int *slots, const int *ns, int
             s->old_len[r] = shard_len[(int64_t)s->slot * G + r];
             s->pos0 += s->old_len[r];
         }
-        s->ring = G == 1 || s->n >= 2 * G;
+        s->ring = G == 1 || (s->n >= 2 * G && !whole[i]);
         if (s->ring) plan_ring(s, G);
         else plan_replicated(s, G);
         for (int r = 0; r < G; r++)

@@ -3,9 +3,9 @@
 // A segment of n >= 2G new tokens (or any n when G = 1) is a *ring* segment: its tokens are split
 // zigzag (attention/partition.h), each rank runs its share, appends its K/V rows to its own shard
 // of the slot's cache, and attention runs through the ring over every rank's whole shard.
-// A shorter segment (a decode step) is *replicated*: every rank runs all n tokens, attends them to
-// its own shard, and the partials are merged across ranks; each new K/V entry is stored by the
-// rank whose shard is then smallest, so shards stay balanced.
+// A shorter segment (a decode step), or one asked to stay whole (below), is *replicated*: every
+// rank runs all n tokens, attends them to its own shard, and the partials are merged across ranks;
+// each new K/V entry is stored by the rank whose shard is then smallest, so shards stay balanced.
 //
 // K/V rows already in a shard are all older than any new token, so they need no positions: the
 // plan labels them with positions 0..old-1, which every new query sees. A rank appends its new
@@ -39,6 +39,7 @@ void shard_plan_init(shard_plan *p, int n_ranks, int max_segs, int max_tokens);
 void shard_plan_free(shard_plan *p);
 
 // Plans segments (slot[i], n[i]) given every shard's length (shard_len[slot * G + rank]) and the
-// capacity of one shard; fails without side effects when a shard would overflow.
-burst_status shard_plan_make(shard_plan *p, const int *slots, const int *ns, int n_segs,
+// capacity of one shard; fails without side effects when a shard would overflow. A segment with
+// whole[i] set runs replicated whatever its length, so that rank 0 holds all its rows.
+burst_status shard_plan_make(shard_plan *p, const int *slots, const int *ns, const int *whole, int n_segs,
                              const int64_t *shard_len, int64_t shard_cap, burst_error *err);
