@@ -45,6 +45,10 @@ static const char usage[] =
     "  --prefix-cache on|off  keep each finished request's KV cache in its slot, so that a prompt\n"
     "                    beginning with the same tokens (a chat's next turn, a shared system\n"
     "                    prompt) skips their prefill (default on)\n"
+    "  --speculate K     speculative decoding: each decode step also runs up to K tokens guessed\n"
+    "                    by prompt lookup (what followed the last few tokens where they occurred\n"
+    "                    before) and keeps those the model agrees with; the same text in fewer\n"
+    "                    steps when answers quote the prompt (default 0: off)\n"
     "  --max-wait S      answer 429 at once when a request's estimated wait for a KV slot is\n"
     "                    longer than S seconds (default 0: off; --max-queue still applies)\n"
     "  --warmup N        before the port opens, run a throw-away prompt of N tokens in prompt\n"
@@ -80,7 +84,7 @@ static const char usage[] =
 typedef struct {
     const char *model, *served_name, *host, *api_key, *cors_origin, *backend, *comm, *coordinator, *tls_cert, *tls_key;
     int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk, nodes, prefix_cache, max_connections,
-        idle_timeout, warmup; // warmup: -1 until resolved against the backend and the context
+        idle_timeout, warmup, speculate; // warmup: -1 until resolved against the backend and the context
     float max_wait, join_timeout, node_timeout, drain_timeout, stream_ping;
     const char *kv; // --kv-dtype as given (NULL: the backend's default)
     burst_dtype kv_dtype;
@@ -120,6 +124,7 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         else if (!strcmp(f, "--max-queue")) ok = cli_parse_long("burstd", f, v, 1, 1 << 20, &n), dst = &a->max_queue;
         else if (!strcmp(f, "--batch")) ok = cli_parse_long("burstd", f, v, 1, 1 << 20, &n), dst = &a->batch;
         else if (!strcmp(f, "--prefill-chunk")) ok = cli_parse_long("burstd", f, v, 1, 1 << 20, &n), dst = &a->prefill_chunk;
+        else if (!strcmp(f, "--speculate")) ok = cli_parse_long("burstd", f, v, 0, 64, &n), dst = &a->speculate;
         else if (!strcmp(f, "--max-wait")) ok = cli_parse_float("burstd", f, v, 0, 1e9f, &a->max_wait);
         else if (!strcmp(f, "--threads")) ok = cli_parse_long("burstd", f, v, 1, 4096, &n), dst = &a->threads;
         else if (!strcmp(f, "--warmup")) ok = cli_parse_long("burstd", f, v, 0, 1 << 30, &n), dst = &a->warmup;
@@ -249,7 +254,8 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
                        .max_connections = (unsigned)a->max_connections, .stream_ping_s = a->stream_ping,
                        .tls_cert = tls_cert, .tls_key = tls_key};
     if (engine_start(m, tok, met, &(engine_options){.max_queue = a->max_queue, .prefill_chunk = a->prefill_chunk,
-                                                       .max_wait_s = a->max_wait, .prefix_cache = a->prefix_cache},
+                                                       .max_wait_s = a->max_wait, .prefix_cache = a->prefix_cache,
+                                                       .speculate = a->speculate},
                      &eng, &err) ||
         http_start(&ho, eng, m, tok, met, &http, &err))
         goto fail;

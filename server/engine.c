@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "draft.h"
 #include "stop.h"
 
 // A request holding a KV slot (the slot is its index in engine.seq).
@@ -51,11 +52,14 @@ struct engine {
     int n_slots, vocab, ctx, max_batch, prefill_chunk;
     double max_wait_s;
     int prefix_cache;
+    int speculate;          // drafted tokens per decode step at most (0: off)
+    int draft_room;         // drafted tokens per step at most, so that every slot still gets its turn
     engine_seq *seq;        // (n_slots)
     slot_tokens *held;      // (n_slots) what each slot's K/V cache holds
-    float *logits;          // (n_slots, vocab)
+    float *logits;          // (llama_max_logits, vocab)
     llama_segment *segs;    // (n_slots)
     int *seg_seq;           // (n_slots) the slot of each segment
+    int *seg_row;           // (n_slots) the first row of each segment's logits
     int *tokens;            // (max_batch)
     uint64_t n_admitted;
 
@@ -352,8 +356,9 @@ static void hold_tokens(engine *e, int n_segs) {
 }
 
 // Samples the next token of slot s from its logits row and hands it over; finishes the request
-// at EOS, a stop string, max_tokens or the context limit.
-static void seq_sample(engine *e, int s, const float *logits) {
+// at EOS, a stop string, max_tokens or the context limit (the slot's K/V being what e->held says).
+// Returns the token.
+static int seq_sample(engine *e, int s, const float *logits) {
     engine_seq *q = &e->seq[s];
     burst_request *r = q->req;
     int id = sampler_sample(&q->smp, logits);
@@ -366,12 +371,12 @@ static void seq_sample(engine *e, int s, const float *logits) {
     q->last = id;
     if (id == tokenizer_eos(e->tok) && !r->ignore_eos) { // EOS has no text: it only ends the stream
         seq_finish(e, s, FINISH_STOP, NULL);
-        return;
+        return id;
     }
     char *text = detok_push(e->tok, &q->detok, id);
     if (!text) {
         seq_finish(e, s, FINISH_ERROR, "sampled a token id with no piece");
-        return;
+        return id;
     }
     if (r->logprobs) { // of the raw logits, as vLLM's default (sampler_sample only read them)
         sampled_logprobs lp;
@@ -391,7 +396,26 @@ static void seq_sample(engine *e, int s, const float *logits) {
     if (stopped) q->n_held = 0;
     request_push_token(r, q->choice, out, lp, n_lp);
     if (stopped) seq_finish(e, s, FINISH_STOP, NULL);
-    else if (q->n_gen >= r->max_tokens || llama_slot_len(e->model, s) + 1 > e->ctx) seq_finish(e, s, FINISH_LENGTH, NULL);
+    else if (q->n_gen >= r->max_tokens || e->held[s].len + 1 > e->ctx) seq_finish(e, s, FINISH_LENGTH, NULL);
+    return id;
+}
+
+// Slot s's decode segment i ran its last sampled token and n - 1 drafted ones (rows: their logits):
+// samples from each row in turn while the token sampled is the one drafted next, so each token
+// is what a step of its own would have given; keeps the K/V of the tokens that stand.
+static void seq_decode(engine *e, int i, const float *rows) {
+    int s = e->seg_seq[i], n = e->segs[i].n, j = 0;
+    slot_tokens *h = &e->held[s];
+    int base = h->len - n; // what the slot held before this step
+    for (;; j++) {
+        h->len = base + j + 1; // the K/V that stand while row j is sampled: through fed token j
+        int id = seq_sample(e, s, rows + (int64_t)j * e->vocab);
+        if (!e->seq[s].req || j + 1 == n || id != h->tokens[base + j + 1]) break;
+    }
+    if (llama_slot_len(e->model, s) > h->len) llama_slot_truncate(e->model, s, h->len);
+    if (n == 1) return;
+    metrics_add(e->met, METRIC_SPEC_DRAFTS, (uint64_t)(n - 1));
+    metrics_add(e->met, METRIC_SPEC_ACCEPTED, (uint64_t)j);
 }
 
 // Drops running requests whose client went away, freeing their slots.
@@ -432,18 +456,37 @@ static double prefill_order(const engine *e, int s, double now) {
     return key;
 }
 
-// Fills e->segs/e->tokens for one step; returns the number of segments. Decoding requests first,
-// one token each; then prompt chunks of at most prefill_chunk tokens in prefill_order (older first
-// among equals), while tokens of max_batch are left. A prompt that gets less than its chunk because
-// others went first counts as a preemption.
+// Tokens to draft after slot s's last sampled token into out: at most `room`, speculate, one
+// less than the tokens max_tokens leaves (the last one is sampled anyway), and what the context
+// leaves.
+static int draft(engine *e, int s, int room, int *out) {
+    const engine_seq *q = &e->seq[s];
+    slot_tokens *h = &e->held[s];
+    int most = e->speculate < room ? e->speculate : room;
+    if (q->req->max_tokens - q->n_gen - 1 < most) most = q->req->max_tokens - q->n_gen - 1;
+    if (e->ctx - h->len - 1 < most) most = e->ctx - h->len - 1;
+    if (most < 1) return 0;
+    reserve_tokens(h, h->len + 1);
+    h->tokens[h->len] = q->last; // past len: a scratch place, not held
+    return draft_lookup(h->tokens, h->len + 1, most, out);
+}
+
+// Fills e->segs/e->tokens/e->seg_row for one step; returns the number of segments. Decoding
+// requests first, one token each and any drafts; then prompt chunks of at most prefill_chunk
+// tokens in prefill_order (older first among equals), while tokens of max_batch are left. A
+// prompt that gets less than its chunk because others went first counts as a preemption.
 static int build_batch(engine *e) {
-    int n_segs = 0, n_tok = 0;
+    int n_segs = 0, n_tok = 0, n_rows = 0, room = e->draft_room;
     for (int s = 0; s < e->n_slots; s++) {
         engine_seq *q = &e->seq[s];
         if (!q->req || q->n_prefilled < q->req->n_prompt) continue;
-        e->segs[n_segs] = (llama_segment){.slot = s, .n = 1};
+        e->tokens[n_tok] = q->last;
+        int k = e->speculate ? draft(e, s, room, e->tokens + n_tok + 1) : 0;
+        room -= k;
+        e->segs[n_segs] = (llama_segment){.slot = s, .n = 1 + k, .n_logits = 1 + k};
+        e->seg_row[n_segs] = n_rows;
         e->seg_seq[n_segs++] = s;
-        e->tokens[n_tok++] = q->last;
+        n_tok += 1 + k, n_rows += 1 + k;
     }
     for (double now = burst_now();;) {
         int best = -1;
@@ -466,6 +509,7 @@ static int build_batch(engine *e) {
         }
         memcpy(e->tokens + n_tok, q->req->prompt + q->n_prefilled, sizeof(int) * (size_t)n);
         e->segs[n_segs] = (llama_segment){.slot = best, .n = n, .all_rows = q->prompt_lp && left > 1};
+        e->seg_row[n_segs] = n_rows++;
         e->seg_seq[n_segs++] = best;
         n_tok += n;
     }
@@ -559,15 +603,18 @@ static void step(engine *e) {
     int prefill_tokens = 0;
     for (int i = 0; i < n_segs; i++) {
         engine_seq *q = &e->seq[e->seg_seq[i]];
-        if (q->n_prefilled < q->req->n_prompt) {
-            q->n_prefilled += e->segs[i].n;
-            prefill_tokens += e->segs[i].n;
-            prefill_progress(e, i, now);
+        const float *rows = e->logits + (int64_t)e->seg_row[i] * e->vocab;
+        if (q->n_prefilled == q->req->n_prompt) { // decoding
+            seq_decode(e, i, rows);
+            continue;
         }
+        q->n_prefilled += e->segs[i].n;
+        prefill_tokens += e->segs[i].n;
+        prefill_progress(e, i, now);
         if (q->n_prefilled < q->req->n_prompt) continue;
-        if (q->req->n_choices > 1 && q->n_gen == 0) fork_choices(e, e->seg_seq[i], e->logits + (int64_t)i * e->vocab);
+        if (q->req->n_choices > 1 && q->n_gen == 0) fork_choices(e, e->seg_seq[i], rows);
         if (q->req->max_tokens == 0) seq_finish(e, e->seg_seq[i], FINISH_LENGTH, NULL); // echo: the prompt alone
-        else seq_sample(e, e->seg_seq[i], e->logits + (int64_t)i * e->vocab);
+        else seq_sample(e, e->seg_seq[i], rows);
     }
     update_estimates(e, prefill_tokens, now - t0);
 }
@@ -587,13 +634,16 @@ burst_status engine_start(llama_model *m, const tokenizer *tok, metrics *met, co
                   .max_batch = lo->max_batch, .vocab = llama_config_of(m)->vocab_size, .max_queue = opt->max_queue,
                   .prefill_chunk = opt->prefill_chunk > 0 && opt->prefill_chunk < lo->max_batch ? opt->prefill_chunk
                                                                                               : lo->max_batch,
-                  .max_wait_s = opt->max_wait_s, .prefix_cache = opt->prefix_cache};
+                  .max_wait_s = opt->max_wait_s, .prefix_cache = opt->prefix_cache, .speculate = opt->speculate};
+    int room = llama_max_logits(m) < lo->max_batch ? llama_max_logits(m) : lo->max_batch;
+    e->draft_room = room - e->n_slots; // rows of logits and tokens beyond one for each slot
     e->slot_left_s = burst_calloc((size_t)e->n_slots, sizeof(double));
     e->seq = burst_calloc((size_t)e->n_slots, sizeof *e->seq);
     e->held = burst_calloc((size_t)e->n_slots, sizeof *e->held);
-    e->logits = burst_malloc(sizeof(float) * (size_t)e->n_slots * (size_t)e->vocab);
+    e->logits = burst_malloc(sizeof(float) * (size_t)llama_max_logits(m) * (size_t)e->vocab);
     e->segs = burst_malloc(sizeof *e->segs * (size_t)e->n_slots);
     e->seg_seq = burst_malloc(sizeof(int) * (size_t)e->n_slots);
+    e->seg_row = burst_malloc(sizeof(int) * (size_t)e->n_slots);
     e->tokens = burst_malloc(sizeof(int) * (size_t)e->max_batch);
     e->queue = burst_calloc((size_t)e->max_queue, sizeof *e->queue);
     pthread_mutex_init(&e->mu, NULL);
@@ -635,6 +685,7 @@ void engine_free(engine *e) {
     pthread_mutex_destroy(&e->mu);
     free(e->queue);
     free(e->tokens);
+    free(e->seg_row);
     free(e->seg_seq);
     free(e->segs);
     free(e->logits);

@@ -23,6 +23,11 @@
 // longer still by a chunk or more, the new prompt waits for that prefill to pass it and copies it,
 // so prompts arriving together behind one system prompt prefill it once. A prompt that others
 // wait for is prefilled in their turn if theirs comes first.
+// Speculative decoding (speculate > 0): a decoding request's step also runs up to `speculate`
+// tokens guessed by prompt lookup (draft.h). Its tokens are sampled from the rows in turn, each as
+// it would have been at a step of its own (same logits, same random draws), while the sampled
+// token is the one drafted next; the K/V of the drafts after the first miss are forgotten. The
+// text is thus what one token a step gives, in fewer steps when the guesses are good.
 // A request joins or leaves between steps (continuous batching); a long prompt is prefilled over
 // several steps while others decode, and reports its progress once it has taken a second. A
 // client that goes away stops its work at the next step. Every finished request gets one log line.
@@ -41,6 +46,7 @@ typedef struct {
     int prefill_chunk; // prompt tokens of one request per step at most (0: max_batch)
     double max_wait_s; // refuse a request whose estimated wait for a slot is longer (0: off)
     int prefix_cache;  // 1: a slot keeps its K/V after its request, for later prompts that begin alike
+    int speculate;     // tokens drafted per decode step at most, by prompt lookup (0: off)
 } engine_options;
 
 typedef enum {

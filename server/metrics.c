@@ -53,6 +53,8 @@ static const metric_desc counter_desc[METRIC_N_COUNTERS] = {
     [METRIC_PREEMPTIONS] = {"num_preemptions_total", "", "Prefill steps cut short to run other requests first."},
     [METRIC_PREFIX_QUERIES] = {"prefix_cache_queries_total", "", "Prompt tokens looked up in the prefix cache."},
     [METRIC_PREFIX_HITS] = {"prefix_cache_hits_total", "", "Prompt tokens found in the prefix cache (their prefill skipped)."},
+    [METRIC_SPEC_DRAFTS] = {"spec_decode_num_draft_tokens_total", "", "Tokens drafted by prompt lookup (--speculate)."},
+    [METRIC_SPEC_ACCEPTED] = {"spec_decode_num_accepted_tokens_total", "", "Drafted tokens the model agreed with."},
 };
 static const metric_desc gauge_desc[METRIC_N_GAUGES] = {
     [METRIC_RUNNING] = {"num_requests_running", "", "Requests holding a KV slot."},

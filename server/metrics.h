@@ -29,6 +29,8 @@ typedef enum {
     METRIC_PREEMPTIONS,       // num_preemptions_total: a prefill step cut short for other requests' work
     METRIC_PREFIX_QUERIES,    // prefix_cache_queries_total: prompt tokens looked up in the prefix cache
     METRIC_PREFIX_HITS,       // prefix_cache_hits_total: ... found there (their prefill skipped)
+    METRIC_SPEC_DRAFTS,       // spec_decode_num_draft_tokens_total: tokens drafted by prompt lookup
+    METRIC_SPEC_ACCEPTED,     // spec_decode_num_accepted_tokens_total: ... that the model agreed with
     METRIC_N_COUNTERS,
 } metric_counter;
 

@@ -1,0 +1,115 @@
+"""Speculative decoding (burstd --speculate K) on stories260K: each decode step also runs up to K
+tokens drafted by prompt lookup, and keeps those the model agrees with. Every answer must be the one
+a daemon without it gives:
+- greedy text, and logprobs within 1e-4 (the drafts' rows are computed in one batch, so float32
+  rounding may differ), for several prompts, one at a time and four at once, whole and streamed;
+- sampled text with a seed (temperature, top_p, penalties): each token takes the same random
+  draw as it would at a step of its own;
+- stop strings, max_tokens of 1 to 3 (no drafts past the end), n = 2 choices, and a context
+  that ends the completion (no drafts past it);
+- the next turn of a chat, whose prompt reuses the slot's K/V: drafts the model refused must
+  have been forgotten;
+- on 1 rank and on 3 (drafted segments run replicated on every rank and are cut back there);
+and the drafts must have run: the metrics count drafted and accepted tokens (stories repeat
+themselves). --speculate with a bad value is refused in one line."""
+import os
+import subprocess
+import threading
+
+from burstd_util import BIN, ENV, STORIES, Burstd, Checks, logprob_diff, need_stories, stream_text
+
+need_stories()
+check = Checks()
+C = "/v1/completions"
+TOL = 1e-4
+STORY = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
+         "One day, she saw a big, red ball.")
+PROMPTS = ["Once upon a time", STORY + " " + STORY, "Tom had a dog. The dog liked to run. Tom said",
+           "Lily and Ben went to the park. Lily and Ben"]
+
+
+def complete(d, prompt, **extra):
+    body = {"prompt": prompt, "max_tokens": 120, "temperature": 0, "logprobs": 0, **extra}
+    status, _, got = d.request("POST", C, body)
+    if status != 200:
+        raise RuntimeError(f"{status}: {got}")
+    return got
+
+
+def same(name, got, ref, logprobs=True):
+    g, r = got["choices"], ref["choices"]
+    texts = [c["text"] for c in g] == [c["text"] for c in r]
+    reasons = [c["finish_reason"] for c in g] == [c["finish_reason"] for c in r]
+    diff = max(logprob_diff(a, b) for a, b in zip(g, r)) if logprobs else 0
+    check(f"{name}: same text and finish" + (f", logprobs within {TOL} (max diff {diff:.1e})" if logprobs else ""),
+          texts and reasons and diff < TOL, f"{[c['text'] for c in g]!r} vs {[c['text'] for c in r]!r}")
+
+
+def run(ranks):
+    tag = f"{ranks} rank(s)"
+    args = ("--slots", "4", "--ranks", str(ranks))
+    with Burstd(STORIES, *args, "--speculate", "5") as d, Burstd(STORIES, *args) as ref:
+        for i, p in enumerate(PROMPTS):
+            same(f"{tag}: greedy, prompt {i}", complete(d, p), complete(ref, p))
+        answers = [None] * len(PROMPTS)
+
+        def send(i):
+            answers[i] = complete(d, PROMPTS[i], max_tokens=80)
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(len(PROMPTS))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i, p in enumerate(PROMPTS):
+            same(f"{tag}: four at once, prompt {i}", answers[i], complete(ref, p, max_tokens=80))
+
+        body = {"prompt": STORY, "max_tokens": 60, "temperature": 0}
+        _, events = d.stream(C, body)
+        check(f"{tag}: streamed: the whole answer's text", stream_text(events) == complete(ref, STORY, max_tokens=60)
+              ["choices"][0]["text"], stream_text(events))
+
+        sampled = {"temperature": 0.8, "top_p": 0.9, "seed": 7, "presence_penalty": 0.3, "frequency_penalty": 0.2}
+        for i, p in enumerate(PROMPTS[:2]):
+            same(f"{tag}: sampled with a seed, prompt {i}", complete(d, p, **sampled), complete(ref, p, **sampled))
+        stop = {"stop": ["ball", "park."]}
+        same(f"{tag}: stop strings", complete(d, STORY, **stop), complete(ref, STORY, **stop))
+        for n in (1, 2, 3):
+            same(f"{tag}: max_tokens {n}", complete(d, STORY, max_tokens=n), complete(ref, STORY, max_tokens=n))
+        same(f"{tag}: n = 2 choices, sampled", complete(d, STORY, n=2, temperature=1, seed=3),
+             complete(ref, STORY, n=2, temperature=1, seed=3))
+
+        # The next turn reuses the slot's K/V (prefix cache) up to the answer's last token.
+        turn1 = complete(d, STORY, max_tokens=40)
+        turn2 = STORY + turn1["choices"][0]["text"] + " Then"
+        got = complete(d, turn2)
+        same(f"{tag}: next turn of a chat", got, complete(ref, turn2))
+        check(f"{tag}: ... which reused the first turn ({got['usage']['prompt_tokens_details']['cached_tokens']} "
+              "tokens cached)", got["usage"]["prompt_tokens_details"]["cached_tokens"] > 40)
+
+        drafted, accepted = d.metric("spec_decode_num_draft_tokens_total"), d.metric("spec_decode_num_accepted_tokens_total")
+        check(f"{tag}: drafts ran ({accepted:.0f} of {drafted:.0f} accepted)", 0 < accepted < drafted, (accepted, drafted))
+        check(f"{tag}: no drafts without --speculate", ref.metric("spec_decode_num_draft_tokens_total") == 0)
+
+    # A chat without max_tokens runs to the end of the context (64 tokens): no drafts past it.
+    chat = {"messages": [{"role": "user", "content": "Tell me a story about Lily and her red ball."}], "temperature": 0,
+            "logprobs": True}
+    with Burstd(STORIES, "--ctx", "64", "--ranks", str(ranks), "--speculate", "8") as d, \
+            Burstd(STORIES, "--ctx", "64", "--ranks", str(ranks)) as ref:
+        got, want = d.request("POST", "/v1/chat/completions", chat)[2], ref.request("POST", "/v1/chat/completions", chat)[2]
+        g, w = got["choices"][0], want["choices"][0]
+        lp = max(abs(a["logprob"] - b["logprob"]) for a, b in zip(g["logprobs"]["content"], w["logprobs"]["content"]))
+        check(f"{tag}: a chat up to the end of a 64-token context: same text, logprobs within {TOL}",
+              g["message"] == w["message"] and g["finish_reason"] == w["finish_reason"] == "length"
+              and got["usage"] == want["usage"] | {"time_to_first_token_s": got["usage"]["time_to_first_token_s"],
+                                                  "queue_time_s": got["usage"]["queue_time_s"]} and lp < TOL,
+              (g, w, got["usage"], want["usage"]))
+        check(f"{tag}: ... drafts ran", d.metric("spec_decode_num_draft_tokens_total") > 0)
+
+run(1)
+run(3)
+for bad in ("-1", "65", "x"):
+    r = subprocess.run([os.path.join(BIN, "burstd"), "--model", STORIES, "--speculate", bad],
+                       capture_output=True, text=True, timeout=60, env=ENV)
+    check(f"--speculate {bad} is refused in one line", r.returncode == 2
+          and r.stderr.strip() == f"burstd: --speculate {bad}: want an integer in [0, 64]", r.stderr)
+check.exit()
