@@ -3,7 +3,7 @@
 ("cuda-fp32") and bf16 mode ("cuda"), each with a float32 and a bf16 KV cache (against the CPU
 with the same cache); ring prefill and sharded decode over G = 2, 4, 8 virtual ranks on one GPU
 against G = 1; and `burst generate` greedy text on stories260K, identical between cpu and
-cuda-fp32, with 1 and 3 ranks and both caches. Skips (77) when the build has no CUDA or no device."""
+cuda-fp32, with 1 and 3 ranks and both caches, also from burstd with --speculate 4. Skips (77) when the build has no CUDA or no device."""
 import os, re, subprocess, sys, tempfile
 import numpy as np
 
@@ -121,4 +121,20 @@ if os.path.isdir(STORIES):  # head_dim 8: the split-KV attention kernel (attenti
         failures += not ok
         print(f"{'ok  ' if ok else 'FAIL'} stories260K greedy, 200 tokens: cpu and {key[0]} G={key[1]} comm {key[2]} "
               f"KV {key[3]} {'identical' if ok else 'differ'}: {texts[key]!r:.120}")
+    # Speculative decoding on the GPU (segments that want several rows' logits, slots cut back
+    # after refused drafts): burstd's greedy text on cuda-fp32 with --speculate 4 is the CPU's.
+    from burstd_util import Burstd
+    prompts = [prompt, "Lily and Ben went to the park. Lily and Ben"]
+    for ranks in (1, 3):
+        with Burstd(STORIES, "--ranks", str(ranks)) as cpu, \
+                Burstd(STORIES, "--ranks", str(ranks), "--backend", "cuda-fp32", "--kv-dtype", "f32", "--speculate", "4") as gpu:
+            for p in prompts:
+                body = {"prompt": p, "max_tokens": 200, "temperature": 0}
+                want, got = cpu.request("POST", "/v1/completions", body)[2], gpu.request("POST", "/v1/completions", body)[2]
+                ok = "choices" in got and got["choices"][0]["text"] == want["choices"][0]["text"]
+                failures += not ok
+                print(f"{'ok  ' if ok else 'FAIL'} burstd --speculate 4 on cuda-fp32 G={ranks}: the cpu's greedy text: {got!r:.160}")
+            accepted = gpu.metric("spec_decode_num_accepted_tokens_total")
+            failures += not accepted
+            print(f"{'ok  ' if accepted else 'FAIL'} ... {accepted:.0f} drafted tokens accepted")
 sys.exit(1 if failures else 0)
