@@ -6,7 +6,7 @@ the median of 7 runs of the four prompts.
 The texts are the same for every K (test_server_speculate checks that); only the time differs.
 Two prompts: a story's first words, and a story the model told before followed by its first
 words again (an answer that may quote its context, as a summary or an edit does).
-   /usr/bin/python3 bench/bench_speculate.py BUILD_DIR [--model DIR] [--threads N]"""
+   /usr/bin/python3 bench/bench_speculate.py BUILD_DIR [--model DIR] [--threads N] [--backend NAME]"""
 import os, statistics, sys, threading, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
@@ -21,6 +21,7 @@ from burstd_util import STORIES, Burstd
 
 model = (take_option(args, "--model", 1) or [STORIES])[0]
 threads = (take_option(args, "--threads", 1) or ["1"])[0]
+backend = (take_option(args, "--backend", 1) or ["cpu"])[0]
 REPS = 7  # each a few tenths of a second on stories260K: the median of 7
 starts = ["Once upon a time", "Tom had a dog.", "Lily and Ben went to the park.", "One day, a little bird"]
 
@@ -55,17 +56,17 @@ def run(d, prompts, streams):
     return tokens[0], time.time() - t0
 
 
-with Burstd(model, "--threads", threads) as d:
+with Burstd(model, "--threads", threads, "--backend", backend) as d:
     retell = [complete(d, s, 150)["choices"][0]["text"] for s in starts]  # prompt + answer within 512 tokens
 workloads = {"story": starts, "retell": [s + r + "\n\n" + s for s, r in zip(starts, retell)]}
-print(f"model {os.path.basename(model)}, {threads} thread(s), 250 tokens a request, greedy\n")
+print(f"model {os.path.basename(model)}, {backend}, {threads} thread(s), 250 tokens a request, greedy\n")
 print("| prompt | streams | K | tokens/s | drafted | accepted | steps a request | speed-up |")
 print("|---|---|---|---|---|---|---|---|")
 for name, prompts in workloads.items():
     for streams in (1, 4):
         base = None
         for k in (0, 2, 4, 8):
-            with Burstd(model, "--threads", threads, "--slots", "4", "--speculate", str(k)) as d:
+            with Burstd(model, "--threads", threads, "--backend", backend, "--slots", "4", "--speculate", str(k)) as d:
                 run(d, prompts[:1], 1)  # warm: page in the weights, size the buffers
                 drafted0, accepted0 = (d.metric(f"spec_decode_num_{w}_tokens_total") for w in ("draft", "accepted"))
                 times = [run(d, prompts, streams) for _ in range(REPS)]
