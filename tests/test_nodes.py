@@ -4,7 +4,8 @@ leader with `burst worker`s on loopback.
   chunks, sharded decode) equals one process with the same G, for (G, P) = (2, 2), (3, 2), (4, 3),
   and (3, 2) with a bf16 KV cache, which the worker takes from the leader (bf16 blocks on the ring);
 - burstd with a worker serves the same text over HTTP, and the same prompt logprobs (echo, a prompt
-  of two chunks spread over the ranks) as one process, /health is ok; when the worker is killed,
+  of two chunks spread over the ranks) as one process, also with --speculate (drafted segments
+  and their cutting back run on the worker too), /health is ok; when the worker is killed,
   the next request fails with a clear error instead of hanging, /health turns 503, and burstd
   still stops cleanly on SIGTERM; the same when the worker hangs (SIGSTOP) instead, at
   --node-timeout;
@@ -99,7 +100,8 @@ check("--coordinator ::1:9000: wants brackets", r.returncode != 0 and "[::1]:POR
 ECHO = {"prompt": " ".join([PROMPT] * 6), "max_tokens": 0, "echo": True, "logprobs": 3, "temperature": 0}
 body = {"prompt": PROMPT, "max_tokens": 40, "temperature": 0}
 FOLLOW = {"prompt": PROMPT + " Then the cat", "max_tokens": 20, "temperature": 0, "logprobs": 2}
-with Burstd(STORIES, "--ranks", "3") as d:
+# Both daemons speculate (--speculate 4): the workers run the drafted segments and cut them back.
+with Burstd(STORIES, "--ranks", "3", "--speculate", "4") as d:
     d.request("POST", "/v1/completions", body)
     _, _, one_echo = d.request("POST", "/v1/completions", ECHO)
     _, _, one_follow = d.request("POST", "/v1/completions", FOLLOW)
@@ -107,7 +109,7 @@ with Burstd(STORIES, "--ranks", "3") as d:
 # burstd as the leader; then the worker dies.
 coord = f"127.0.0.1:{free_port()}"
 w = worker(coord)
-with Burstd(STORIES, "--ranks", "3", "--nodes", "2", "--coordinator", coord) as d:
+with Burstd(STORIES, "--ranks", "3", "--nodes", "2", "--coordinator", coord, "--speculate", "4") as d:
     want = generate("--ranks", "3", "--max-tokens", "40").stdout.rstrip("\n")
     status, _, r = d.request("POST", "/v1/completions", body)
     check("burstd over 2 processes: completion 200", status == 200, r)
@@ -125,6 +127,8 @@ with Burstd(STORIES, "--ranks", "3", "--nodes", "2", "--coordinator", coord) as 
           r["usage"] == {**one_follow["usage"], "time_to_first_token_s": r["usage"]["time_to_first_token_s"],
                          "queue_time_s": r["usage"]["queue_time_s"]} and r["choices"] == one_follow["choices"],
           (status, str(r)[:300], str(one_follow)[:300]))
+    accepted = d.metric("spec_decode_num_accepted_tokens_total")
+    check(f"burstd over 2 processes: speculative decoding ran ({accepted:.0f} drafted tokens accepted)", accepted > 0)
     status, _, h = d.request("GET", "/health")
     check("health ok with the worker up", status == 200 and h.get("status") == "ok", h)
     w.kill()
