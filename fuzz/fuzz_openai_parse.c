@@ -1,0 +1,44 @@
+// libFuzzer target: openai_parse (server/openai.h) on arbitrary request bodies, completions or chat
+// (the first byte picks), handed over as the HTTP layer hands them: NUL-terminated. Bodies with
+// bytes outside 1..127 are skipped, as http.c refuses invalid UTF-8 before parsing (\u escapes
+// still reach the parser with any code point). The parser must answer a request or an error and
+// never crash, leak or touch memory it does not own: build with sanitizers (README, "Tests").
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/openai.h"
+
+static tokenizer *tok;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    const char *path = getenv("BURST_TOKENIZER");
+    burst_error err = {{0}};
+    if (!path || tokenizer_load(path, &tok, &err)) {
+        fprintf(stderr, "fuzz_openai_parse: set BURST_TOKENIZER to a tokenizer.model (%s)\n", err.msg);
+        exit(2);
+    }
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
+    if (n < 1) return 0;
+    for (size_t i = 1; i < n; i++)
+        if (data[i] == 0 || data[i] > 127) return 0;
+    openai_kind kind = data[0] & 1 ? OPENAI_CHAT : OPENAI_COMPLETION;
+    char *body = malloc(n);
+    memcpy(body, data + 1, n - 1);
+    body[n - 1] = '\0';
+    // A small context and few slots, so that the limits are reached too.
+    openai_limits lim = {.model = "m", .tok = tok, .vocab = tokenizer_vocab_size(tok), .ctx = 256, .max_choices = 3,
+                         .max_prompts = 4};
+    openai_call call = {.kind = kind, .model = "m", .tok = tok};
+    burst_request *r = request_new();
+    api_error e;
+    openai_parse(kind, body, &lim, r, &call, &e);
+    openai_call_free(&call);
+    request_release(r);
+    free(body);
+    return 0;
+}
