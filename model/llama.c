@@ -93,7 +93,7 @@ struct llama_model {
 typedef struct {
     llama_config cfg;
     uint64_t weight_bytes;
-    int32_t ctx, n_slots, max_batch, n_ranks, kv_dtype;
+    int32_t ctx, n_slots, max_batch, max_logits, n_ranks, kv_dtype;
     char backend[16], comm[16];
     double node_timeout_s;
 } node_info;
@@ -237,7 +237,7 @@ static burst_status join_cluster(llama_model *m, const char *dir, burst_error *e
     if (st) return st;
     int P = cluster_nodes(m->cl);
     node_info mine = {.cfg = m->cfg, .weight_bytes = weights_bytes(m->w), .ctx = o->ctx, .n_slots = o->n_slots,
-                      .max_batch = o->max_batch, .n_ranks = o->n_ranks, .kv_dtype = (int32_t)o->kv_dtype,
+                      .max_batch = o->max_batch, .max_logits = o->max_logits, .n_ranks = o->n_ranks, .kv_dtype = (int32_t)o->kv_dtype,
                       .node_timeout_s = o->node_timeout_s};
     snprintf(mine.backend, sizeof mine.backend, "%s", o->backend);
     snprintf(mine.comm, sizeof mine.comm, "%s", o->comm ? o->comm : "");
@@ -251,6 +251,7 @@ static burst_status join_cluster(llama_model *m, const char *dir, burst_error *e
                                 node, all[node].cfg.n_layers, all[node].cfg.dim, (unsigned long long)all[node].weight_bytes,
                                 lead->cfg.n_layers, lead->cfg.dim, (unsigned long long)lead->weight_bytes, dir);
         o->ctx = lead->ctx, o->n_slots = lead->n_slots, o->max_batch = lead->max_batch, o->n_ranks = lead->n_ranks;
+        o->max_logits = lead->max_logits;
         o->kv_dtype = (burst_dtype)lead->kv_dtype, o->node_timeout_s = lead->node_timeout_s;
         o->n_nodes = P;
         set_name(m->backend, sizeof m->backend, &o->backend, lead->backend);
@@ -320,6 +321,11 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
     // 64 rows make the lm_head a matrix product rather than row by row, in 64 x vocab floats.
     enum { ROW_BLOCK = 64 };
     m->row_block = m->opt.max_batch < ROW_BLOCK ? m->opt.max_batch : ROW_BLOCK;
+    // The logits buffers hold a block of all_rows rows too; a call has at most max_batch rows.
+    int *ml = &m->opt.max_logits;
+    if (*ml < m->opt.n_slots) *ml = m->opt.n_slots;
+    if (*ml < m->row_block) *ml = m->row_block;
+    if (*ml > m->opt.max_batch) *ml = m->opt.max_batch;
     if (m->first == 0) m->rows_host = burst_malloc(sizeof(float) * (size_t)m->row_block * (size_t)m->cfg.vocab_size);
     m->ranks = burst_calloc((size_t)m->n_local, sizeof(llama_rank));
     for (int i = 0; i < m->n_local; i++)
@@ -359,8 +365,7 @@ const llama_config *llama_config_of(const llama_model *m) { return &m->cfg; }
 const char *llama_tokenizer_path(const llama_model *m) { return weights_tokenizer_path(m->w); }
 const llama_options *llama_options_of(const llama_model *m) { return &m->opt; }
 
-// As many as the slots, and at least a block of all_rows rows, for which the buffers exist anyway.
-int llama_max_logits(const llama_model *m) { return m->opt.n_slots > m->row_block ? m->opt.n_slots : m->row_block; }
+int llama_max_logits(const llama_model *m) { return m->opt.max_logits; }
 
 size_t llama_reserved_bytes(const llama_model *m) {
     size_t bytes = 0;

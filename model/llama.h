@@ -23,6 +23,8 @@ typedef struct {
     int ctx;       // tokens per KV slot (0: the model's max_position_embeddings)
     int n_slots;   // sequences held at once
     int max_batch; // tokens per llama_forward call; longer prompts are prefilled in chunks
+    int max_logits; // rows of logits one llama_forward call may return (segments' n_logits), at
+                    // least n_slots and 64, at most max_batch (0: the least)
     int n_threads; // CPU threads in all (0: all cores), shared out among the ranks
     int n_ranks;   // G: ranks sharing each sequence (0: 1)
     const char *backend; // "cpu" (NULL: cpu), "cuda" or "cuda-fp32"

@@ -215,7 +215,9 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
     metrics *met = NULL;
     engine *eng = NULL;
     http_server *http = NULL;
-    llama_options lo = {.ctx = a->ctx, .n_slots = a->slots, .max_batch = a->batch, .n_threads = a->threads,
+    // Room for every slot's logits with K guessed tokens each (--speculate).
+    llama_options lo = {.ctx = a->ctx, .n_slots = a->slots, .max_batch = a->batch, .max_logits = a->slots * (1 + a->speculate),
+                        .n_threads = a->threads,
                         .n_ranks = a->ranks, .backend = a->backend, .kv_dtype = a->kv_dtype, .comm = a->comm, .n_nodes = a->nodes,
                         .coordinator = a->coordinator,
                         .cluster_key = getenv("BURST_CLUSTER_KEY"), .join_timeout_s = a->join_timeout,

@@ -9,7 +9,8 @@ a daemon without it gives:
   that ends the completion (no drafts past it);
 - the next turn of a chat, whose prompt reuses the slot's K/V: drafts the model refused must
   have been forgotten;
-- on 1 rank and on 3 (drafted segments run replicated on every rank and are cut back there);
+- on 1 rank and on 3 (drafted segments run replicated on every rank and are cut back there), and
+  with 70 slots (more than the 64 rows of logits the model holds without --speculate);
 and the drafts must have run: the metrics count drafted and accepted tokens (stories repeat
 themselves). --speculate with a bad value is refused in one line."""
 import os
@@ -107,6 +108,10 @@ def run(ranks):
 
 run(1)
 run(3)
+# More slots than a block of logits rows (64): the logits buffers still hold every slot's guesses.
+with Burstd(STORIES, "--slots", "70", "--ctx", "160", "--speculate", "2") as d, Burstd(STORIES, "--slots", "70", "--ctx", "160") as ref:
+    same("70 slots: greedy", complete(d, STORY, max_tokens=100), complete(ref, STORY, max_tokens=100))
+    check("70 slots: drafts ran", d.metric("spec_decode_num_draft_tokens_total") > 0)
 for bad in ("-1", "65", "x"):
     r = subprocess.run([os.path.join(BIN, "burstd"), "--model", STORIES, "--speculate", bad],
                        capture_output=True, text=True, timeout=60, env=ENV)
