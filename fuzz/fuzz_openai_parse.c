@@ -8,17 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_tokenizer.h"
 #include "server/openai.h"
 
 static tokenizer *tok;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    const char *path = getenv("BURST_TOKENIZER");
-    burst_error err = {{0}};
-    if (!path || tokenizer_load(path, &tok, &err)) {
-        fprintf(stderr, "fuzz_openai_parse: set BURST_TOKENIZER to a tokenizer.model (%s)\n", err.msg);
-        exit(2);
-    }
+    tok = fuzz_tokenizer("fuzz_openai_parse");
     return 0;
 }
 
