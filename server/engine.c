@@ -24,6 +24,7 @@ typedef struct {
     int share_len;
     uint64_t share_used;
     int last;           // the last sampled token, fed back at the next decode step
+    int draft_len;      // tokens to guess at its next decode step at most (--speculate)
     int n_gen;
     double t_admit, t_first, t_last;
     double t_progress;  // when the last progress event went out
@@ -290,7 +291,7 @@ static void share_prefixes(engine *e) {
 static void seq_admit(engine *e, int s, burst_request *r, int reuse, int choice, int lead) {
     engine_seq *q = &e->seq[s];
     *q = (engine_seq){.req = r, .admitted = e->n_admitted++, .t_admit = burst_now(), .n_prefilled = reuse,
-                      .n_cached = reuse, .choice = choice, .fork_of = choice ? lead + 1 : 0};
+                      .n_cached = reuse, .choice = choice, .fork_of = choice ? lead + 1 : 0, .draft_len = e->speculate};
     e->held[s].len = reuse;
     e->held[s].used = q->admitted + 1; // 0: never used, the first to go
     sampler_params sp = r->sampling;
@@ -416,6 +417,11 @@ static void seq_decode(engine *e, int i, const float *rows) {
     if (n == 1) return;
     metrics_add(e->met, METRIC_SPEC_DRAFTS, (uint64_t)(n - 1));
     metrics_add(e->met, METRIC_SPEC_ACCEPTED, (uint64_t)j);
+    // Guess 2 more after a step that kept every guess, 1 fewer after one that did not (as Hugging
+    // Face's assisted generation does), so that text the guesses miss costs few wasted tokens.
+    engine_seq *q = &e->seq[s];
+    if (q->req) q->draft_len = j == n - 1 ? (q->draft_len + 2 < e->speculate ? q->draft_len + 2 : e->speculate)
+                                          : (q->draft_len > 1 ? q->draft_len - 1 : 1);
 }
 
 // Drops running requests whose client went away, freeing their slots.
@@ -462,7 +468,7 @@ static double prefill_order(const engine *e, int s, double now) {
 static int draft(engine *e, int s, int room, int *out) {
     const engine_seq *q = &e->seq[s];
     slot_tokens *h = &e->held[s];
-    int most = e->speculate < room ? e->speculate : room;
+    int most = q->draft_len < room ? q->draft_len : room;
     if (q->req->max_tokens - q->n_gen - 1 < most) most = q->req->max_tokens - q->n_gen - 1;
     if (e->ctx - h->len - 1 < most) most = e->ctx - h->len - 1;
     if (most < 1) return 0;

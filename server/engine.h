@@ -27,7 +27,8 @@
 // tokens guessed by prompt lookup (draft.h). Its tokens are sampled from the rows in turn, each as
 // it would have been at a step of its own (same logits, same random draws), while the sampled
 // token is the one drafted next; the K/V of the drafts after the first miss are forgotten. The
-// text is thus what one token a step gives, in fewer steps when the guesses are good.
+// text is thus what one token a step gives, in fewer steps when the guesses are good. A request
+// drafts 2 more tokens after a step that kept all its drafts, 1 fewer after one that did not.
 // A request joins or leaves between steps (continuous batching); a long prompt is prefilled over
 // several steps while others decode, and reports its progress once it has taken a second. A
 // client that goes away stops its work at the next step. Every finished request gets one log line.
