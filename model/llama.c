@@ -426,10 +426,11 @@ static void copy_rank(void *arg, int rank) {
 // A prefix of src is a prefix of each of its shards, so dst takes src's owners of the first len
 // positions and, on each rank, the first rows that those owners count.
 static void slot_copy(llama_model *m, int dst, int src, int64_t len) {
-    memcpy(m->pos_rank + (int64_t)dst * m->opt.ctx, m->pos_rank + (int64_t)src * m->opt.ctx, (size_t)len);
+    uint8_t *owner = m->pos_rank + (int64_t)dst * m->opt.ctx;
+    memcpy(owner, m->pos_rank + (int64_t)src * m->opt.ctx, (size_t)len);
     int64_t *shard = m->shard_len + (int64_t)dst * m->G;
     for (int r = 0; r < m->G; r++) shard[r] = 0;
-    for (int64_t p = 0; p < len; p++) shard[m->pos_rank[(int64_t)dst * m->opt.ctx + p]]++;
+    for (int64_t p = 0; p < len; p++) shard[owner[p]]++;
     m->call = (llama_call){.copy_dst = dst, .copy_src = src};
     rank_pool_run(m->pool, copy_rank, m);
 }

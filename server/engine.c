@@ -487,7 +487,7 @@ static int build_batch(engine *e) {
         engine_seq *q = &e->seq[s];
         if (!q->req || q->n_prefilled < q->req->n_prompt) continue;
         e->tokens[n_tok] = q->last;
-        int k = e->speculate ? draft(e, s, room, e->tokens + n_tok + 1) : 0;
+        int k = draft(e, s, room, e->tokens + n_tok + 1); // 0 without --speculate (draft_len 0)
         room -= k;
         e->segs[n_segs] = (llama_segment){.slot = s, .n = 1 + k, .n_logits = 1 + k};
         e->seg_row[n_segs] = n_rows;
@@ -641,8 +641,8 @@ burst_status engine_start(llama_model *m, const tokenizer *tok, metrics *met, co
                   .prefill_chunk = opt->prefill_chunk > 0 && opt->prefill_chunk < lo->max_batch ? opt->prefill_chunk
                                                                                               : lo->max_batch,
                   .max_wait_s = opt->max_wait_s, .prefix_cache = opt->prefix_cache, .speculate = opt->speculate};
-    int room = llama_max_logits(m) < lo->max_batch ? llama_max_logits(m) : lo->max_batch;
-    e->draft_room = room - e->n_slots; // rows of logits and tokens beyond one for each slot
+    // Rows of logits beyond one for each slot; tokens too, as the model keeps max_logits <= max_batch.
+    e->draft_room = llama_max_logits(m) - e->n_slots;
     e->slot_left_s = burst_calloc((size_t)e->n_slots, sizeof(double));
     e->seq = burst_calloc((size_t)e->n_slots, sizeof *e->seq);
     e->held = burst_calloc((size_t)e->n_slots, sizeof *e->held);
