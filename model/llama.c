@@ -536,10 +536,16 @@ static burst_status attend_replicated(llama_model *m, llama_rank *R, int l, cons
     backend_attention(R->be, &a);
     if (R->rank == 0) {
         // The new tokens' K/V as the cache will hold them, so that every G gives the same
-        // result; xb2 is free until the output projection and holds n rows of K and of V.
-        char *k_new = (char *)R->s.xb2, *v_new = k_new + (size_t)sp->n * kv_dim * dtype_size(R->kv.dtype);
-        backend_convert(R->be, k_new, R->kv.dtype, R->s.k + row0 * kv_dim, sp->n * kv_dim);
-        backend_convert(R->be, v_new, R->kv.dtype, R->s.v + row0 * kv_dim, sp->n * kv_dim);
+        // result. A 16-bit cache rounds them into xb2, free until the output projection: n rows
+        // of K and of V take n x kv_dim floats, no more than its n x dim (a float32 copy would
+        // not fit where kv_dim = dim, and is the rows themselves).
+        const void *k_new = R->s.k + row0 * kv_dim, *v_new = R->s.v + row0 * kv_dim;
+        if (R->kv.dtype != DTYPE_F32) {
+            char *k16 = (char *)R->s.xb2, *v16 = k16 + (size_t)sp->n * kv_dim * dtype_size(R->kv.dtype);
+            backend_convert(R->be, k16, R->kv.dtype, k_new, sp->n * kv_dim);
+            backend_convert(R->be, v16, R->kv.dtype, v_new, sp->n * kv_dim);
+            k_new = k16, v_new = v16;
+        }
         a.k = k_new, a.v = v_new, a.nk = sp->n;
         a.k_pos0 = sp->pos0, a.causal = 1, a.o = R->s.part_o, a.lse = R->s.part_lse;
         backend_attention(R->be, &a);

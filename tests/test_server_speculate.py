@@ -9,15 +9,19 @@ a daemon without it gives:
   that ends the completion (no drafts past it);
 - the next turn of a chat, whose prompt reuses the slot's K/V: drafts the model refused must
   have been forgotten;
-- on 1 rank and on 3 (drafted segments run replicated on every rank and are cut back there), and
-  with 70 slots (more than the 64 rows of logits the model holds without --speculate);
+- on 1 rank and on 3 (drafted segments run replicated on every rank and are cut back there),
+  with 70 slots (more than the 64 rows of logits the model holds without --speculate), and with
+  drafts of more than half of --batch on 2 ranks of a random model whose K/V rows are as wide as
+  its hidden rows, with a float32 KV cache (those drafts' K/V once overflowed a scratch buffer);
 and the drafts must have run: the metrics count drafted and accepted tokens (stories repeat
 themselves). --speculate with a bad value is refused in one line."""
 import os
 import subprocess
+import tempfile
 import threading
 
 from burstd_util import BIN, ENV, STORIES, Burstd, Checks, logprob_diff, need_stories, stream_text
+from make_random_model import write_model
 
 need_stories()
 check = Checks()
@@ -112,6 +116,17 @@ run(3)
 with Burstd(STORIES, "--slots", "70", "--ctx", "160", "--speculate", "2") as d, Burstd(STORIES, "--slots", "70", "--ctx", "160") as ref:
     same("70 slots: greedy", complete(d, STORY, max_tokens=100), complete(ref, STORY, max_tokens=100))
     check("70 slots: drafts ran", d.metric("spec_decode_num_draft_tokens_total") > 0)
+# Drafts of up to 40 tokens against --batch 64, run replicated on 2 ranks: their new K/V rows
+# (kv_dim = dim, float32) take 2 x 41 x dim floats, more than a 64-row scratch of dim floats.
+with tempfile.TemporaryDirectory() as tmp:
+    write_model(tmp, dim=64, hidden=128, layers=2, heads=4, kv_heads=4, vocab=512, max_seq=1024,
+                tokenizer=os.path.join(STORIES, "tokenizer.model"))
+    args = ("--slots", "1", "--ranks", "2", "--batch", "64", "--kv-dtype", "f32")
+    with Burstd(tmp, *args, "--speculate", "40") as d, Burstd(tmp, *args) as ref:
+        loop = [10 + i % 7 for i in range(100)]  # a random model soon repeats itself too
+        same("2 ranks, drafts past half of --batch, float32 cache", complete(d, loop, max_tokens=600),
+             complete(ref, loop, max_tokens=600))
+        check("... drafts of more than 32 tokens ran", d.metric("spec_decode_num_draft_tokens_total") > 600)
 for bad in ("-1", "65", "x"):
     r = subprocess.run([os.path.join(BIN, "burstd"), "--model", STORIES, "--speculate", bad],
                        capture_output=True, text=True, timeout=60, env=ENV)
