@@ -65,7 +65,10 @@ enum MHD_Result http_model(http_server *s, http_request *h) {
 }
 
 enum MHD_Result http_metrics(http_server *s, http_request *h) {
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    // The daemon through the connection: s->daemon is set after MHD_start_daemon returns, when
+    // connection threads may already run.
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(h->conn, MHD_CONNECTION_INFO_DAEMON);
+    const union MHD_DaemonInfo *di = ci ? MHD_get_daemon_info(ci->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS) : NULL;
     if (di) metrics_set(s->met, METRIC_HTTP_CONNECTIONS, di->num_connections);
     return http_reply(h, MHD_HTTP_OK, "text/plain; version=0.0.4", metrics_format(s->met));
 }
