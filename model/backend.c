@@ -31,6 +31,8 @@ const char *backend_name(const burst_backend *b) { return b->ops->name; }
 
 void *backend_alloc(burst_backend *b, size_t bytes) { return b->ops->alloc(b, bytes); }
 
+size_t backend_memory_free(burst_backend *b, int *pool) { return b->ops->memory_free(b, pool); }
+
 void backend_release(burst_backend *b, void *p) {
     if (p) b->ops->release(b, p);
 }

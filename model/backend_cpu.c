@@ -2,8 +2,12 @@
 // stored dtype. The matmul converts a tile of weight rows to float32 into a per-thread buffer
 // and reuses it for every token, so bf16/f16 weights are never converted whole.
 // Threads: OpenMP, n_threads per call.
+#define _GNU_SOURCE // malloc_usable_size
+#include <malloc.h>
 #include <math.h>
 #include <omp.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,13 +55,43 @@ static void cpu_free(burst_backend *b) {
     free(b);
 }
 
+// Bytes of CPU backend buffers in this process. A large calloc maps zero pages on first touch,
+// so the host's available memory counts them as free until requests fill them.
+static atomic_size_t held;
+
 static void *cpu_alloc(burst_backend *b, size_t bytes) {
     (void)b;
-    return burst_calloc(1, bytes);
+    void *p = burst_calloc(1, bytes);
+    atomic_fetch_add(&held, malloc_usable_size(p));
+    return p;
+}
+
+// The first number after `key` in a text file, or 0 (none, or no such file).
+static size_t read_number(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long v = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, strlen(key)) && sscanf(line + strlen(key), "%llu", &v) == 1) break;
+    fclose(f);
+    return (size_t)v;
+}
+
+static size_t cpu_memory_free(burst_backend *b, int *pool) {
+    (void)b;
+    *pool = -1;
+    size_t avail = read_number("/proc/meminfo", "MemAvailable:") * 1024;
+    // In a container the cgroup's limit binds first (cgroup v2; "max" reads as no number).
+    size_t limit = read_number("/sys/fs/cgroup/memory.max", ""), used = read_number("/sys/fs/cgroup/memory.current", "");
+    if (limit && limit > used && (!avail || limit - used < avail)) avail = limit - used;
+    size_t h = atomic_load(&held);
+    return !avail ? 0 : avail > h ? avail - h : 1;
 }
 
 static void cpu_release(burst_backend *b, void *p) {
     (void)b;
+    atomic_fetch_sub(&held, malloc_usable_size(p));
     free(p);
 }
 
@@ -172,6 +206,7 @@ static const backend_ops cpu_ops = {
     .name = "cpu",
     .free = cpu_free,
     .alloc = cpu_alloc,
+    .memory_free = cpu_memory_free,
     .release = cpu_release,
     .to_host = cpu_to_host,
     .copy = cpu_copy,

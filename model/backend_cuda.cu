@@ -345,6 +345,13 @@ void *cuda_alloc(burst_backend *b, size_t bytes) {
     return p;
 }
 
+size_t cuda_memory_free(burst_backend *b, int *pool) {
+    *pool = ctx_of(b)->device; // (ctx_of selects it)
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return free_b;
+}
+
 void cuda_release(burst_backend *b, void *p) {
     cuda_ctx *c = ctx_of(b);
     CUDA_CHECK(cudaStreamSynchronize(c->stream)); // queued work may still use it
@@ -591,6 +598,7 @@ const backend_ops cuda_ops = {
     .name = "cuda",
     .free = cuda_free,
     .alloc = cuda_alloc,
+    .memory_free = cuda_memory_free,
     .release = cuda_release,
     .to_host = cuda_to_host,
     .copy = cuda_copy,

@@ -11,6 +11,7 @@ typedef struct {
     const char *name;
     void (*free)(burst_backend *b);
     void *(*alloc)(burst_backend *b, size_t bytes);
+    size_t (*memory_free)(burst_backend *b, int *pool); // backend_memory_free
     void (*release)(burst_backend *b, void *p);
     void (*to_host)(burst_backend *b, float *dst, const float *src, int64_t n);
     void (*copy)(burst_backend *b, void *dst, const void *src, size_t bytes);

@@ -199,19 +199,47 @@ static void free_rank(llama_rank *R) {
     backend_free(R->be);
 }
 
-// Loads this process's i-th rank (rank first + i) on its device i.
+// Refuses KV caches that the ranks' memory cannot hold, saying what would fit, before they and
+// the ring's transfer blocks (the buffers that grow with the context) are allocated: on a GPU the
+// allocation would abort; on the CPU it would be granted, and fail (or push the host into swap)
+// only once requests fill it. Ranks whose backends name the same pool share its memory.
+static burst_status check_kv_fits(const llama_model *m, burst_error *err) {
+    const llama_config *c = &m->cfg;
+    kv_cache want = {.n_slots = m->opt.n_slots, .n_layers = c->n_layers, .ctx = (int)m->shard_cap,
+                     .kv_dim = c->n_kv_heads * c->head_dim, .dtype = m->opt.kv_dtype};
+    size_t per_rank = kv_cache_bytes(&want) + ring_workspace_bytes(m->G, 0, m->shard_cap, c->n_heads, c->n_kv_heads,
+                                                                   c->head_dim, m->opt.kv_dtype);
+    int pool[m->n_local];
+    size_t free_b[m->n_local];
+    for (int i = 0; i < m->n_local; i++) free_b[i] = backend_memory_free(m->ranks[i].be, &pool[i]);
+    for (int i = 0; i < m->n_local; i++) {
+        int sharing = 0, seen = 0;
+        for (int j = 0; j < m->n_local; j++) sharing += pool[j] == pool[i], seen |= j < i && pool[j] == pool[i];
+        size_t need = per_rank * (size_t)sharing;
+        if (seen || !free_b[i] || need <= free_b[i]) continue;
+        // A rank holds shard_cap rows of each slot: ctx, or ctx / G + ctx / (8 G) + 8 on G > 1 ranks.
+        double rows = (double)free_b[i] / (double)(need / (size_t)m->shard_cap);
+        long long fit = (long long)(m->G == 1 ? rows : (rows - 9) * 8 * m->G / 9);
+        char where[32];
+        snprintf(where, sizeof where, pool[i] < 0 ? "%s" : "%s:%d", m->opt.backend, pool[i]);
+        return BURST_FAIL(err, BURST_ERR_NOMEM,
+                          "%d rank(s) on %s: KV caches of %d slot(s) x %d tokens of context (%d layers, %s) take "
+                          "%.2f GB, more than the %.2f GB free there: about %lld tokens of context would fit%s, "
+                          "or fewer slots", sharing, where, m->opt.n_slots, m->opt.ctx, c->n_layers,
+                          dtype_name(m->opt.kv_dtype), need / 1e9, free_b[i] / 1e9, fit > 0 ? fit : 0,
+                          m->opt.kv_dtype == DTYPE_F32 ? " (twice as many with a bf16 cache)" : "");
+    }
+    return BURST_OK;
+}
+
+// Loads this process's i-th rank (rank first + i) on its device i: backend and weights.
 static burst_status load_rank(llama_model *m, int i, burst_error *err) {
     llama_rank *R = &m->ranks[i];
     R->rank = m->first + i;
     burst_status st = backend_new(m->opt.backend, i, m->threads_per_rank, &R->be, err);
     if (st) return st;
     R->ops = (attn_ops){.attend = ops_attend, .merge = ops_merge, .copy = ops_copy, .sync = ops_sync, .ctx = R->be};
-    if ((st = load_tensors(m, R, err)) ||
-        (st = kv_cache_init(&R->kv, R->be, m->opt.n_slots, m->cfg.n_layers, (int)m->shard_cap,
-                            m->cfg.n_kv_heads * m->cfg.head_dim, m->opt.kv_dtype, err)))
-        return st;
-    alloc_scratch(m, R);
-    return BURST_OK;
+    return load_tensors(m, R, err);
 }
 
 static void set_name(char *dst, size_t cap, const char **opt_field, const char *value) {
@@ -317,7 +345,6 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
     // an eighth more than an even share (and 8 rows) leaves room for that imbalance.
     m->shard_cap = m->G == 1 ? m->opt.ctx : (m->opt.ctx + m->G - 1) / m->G + m->opt.ctx / (8 * m->G) + 8;
     m->shard_len = burst_calloc((size_t)m->opt.n_slots * m->G, sizeof(int64_t));
-    m->pos_rank = burst_calloc((size_t)m->opt.n_slots * (size_t)m->opt.ctx, 1);
     // 64 rows make the lm_head a matrix product rather than row by row, in 64 x vocab floats.
     enum { ROW_BLOCK = 64 };
     m->row_block = m->opt.max_batch < ROW_BLOCK ? m->opt.max_batch : ROW_BLOCK;
@@ -330,6 +357,15 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
     m->ranks = burst_calloc((size_t)m->n_local, sizeof(llama_rank));
     for (int i = 0; i < m->n_local; i++)
         if ((st = load_rank(m, i, err))) goto fail;
+    if ((st = check_kv_fits(m, err))) goto fail;
+    for (int i = 0; i < m->n_local; i++) {
+        llama_rank *R = &m->ranks[i];
+        alloc_scratch(m, R);
+        if ((st = kv_cache_init(&R->kv, R->be, m->opt.n_slots, m->cfg.n_layers, (int)m->shard_cap,
+                                m->cfg.n_kv_heads * m->cfg.head_dim, m->opt.kv_dtype, err)))
+            goto fail;
+    }
+    m->pos_rank = burst_calloc((size_t)m->opt.n_slots * (size_t)m->opt.ctx, 1);
     if ((st = open_comm(m, err))) goto fail;
     for (int i = 0; i < m->n_local; i++) m->ranks[i].c = comm_group_rank(m->comm, m->ranks[i].rank);
     if (m->cl) LOG_I("node %d of %d: ranks %d..%d of %d", cluster_node(m->cl), cluster_nodes(m->cl), m->first,

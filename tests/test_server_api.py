@@ -388,7 +388,10 @@ with tempfile.TemporaryDirectory() as tmp:
                        [["--model", STORIES, "--slots", "0"], "--slots 0"],
                        [["--model", STORIES, "--served-model-name", ""], "--served-model-name must not be empty"],
                        [["--model", STORIES, "--kv-dtype", "int8"], "--kv-dtype int8: want f32 or bf16"],
-                       [["--model", STORIES, "--host", "no.such.host.invalid", "--port", "0"], "no.such.host.invalid"]):
+                       [["--model", STORIES, "--host", "no.such.host.invalid", "--port", "0"], "no.such.host.invalid"],
+                       # 88 TB of KV cache: refused before it is allocated, saying what fits
+                       [["--model", STORIES, "--ctx", "1073741824", "--slots", "64", "--ranks", "2"],
+                        "2 rank(s) on cpu: KV caches of 64 slot(s) x 1073741824 tokens of context (5 layers, F32) take"]):
         r = subprocess.run([os.path.join(BIN, "burstd"), *args], capture_output=True, text=True, timeout=60)
         check(f"burstd {args[-2:]} fails: {want!r}", r.returncode not in (0, None) and r.returncode < 128
               and want in r.stderr and "listening" not in r.stderr, (r.returncode, r.stderr[-300:]))
