@@ -82,9 +82,13 @@ static size_t cpu_memory_free(burst_backend *b, int *pool) {
     (void)b;
     *pool = -1;
     size_t avail = read_number("/proc/meminfo", "MemAvailable:") * 1024;
-    // In a container the cgroup's limit binds first (cgroup v2; "max" reads as no number).
-    size_t limit = read_number("/sys/fs/cgroup/memory.max", ""), used = read_number("/sys/fs/cgroup/memory.current", "");
-    if (limit && limit > used && (!avail || limit - used < avail)) avail = limit - used;
+    // In a container the cgroup's limit binds first (cgroup v2; "max" reads as no number). Its
+    // page cache is reclaimable, as MemAvailable counts the host's: only anonymous memory is used.
+    size_t limit = read_number("/sys/fs/cgroup/memory.max", ""), used = read_number("/sys/fs/cgroup/memory.stat", "anon ");
+    if (limit) {
+        size_t left = limit > used ? limit - used : 1;
+        if (!avail || left < avail) avail = left;
+    }
     size_t h = atomic_load(&held);
     return !avail ? 0 : avail > h ? avail - h : 1;
 }
