@@ -126,7 +126,10 @@ with tempfile.TemporaryDirectory() as tmp:
         loop = [10 + i % 7 for i in range(100)]  # a random model soon repeats itself too
         same("2 ranks, drafts past half of --batch, float32 cache", complete(d, loop, max_tokens=600),
              complete(ref, loop, max_tokens=600))
-        check("... drafts of more than 32 tokens ran", d.metric("spec_decode_num_draft_tokens_total") > 600)
+        # The metric counts the drafted tokens, not the longest draft. That drafts here pass 32
+        # tokens is known from AddressSanitizer, which caught the overflow on this case (CI runs it).
+        drafted = d.metric("spec_decode_num_draft_tokens_total")
+        check(f"... drafts ran ({drafted:.0f} tokens guessed, more than 600)", drafted > 600)
 for bad in ("-1", "65", "x"):
     r = subprocess.run([os.path.join(BIN, "burstd"), "--model", STORIES, "--speculate", bad],
                        capture_output=True, text=True, timeout=60, env=ENV)
