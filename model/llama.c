@@ -3,6 +3,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,7 @@ typedef struct {
     kv_cache kv;         // this rank's shard of every slot, shard_cap rows each
     llama_scratch s;
     size_t scratch_bytes;
+    bool sizing_scratch; // alloc_scratch only adds up the bytes (check_memory)
     int *tok;     // (max_batch) host: token of each row this rank runs
     int64_t *pos; // (max_batch) host: its position
     int *row0;    // (n_slots) host: first row of each segment
@@ -158,10 +160,13 @@ static burst_status load_tensors(llama_model *m, llama_rank *R, burst_error *err
 static float *scratch(llama_rank *R, int64_t n_floats) {
     size_t bytes = (size_t)n_floats * sizeof(float);
     R->scratch_bytes += bytes;
-    return backend_alloc(R->be, bytes);
+    return R->sizing_scratch ? NULL : backend_alloc(R->be, bytes);
 }
 
-static void alloc_scratch(llama_model *m, llama_rank *R) {
+// Allocates a rank's scratch, or with size_only adds up its bytes alone; returns them.
+static size_t alloc_scratch(llama_model *m, llama_rank *R, bool size_only) {
+    R->scratch_bytes = 0;
+    R->sizing_scratch = size_only;
     const llama_config *c = &m->cfg;
     int64_t B = m->opt.max_batch, kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
     llama_scratch *s = &R->s;
@@ -184,9 +189,12 @@ static void alloc_scratch(llama_model *m, llama_rank *R) {
     size_t ring_bytes = ring_workspace_bytes(m->G, B, m->shard_cap, c->n_heads, c->n_kv_heads, c->head_dim, m->opt.kv_dtype);
     s->ring = scratch(R, (int64_t)((ring_bytes + sizeof(float) - 1) / sizeof(float)));
     s->merge = scratch(R, sharded_merge_work_floats(m->G, (int)B, c->n_heads, c->head_dim));
+    R->sizing_scratch = false;
+    if (size_only) return R->scratch_bytes;
     R->tok = burst_calloc((size_t)B, sizeof(int));
     R->pos = burst_calloc((size_t)B, sizeof(int64_t));
     R->row0 = burst_calloc((size_t)m->opt.n_slots, sizeof(int));
+    return R->scratch_bytes;
 }
 
 static void free_rank(llama_rank *R) {
@@ -199,34 +207,45 @@ static void free_rank(llama_rank *R) {
     backend_free(R->be);
 }
 
-// Refuses KV caches that the ranks' memory cannot hold, saying what would fit, before they and
-// the ring's transfer blocks (the buffers that grow with the context) are allocated: on a GPU the
-// allocation would abort; on the CPU it would be granted, and fail (or push the host into swap)
-// only once requests fill it. Ranks whose backends name the same pool share its memory.
-static burst_status check_kv_fits(const llama_model *m, burst_error *err) {
+// Refuses KV caches and scratch that the ranks' memory cannot hold, saying what would fit,
+// before they are allocated: on a GPU the allocation would abort; on the CPU it would be
+// granted, and fail (or push the host into swap) only once requests fill it. Ranks whose
+// backends name the same pool share its memory.
+static burst_status check_memory(llama_model *m, burst_error *err) {
     const llama_config *c = &m->cfg;
     kv_cache want = {.n_slots = m->opt.n_slots, .n_layers = c->n_layers, .ctx = (int)m->shard_cap,
                      .kv_dim = c->n_kv_heads * c->head_dim, .dtype = m->opt.kv_dtype};
-    size_t per_rank = kv_cache_bytes(&want) + ring_workspace_bytes(m->G, 0, m->shard_cap, c->n_heads, c->n_kv_heads,
-                                                                   c->head_dim, m->opt.kv_dtype);
+    // What grows with the context (the cache and the ring's transfer blocks), the same on every
+    // rank, and what --batch sizes (the rest of the scratch; rank 0 holds the logits too).
+    size_t ring_blocks = ring_workspace_bytes(m->G, 0, m->shard_cap, c->n_heads, c->n_kv_heads, c->head_dim,
+                                              m->opt.kv_dtype);
+    size_t ctx_part = kv_cache_bytes(&want) + ring_blocks, batch_part[m->n_local];
+    for (int i = 0; i < m->n_local; i++) batch_part[i] = alloc_scratch(m, &m->ranks[i], true) - ring_blocks;
     int pool[m->n_local];
     size_t free_b[m->n_local];
     for (int i = 0; i < m->n_local; i++) free_b[i] = backend_memory_free(m->ranks[i].be, &pool[i]);
     for (int i = 0; i < m->n_local; i++) {
         int sharing = 0, seen = 0;
-        for (int j = 0; j < m->n_local; j++) sharing += pool[j] == pool[i], seen |= j < i && pool[j] == pool[i];
-        size_t need = per_rank * (size_t)sharing;
-        if (seen || !free_b[i] || need <= free_b[i]) continue;
-        // A rank holds shard_cap rows of each slot: ctx, or ctx / G + ctx / (8 G) + 8 on G > 1 ranks.
-        double rows = (double)free_b[i] / (double)(need / (size_t)m->shard_cap);
-        long long fit = (long long)(m->G == 1 ? rows : (rows - 9) * 8 * m->G / 9);
+        size_t batch_b = 0;
+        for (int j = 0; j < m->n_local; j++)
+            if (pool[j] == pool[i]) sharing++, seen |= j < i, batch_b += batch_part[j];
+        size_t kv_b = ctx_part * (size_t)sharing;
+        if (seen || !free_b[i] || kv_b + batch_b <= free_b[i]) continue;
         char where[32];
         snprintf(where, sizeof where, pool[i] < 0 ? "%s" : "%s:%d", m->opt.backend, pool[i]);
+        if (batch_b >= free_b[i])
+            return BURST_FAIL(err, BURST_ERR_NOMEM, "%d rank(s) on %s: the working buffers of --batch %d take %.2f GB "
+                              "(before any KV cache), more than the %.2f GB free there: want a smaller --batch",
+                              sharing, where, m->opt.max_batch, batch_b / 1e9, free_b[i] / 1e9);
+        // A rank holds shard_cap rows of each slot: ctx, or ctx / G + ctx / (8 G) + 8 on G > 1 ranks.
+        double rows = (double)(free_b[i] - batch_b) / ((double)kv_b / (double)m->shard_cap);
+        long long fit = (long long)(m->G == 1 ? rows : (rows - 9) * 8 * m->G / 9);
         return BURST_FAIL(err, BURST_ERR_NOMEM,
                           "%d rank(s) on %s: KV caches of %d slot(s) x %d tokens of context (%d layers, %s) take "
-                          "%.2f GB, more than the %.2f GB free there: about %lld tokens of context would fit%s, "
-                          "or fewer slots", sharing, where, m->opt.n_slots, m->opt.ctx, c->n_layers,
-                          dtype_name(m->opt.kv_dtype), need / 1e9, free_b[i] / 1e9, fit > 0 ? fit : 0,
+                          "%.2f GB (and the working buffers of --batch %d %.3f GB), more than the %.2f GB free "
+                          "there: about %lld tokens of context would fit%s, or fewer slots", sharing, where,
+                          m->opt.n_slots, m->opt.ctx, c->n_layers, dtype_name(m->opt.kv_dtype), kv_b / 1e9,
+                          m->opt.max_batch, batch_b / 1e9, free_b[i] / 1e9, fit > 0 ? fit : 0,
                           m->opt.kv_dtype == DTYPE_F32 ? " (twice as many with a bf16 cache)" : "");
     }
     return BURST_OK;
@@ -357,10 +376,10 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
     m->ranks = burst_calloc((size_t)m->n_local, sizeof(llama_rank));
     for (int i = 0; i < m->n_local; i++)
         if ((st = load_rank(m, i, err))) goto fail;
-    if ((st = check_kv_fits(m, err))) goto fail;
+    if ((st = check_memory(m, err))) goto fail;
     for (int i = 0; i < m->n_local; i++) {
         llama_rank *R = &m->ranks[i];
-        alloc_scratch(m, R);
+        alloc_scratch(m, R, false);
         if ((st = kv_cache_init(&R->kv, R->be, m->opt.n_slots, m->cfg.n_layers, (int)m->shard_cap,
                                 m->cfg.n_kv_heads * m->cfg.head_dim, m->opt.kv_dtype, err)))
             goto fail;

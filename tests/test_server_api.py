@@ -391,7 +391,10 @@ with tempfile.TemporaryDirectory() as tmp:
                        [["--model", STORIES, "--host", "no.such.host.invalid", "--port", "0"], "no.such.host.invalid"],
                        # 88 TB of KV cache: refused before it is allocated, saying what fits
                        [["--model", STORIES, "--ctx", "1073741824", "--slots", "64", "--ranks", "2"],
-                        "2 rank(s) on cpu: KV caches of 64 slot(s) x 1073741824 tokens of context (5 layers, F32) take"]):
+                        "2 rank(s) on cpu: KV caches of 64 slot(s) x 1073741824 tokens of context (5 layers, F32) take"],
+                       # steps of a million tokens: their working buffers alone (1.5 TB on 64 ranks) do not fit
+                       [["--model", STORIES, "--batch", "1048576", "--ranks", "64"],
+                        "64 rank(s) on cpu: the working buffers of --batch 1048576 take"]):
         r = subprocess.run([os.path.join(BIN, "burstd"), *args], capture_output=True, text=True, timeout=60)
         check(f"burstd {args[-2:]} fails: {want!r}", r.returncode not in (0, None) and r.returncode < 128
               and want in r.stderr and "listening" not in r.stderr, (r.returncode, r.stderr[-300:]))
