@@ -33,9 +33,9 @@ const char *backend_name(const burst_backend *b);
 
 void *backend_alloc(burst_backend *b, size_t bytes);
 // Bytes backend_alloc can still hand out, 0 when it cannot tell: the GPU's free memory; for the
-// CPU, the host's available memory (within a cgroup's limit) less what CPU backends of this
-// process hold, which calloc has granted but nothing may have touched yet. Backends that give the
-// same *pool share that memory (the CPU: -1; a GPU: its device number).
+// CPU, the host's available memory within its cgroups' limits (common/host_memory.h) less what
+// CPU backends of this process hold, which calloc has granted but nothing may have touched yet.
+// Backends that give the same *pool share that memory (the CPU: -1; a GPU: its device number).
 size_t backend_memory_free(burst_backend *b, int *pool);
 void backend_release(burst_backend *b, void *p);
 void backend_to_host(burst_backend *b, float *dst, const float *src, int64_t n);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "attention/dot_cpu.h"
+#include "common/host_memory.h"
 #include "backend_impl.h"
 
 enum { MM_ROWS = 16, MM_TOKENS = 64 }; // weight rows per tile; tokens per pass over a tile
@@ -66,30 +67,10 @@ static void *cpu_alloc(burst_backend *b, size_t bytes) {
     return p;
 }
 
-// The first number after `key` in a text file, or 0 (none, or no such file).
-static size_t read_number(const char *path, const char *key) {
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long v = 0;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, strlen(key)) && sscanf(line + strlen(key), "%llu", &v) == 1) break;
-    fclose(f);
-    return (size_t)v;
-}
-
 static size_t cpu_memory_free(burst_backend *b, int *pool) {
     (void)b;
     *pool = -1;
-    size_t avail = read_number("/proc/meminfo", "MemAvailable:") * 1024;
-    // In a container the cgroup's limit binds first (cgroup v2; "max" reads as no number). Its
-    // page cache is reclaimable, as MemAvailable counts the host's: only anonymous memory is used.
-    size_t limit = read_number("/sys/fs/cgroup/memory.max", ""), used = read_number("/sys/fs/cgroup/memory.stat", "anon ");
-    if (limit) {
-        size_t left = limit > used ? limit - used : 1;
-        if (!avail || left < avail) avail = left;
-    }
-    size_t h = atomic_load(&held);
+    size_t avail = host_memory_free(""), h = atomic_load(&held);
     return !avail ? 0 : avail > h ? avail - h : 1;
 }
 
