@@ -279,7 +279,7 @@ static const char load_usage[] =
     "inter-token latency and throughput, all measured on the client.\n"
     "\n"
     "  --url URL           the server, e.g. http://127.0.0.1:8080\n"
-    "  --api-key KEY       sent as \"Authorization: Bearer KEY\"\n"
+    "  --api-key KEY       sent as \"Authorization: Bearer KEY\" (default: $BURST_API_KEY)\n"
     "  --concurrency C     requests in flight at once (default 4); with --rate, at most\n"
     "  --rate R            send requests as users arrive: R a second on average, at Poisson\n"
     "                      times (the same every run), each when due unless all C are in\n"
@@ -339,6 +339,8 @@ static int parse_load(int argc, char **argv, load_args *a) {
         if (!ok) return 0;
         if (dst) *dst = (int)n;
     }
+    const char *env_key = getenv("BURST_API_KEY");
+    if (!a->api_key && env_key && *env_key) a->api_key = env_key;
     if (!a->url) fprintf(stderr, "burst: load needs --url\n%s", load_usage);
     else if (a->shared_prefix > a->prompt_tokens)
         fprintf(stderr, "burst: --shared-prefix %d is longer than the shortest prompt (--prompt-tokens %d)\n",

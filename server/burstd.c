@@ -21,7 +21,8 @@ static const char usage[] =
     "                    (default: the --model directory's name)\n"
     "  --host ADDR       address to listen on (default 127.0.0.1)\n"
     "  --port N          port (default 8080; 0: any free port, printed at start)\n"
-    "  --api-key KEY     require \"Authorization: Bearer KEY\" (all routes but /health)\n"
+    "  --api-key KEY     require \"Authorization: Bearer KEY\" (all routes but /health); default:\n"
+    "                    $BURST_API_KEY, which other users of the machine cannot read in ps\n"
     "  --tls-cert FILE   serve HTTPS with this PEM certificate (chain) and --tls-key's PEM private\n"
     "  --tls-key FILE    key (default: plain HTTP)\n"
     "  --cors-origin O   let web pages from origin O (\"*\": any) call the API from a browser:\n"
@@ -136,6 +137,8 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         if (!ok) return 0;
         if (dst) *dst = (int)n;
     }
+    const char *env_key = getenv("BURST_API_KEY");
+    if (!a->api_key && env_key && *env_key) a->api_key = env_key;
     if (!a->batch) a->batch = cli_step_default(a->backend, 512);
     if (!a->prefill_chunk) a->prefill_chunk = cli_step_default(a->backend, 256);
     if (!cli_parse_kv_dtype("burstd", "--kv-dtype", a->kv ? a->kv : cli_kv_dtype_default(a->backend), &a->kv_dtype))
@@ -144,6 +147,7 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
     else if (a->nodes > 1 && !a->coordinator) fprintf(stderr, "burstd: --nodes %d needs --coordinator HOST:PORT\n", a->nodes);
     else if (!a->tls_cert != !a->tls_key) fprintf(stderr, "burstd: HTTPS needs both --tls-cert and --tls-key\n");
     else if (a->served_name && !a->served_name[0]) fprintf(stderr, "burstd: --served-model-name must not be empty\n");
+    else if (a->api_key && !a->api_key[0]) fprintf(stderr, "burstd: --api-key must not be empty\n");
     else return 1;
     return 0;
 }

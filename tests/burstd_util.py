@@ -21,9 +21,10 @@ STORIES = os.path.join(MODELS, "stories260K")
 class Burstd:
     """A running burstd; use as a context manager. .log() is its stderr so far."""
 
-    def __init__(self, model, *args, timeout=60, preexec_fn=None):
+    def __init__(self, model, *args, timeout=60, preexec_fn=None, env=None):
         self.proc = subprocess.Popen([os.path.join(BIN, "burstd"), "--model", model, "--port", "0", "--threads", "1",
-                                      *args], stderr=subprocess.PIPE, text=True, env=ENV, preexec_fn=preexec_fn)
+                                      *args], stderr=subprocess.PIPE, text=True, env={**ENV, **(env or {})},
+                                     preexec_fn=preexec_fn)
         self.lines, self.port = [], None
         ready = threading.Event()
 

@@ -245,6 +245,23 @@ with Burstd(STORIES, "--api-key", "sekrit") as srv:
           and "Access-Control-Allow-Origin" not in h and "Access-Control-Allow-Origin" not in
           srv.request("POST", "/v1/completions", NORMAL, {"Authorization": "Bearer sekrit"})[1], (st, h))
 
+# The key from the environment, out of ps's sight: burstd and burst load read BURST_API_KEY; a
+# --api-key on the command line wins over it.
+with Burstd(STORIES, env={"BURST_API_KEY": "sekrit"}) as srv:
+    codes = [srv.request("POST", "/v1/completions", NORMAL, hdr)[0]
+             for hdr in ({}, {"Authorization": "Bearer sekrit"})]
+    check("BURST_API_KEY: 401 without the key, 200 with it", codes == [401, 200] and "API key required" in srv.log(),
+          codes)
+    load = [subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--requests", "1", "--max-tokens", "2"],
+                           capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+            for env in ({"BURST_API_KEY": ""}, {"BURST_API_KEY": "sekrit"})]
+    check("burst load sends BURST_API_KEY", load[0].returncode != 0 and load[1].returncode == 0,
+          [(r.returncode, r.stdout[-200:], r.stderr[-200:]) for r in load])
+with Burstd(STORIES, "--api-key", "flag", env={"BURST_API_KEY": "sekrit"}) as srv:
+    codes = [srv.request("POST", "/v1/completions", NORMAL, {"Authorization": f"Bearer {k}"})[0]
+             for k in ("sekrit", "flag")]
+    check("--api-key wins over BURST_API_KEY", codes == [401, 200], codes)
+
 # --cors-origin: a browser page from that origin may call the API (the key still applies).
 ORIGIN = "http://localhost:3000"
 with Burstd(STORIES, "--api-key", "sekrit", "--cors-origin", ORIGIN) as srv:
@@ -387,6 +404,7 @@ with tempfile.TemporaryDirectory() as tmp:
                        [["--model", STORIES, "--port", "http"], "--port http"],
                        [["--model", STORIES, "--slots", "0"], "--slots 0"],
                        [["--model", STORIES, "--served-model-name", ""], "--served-model-name must not be empty"],
+                       [["--model", STORIES, "--api-key", ""], "--api-key must not be empty"],
                        [["--model", STORIES, "--kv-dtype", "int8"], "--kv-dtype int8: want f32 or bf16"],
                        [["--model", STORIES, "--host", "no.such.host.invalid", "--port", "0"], "no.such.host.invalid"],
                        # 88 TB of KV cache: refused before it is allocated, saying what fits
