@@ -291,6 +291,8 @@ static const char load_usage[] =
     "  --shared-prefix S   the first S prompt tokens are the same in every request, as behind a\n"
     "                      system prompt (default 0: only BOS; at most P)\n"
     "  --max-tokens M      tokens generated per request, exactly (default 64; EOS is ignored)\n"
+    "  --temperature T     sampling temperature of every request (default 0: greedy); request i\n"
+    "                      has seed i + 1, so a run samples the same tokens as the last\n"
     "  --slo-ttft S        also count the requests that completed with their first token within\n"
     "                      S seconds (goodput)\n"
     "  --json FILE         also write the report's numbers to FILE, as one JSON object\n";
@@ -317,6 +319,7 @@ static int parse_nonnegative(const char *flag, const char *v, double *out) {
 
 static int parse_load(int argc, char **argv, load_args *a) {
     *a = (load_args){.concurrency = 4, .requests = 16, .prompt_tokens = 128, .prompt_tokens_max = 128, .max_tokens = 64};
+    float temperature;
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i], *v = cli_value("burst", load_usage, argc, argv, &i);
         if (!v) return 0;
@@ -332,6 +335,7 @@ static int parse_load(int argc, char **argv, load_args *a) {
         else if (!strcmp(f, "--shared-prefix")) ok = cli_parse_long("burst", f, v, 0, 1 << 24, &n), dst = &a->shared_prefix;
         else if (!strcmp(f, "--rate")) ok = parse_nonnegative(f, v, &a->rate);
         else if (!strcmp(f, "--slo-ttft")) ok = parse_nonnegative(f, v, &a->slo_ttft_s);
+        else if (!strcmp(f, "--temperature")) ok = cli_parse_float("burst", f, v, 0, 2, &temperature), a->temperature = temperature;
         else {
             fprintf(stderr, "burst: %s: unknown option\n%s", f, load_usage);
             return 0;

@@ -108,7 +108,8 @@ static char *request_body(const load_args *a, int index) {
         cJSON_AddItemToArray(p, cJSON_CreateNumber(3 + (double)(x % 256))); // byte pieces <0x00>..<0xFF>
     }
     cJSON_AddNumberToObject(o, "max_tokens", a->max_tokens);
-    cJSON_AddNumberToObject(o, "temperature", 0);
+    cJSON_AddNumberToObject(o, "temperature", a->temperature);
+    if (a->temperature > 0) cJSON_AddNumberToObject(o, "seed", index + 1); // the same samples every run
     cJSON_AddBoolToObject(o, "stream", 1);
     cJSON_AddBoolToObject(cJSON_AddObjectToObject(o, "stream_options"), "include_usage", 1); // the server's count
     cJSON_AddBoolToObject(o, "ignore_eos", 1);
@@ -222,8 +223,9 @@ static int report(const load_args *a, load_record *rec, double due_last, double 
     char lens[48];
     if (a->prompt_tokens_max > a->prompt_tokens) snprintf(lens, sizeof lens, "%d..%d", a->prompt_tokens, a->prompt_tokens_max);
     else snprintf(lens, sizeof lens, "%d", a->prompt_tokens);
-    printf("burst load: %s, %d requests (%d failed), concurrency %d, prompt %s tokens (%d shared), %d tokens each, "
-           "%.2f s\n", a->url, a->requests, failed, a->concurrency, lens, a->shared_prefix, a->max_tokens, wall);
+    printf("burst load: %s, %d requests (%d failed), concurrency %d, temperature %g, prompt %s tokens (%d shared), "
+           "%d tokens each, %.2f s\n", a->url, a->requests, failed, a->concurrency, a->temperature, lens,
+           a->shared_prefix, a->max_tokens, wall);
     printf("%-22s %10s %10s %10s %10s %8s\n", "", "p50", "p90", "p99", "mean", "n");
     print_row("time to first token s", &ttft_st);
     print_row("inter-token latency s", &itl_st);
@@ -248,6 +250,7 @@ static int report(const load_args *a, load_record *rec, double due_last, double 
         cJSON_AddNumberToObject(o, "prompt_tokens_max", a->prompt_tokens_max);
         cJSON_AddNumberToObject(o, "shared_prefix", a->shared_prefix);
         cJSON_AddNumberToObject(o, "max_tokens", a->max_tokens);
+        cJSON_AddNumberToObject(o, "temperature", a->temperature);
         cJSON_AddNumberToObject(o, "wall_s", wall);
         add_stat(o, "time_to_first_token_s", &ttft_st);
         add_stat(o, "inter_token_latency_s", &itl_st);

@@ -20,6 +20,7 @@ typedef struct {
     int prompt_tokens_max; // >= prompt_tokens; larger: each prompt's length is drawn from [prompt_tokens, this]
     int shared_prefix; // the first shared_prefix prompt tokens are the same in every request (<= prompt_tokens)
     double rate;       // requests due per second on average (0: each client sends its next when its last ends)
+    double temperature;    // of every request (0: greedy); request i samples with seed i + 1
     double slo_ttft_s;     // > 0: count the requests that completed with a first token this soon
     const char *json_path; // non-NULL: the report's numbers also go there, as one JSON object
 } load_args;

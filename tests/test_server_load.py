@@ -71,6 +71,15 @@ with Burstd(STORIES, "--slots", "8", "--max-queue", "64") as srv:
           and numbers["slo_met"] == 8, r.stdout)
     check("burst load: exact token counts", srv.metric("generation_tokens_total") - gen_before == 80
           and srv.metric("prompt_tokens_total") - prompt_before == 160)
+    gen_before = srv.metric("generation_tokens_total")
+    r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--requests", "4", "--max-tokens", "8",
+                        "--temperature", "0.8"], capture_output=True, text=True, timeout=120)
+    check("burst load --temperature 0.8: every request sampled to its 8 tokens", r.returncode == 0
+          and "temperature 0.8, " in r.stdout and srv.metric("generation_tokens_total") - gen_before == 32,
+          (r.returncode, r.stdout, r.stderr))
+    r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--temperature", "3"],
+                       capture_output=True, text=True, timeout=60)
+    check("burst load: --temperature 3 is refused", r.returncode == 2 and "want a number in [0, 2]" in r.stderr, r.stderr)
     r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", srv.url, "--requests", "4", "--max-tokens", "2",
                         "--slo-ttft", "0.000001"], capture_output=True, text=True, timeout=120)
     check("--slo-ttft 0.000001: met by none", "met by 0 of 4 requests (0.0%)" in r.stdout, r.stdout)
