@@ -261,7 +261,7 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
                        .tls_cert = tls_cert, .tls_key = tls_key};
     if (engine_start(m, tok, met, &(engine_options){.max_queue = a->max_queue, .prefill_chunk = a->prefill_chunk,
                                                        .max_wait_s = a->max_wait, .prefix_cache = a->prefix_cache,
-                                                       .speculate = a->speculate},
+                                                       .speculate = a->speculate, .threads = a->threads},
                      &eng, &err) ||
         http_start(&ho, eng, m, tok, met, &http, &err))
         goto fail;

@@ -5,7 +5,8 @@
 //      chunks of at most prefill_chunk tokens for the prefilling requests, fewest prompt tokens
 //      left first (so a short prompt is not stuck behind a long one), less half the prefill each
 //      was denied (so a long one is not starved by short ones), in the tokens left of max_batch,
-//   4. samples the next token of every segment that reached its prompt's end or decodes, and
+//   4. samples the next token of every segment that reached its prompt's end or decodes (on
+//      several threads, each request's sampler on its own), and
 //      hands its text to the request's queue (request_push_token), never waiting on the HTTP side
 //      (a request with max_tokens 0 ends at its prompt's end instead; without prompt logprobs it
 //      needs no model and ends at engine_submit).
@@ -48,6 +49,7 @@ typedef struct {
     double max_wait_s; // refuse a request whose estimated wait for a slot is longer (0: off)
     int prefix_cache;  // 1: a slot keeps its K/V after its request, for later prompts that begin alike
     int speculate;     // tokens drafted per decode step at most, by prompt lookup (0: off)
+    int threads;       // threads that sample the running requests side by side (0: every core)
 } engine_options;
 
 typedef enum {

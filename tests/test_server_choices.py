@@ -4,8 +4,9 @@ the request's seed + its index.
 - greedy n=3: every choice is the n=1 answer (text; logprobs within 1e-4), on 1 rank and on 3
   (the copy of a sharded slot); usage counts the prompt once and every choice's tokens; with echo
   too (each choice begins with the prompt, and its entries), and with max_tokens 0;
-- seeded sampling n=4: choice i is the n=1 completion with seed + i, the choices differ, and the
-  same request again gives the same choices;
+- seeded sampling n=4, its choices sampled on two threads: choice i is the n=1 completion with
+  seed + i (text; with logprobs, the entries too), the choices differ, and the same request again
+  gives the same choices;
 - streamed: every chunk names its choice, each choice's text equals the whole response's, each
   ends with its finish_reason, then one usage chunk and [DONE]; chats name the role in each
   choice's first delta;
@@ -90,13 +91,19 @@ def greedy(d, tag):
               and all(c["text"] == PROMPT and c["finish_reason"] == "length" for c in many["choices"]), many)
 
 
-with Burstd(STORIES, "--slots", "4") as d:
+# Two threads: the choices' tokens (and logprobs) are sampled side by side (server/engine.c).
+with Burstd(STORIES, "--slots", "4", "--threads", "2") as d:
     greedy(d, "1 rank")
 
     body = {"prompt": PROMPT, "max_tokens": 20, "temperature": 1, "seed": 1234}
     many = [c["text"] for c in post(d, C, {**body, "n": 4})["choices"]]
     singles = [post(d, C, {**body, "seed": 1234 + i})["choices"][0]["text"] for i in range(4)]
     check("seeded n=4: choice i is the n=1 completion with seed + i", many == singles, (many, singles))
+    many_lp = post(d, C, {**body, "n": 4, "logprobs": 2})["choices"]
+    singles_lp = [post(d, C, {**body, "seed": 1234 + i, "logprobs": 2})["choices"][0] for i in range(4)]
+    diff = max_diff(many_lp, singles_lp)
+    check(f"seeded n=4 with logprobs: choice i is the n=1 completion with seed + i (max diff {diff:.1e})",
+          [c["text"] for c in many_lp] == many and diff < TOL, (many_lp, singles_lp))
     check("seeded n=4: the choices differ", len(set(many)) > 1, many)
     again = [c["text"] for c in post(d, C, {**body, "n": 4})["choices"]]
     check("seeded n=4: the same request again gives the same choices", again == many, (again, many))
