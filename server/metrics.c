@@ -10,9 +10,20 @@
 
 // Bucket upper bounds in seconds, one set for every latency: from a tiny model's sub-millisecond
 // steps on a CPU to a 7B model's minutes-long prefill of a very long prompt.
-static const double buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5,
+static const double seconds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5,
                                  0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 320, 640, 1280, 2560};
-enum { N_BUCKETS = sizeof buckets / sizeof buckets[0] };
+// Tokens of a step: one decode token to the largest --batch.
+static const double tokens[] = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536,
+                                131072, 262144, 524288, 1048576};
+enum { N_BUCKETS = sizeof seconds / sizeof seconds[0] }; // the most of any set
+_Static_assert(sizeof tokens / sizeof tokens[0] <= N_BUCKETS, "a histogram holds N_BUCKETS buckets at most");
+
+typedef struct {
+    const double *le;
+    int n;
+} bucket_set;
+#define BUCKETS(b) {b, sizeof b / sizeof b[0]}
+static const bucket_set seconds_buckets = BUCKETS(seconds), token_buckets = BUCKETS(tokens);
 
 typedef struct {
     uint64_t count[N_BUCKETS]; // per bucket (not cumulative; made cumulative when formatted)
@@ -30,6 +41,7 @@ struct metrics {
 
 typedef struct {
     const char *name, *labels, *help;
+    const bucket_set *buckets; // histograms: their bucket bounds (NULL: seconds)
 } metric_desc;
 
 static const metric_desc hist_desc[METRIC_N_HISTOGRAMS] = {
@@ -39,6 +51,8 @@ static const metric_desc hist_desc[METRIC_N_HISTOGRAMS] = {
     [METRIC_QUEUE] = {"request_queue_time_seconds", "", "Accepted to admitted to a KV slot."},
     [METRIC_PREFILL] = {"request_prefill_time_seconds", "", "Admitted to the prompt in the KV cache."},
     [METRIC_DECODE] = {"request_decode_time_seconds", "", "First token to finished."},
+    [METRIC_STEP_TOKENS] = {"iteration_tokens_total", "", "Tokens of an engine step (decode tokens and prompt chunks).",
+                            &token_buckets},
 };
 static const metric_desc counter_desc[METRIC_N_COUNTERS] = {
     [METRIC_PROMPT_TOKENS] = {"prompt_tokens_total", "", "Prompt tokens of admitted requests."},
@@ -84,14 +98,17 @@ void metrics_free(metrics *m) {
     free(m);
 }
 
-void metrics_observe(metrics *m, metric_histogram h, double seconds) {
+static const bucket_set *buckets_of(int h) { return hist_desc[h].buckets ? hist_desc[h].buckets : &seconds_buckets; }
+
+void metrics_observe(metrics *m, metric_histogram h, double value) {
+    const bucket_set *bs = buckets_of(h);
     int b = 0;
-    while (b < N_BUCKETS && seconds > buckets[b]) b++;
+    while (b < bs->n && value > bs->le[b]) b++;
     pthread_mutex_lock(&m->mu);
     histogram *hs = &m->hist[h];
-    if (b < N_BUCKETS) hs->count[b]++;
+    if (b < bs->n) hs->count[b]++;
     hs->n++;
-    hs->sum += seconds;
+    hs->sum += value;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -116,10 +133,11 @@ static void format_histogram(FILE *f, const metrics *m, int h) {
     const metric_desc *d = &hist_desc[h];
     const histogram *hs = &m->hist[h];
     header(f, d, "histogram", NULL);
+    const bucket_set *bs = buckets_of(h);
     uint64_t cum = 0;
-    for (int b = 0; b < N_BUCKETS; b++) {
+    for (int b = 0; b < bs->n; b++) {
         cum += hs->count[b];
-        fprintf(f, "burst:%s_bucket{model_name=\"%s\",le=\"%g\"} %llu\n", d->name, m->model, buckets[b],
+        fprintf(f, "burst:%s_bucket{model_name=\"%s\",le=\"%.10g\"} %llu\n", d->name, m->model, bs->le[b],
                 (unsigned long long)cum);
     }
     fprintf(f, "burst:%s_bucket{model_name=\"%s\",le=\"+Inf\"} %llu\n", d->name, m->model, (unsigned long long)hs->n);

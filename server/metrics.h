@@ -13,6 +13,7 @@ typedef enum {
     METRIC_QUEUE,      // request_queue_time_seconds: accepted -> admitted to a KV slot
     METRIC_PREFILL,    // request_prefill_time_seconds: admitted -> prompt in the KV cache
     METRIC_DECODE,     // request_decode_time_seconds: first token -> finished
+    METRIC_STEP_TOKENS, // iteration_tokens_total: tokens of an engine step (decode tokens, prompt chunks)
     METRIC_N_HISTOGRAMS,
 } metric_histogram;
 
@@ -46,7 +47,7 @@ typedef struct metrics metrics;
 
 metrics *metrics_new(const char *model_name);
 void metrics_free(metrics *m);
-void metrics_observe(metrics *m, metric_histogram h, double seconds);
+void metrics_observe(metrics *m, metric_histogram h, double value); // seconds, or tokens
 void metrics_add(metrics *m, metric_counter c, uint64_t n);
 void metrics_set(metrics *m, metric_gauge g, double value);
 // The exposition text (malloc'd).

@@ -166,4 +166,38 @@ with tempfile.TemporaryDirectory() as tmp:
         check("random model: burst load counts exactly 16 tokens in every stream",
               r.returncode == 0 and "8 requests (0 failed)" in r.stdout and not r.stderr,
               (r.stdout, r.stderr))
+
+# Steps and their tokens (iteration_tokens_total): a 3000-token prompt alone takes whole steps of
+# --batch 512 (6 steps); beside a decoding request, chunks of --prefill-chunk 200 (every step at
+# most 201 tokens, none in the buckets past 256).
+def steps(srv):
+    """(count, sum, steps of more than 256 tokens) of iteration_tokens_total."""
+    _, _, text = srv.request("GET", "/metrics")
+    get = lambda pat: float(re.search(r"burst:iteration_tokens_total" + pat + r" (\S+)", text).group(1))
+    count = get(r"_count\{[^}]*\}")
+    return count, get(r"_sum\{[^}]*\}"), count - get(r'_bucket\{[^}]*le="256"\}')
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    write_model(tmp, dim=64, hidden=172, layers=2, heads=4, kv_heads=2, vocab=512, max_seq=4096,
+                tokenizer=os.path.join(STORIES, "tokenizer.model"))
+    LONG = [1] + [3 + i % 250 for i in range(2999)]
+    with Burstd(tmp, "--slots", "2", "--batch", "512", "--prefill-chunk", "200", "--prefix-cache", "off") as srv:
+        before = steps(srv)
+        status, _, _ = srv.request("POST", "/v1/completions", {"prompt": LONG, "max_tokens": 1})
+        after = steps(srv)
+        check(f"a prompt alone: whole steps of --batch (steps {after[0] - before[0]:.0f}, tokens {after[1] - before[1]:.0f})",
+              status == 200 and after[0] - before[0] == 6 and after[1] - before[1] == 3000, (before, after))
+        c = srv.connect()
+        c.request("POST", "/v1/completions", body=json.dumps({"prompt": [1, 5, 6], "max_tokens": 4000 - 4,
+                  "ignore_eos": True, "stream": True}), headers={"Content-Type": "application/json"})
+        resp = c.getresponse()
+        resp.readline()  # decoding now
+        before = steps(srv)
+        status, _, _ = srv.request("POST", "/v1/completions", {"prompt": LONG, "max_tokens": 1})
+        after = steps(srv)
+        c.close()
+        check(f"beside a decoding request: chunks of --prefill-chunk ({after[0] - before[0]:.0f} steps, "
+              f"{after[2] - before[2]:.0f} of more than 256 tokens)",
+              status == 200 and after[0] - before[0] >= 15 and after[2] == before[2], (before, after))
 check.exit()
