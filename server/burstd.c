@@ -53,11 +53,11 @@ static const char usage[] =
     "                    steps when answers quote the prompt (default 0: off)\n"
     "  --max-wait S      answer 429 at once when a request's estimated wait for a KV slot is\n"
     "                    longer than S seconds (default 0: off; --max-queue still applies)\n"
-    "  --warmup N        before the port opens, run a throw-away prompt of N tokens in prompt\n"
-    "                    chunks, then one decode step, then forget them, so that the GPU's\n"
-    "                    first-use costs (cuDNN plans, kernel loading) do not fall on the first\n"
-    "                    requests (default: two steps of --batch tokens, at most --ctx - 1,\n"
-    "                    with a cuda backend; 0 on the cpu)\n"
+    "  --warmup N        before the port opens, run a throw-away prompt of N tokens in steps of\n"
+    "                    --batch, as a prompt alone runs, then one decode step, then forget them,\n"
+    "                    so that the GPU's first-use costs (cuDNN plans, kernel loading) do not\n"
+    "                    fall on the first requests (default: two steps of --batch tokens, at\n"
+    "                    most --ctx - 1, with a cuda backend; 0 on the cpu)\n"
     "  --ranks G         ranks sharing each sequence: BurstAttention prefill, sharded KV cache\n"
     "                    (default 1)\n"
     "  --threads N       CPU threads of this process, shared out among its ranks; as many sample\n"
@@ -254,7 +254,7 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
     int ctx = llama_options_of(m)->ctx, warmup = a->warmup;
     if (warmup < 0) warmup = strncmp(llama_options_of(m)->backend, "cuda", 4) ? 0 : 2 * batch;
     if (warmup > ctx - 1) warmup = ctx - 1; // room for the decode step
-    if (warmup > 0 && warm_up(m, warmup, chunk, &err)) goto fail;
+    if (warmup > 0 && warm_up(m, warmup, batch, &err)) goto fail; // the steps of a first request, alone
     const char *name = a->served_name ? a->served_name : model_name(a->model);
     met = metrics_new(name);
     http_options ho = {.host = a->host, .port = a->port, .api_key = a->api_key, .model_name = name,

@@ -244,14 +244,14 @@ with tempfile.TemporaryDirectory() as tmp:
               w is not None and 0 < k < 1900 and cached(w) == k, (k, w and w["usage"], d.log()[-800:]))
         same_answer("the waiter whose source left", w, complete(ref, waiter, max_tokens=4))
 
-# --warmup: a throw-away prompt (the ids burstd.c's warm_up picks), in the engine's prompt chunks,
-# and a decode step run before the port opens and leave nothing behind: that prompt then gets the
-# reference's answer, none of it cached. The cpu runs none by default; past the context it is cut
-# to ctx - 1.
-with Burstd(STORIES, "--slots", "1", "--warmup", "40", "--prefill-chunk", "16") as d, Burstd(STORIES, "--ctx", "64", "--warmup", "1000") as short, \
-        Burstd(STORIES, "--slots", "1", "--prefix-cache", "off") as ref:
+# --warmup: a throw-away prompt (the ids burstd.c's warm_up picks), in steps of --batch as a prompt
+# alone runs, and a decode step run before the port opens and leave nothing behind: that prompt
+# then gets the reference's answer, none of it cached. The cpu runs none by default; past the
+# context it is cut to ctx - 1.
+with Burstd(STORIES, "--slots", "1", "--warmup", "40", "--batch", "16", "--prefill-chunk", "8") as d, \
+        Burstd(STORIES, "--ctx", "64", "--warmup", "1000") as short, Burstd(STORIES, "--slots", "1", "--prefix-cache", "off") as ref:
     REF_PORT = ref.port
-    check("--warmup 40 --prefill-chunk 16: logged before the port opened", re.search(r"warm-up: a prompt of 40 tokens in "
+    check("--warmup 40 --batch 16: logged before the port opened", re.search(r"warm-up: a prompt of 40 tokens in "
           r"chunks of 16 and a decode step in [0-9.]+ s\n.*listening on", d.log(), re.S) is not None, d.log())
     check("--warmup 1000 with --ctx 64: 63 tokens", "warm-up: a prompt of 63 tokens" in short.log(), short.log())
     check("no warm-up on the cpu by default", "warm-up" not in ref.log(), ref.log())
