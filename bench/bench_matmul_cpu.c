@@ -20,7 +20,7 @@ int main(int argc, char **argv) {
             int64_t rows = shapes[s][0], cols = shapes[s][1];
             void *w = burst_malloc((size_t)(rows * cols) * (bf16 ? 2 : 4));
             for (int64_t i = 0; i < rows * cols; i++) {
-                float v = (float)rand() / RAND_MAX - 0.5f;
+                float v = (float)rand() / (float)RAND_MAX - 0.5f;
                 uint32_t u;
                 memcpy(&u, &v, 4);
                 if (bf16) ((uint16_t *)w)[i] = (uint16_t)(u >> 16);
@@ -31,7 +31,7 @@ int main(int argc, char **argv) {
                 int n = ns[k];
                 float *x = backend_alloc(be, sizeof(float) * (size_t)(n * cols));
                 float *out = backend_alloc(be, sizeof(float) * (size_t)(n * rows));
-                for (int64_t i = 0; i < n * cols; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
+                for (int64_t i = 0; i < n * cols; i++) x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
                 double best = 1e30;
                 for (int rep = 0; rep < 3; rep++) {
                     double t0 = burst_now();

@@ -36,9 +36,9 @@ static void *rank_main(void *p) {
     float *lse = burst_malloc(sizeof(float) * (size_t)(n * j->H));
     void *work = burst_malloc(ring_workspace_bytes(j->G, n, max_rows, j->H, j->K, j->D, j->kv_dtype));
     unsigned seed = 1234u + (unsigned)j->rank;
-    for (int64_t i = 0; i < n * dim; i++) q[i] = (float)rand_r(&seed) / RAND_MAX - 0.5f;
+    for (int64_t i = 0; i < n * dim; i++) q[i] = (float)rand_r(&seed) / (float)RAND_MAX - 0.5f;
     for (int64_t i = 0; i < n * kv_dim; i++) {
-        float x = (float)rand_r(&seed) / RAND_MAX - 0.5f;
+        float x = (float)rand_r(&seed) / (float)RAND_MAX - 0.5f;
         if (j->kv_dtype == DTYPE_F32) ((float *)k)[i] = x;
         else ((uint16_t *)k)[i] = f32_to_bf16(x);
     }

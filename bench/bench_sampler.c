@@ -14,7 +14,7 @@ int main(void) {
     float *logits = burst_malloc(sizeof(float) * VOCAB);
     srand(1);
     for (int i = 0; i < VOCAB; i++) { // Box-Muller, standard deviation 3
-        float u1 = (rand() + 1.0f) / ((float)RAND_MAX + 1), u2 = (float)rand() / RAND_MAX;
+        float u1 = (rand() + 1.0f) / ((float)RAND_MAX + 1), u2 = (float)rand() / (float)RAND_MAX;
         logits[i] = 3.0f * sqrtf(-2 * logf(u1)) * cosf(6.2831853f * u2);
     }
     static const struct {
