@@ -23,7 +23,7 @@ typedef struct {
     int n_usage;          // completion_tokens of the usage chunk (-1: none came)
     int n_cached;         // its prompt_tokens_details.cached_tokens
     int n_progress;       // prompt_progress events (a long prefill reporting before its first token)
-    char error[256];
+    char error[sizeof(burst_error)];
     char *pending;        // SSE text not yet split into events
     size_t n_pending;
 } load_record;
