@@ -549,11 +549,14 @@ static int build_batch(engine *e) {
 
 // llama_forward's rows callback, for the prompt chunks of requests with prompt_logprobs: the
 // logits of prompt token j give token j + 1's entry, taken at once, so no more than a block of
-// logits rows is ever held.
+// logits rows is ever held. The rows' entries are taken side by side: each is a log-softmax over
+// the vocabulary (~0.1 ms for 32000), 0.1 s for a 1000-token prompt on one thread, several times
+// its prefill on a GPU.
 static void prompt_rows(void *ctx, int seg, int row0, int n_rows, const float *rows) {
     engine *e = ctx;
     engine_seq *q = &e->seq[e->seg_seq[seg]];
     const burst_request *r = q->req;
+    #pragma omp parallel for num_threads(e->threads) schedule(static) if (n_rows > 1)
     for (int j = 0; j < n_rows; j++) {
         int next = q->n_prefilled + row0 + j + 1; // n_prefilled moves on after the forward call
         if (next < r->n_prompt) // the last prompt token's logits give the first generated token's

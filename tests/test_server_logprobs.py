@@ -243,7 +243,8 @@ def check_echo(srv, label):
 # Repeated requests are compared bit for bit here, so the prefix cache is off: reusing a prompt's
 # K/V changes float32 rounding (~1e-6; test_server_prefix checks the cache itself).
 NO_CACHE = ("--prefix-cache", "off")
-with Burstd(STORIES, "--prefill-chunk", str(CHUNK), *NO_CACHE) as srv:
+# Two threads: a chunk's prompt logprobs (echo) are taken row by row side by side (server/engine.c).
+with Burstd(STORIES, "--prefill-chunk", str(CHUNK), "--threads", "2", *NO_CACHE) as srv:
     def tokens(text):
         return srv.request("POST", "/tokenize", {"content": text, "add_special": True})[2]["tokens"]
 
