@@ -131,8 +131,9 @@ with tempfile.TemporaryDirectory() as tmp:
         check("/health after the flood", srv.request("GET", "/health")[0] == 200)
 
 # Chunked prefill through the daemon (7-token chunks) gives the greedy text of one-shot prefill.
+# A prompt alone takes whole --batch steps: --batch 7 makes them 7 tokens.
 PROMPT = "Once upon a time, there was a little boy named Tim. He had a big red ball. He liked to throw it."
-with Burstd(STORIES, "--prefill-chunk", "7", "--slots", "2") as srv:
+with Burstd(STORIES, "--prefill-chunk", "7", "--batch", "7", "--slots", "2") as srv:
     st, _, body = srv.request("POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 30, "temperature": 0})
     check("prefill in 7-token chunks = burst generate", st == 200 and body["choices"][0]["text"] == generate(STORIES, PROMPT, 30),
           body)

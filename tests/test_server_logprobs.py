@@ -153,7 +153,8 @@ def check_against_ref(name, entries, prompt, n_top, kind):
     check(name, len(entries) > 0 and not bad, bad[:3])
 
 
-# A prompt of several chunks: 203 tokens with --prefill-chunk 100 run as chunks of 100, 100 and 3
+# A prompt of several chunks: 203 tokens with --batch and --prefill-chunk 100 (a prompt alone takes
+# whole --batch steps) run as chunks of 100, 100 and 3
 # (on 3 ranks the first two are ring chunks, split zigzag; the last is replicated), and a chunk
 # of 100 rows has its logits in blocks of 64 and 36.
 CHUNK = 100
@@ -199,7 +200,10 @@ def check_echo(srv, label):
     base = {"prompt": ids, "echo": True, "temperature": 0}
     alone = {}
     for n_top in (0, 1, 5):
+        steps = srv.metric("iteration_tokens_total_count")
         st, _, resp = srv.request("POST", C, {**base, "max_tokens": 0, "logprobs": n_top})
+        steps = srv.metric("iteration_tokens_total_count") - steps
+        check(f"{label} echo logprobs={n_top}: the prompt in 3 chunks ({steps:.0f} steps)", steps == 3)
         c = resp["choices"][0] if st == 200 else {"logprobs": None}
         lp = alone[n_top] = c["logprobs"]
         bad = echo_entries_ok(lp, ids, rows, n_top) if lp else ["no logprobs"]
@@ -244,7 +248,7 @@ def check_echo(srv, label):
 # K/V changes float32 rounding (~1e-6; test_server_prefix checks the cache itself).
 NO_CACHE = ("--prefix-cache", "off")
 # Two threads: a chunk's prompt logprobs (echo) are taken row by row side by side (server/engine.c).
-with Burstd(STORIES, "--prefill-chunk", str(CHUNK), "--threads", "2", *NO_CACHE) as srv:
+with Burstd(STORIES, "--prefill-chunk", str(CHUNK), "--batch", str(CHUNK), "--threads", "2", *NO_CACHE) as srv:
     def tokens(text):
         return srv.request("POST", "/tokenize", {"content": text, "add_special": True})[2]["tokens"]
 
@@ -440,6 +444,6 @@ with Burstd(STORIES, "--prefill-chunk", str(CHUNK), "--threads", "2", *NO_CACHE)
     check("a normal request after them", st == 200 and resp["choices"][0]["logprobs"] is None, resp)
 
 # On 3 ranks: the first two chunks' rows are spread over the ranks (gathered for the logits).
-with Burstd(STORIES, "--ranks", "3", "--prefill-chunk", str(CHUNK), *NO_CACHE) as srv:
+with Burstd(STORIES, "--ranks", "3", "--prefill-chunk", str(CHUNK), "--batch", str(CHUNK), *NO_CACHE) as srv:
     check_echo(srv, "3 ranks:")
 check.exit()
