@@ -343,8 +343,7 @@ static int parse_load(int argc, char **argv, load_args *a) {
         if (!ok) return 0;
         if (dst) *dst = (int)n;
     }
-    const char *env_key = getenv("BURST_API_KEY");
-    if (!a->api_key && env_key && *env_key) a->api_key = env_key;
+    a->api_key = cli_api_key(a->api_key);
     if (!a->url) fprintf(stderr, "burst: load needs --url\n%s", load_usage);
     else if (a->shared_prefix > a->prompt_tokens)
         fprintf(stderr, "burst: --shared-prefix %d is longer than the shortest prompt (--prompt-tokens %d)\n",

@@ -139,8 +139,7 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         if (!ok) return 0;
         if (dst) *dst = (int)n;
     }
-    const char *env_key = getenv("BURST_API_KEY");
-    if (!a->api_key && env_key && *env_key) a->api_key = env_key;
+    a->api_key = cli_api_key(a->api_key);
     if (!a->batch) a->batch = cli_step_default(a->backend, 512);
     if (!a->prefill_chunk) a->prefill_chunk = cli_step_default(a->backend, 256);
     if (!cli_parse_kv_dtype("burstd", "--kv-dtype", a->kv ? a->kv : cli_kv_dtype_default(a->backend), &a->kv_dtype))

@@ -25,3 +25,6 @@ int cli_step_default(const char *backend, int cpu);
 // The KV cache dtype by default on a backend: "bf16" on cuda (bf16 mode: attention reads the cache
 // in place, and it is faster and half the memory), "f32" on cpu and cuda-fp32 (exact float32).
 const char *cli_kv_dtype_default(const char *backend);
+// The API key: --api-key's value when given, else $BURST_API_KEY when set and not empty (a key
+// on the command line can be read by every user of the machine in ps), else NULL.
+const char *cli_api_key(const char *given);
