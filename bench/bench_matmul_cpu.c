@@ -35,7 +35,7 @@ int main(int argc, char **argv) {
                 double best = 1e30;
                 for (int rep = 0; rep < 3; rep++) {
                     double t0 = burst_now();
-                    backend_matmul(be, out, x, &W, n);
+                    backend_matmul(be, out, DTYPE_F32, x, DTYPE_F32, &W, n);
                     double t = burst_now() - t0;
                     if (t < best) best = t;
                 }

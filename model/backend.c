@@ -29,6 +29,10 @@ void backend_free(burst_backend *b) {
 
 const char *backend_name(const burst_backend *b) { return b->ops->name; }
 
+burst_dtype backend_act_dtype(const burst_backend *b) { return b->ops->act_dtype; }
+
+static int act_ok(burst_dtype dt) { return dt == DTYPE_F32 || dt == DTYPE_BF16; }
+
 void *backend_alloc(burst_backend *b, size_t bytes) { return b->ops->alloc(b, bytes); }
 
 size_t backend_memory_free(burst_backend *b, int *pool) { return b->ops->memory_free(b, pool); }
@@ -64,15 +68,23 @@ void backend_embed(burst_backend *b, float *x, const burst_weight *table, const 
     b->ops->embed(b, x, table, tokens, n);
 }
 
-void backend_rmsnorm(burst_backend *b, float *out, const float *x, const burst_weight *w, int n,
-                     float eps) {
-    BURST_ASSERT(out && x && w && w->rows == 1 && n >= 0);
-    b->ops->rmsnorm(b, out, x, w, n, eps);
+void backend_rmsnorm(burst_backend *b, void *out, burst_dtype out_dtype, const float *x,
+                     const burst_weight *w, int n, float eps) {
+    BURST_ASSERT(out && x && w && w->rows == 1 && n >= 0 && act_ok(out_dtype));
+    BURST_ASSERT(out != (const void *)x || out_dtype == DTYPE_F32);
+    b->ops->rmsnorm(b, out, out_dtype, x, w, n, eps);
 }
 
-void backend_matmul(burst_backend *b, float *out, const float *x, const burst_weight *W, int n) {
-    BURST_ASSERT(out && x && W && out != x && n >= 0);
-    b->ops->matmul(b, out, x, W, n);
+void backend_matmul(burst_backend *b, void *out, burst_dtype out_dtype, const void *x,
+                    burst_dtype x_dtype, const burst_weight *W, int n) {
+    BURST_ASSERT(out && x && W && out != x && n >= 0 && act_ok(out_dtype) && act_ok(x_dtype));
+    b->ops->matmul(b, out, out_dtype, 0, x, x_dtype, W, n);
+}
+
+void backend_matmul_add(burst_backend *b, float *out, const void *x, burst_dtype x_dtype,
+                        const burst_weight *W, int n) {
+    BURST_ASSERT(out && x && W && (const void *)out != x && n >= 0 && act_ok(x_dtype));
+    b->ops->matmul(b, out, DTYPE_F32, 1, x, x_dtype, W, n);
 }
 
 void backend_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads,
@@ -81,14 +93,9 @@ void backend_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_h
     b->ops->rope(b, x, pos, n, n_heads, head_dim, p);
 }
 
-void backend_swiglu(burst_backend *b, float *gate, const float *up, int64_t n) {
-    BURST_ASSERT(gate && up && n >= 0);
-    b->ops->swiglu(b, gate, up, n);
-}
-
-void backend_add(burst_backend *b, float *x, const float *y, int64_t n) {
-    BURST_ASSERT(x && y && n >= 0);
-    b->ops->add(b, x, y, n);
+void backend_swiglu(burst_backend *b, void *gate, const void *up, burst_dtype dtype, int64_t n) {
+    BURST_ASSERT(gate && up && n >= 0 && act_ok(dtype));
+    b->ops->swiglu(b, gate, up, dtype, n);
 }
 
 void backend_attention(burst_backend *b, const flash_args *a) {

@@ -2,7 +2,8 @@
 // written once for every backend (CPU, and CUDA in model/backend_cuda.h).
 //
 // Activation buffers come from backend_alloc and live in the backend's memory (host memory for
-// the CPU backend, device memory for CUDA) in float32, zeroed. Weights keep their stored dtype (F32/F16/BF16); the CPU backend
+// the CPU backend, device memory for CUDA), zeroed, in float32, except the matmuls' inputs and the
+// SwiGLU between them, which may be in the backend's activation dtype (backend_act_dtype). Weights keep their stored dtype (F32/F16/BF16); the CPU backend
 // points into the weights' mmap and converts tiles inside the matmul. A backend instance is used
 // by one thread at a time (each rank owns its own).
 #pragma once
@@ -30,6 +31,11 @@ burst_status backend_new(const char *name, int device, int n_threads, burst_back
 burst_backend *backend_cpu_new(int n_threads);
 void backend_free(burst_backend *b);
 const char *backend_name(const burst_backend *b);
+// The dtype a backend wants for matmul inputs: DTYPE_BF16 where its GEMMs round their inputs to
+// bf16 anyway (the CUDA backend), so that rmsnorm and swiglu write them in bf16 once instead of
+// float32 that every matmul re-reads and rounds; DTYPE_F32 otherwise. Every backend takes both
+// dtypes wherever an op has a dtype argument; this one is the cheaper.
+burst_dtype backend_act_dtype(const burst_backend *b);
 
 void *backend_alloc(burst_backend *b, size_t bytes);
 // Bytes backend_alloc can still hand out, 0 when it cannot tell: the GPU's free memory; for the
@@ -51,19 +57,22 @@ burst_status backend_weight(burst_backend *b, const weights_tensor *t, burst_wei
 
 // x (n, dim) = rows tokens[0..n) of table (vocab, dim).
 void backend_embed(burst_backend *b, float *x, const burst_weight *table, const int *tokens, int n);
-// out (n, dim) = x / rms(x) * w, per row; out may equal x.
-void backend_rmsnorm(burst_backend *b, float *out, const float *x, const burst_weight *w, int n,
-                     float eps);
-// out (n, W.rows) = x (n, W.cols) @ W^T, accumulated in float32.
-void backend_matmul(burst_backend *b, float *out, const float *x, const burst_weight *W, int n);
+// out (n, dim) of out_dtype = x / rms(x) * w, per row, in float32; out may equal x (F32 only).
+void backend_rmsnorm(burst_backend *b, void *out, burst_dtype out_dtype, const float *x,
+                     const burst_weight *w, int n, float eps);
+// out (n, W.rows) of out_dtype = x (n, W.cols) of x_dtype @ W^T, accumulated in float32.
+void backend_matmul(burst_backend *b, void *out, burst_dtype out_dtype, const void *x,
+                    burst_dtype x_dtype, const burst_weight *W, int n);
+// out (n, W.rows) float32 += x @ W^T: the residual add fused into the matmul (a GEMM with beta 1
+// on the GPU), which saves writing and re-reading the product.
+void backend_matmul_add(burst_backend *b, float *out, const void *x, burst_dtype x_dtype,
+                        const burst_weight *W, int n);
 // Rotary embedding in place on x (n, n_heads, head_dim), rotate-half layout (Hugging Face);
 // row i has position pos[i]; frequencies and scaling from p (model/rope.h).
 void backend_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads,
                   int head_dim, const rope_params *p);
-// gate (n) = silu(gate) * up.
-void backend_swiglu(burst_backend *b, float *gate, const float *up, int64_t n);
-// x (n) += y.
-void backend_add(burst_backend *b, float *x, const float *y, int64_t n);
+// gate (n) = silu(gate) * up, both of dtype, computed in float32.
+void backend_swiglu(burst_backend *b, void *gate, const void *up, burst_dtype dtype, int64_t n);
 // Local attention (attention/flash.h) on the backend's buffers.
 void backend_attention(burst_backend *b, const flash_args *a);
 // Online-softmax merge of attention partials (attention/online_softmax.h) on the backend's buffers.

@@ -1,4 +1,5 @@
-// The CPU backend: float32 activations in host memory, weights read from the mmap in their
+// The CPU backend: float32 activations in host memory (bf16 ones are taken too, for tests of the
+// CUDA backend's bf16 mode against this twin), weights read from the mmap in their
 // stored dtype. The matmul converts a tile of weight rows to float32 into a per-thread buffer
 // and reuses it for every token, so bf16/f16 weights are never converted whole.
 // Threads: OpenMP, n_threads per call.
@@ -113,39 +114,69 @@ static void cpu_embed(burst_backend *b, float *x, const burst_weight *table, con
         weight_to_f32(table, (int64_t)tokens[i] * table->cols, table->cols, x + (int64_t)i * table->cols);
 }
 
-static void cpu_rmsnorm(burst_backend *b, float *out, const float *x, const burst_weight *w, int n,
-                        float eps) {
+// Element i of an activation buffer of dtype F32 or BF16, and its store.
+static inline float act_get(const void *p, burst_dtype dt, int64_t i) {
+    return dt == DTYPE_F32 ? ((const float *)p)[i] : bf16_to_f32(((const uint16_t *)p)[i]);
+}
+static inline void act_set(void *p, burst_dtype dt, int64_t i, float v) {
+    if (dt == DTYPE_F32) ((float *)p)[i] = v;
+    else ((uint16_t *)p)[i] = f32_to_bf16(v);
+}
+
+static void cpu_rmsnorm(burst_backend *b, void *out, burst_dtype out_dtype, const float *x,
+                        const burst_weight *w, int n, float eps) {
     int64_t dim = w->cols;
     float *wf = burst_malloc((size_t)dim * sizeof(float));
     weight_to_f32(w, 0, dim, wf);
     #pragma omp parallel for num_threads(nthreads(b)) schedule(static)
     for (int i = 0; i < n; i++) {
         const float *xi = x + (int64_t)i * dim;
-        float *oi = out + (int64_t)i * dim;
         double ss = 0;
         for (int64_t j = 0; j < dim; j++) ss += (double)xi[j] * xi[j];
         float r = (float)(1.0 / sqrt(ss / (double)dim + eps));
-        for (int64_t j = 0; j < dim; j++) oi[j] = xi[j] * r * wf[j];
+        if (out_dtype == DTYPE_F32) { // the loop the CPU runs: kept plain for the vectoriser
+            float *oi = (float *)out + (int64_t)i * dim;
+            for (int64_t j = 0; j < dim; j++) oi[j] = xi[j] * r * wf[j];
+        } else {
+            for (int64_t j = 0; j < dim; j++) act_set(out, out_dtype, (int64_t)i * dim + j, xi[j] * r * wf[j]);
+        }
     }
     free(wf);
 }
 
-static void cpu_matmul(burst_backend *b, float *out, const float *x, const burst_weight *W, int n) {
+static void cpu_matmul(burst_backend *b, void *out, burst_dtype out_dtype, int accumulate, const void *x,
+                       burst_dtype x_dtype, const burst_weight *W, int n) {
     const int64_t rows = W->rows, cols = W->cols, n_tiles = (rows + MM_ROWS - 1) / MM_ROWS;
+    float *xw = NULL; // bf16 inputs widened once (the CPU's own activations are F32)
+    if (x_dtype != DTYPE_F32) {
+        xw = burst_malloc((size_t)n * cols * sizeof(float));
+        for (int64_t i = 0; i < n * cols; i++) xw[i] = act_get(x, x_dtype, i);
+    }
+    const float *xf = xw ? xw : x;
     #pragma omp parallel num_threads(nthreads(b))
     {
         float *tile = W->dtype == DTYPE_F32 ? NULL : burst_malloc((size_t)MM_ROWS * cols * sizeof(float));
+        float acc[MM_TOKENS * MM_ROWS]; // (tokens, tile rows) of products, then stored as out_dtype
         #pragma omp for schedule(static)
         for (int64_t t = 0; t < n_tiles; t++) {
             int64_t r0 = t * MM_ROWS, nr = rows - r0 < MM_ROWS ? rows - r0 : MM_ROWS;
             const float *w = (const float *)W->data + r0 * cols;
             if (tile) weight_to_f32(W, r0 * cols, nr * cols, tile), w = tile;
-            for (int64_t i0 = 0; i0 < n; i0 += MM_TOKENS) // out (tokens, rows) = x · wᵀ for this tile
-                dot_rows(w, cols, nr, x + i0 * cols, cols, n - i0 < MM_TOKENS ? n - i0 : MM_TOKENS, cols,
-                         out + i0 * rows + r0, 1, rows);
+            for (int64_t i0 = 0; i0 < n; i0 += MM_TOKENS) { // out (tokens, rows) = x · wᵀ for this tile
+                int64_t nt = n - i0 < MM_TOKENS ? n - i0 : MM_TOKENS;
+                dot_rows(w, cols, nr, xf + i0 * cols, cols, nt, cols, acc, 1, MM_ROWS);
+                for (int64_t i = 0; i < nt; i++)
+                    for (int64_t r = 0; r < nr; r++) {
+                        int64_t o = (i0 + i) * rows + r0 + r;
+                        float v = acc[i * MM_ROWS + r];
+                        if (accumulate) ((float *)out)[o] += v;
+                        else act_set(out, out_dtype, o, v);
+                    }
+            }
         }
         free(tile);
     }
+    free(xw);
 }
 
 static void cpu_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads,
@@ -167,14 +198,18 @@ static void cpu_rope(burst_backend *b, float *x, const int64_t *pos, int n, int 
     }
 }
 
-static void cpu_swiglu(burst_backend *b, float *gate, const float *up, int64_t n) {
-    #pragma omp parallel for num_threads(nthreads(b)) schedule(static)
-    for (int64_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
-}
+static inline float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
-static void cpu_add(burst_backend *b, float *x, const float *y, int64_t n) {
-    (void)b;
-    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+static void cpu_swiglu(burst_backend *b, void *gate, const void *up, burst_dtype dtype, int64_t n) {
+    float *gf = gate;
+    const float *uf = up;
+    if (dtype == DTYPE_F32) { // the loop the CPU runs: kept plain for the vectoriser
+        #pragma omp parallel for num_threads(nthreads(b)) schedule(static)
+        for (int64_t i = 0; i < n; i++) gf[i] = silu_mul(gf[i], uf[i]);
+        return;
+    }
+    #pragma omp parallel for num_threads(nthreads(b)) schedule(static)
+    for (int64_t i = 0; i < n; i++) act_set(gate, dtype, i, silu_mul(act_get(gate, dtype, i), act_get(up, dtype, i)));
 }
 
 static void cpu_attention(burst_backend *b, const flash_args *a) {
@@ -189,6 +224,7 @@ static void cpu_merge(burst_backend *b, const online_softmax_args *a) {
 
 static const backend_ops cpu_ops = {
     .name = "cpu",
+    .act_dtype = DTYPE_F32,
     .free = cpu_free,
     .alloc = cpu_alloc,
     .memory_free = cpu_memory_free,
@@ -202,7 +238,6 @@ static const backend_ops cpu_ops = {
     .matmul = cpu_matmul,
     .rope = cpu_rope,
     .swiglu = cpu_swiglu,
-    .add = cpu_add,
     .attention = cpu_attention,
     .merge = cpu_merge,
 };

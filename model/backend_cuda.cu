@@ -1,8 +1,8 @@
 // The CUDA backend (contract in model/backend_cuda.h; the CPU backend, model/backend_cpu.c, is
 // its twin and specification, and tests/test_backend_cuda.c holds each op against it).
 //
-// Kernels. The element-wise ops (embed, rmsnorm, rope, swiglu, add, the fp32 -> bf16 rounding
-// of activations, the weight conversion) are memory-bound: coalesced fp32 loads and stores,
+// Kernels. The element-wise ops (embed, rmsnorm, rope, swiglu, the fp32 -> bf16 rounding of
+// activations, the weight conversion) are memory-bound: coalesced loads and stores,
 // grid-stride loops over 64-bit indices, 256 threads a block. rmsnorm: one block per row, a
 // block reduction of the sum of squares. rope: one thread per (token, frequency, 8 heads)
 // computes the angle in double, as the CPU twin does (a float32 angle loses the low bits past
@@ -12,6 +12,11 @@
 // cuDNN where flash_cudnn_worth says its plan exists or pays (BURST_FLASH=cudnn: always, =ours:
 // never).
 // Matmul: cublasGemmEx, out^T = W x^T in cuBLAS's column-major terms (W^T as op(A), x^T as B).
+// bf16 mode keeps the matmuls' inputs in bf16 (backend_act_dtype): rmsnorm and swiglu write them
+// so, the gate and up GEMMs write bf16 for swiglu, and the residual adds ride in the output
+// projections' GEMMs (beta 1). At 32K tokens of 7B that is, by estimate, ~12 of ~27 GB of
+// element-wise traffic a layer fewer (every GEMM rounded its fp32 input again, QKV three times)
+// and 6 fewer launches a layer in decode; not yet measured.
 //
 // Measured (H100 80GB HBM3, CUDA 13.0, bench/bench_prefill.c, random LLaMA-7B shape, bf16, one
 // call with .gpu-kit/torch_prefill.py): time to first token with cuDNN attention 4K 0.127 s,
@@ -92,7 +97,9 @@ typedef struct {
     cudaStream_t stream;
     cublasHandle_t blas;
     void *blas_ws;
-    dev_buf x16, q16, k16, v16; // bf16 roundings of matmul and attention inputs
+    dev_buf mm_in;              // matmul inputs in the weights' dtype (bf16 rounded, or fp32 widened)
+    dev_buf mm_out;             // fp32 mode: bf16 matmul outputs before their rounding
+    dev_buf q16, k16, v16;      // bf16 roundings of attention inputs
     dev_buf decode_ws;          // decode_cuda's split partials
     dev_buf staging;            // weight upload staging (file dtype)
     upload_buf tokens, pos;
@@ -256,11 +263,11 @@ __global__ void embed_kernel(float *x, const W *table, const int *tokens, int n,
     }
 }
 
-template <typename W>
-__global__ void __launch_bounds__(THREADS) rmsnorm_kernel(float *out, const float *x, const W *w, int64_t dim, float eps) {
+template <typename W, typename O>
+__global__ void __launch_bounds__(THREADS) rmsnorm_kernel(O *out, const float *x, const W *w, int64_t dim, float eps) {
     __shared__ float partial[THREADS / 32];
     const float *xi = x + (int64_t)blockIdx.x * dim;
-    float *oi = out + (int64_t)blockIdx.x * dim;
+    O *oi = out + (int64_t)blockIdx.x * dim;
     float ss = 0.0f;
     for (int64_t j = threadIdx.x; j < dim; j += THREADS) ss += xi[j] * xi[j];
     for (int off = 16; off; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
@@ -269,7 +276,7 @@ __global__ void __launch_bounds__(THREADS) rmsnorm_kernel(float *out, const floa
     double total = 0; // the CPU twin sums in double; the 8 warp partials cost nothing in double
     for (int k = 0; k < THREADS / 32; k++) total += partial[k];
     const float r = (float)(1.0 / sqrt(total / (double)dim + eps));
-    for (int64_t j = threadIdx.x; j < dim; j += THREADS) oi[j] = xi[j] * r * to_f32(w[j]);
+    for (int64_t j = threadIdx.x; j < dim; j += THREADS) oi[j] = from_f32<O>(xi[j] * r * to_f32(w[j]));
 }
 
 // One thread per (token, frequency, group of ROPE_HEADS heads): the angle is computed once per
@@ -296,16 +303,11 @@ __global__ void rope_kernel(float *x, const int64_t *pos, int n, int n_heads, in
     }
 }
 
-__global__ void swiglu_kernel(float *gate, const float *up, int64_t n) {
+template <typename T> __global__ void swiglu_kernel(T *gate, const T *up, int64_t n) {
     for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (int64_t)gridDim.x * blockDim.x) {
-        const float g = gate[t];
-        gate[t] = g / (1.0f + expf(-g)) * up[t];
+        const float g = to_f32(gate[t]);
+        gate[t] = from_f32<T>(g / (1.0f + expf(-g)) * to_f32(up[t]));
     }
-}
-
-__global__ void add_kernel(float *x, const float *y, int64_t n) {
-    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (int64_t)gridDim.x * blockDim.x)
-        x[t] += y[t];
 }
 
 // ---- backend ops ----
@@ -315,7 +317,7 @@ void cuda_free(burst_backend *b) {
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
     profile_print_free(c);
     for (int i = 0; i < c->n_weights; i++) CUDA_CHECK(cudaFree(c->weights[i]));
-    dev_buf *bufs[] = {&c->x16, &c->q16, &c->k16, &c->v16, &c->decode_ws, &c->staging};
+    dev_buf *bufs[] = {&c->mm_in, &c->mm_out, &c->q16, &c->k16, &c->v16, &c->decode_ws, &c->staging};
     for (dev_buf *d : bufs) CUDA_CHECK(cudaFree(d->p));
     for (upload_buf *u : {&c->tokens, &c->pos}) {
         CUDA_CHECK(cudaFreeHost(u->host));
@@ -435,15 +437,22 @@ void cuda_embed(burst_backend *b, float *x, const burst_weight *table, const int
     profile_stop(c, t);
 }
 
-void cuda_rmsnorm(burst_backend *b, float *out, const float *x, const burst_weight *w, int n, float eps) {
-    cuda_ctx *c = ctx_of(b);
-    if (n == 0) return;
-    const int t = profile_start(c, "rmsnorm n<=%lld", pow2_at_least(n));
+template <typename O>
+void launch_rmsnorm(cuda_ctx *c, O *out, const float *x, const burst_weight *w, int n, float eps) {
     if (w->dtype == DTYPE_F32)
         rmsnorm_kernel<<<n, THREADS, 0, c->stream>>>(out, x, (const float *)w->data, w->cols, eps);
     else
         rmsnorm_kernel<<<n, THREADS, 0, c->stream>>>(out, x, (const __nv_bfloat16 *)w->data, w->cols, eps);
     CUDA_CHECK(cudaGetLastError());
+}
+
+void cuda_rmsnorm(burst_backend *b, void *out, burst_dtype out_dtype, const float *x, const burst_weight *w, int n,
+                  float eps) {
+    cuda_ctx *c = ctx_of(b);
+    if (n == 0) return;
+    const int t = profile_start(c, "rmsnorm to %s n<=%lld", dtype_name(out_dtype), pow2_at_least(n));
+    if (out_dtype == DTYPE_F32) launch_rmsnorm(c, (float *)out, x, w, n, eps);
+    else launch_rmsnorm(c, (__nv_bfloat16 *)out, x, w, n, eps);
     profile_stop(c, t);
 }
 
@@ -476,24 +485,37 @@ void cuda_convert(burst_backend *b, void *dst, burst_dtype to, const float *src,
     profile_stop(c, t);
 }
 
-void cuda_matmul(burst_backend *b, float *out, const float *x, const burst_weight *W, int n) {
+// out = x W^T, or out += x W^T, by cuBLAS with the weights' dtype for both operands: bf16 mode
+// rounds a float32 x to bf16 first, fp32 mode widens a bf16 x. cuBLAS writes bf16 or float32
+// outputs of bf16 GEMMs and adds to float32 ones (beta 1); fp32 mode's bf16 outputs, which it has
+// no GEMM for, go through a float32 copy.
+void cuda_matmul(burst_backend *b, void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
+                 const burst_weight *W, int n) {
     cuda_ctx *c = ctx_of(b);
     if (n == 0) return;
-    const float one = 1.0f, zero = 0.0f;
+    const int64_t rows = W->rows, cols = W->cols;
     const void *xin = x;
-    cudaDataType ab = CUDA_R_32F;
-    if (W->dtype == DTYPE_BF16) {
-        __nv_bfloat16 *x16 = (__nv_bfloat16 *)dev_grow(c, &c->x16, (size_t)n * W->cols * 2);
-        const int t = profile_start(c, "matmul input to bf16 %lld n<=%lld", (long long)W->cols, pow2_at_least(n));
-        round_bf16(c, x16, x, n, W->cols, W->cols);
+    if (x_dtype != W->dtype) {
+        void *conv = dev_grow(c, &c->mm_in, (size_t)n * cols * dtype_size(W->dtype));
+        const int t = profile_start(c, "matmul input to %s %lld n<=%lld", dtype_name(W->dtype), (long long)cols,
+                                    pow2_at_least(n));
+        if (W->dtype == DTYPE_BF16) round_bf16(c, (__nv_bfloat16 *)conv, (const float *)x, n, cols, cols);
+        else convert_kernel<__nv_bfloat16, float><<<blocks_for(n * cols, 4), THREADS, 0, c->stream>>>(
+            (float *)conv, (const __nv_bfloat16 *)x, 1, n * cols, n * cols);
+        CUDA_CHECK(cudaGetLastError());
         profile_stop(c, t);
-        xin = x16;
-        ab = CUDA_R_16BF;
+        xin = conv;
     }
-    const int t = profile_start(c, "matmul %lldx%lld n<=%lld", (long long)W->rows, (long long)W->cols, pow2_at_least(n));
-    CUBLAS_CHECK(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)W->rows, n, (int)W->cols, &one,
-                              W->data, ab, (int)W->cols, xin, ab, (int)W->cols, &zero, out, CUDA_R_32F,
-                              (int)W->rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    const cudaDataType ab = W->dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    void *dst = out;
+    if (out_dtype == DTYPE_BF16 && W->dtype == DTYPE_F32) dst = dev_grow(c, &c->mm_out, (size_t)n * rows * sizeof(float));
+    const cudaDataType ct = dst == out && out_dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    const int t = profile_start(c, "matmul %lldx%lld%s n<=%lld", (long long)rows, (long long)cols,
+                                accumulate ? " +=" : out_dtype == DTYPE_BF16 ? " to bf16" : "", pow2_at_least(n));
+    CUBLAS_CHECK(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, n, (int)cols, &one, W->data, ab, (int)cols,
+                              xin, ab, (int)cols, &beta, dst, ct, (int)rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (dst != out) round_bf16(c, (__nv_bfloat16 *)out, (const float *)dst, n, rows, rows);
     profile_stop(c, t);
 }
 
@@ -508,20 +530,14 @@ void cuda_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_head
     profile_stop(c, t);
 }
 
-void cuda_swiglu(burst_backend *b, float *gate, const float *up, int64_t n) {
+void cuda_swiglu(burst_backend *b, void *gate, const void *up, burst_dtype dtype, int64_t n) {
     cuda_ctx *c = ctx_of(b);
     if (n == 0) return;
-    const int t = profile_start(c, "swiglu n<=%lld", pow2_at_least(n));
-    swiglu_kernel<<<blocks_for(n, 4), THREADS, 0, c->stream>>>(gate, up, n);
-    CUDA_CHECK(cudaGetLastError());
-    profile_stop(c, t);
-}
-
-void cuda_add(burst_backend *b, float *x, const float *y, int64_t n) {
-    cuda_ctx *c = ctx_of(b);
-    if (n == 0) return;
-    const int t = profile_start(c, "add n<=%lld", pow2_at_least(n));
-    add_kernel<<<blocks_for(n, 4), THREADS, 0, c->stream>>>(x, y, n);
+    const int t = profile_start(c, "swiglu %s n<=%lld", dtype_name(dtype), pow2_at_least(n));
+    if (dtype == DTYPE_F32)
+        swiglu_kernel<<<blocks_for(n, 4), THREADS, 0, c->stream>>>((float *)gate, (const float *)up, n);
+    else
+        swiglu_kernel<<<blocks_for(n, 4), THREADS, 0, c->stream>>>((__nv_bfloat16 *)gate, (const __nv_bfloat16 *)up, n);
     CUDA_CHECK(cudaGetLastError());
     profile_stop(c, t);
 }
@@ -596,6 +612,7 @@ void cuda_transfer(void *dst, const void *src, size_t bytes) {
 
 const backend_ops cuda_ops = {
     .name = "cuda",
+    .act_dtype = DTYPE_BF16,
     .free = cuda_free,
     .alloc = cuda_alloc,
     .memory_free = cuda_memory_free,
@@ -609,7 +626,6 @@ const backend_ops cuda_ops = {
     .matmul = cuda_matmul,
     .rope = cuda_rope,
     .swiglu = cuda_swiglu,
-    .add = cuda_add,
     .attention = cuda_attention,
     .merge = cuda_merge,
     .sync = cuda_sync,
@@ -619,6 +635,7 @@ const backend_ops cuda_ops = {
 backend_ops cuda_fp32_ops() {
     backend_ops o = cuda_ops;
     o.name = "cuda-fp32";
+    o.act_dtype = DTYPE_F32;
     return o;
 }
 const backend_ops cuda_ops_fp32 = cuda_fp32_ops();

@@ -1,17 +1,19 @@
 // The CUDA backend (model/backend_cuda.cu): the backend interface of model/backend.h on one GPU.
 //
-// Activations are float32 in device memory (cudaMalloc, zeroed like the CPU backend's calloc;
-// never managed memory). Weights are copied to the device once, at backend_weight time:
-//   - bf16 mode (backend "cuda"): stored as bf16 whatever their file dtype (F32/F16 are rounded
-//     to nearest even); matmul rounds the activation rows to bf16 and runs a cuBLAS bf16 GEMM
-//     with fp32 accumulation and fp32 output; attention rounds Q (and fp32 K/V; a bf16 KV
+// Activations are float32 or bf16 (as each op's dtype says) in device memory (cudaMalloc,
+// zeroed like the CPU backend's calloc; never managed memory). Weights are copied to the device
+// once, at backend_weight time:
+//   - bf16 mode (backend "cuda", act dtype bf16): stored as bf16 whatever their file dtype
+//     (F32/F16 are rounded to nearest even); matmul rounds float32 activation rows to bf16 (bf16
+//     ones go as they are) and runs a cuBLAS bf16 GEMM with fp32 accumulation and a bf16 or fp32
+//     output, or adds to an fp32 one; attention rounds Q (and fp32 K/V; a bf16 KV
 //     cache is read in place) to bf16 and runs cuDNN's
 //     fused attention (attention/flash_cudnn.h) for blocks of 1024 query rows or more when the
 //     build has cuDNN and cuDNN takes the shape, else the tensor-core flash kernel
 //     (attention/flash_cuda.h) for head_dim 64/128, else a plain fp32 kernel (head_dim <= 256).
 //     The environment variable BURST_FLASH=ours, read at backend creation, keeps cuDNN out.
-//   - fp32 mode (backend "cuda-fp32"), for exactness tests: weights stay float32 (F16/BF16 widen
-//     exactly), GEMMs are fp32 with CUBLAS_COMPUTE_32F and no TF32, attention always runs the
+//   - fp32 mode (backend "cuda-fp32", act dtype f32), for exactness tests: weights stay float32
+//     (F16/BF16 widen exactly; so do bf16 activations), GEMMs are fp32 with CUBLAS_COMPUTE_32F and no TF32, attention always runs the
 //     plain fp32 kernel (on fp32 or bf16 K/V). It matches the CPU backend to float32 rounding.
 // Every op is asynchronous on the instance's one CUDA stream; to_host synchronizes it. The stream
 // is non-blocking (it does not wait for the legacy default stream): a caller that writes backend

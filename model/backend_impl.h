@@ -9,6 +9,7 @@ extern "C" {
 
 typedef struct {
     const char *name;
+    burst_dtype act_dtype; // backend_act_dtype
     void (*free)(burst_backend *b);
     void *(*alloc)(burst_backend *b, size_t bytes);
     size_t (*memory_free)(burst_backend *b, int *pool); // backend_memory_free
@@ -19,13 +20,14 @@ typedef struct {
     burst_status (*weight)(burst_backend *b, const weights_tensor *t, burst_weight *out,
                            burst_error *err);
     void (*embed)(burst_backend *b, float *x, const burst_weight *table, const int *tokens, int n);
-    void (*rmsnorm)(burst_backend *b, float *out, const float *x, const burst_weight *w, int n,
-                    float eps);
-    void (*matmul)(burst_backend *b, float *out, const float *x, const burst_weight *W, int n);
+    void (*rmsnorm)(burst_backend *b, void *out, burst_dtype out_dtype, const float *x,
+                    const burst_weight *w, int n, float eps);
+    // out (of out_dtype) = x @ W^T, or out (F32) += x @ W^T when accumulate
+    void (*matmul)(burst_backend *b, void *out, burst_dtype out_dtype, int accumulate, const void *x,
+                   burst_dtype x_dtype, const burst_weight *W, int n);
     void (*rope)(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads, int head_dim,
                  const rope_params *p);
-    void (*swiglu)(burst_backend *b, float *gate, const float *up, int64_t n);
-    void (*add)(burst_backend *b, float *x, const float *y, int64_t n);
+    void (*swiglu)(burst_backend *b, void *gate, const void *up, burst_dtype dtype, int64_t n);
     void (*attention)(burst_backend *b, const flash_args *a);
     void (*merge)(burst_backend *b, const online_softmax_args *a);
     void (*sync)(burst_backend *b);                            // optional: ops are synchronous

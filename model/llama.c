@@ -22,14 +22,14 @@ typedef struct {
 // Scratch for one forward call of up to max_batch rows on one rank, in backend memory.
 typedef struct {
     float *x;        // (max_batch, dim) the residual stream
-    float *xb, *xb2; // (max_batch, dim)
+    float *xb, *xb2; // (max_batch, dim); xb holds the matmuls' input in the backend's act dtype
     float *q;        // (max_batch, dim)
     float *k, *v;    // (max_batch, kv_dim)
     float *att;      // (max_batch, dim)
     float *lse;      // (n_heads, max_batch)
     float *part_o;   // (max_batch, dim) a replicated segment's partial over the new tokens
     float *part_lse; // (n_heads, max_batch)
-    float *hb, *hb2; // (max_batch, hidden_dim)
+    float *hb, *hb2; // (max_batch, hidden_dim) in the act dtype
     float *last;     // (max_logits, dim) the rows whose logits llama_forward returns (rank 0 only)
     float *logits;   // (max_logits, vocab) their logits, or a block of all_rows rows' (rank 0 only)
     void *ring;      // ring_workspace_bytes(G, max_batch, shard_cap, ...)
@@ -591,7 +591,7 @@ static burst_status attend_replicated(llama_model *m, llama_rank *R, int l, cons
     backend_attention(R->be, &a);
     if (R->rank == 0) {
         // The new tokens' K/V as the cache will hold them, so that every G gives the same
-        // result. A 16-bit cache rounds them into xb2, free until the output projection: n rows
+        // result. A 16-bit cache rounds them into xb2, free within a layer: n rows
         // of K and of V take n x kv_dim floats, no more than its n x dim (a float32 copy would
         // not fit where kv_dim = dim, and is the rows themselves).
         const void *k_new = R->s.k + row0 * kv_dim, *v_new = R->s.v + row0 * kv_dim;
@@ -647,8 +647,8 @@ static burst_status all_row_logits(llama_model *m, llama_rank *R, int i) {
     if (R->rank != 0) return BURST_OK;
     for (int j = 0; j < sp->n; j += m->row_block) {
         int nb = sp->n - j < m->row_block ? sp->n - j : m->row_block;
-        backend_rmsnorm(R->be, s->xb2, x + (int64_t)j * dim, &R->final_norm, nb, c->norm_eps);
-        backend_matmul(R->be, s->logits, s->xb2, &R->lm_head, nb);
+        backend_rmsnorm(R->be, s->xb2, DTYPE_F32, x + (int64_t)j * dim, &R->final_norm, nb, c->norm_eps);
+        backend_matmul(R->be, s->logits, DTYPE_F32, s->xb2, DTYPE_F32, &R->lm_head, nb);
         backend_to_host(R->be, m->rows_host, s->logits, (int64_t)nb * c->vocab_size);
         m->call.rows(m->call.rows_ctx, i, j, nb, m->rows_host);
     }
@@ -663,16 +663,17 @@ static burst_status rank_forward(llama_model *m, llama_rank *R) {
     int64_t dim = c->dim;
     int n = rank_rows(m, R);
     burst_status st = BURST_OK;
+    const burst_dtype act = backend_act_dtype(be); // of the matmul inputs xb and hb, and of hb2
     if (n > 0) backend_embed(be, s->x, &R->embed, R->tok, n);
 
     for (int l = 0; l < c->n_layers; l++) {
         const llama_layer *L = &R->layers[l];
         // attention block: x += Wo · attn(rope(Wq xn), rope(Wk xn), Wv xn)
         if (n > 0) {
-            backend_rmsnorm(be, s->xb, s->x, &L->attn_norm, n, c->norm_eps);
-            backend_matmul(be, s->q, s->xb, &L->wq, n);
-            backend_matmul(be, s->k, s->xb, &L->wk, n);
-            backend_matmul(be, s->v, s->xb, &L->wv, n);
+            backend_rmsnorm(be, s->xb, act, s->x, &L->attn_norm, n, c->norm_eps);
+            backend_matmul(be, s->q, DTYPE_F32, s->xb, act, &L->wq, n);
+            backend_matmul(be, s->k, DTYPE_F32, s->xb, act, &L->wk, n);
+            backend_matmul(be, s->v, DTYPE_F32, s->xb, act, &L->wv, n);
             backend_rope(be, s->q, R->pos, n, c->n_heads, c->head_dim, &m->rope);
             backend_rope(be, s->k, R->pos, n, c->n_kv_heads, c->head_dim, &m->rope);
         }
@@ -683,15 +684,13 @@ static burst_status rank_forward(llama_model *m, llama_rank *R) {
         }
         if (st) return st;
         if (n == 0) continue;
-        backend_matmul(be, s->xb2, s->att, &L->wo, n);
-        backend_add(be, s->x, s->xb2, (int64_t)n * dim);
+        backend_matmul_add(be, s->x, s->att, DTYPE_F32, &L->wo, n);
         // MLP block: x += Wdown · (silu(Wgate xn) * Wup xn)
-        backend_rmsnorm(be, s->xb, s->x, &L->ffn_norm, n, c->norm_eps);
-        backend_matmul(be, s->hb, s->xb, &L->w_gate, n);
-        backend_matmul(be, s->hb2, s->xb, &L->w_up, n);
-        backend_swiglu(be, s->hb, s->hb2, (int64_t)n * c->hidden_dim);
-        backend_matmul(be, s->xb2, s->hb, &L->w_down, n);
-        backend_add(be, s->x, s->xb2, (int64_t)n * dim);
+        backend_rmsnorm(be, s->xb, act, s->x, &L->ffn_norm, n, c->norm_eps);
+        backend_matmul(be, s->hb, act, s->xb, act, &L->w_gate, n);
+        backend_matmul(be, s->hb2, act, s->xb, act, &L->w_up, n);
+        backend_swiglu(be, s->hb, s->hb2, act, (int64_t)n * c->hidden_dim);
+        backend_matmul_add(be, s->x, s->hb, act, &L->w_down, n);
     }
     for (int i = 0; i < m->plan.n_segs; i++)
         if (m->call.segs[i].all_rows && (st = all_row_logits(m, R, i))) return st;
@@ -704,8 +703,8 @@ static burst_status rank_forward(llama_model *m, llama_rank *R) {
         backend_copy(be, s->last + n_logits * dim, s->x + (int64_t)(end - k) * dim, (size_t)(k * dim) * sizeof(float));
         n_logits += k;
     }
-    backend_rmsnorm(be, s->last, s->last, &R->final_norm, n_logits, c->norm_eps);
-    backend_matmul(be, s->logits, s->last, &R->lm_head, n_logits);
+    backend_rmsnorm(be, s->last, DTYPE_F32, s->last, &R->final_norm, n_logits, c->norm_eps);
+    backend_matmul(be, s->logits, DTYPE_F32, s->last, DTYPE_F32, &R->lm_head, n_logits);
     backend_to_host(be, m->call.logits, s->logits, (int64_t)n_logits * c->vocab_size);
     return BURST_OK;
 }

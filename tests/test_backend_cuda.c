@@ -2,7 +2,8 @@
 // sizes (1, 7 and 1000 rows; widths that are not multiples of 8 where the op allows; padded
 // strides; positions up to 10^6; weights stored as F32, F16 and BF16), in both modes: "cuda-fp32"
 // (float32 throughout) and "cuda" (bf16 weights, GEMM and flash-attention operands; decode
-// attention of up to DECODE_CUDA_MAX_ROWS rows stays fp32). Output
+// attention of up to DECODE_CUDA_MAX_ROWS rows stays fp32); rmsnorm, matmul and swiglu with
+// float32 and bf16 activations in both (model/backend.h's act dtype). Output
 // buffers carry guard words on the device; padding between strided rows must stay untouched.
 // Skips (77) when no CUDA device is present.
 #include <cuda_runtime_api.h>
@@ -46,6 +47,10 @@
 #define FA16_RTOL 1e-2
 #define FA16_LSE_ATOL 1e-2 // scores move by ~2^-9 x |q||k| scale, lse by a weighted mean of that
 #define FA16_LSE_NMSE 1    // lse can sit near 0 (nq = nk = 1: 0.1672 for 0.1692, nmse 1.3e-4): atol decides
+// bf16 outputs (an act dtype of bf16): the GPU's and the CPU's float32 results may round to
+// neighbouring bf16 values, one ulp apart (2^-7 of the value at most), on top of the op's error.
+#define BF16_ULP (1.0 / 128)
+#define BF16_OUT_NMSE 1e-5
 
 static int failures;
 
@@ -87,10 +92,35 @@ static int compare(const char *what, const float *got, const float *want, int64_
     return ok;
 }
 
-static double rms(const float *x, int64_t n) {
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)x[i] * x[i];
-    return n ? sqrt(s / n) : 0;
+// ---- activations of either dtype (backend_act_dtype) ----
+
+// A host buffer of n activations of dtype dt: act_words(dt, n) floats of storage, then guard words.
+static int64_t act_words(burst_dtype dt, int64_t n) { return dt == DTYPE_F32 ? n : (n + 1) / 2; }
+
+static float act_value(burst_dtype dt, const float *p, int64_t i) {
+    return dt == DTYPE_F32 ? p[i] : bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+static float *host_act(burst_dtype dt, int64_t n, float lo, float hi) {
+    float *h = test_alloc_guarded(act_words(dt, n));
+    if (dt == DTYPE_F32) test_fill(h, n, lo, hi);
+    else {
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)h)[i] = f32_to_bf16(test_uniform(lo, hi));
+        if (n % 2) ((uint16_t *)h)[n] = 0; // the half word before the guards
+    }
+    return h;
+}
+
+// compare() for n activations of dt; bf16 ones allow one ulp more.
+static int compare_act(const char *what, burst_dtype dt, const float *got, const float *want, int64_t n, double nmse,
+                       double atol, double rtol) {
+    if (dt == DTYPE_F32) return compare(what, got, want, n, nmse, atol, rtol);
+    float *g = test_alloc_guarded(n), *w = test_alloc_guarded(n);
+    for (int64_t i = 0; i < n; i++) g[i] = act_value(dt, got, i), w[i] = act_value(dt, want, i);
+    int ok = compare(what, g, w, n, nmse > BF16_OUT_NMSE ? nmse : BF16_OUT_NMSE, atol, rtol + BF16_ULP) &&
+             test_guard_ok(got, act_words(dt, n), what);
+    free(g), free(w);
+    return ok;
 }
 
 // ---- weights in each stored dtype ----
@@ -176,21 +206,23 @@ static void test_embed(const backends *B) {
 static void test_rmsnorm(const backends *B) {
     for (int di = 0; di < 3; di++)
         for (int ni = 0; ni < 3; ni++)
-            for (int in_place = 0; in_place < 2; in_place++) {
-                const int n = NS[ni], dim = ni == 1 ? 4096 : 1001;
-                const int64_t len = (int64_t)n * dim;
+            for (int variant = 0; variant < 3; variant++) { // to F32, in place, to BF16
+                const int n = NS[ni], dim = ni == 1 ? 4096 : 1001, in_place = variant == 1;
+                const burst_dtype out = variant == 2 ? DTYPE_BF16 : DTYPE_F32;
+                const int64_t len = (int64_t)n * dim, words = act_words(out, len);
                 test_weight w = make_weight(DTYPES[di], 0, dim, 0.5f, 1.5f);
                 burst_weight cw, gw;
                 load_weight(B, &w, &cw, &gw);
-                float *x = host_random(len, -2, 2), *want = in_place ? x : host_random(len, -1, 1);
-                float *got = host_clone(want, len), *dx = dev_upload(x, len), *dout = in_place ? dx : dev_upload(got, len);
-                backend_rmsnorm(B->gpu, dout, dx, &gw, n, 1e-5f);
-                backend_rmsnorm(B->cpu, want, x, &cw, n, 1e-5f);
-                dev_download(B->gpu, got, dout, len);
+                float *x = host_random(len, -2, 2), *want = in_place ? x : host_act(out, len, -1, 1);
+                float *got = host_clone(want, words), *dx = dev_upload(x, len), *dout = in_place ? dx : dev_upload(got, words);
+                backend_rmsnorm(B->gpu, dout, out, dx, &gw, n, 1e-5f);
+                backend_rmsnorm(B->cpu, want, out, x, &cw, n, 1e-5f);
+                dev_download(B->gpu, got, dout, words);
                 char what[96];
-                snprintf(what, sizeof what, "rmsnorm %s n=%d dim=%d%s", dtype_name(DTYPES[di]), n, dim, in_place ? " in place" : "");
+                snprintf(what, sizeof what, "rmsnorm %s n=%d dim=%d %s", dtype_name(DTYPES[di]), n, dim,
+                         in_place ? "in place" : dtype_name(out));
                 int exact = B->fp32 || DTYPES[di] == DTYPE_BF16;
-                check(compare(what, got, want, len, exact ? F32_NMSE : W16_NMSE, F32_ATOL, exact ? F32_RTOL : W16_RTOL));
+                check(compare_act(what, out, got, want, len, exact ? F32_NMSE : W16_NMSE, F32_ATOL, exact ? F32_RTOL : W16_RTOL));
                 CUDA_CHECK(cudaFree(dx));
                 if (!in_place) {
                     CUDA_CHECK(cudaFree(dout));
@@ -200,40 +232,55 @@ static void test_rmsnorm(const backends *B) {
             }
 }
 
+// out = x W^T with x and out in each act dtype, and out += x W^T (backend_matmul_add).
 static void test_matmul(const backends *B) {
     static const int shapes[][2] = {{77, 1003}, {300, 64}, {1, 17}}; // (rows, cols) of W
-    for (int di = 0; di < 3; di++)
-        for (int si = 0; si < 3; si++)
-            for (int ni = 0; ni < 3; ni++) {
-                const int n = NS[ni], rows = shapes[si][0], cols = shapes[si][1];
-                test_weight w = make_weight(DTYPES[di], rows, cols, -1, 1);
-                burst_weight cw, gw;
-                load_weight(B, &w, &cw, &gw);
-                float *x = host_random((int64_t)n * cols, -1, 1), *want = host_random((int64_t)n * rows, -1, 1);
-                float *got = host_clone(want, (int64_t)n * rows);
-                float *dx = dev_upload(x, (int64_t)n * cols), *dout = dev_upload(got, (int64_t)n * rows);
-                backend_matmul(B->gpu, dout, dx, &gw, n);
-                backend_matmul(B->cpu, want, x, &cw, n);
-                dev_download(B->gpu, got, dout, (int64_t)n * rows);
-                char what[96];
-                snprintf(what, sizeof what, "matmul %s n=%d W=(%d,%d)", dtype_name(DTYPES[di]), n, rows, cols);
-                double r = rms(want, (int64_t)n * rows), terms = 0; // largest sqrt(sum_j (x_j w_j)^2)
-                for (int i = 0; i < n; i++)
-                    for (int o = 0; o < rows; o++) {
-                        double ss = 0;
-                        for (int j = 0; j < cols; j++) {
-                            double t = (double)x[(int64_t)i * cols + j] * w.approx[(int64_t)o * cols + j];
-                            ss += t * t;
-                        }
-                        if (ss > terms * terms) terms = sqrt(ss);
+    // (x, out, accumulate): float32 throughout, accumulated, bf16 in and out, bf16 in accumulated
+    static const struct { burst_dtype x, out; int acc; } variants[] = {
+        {DTYPE_F32, DTYPE_F32, 0}, {DTYPE_F32, DTYPE_F32, 1}, {DTYPE_BF16, DTYPE_BF16, 0}, {DTYPE_BF16, DTYPE_F32, 1}};
+    for (int vi = 0; vi < 4; vi++)
+        for (int di = 0; di < 3; di++)
+            for (int si = 0; si < 3; si++)
+                for (int ni = 0; ni < 3; ni++) {
+                    const int n = NS[ni], rows = shapes[si][0], cols = shapes[si][1], acc = variants[vi].acc;
+                    const burst_dtype xt = variants[vi].x, ot = variants[vi].out;
+                    const int64_t out_words = act_words(ot, (int64_t)n * rows);
+                    test_weight w = make_weight(DTYPES[di], rows, cols, -1, 1);
+                    burst_weight cw, gw;
+                    load_weight(B, &w, &cw, &gw);
+                    float *x = host_act(xt, (int64_t)n * cols, -1, 1), *want = host_act(ot, (int64_t)n * rows, -1, 1);
+                    float *got = host_clone(want, out_words);
+                    float *dx = dev_upload(x, act_words(xt, (int64_t)n * cols)), *dout = dev_upload(got, out_words);
+                    if (acc) {
+                        backend_matmul_add(B->gpu, dout, dx, xt, &gw, n);
+                        backend_matmul_add(B->cpu, want, x, xt, &cw, n);
+                    } else {
+                        backend_matmul(B->gpu, dout, ot, dx, xt, &gw, n);
+                        backend_matmul(B->cpu, want, ot, x, xt, &cw, n);
                     }
-                if (B->fp32) check(compare(what, got, want, (int64_t)n * rows, F32_NMSE, MM32_ATOL_RMS * r, F32_RTOL));
-                else check(compare(what, got, want, (int64_t)n * rows, n * rows >= 1000 ? MM16_NMSE : 1,
-                                   MM16_ATOL_TERMS * terms, MM16_RTOL));
-                CUDA_CHECK(cudaFree(dx));
-                CUDA_CHECK(cudaFree(dout));
-                free(x), free(want), free(got), free(w.data), free(w.approx);
-            }
+                    dev_download(B->gpu, got, dout, out_words);
+                    char what[128];
+                    snprintf(what, sizeof what, "matmul %s n=%d W=(%d,%d) x %s %s %s", dtype_name(DTYPES[di]), n, rows,
+                             cols, dtype_name(xt), acc ? "+=" : "to", dtype_name(ot));
+                    double r = 0, terms = 0; // rms of the products; largest sqrt(sum_j (x_j w_j)^2)
+                    for (int i = 0; i < n; i++)
+                        for (int o = 0; o < rows; o++) {
+                            double ss = 0, sum = 0;
+                            for (int j = 0; j < cols; j++) {
+                                double t = (double)act_value(xt, x, (int64_t)i * cols + j) * w.approx[(int64_t)o * cols + j];
+                                ss += t * t, sum += t;
+                            }
+                            if (ss > terms * terms) terms = sqrt(ss);
+                            r += sum * sum;
+                        }
+                    r = sqrt(r / ((double)n * rows));
+                    if (B->fp32) check(compare_act(what, ot, got, want, (int64_t)n * rows, F32_NMSE, MM32_ATOL_RMS * r, F32_RTOL));
+                    else check(compare_act(what, ot, got, want, (int64_t)n * rows, n * rows >= 1000 ? MM16_NMSE : 1,
+                                           MM16_ATOL_TERMS * terms, MM16_RTOL));
+                    CUDA_CHECK(cudaFree(dx));
+                    CUDA_CHECK(cudaFree(dout));
+                    free(x), free(want), free(got), free(w.data), free(w.approx);
+                }
 }
 
 static void test_rope(const backends *B) {
@@ -268,18 +315,18 @@ static void test_rope(const backends *B) {
 static void test_elementwise(const backends *B) {
     static const int64_t lens[] = {1, 7, 37003};
     for (int li = 0; li < 3; li++)
-        for (int op = 0; op < 3; op++) { // swiglu, add, copy
+        for (int op = 0; op < 3; op++) { // swiglu in float32, in bf16, copy
             const int64_t n = lens[li];
-            float *want = host_random(n, -8, 8), *y = host_random(n, -2, 2), *got = host_clone(want, n);
-            float *d = dev_upload(got, n), *dy = dev_upload(y, n);
-            const char *name = op == 0 ? "swiglu" : op == 1 ? "add" : "copy";
-            if (op == 0) backend_swiglu(B->gpu, d, dy, n), backend_swiglu(B->cpu, want, y, n);
-            if (op == 1) backend_add(B->gpu, d, dy, n), backend_add(B->cpu, want, y, n);
-            if (op == 2) backend_copy(B->gpu, d, dy, (size_t)n * 4), backend_copy(B->cpu, want, y, (size_t)n * 4);
-            dev_download(B->gpu, got, d, n);
+            const burst_dtype dt = op == 1 ? DTYPE_BF16 : DTYPE_F32;
+            const int64_t words = act_words(dt, n);
+            float *want = host_act(dt, n, -8, 8), *y = host_act(dt, n, -2, 2), *got = host_clone(want, words);
+            float *d = dev_upload(got, words), *dy = dev_upload(y, words);
+            if (op < 2) backend_swiglu(B->gpu, d, dy, dt, n), backend_swiglu(B->cpu, want, y, dt, n);
+            else backend_copy(B->gpu, d, dy, (size_t)n * 4), backend_copy(B->cpu, want, y, (size_t)n * 4);
+            dev_download(B->gpu, got, d, words);
             char what[64];
-            snprintf(what, sizeof what, "%s n=%lld", name, (long long)n);
-            check(op == 2 ? compare(what, got, want, n, 0, 0, 0) : compare(what, got, want, n, F32_NMSE, F32_ATOL, F32_RTOL));
+            snprintf(what, sizeof what, "%s n=%lld", op < 2 ? (op ? "swiglu bf16" : "swiglu f32") : "copy", (long long)n);
+            check(op == 2 ? compare(what, got, want, n, 0, 0, 0) : compare_act(what, dt, got, want, n, F32_NMSE, F32_ATOL, F32_RTOL));
             CUDA_CHECK(cudaFree(d));
             CUDA_CHECK(cudaFree(dy));
             free(want), free(y), free(got);

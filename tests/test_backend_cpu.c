@@ -1,0 +1,149 @@
+// The CPU backend's ops that take an activation dtype (model/backend.h: rmsnorm's output, matmul's
+// input and output and its accumulating form, swiglu), in float32 and bf16, against float64 on
+// fresh random inputs of awkward sizes: token counts across the matmul's 64-token blocks, weight
+// rows that are not multiples of its 16-row tiles, weights stored as F32 and BF16. The bf16 forms
+// are the CUDA backend's bf16 mode's specification (tests/test_backend_cuda.c holds it to them).
+// Every output carries guard words after its last element.
+#include "model/backend.h"
+#include "tests/test_util.h"
+
+// float32 results: sums in another order than float64's over up to 300 terms.
+#define F32_RTOL 1e-5
+// bf16 results: one rounding to nearest even, at most half an ulp (2^-8 of the value), on top.
+#define BF16_RTOL (1.0 / 256 + 1e-5)
+
+static int failures;
+
+static void check(int ok) { failures += !ok; }
+
+// A buffer of n activations of dtype dt with guard words right after them (bf16: n rounded up to
+// a whole number of floats), filled with the rounding of values in [lo, hi); `as_f64` gets the
+// values it holds.
+typedef struct {
+    burst_dtype dt;
+    int64_t n;
+    float *p;
+    double *as_f64;
+} act_buf;
+
+static int64_t act_words(burst_dtype dt, int64_t n) { return dt == DTYPE_F32 ? n : (n + 1) / 2; }
+
+static act_buf act_random(burst_dtype dt, int64_t n, float lo, float hi) {
+    act_buf a = {.dt = dt, .n = n, .p = test_alloc_guarded(act_words(dt, n)),
+                 .as_f64 = burst_malloc((size_t)(n + 1) * sizeof(double))};
+    for (int64_t i = 0; i < n; i++) {
+        float v = test_uniform(lo, hi);
+        if (dt == DTYPE_F32) a.p[i] = v;
+        else ((uint16_t *)a.p)[i] = f32_to_bf16(v), v = bf16_to_f32(f32_to_bf16(v));
+        a.as_f64[i] = v;
+    }
+    return a;
+}
+
+static void act_free(act_buf *a) { free(a->p), free(a->as_f64); }
+
+// Checks a's n values against ref, and its guard words.
+static void act_check(const char *what, const act_buf *a, const double *ref, double atol) {
+    float *got = burst_malloc((size_t)(a->n + 1) * sizeof(float));
+    for (int64_t i = 0; i < a->n; i++) got[i] = a->dt == DTYPE_F32 ? a->p[i] : bf16_to_f32(((uint16_t *)a->p)[i]);
+    double rtol = a->dt == DTYPE_F32 ? F32_RTOL : BF16_RTOL;
+    check(test_compare(what, got, ref, a->n, rtol * rtol, atol, rtol) && test_guard_ok(a->p, act_words(a->dt, a->n), what));
+    free(got);
+}
+
+// A weight (rows, cols) stored as dt, with its values in float64.
+typedef struct {
+    burst_weight w;
+    double *as_f64;
+} test_weight;
+
+static test_weight weight_random(burst_dtype dt, int64_t rows, int64_t cols, float lo, float hi) {
+    act_buf a = act_random(dt, rows * cols, lo, hi);
+    return (test_weight){.w = {.dtype = dt, .data = a.p, .rows = rows, .cols = cols}, .as_f64 = a.as_f64};
+}
+
+static const burst_dtype DTS[] = {DTYPE_F32, DTYPE_BF16};
+
+static void test_rmsnorm(burst_backend *be) {
+    static const int ns[] = {1, 7, 70}, dims[] = {1, 13, 300};
+    for (int wi = 0; wi < 2; wi++)
+        for (int oi = 0; oi < 2; oi++)
+            for (int k = 0; k < 3; k++) {
+                const int n = ns[k], dim = dims[k];
+                test_weight w = weight_random(DTS[wi], 1, dim, 0.5f, 1.5f);
+                act_buf x = act_random(DTYPE_F32, (int64_t)n * dim, -2, 2), out = act_random(DTS[oi], (int64_t)n * dim, -1, 1);
+                double *ref = burst_malloc((size_t)n * dim * sizeof(double));
+                for (int i = 0; i < n; i++) {
+                    const double *xi = x.as_f64 + (int64_t)i * dim;
+                    double ss = 0;
+                    for (int j = 0; j < dim; j++) ss += xi[j] * xi[j];
+                    for (int j = 0; j < dim; j++) ref[(int64_t)i * dim + j] = xi[j] / sqrt(ss / dim + 1e-5) * w.as_f64[j];
+                }
+                backend_rmsnorm(be, out.p, out.dt, x.p, &w.w, n, 1e-5f);
+                char what[96];
+                snprintf(what, sizeof what, "rmsnorm weight %s to %s n=%d dim=%d", dtype_name(DTS[wi]), dtype_name(DTS[oi]), n, dim);
+                act_check(what, &out, ref, 1e-6);
+                free(ref), free((void *)w.w.data), free(w.as_f64), act_free(&x), act_free(&out);
+            }
+}
+
+// out = x W^T in every dtype pairing, and out += x W^T.
+static void test_matmul(burst_backend *be) {
+    static const int ns[] = {1, 7, 70}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}}; // W (rows, cols)
+    for (int wi = 0; wi < 2; wi++)
+        for (int xi = 0; xi < 2; xi++)
+            for (int oi = 0; oi < 3; oi++) // F32, BF16, F32 accumulated
+                for (int si = 0; si < 3; si++)
+                    for (int k = 0; k < 3; k++) {
+                        const int n = ns[k], rows = shapes[si][0], cols = shapes[si][1], acc = oi == 2;
+                        test_weight w = weight_random(DTS[wi], rows, cols, -1, 1);
+                        act_buf x = act_random(DTS[xi], (int64_t)n * cols, -1, 1);
+                        act_buf out = act_random(oi == 1 ? DTYPE_BF16 : DTYPE_F32, (int64_t)n * rows, -1, 1);
+                        double *ref = burst_malloc((size_t)n * rows * sizeof(double)), terms = 0;
+                        for (int i = 0; i < n; i++)
+                            for (int r = 0; r < rows; r++) {
+                                double s = acc ? out.as_f64[(int64_t)i * rows + r] : 0, abs_sum = 0;
+                                for (int j = 0; j < cols; j++) {
+                                    double t = x.as_f64[(int64_t)i * cols + j] * w.as_f64[(int64_t)r * cols + j];
+                                    s += t, abs_sum += fabs(t);
+                                }
+                                ref[(int64_t)i * rows + r] = s;
+                                if (abs_sum > terms) terms = abs_sum;
+                            }
+                        if (acc) backend_matmul_add(be, out.p, x.p, x.dt, &w.w, n);
+                        else backend_matmul(be, out.p, out.dt, x.p, x.dt, &w.w, n);
+                        char what[128];
+                        snprintf(what, sizeof what, "matmul weight %s x %s %s %s n=%d W=(%d,%d)", dtype_name(DTS[wi]),
+                                 dtype_name(x.dt), acc ? "+=" : "to", dtype_name(out.dt), n, rows, cols);
+                        act_check(what, &out, ref, F32_RTOL * (terms + 1)); // float32 sums: relative to sum |x w|
+                        free(ref), free((void *)w.w.data), free(w.as_f64), act_free(&x), act_free(&out);
+                    }
+}
+
+static void test_swiglu(burst_backend *be) {
+    static const int64_t lens[] = {1, 7, 3001};
+    for (int di = 0; di < 2; di++)
+        for (int k = 0; k < 3; k++) {
+            const int64_t n = lens[k];
+            act_buf gate = act_random(DTS[di], n, -8, 8), up = act_random(DTS[di], n, -2, 2);
+            double *ref = burst_malloc((size_t)n * sizeof(double));
+            for (int64_t i = 0; i < n; i++) ref[i] = gate.as_f64[i] / (1 + exp(-gate.as_f64[i])) * up.as_f64[i];
+            backend_swiglu(be, gate.p, up.p, gate.dt, n);
+            char what[64];
+            snprintf(what, sizeof what, "swiglu %s n=%lld", dtype_name(gate.dt), (long long)n);
+            act_check(what, &gate, ref, 1e-6);
+            check(test_guard_ok(up.p, act_words(up.dt, n), "swiglu's up"));
+            free(ref), act_free(&gate), act_free(&up);
+        }
+}
+
+int main(void) {
+    test_seed("test_backend_cpu");
+    burst_backend *be = backend_cpu_new(3); // a thread count that splits the tiles unevenly
+    test_rmsnorm(be);
+    test_matmul(be);
+    test_swiglu(be);
+    backend_free(be);
+    printf("%d failures\n", failures);
+    return failures != 0;
+}
