@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# This checkout against a base tree (an earlier commit) on the GPU machine, in three device calls
+# (each under the 10-minute limit; the machine keeps build-gpu/ while it stays warm). Stage the
+# base beside .gpu-kit/ first, here:  mkdir -p .gpu-kit/base && git archive BASE_COMMIT | tar -x -C .gpu-kit/base
+#   BASE=.gpu-kit/base bash bench/gpu_compare.sh build   # build-gpu here (all) and in BASE (benchmarks)
+#   bash bench/gpu_compare.sh tests                      # the gpu-labelled tests, here
+#   BASE=.gpu-kit/base bash bench/gpu_compare.sh bench   # time to first token, decode, profiles
+# bench: bench_prefill (random LLaMA-7B shape, bf16 KV cache) at NS tokens (default
+# 4096,16384,32768) with chunks of BATCHES (default 8192,32768), now and base one after the other,
+# twice; then bench_decode (S sequences of 1024 tokens, one step each); then one BURST_PROFILE run
+# of each at the largest N (GPU time per op). Logs go to $OUT (or /tmp); the tables print.
+set -o pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+step=${1:?build, tests or bench}
+ns=${NS:-4096,16384,32768}
+batches=${BATCHES:-8192,32768}
+[ "$step" = tests ] || [ -d "${BASE:?BASE: the base tree}" ] || { echo "BASE=$BASE: no such directory"; exit 1; }
+case $step in
+build)
+  source bench/gpu_build.sh || exit 1
+  echo "built here"
+  ln -sfn "$root/.gpu-kit" "$BASE/.gpu-kit" # its gpu_build.sh finds the libraries and models there
+  (cd "$BASE" && OUT=$out/base && mkdir -p "$OUT" && source bench/gpu_build.sh) || exit 1
+  echo "built base"
+  ;;
+tests)
+  source .gpu-kit/prelude.sh >/dev/null
+  out=${OUT:-/tmp}
+  models=${BURST_MODELS_DIR:-$root/.gpu-kit/models}
+  ctest --test-dir build-gpu -L gpu -E test_model_cuda --output-on-failure >"$out/ctest_gpu.log" 2>&1
+  echo "ctest -L gpu rc=$?"
+  grep -E "tests passed|\(Failed\)|^[0-9]+: FAIL" "$out/ctest_gpu.log" | head -40
+  BURST_BIN=$root/build-gpu BURST_MODELS_DIR="$models" PYTHONUNBUFFERED=1 python3 tests/test_model_cuda.py \
+    >"$out/test_model_cuda.log" 2>&1
+  echo "test_model_cuda rc=$?"
+  tail -15 "$out/test_model_cuda.log"
+  ;;
+bench)
+  source .gpu-kit/prelude.sh >/dev/null
+  out=${OUT:-/tmp}
+  log=$out/compare.log
+  : >"$log"
+  for rep in 1 2; do
+    for tree in "$root" "$BASE"; do
+      name=$([ "$tree" = "$root" ] && echo now || echo base)
+      "$tree/build-gpu/bench/bench_prefill" /tmp/llama7b "$ns" "$batches" 3 bf16 7b 2>"$out/prefill_${name}_$rep.err" |
+        grep '^{' | sed "s/^{/{\"tree\": \"$name\", /" | tee -a "$log"
+    done
+  done
+  for tree in "$root" "$BASE"; do
+    name=$([ "$tree" = "$root" ] && echo now || echo base)
+    echo "== bench_decode $name"
+    "$tree/build-gpu/bench/bench_decode" /tmp/llama7b 1,8,32,64 1024 20 cuda bf16 2>&1 | tail -6
+  done
+  big=${ns##*,}
+  for tree in "$root" "$BASE"; do
+    name=$([ "$tree" = "$root" ] && echo now || echo base)
+    echo "== profile $name, N=$big"
+    BURST_PROFILE=1 "$tree/build-gpu/bench/bench_prefill" /tmp/llama7b "$big" "${batches##*,}" 1 bf16 7b 2>&1 |
+      grep '^profile' | head -25
+  done
+  python3 - "$log" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+print("\nLLaMA-7B shape, bf16 KV, one GPU: best time to first token s and decode ms a token, now against base (same call)")
+print("(logit0: the first logit after the prefill, a check that both compute the same model)")
+print(f"{'N':>6} {'chunk':>6} {'TTFT now':>9} {'TTFT base':>9} {'ratio':>6} {'decode now':>10} {'decode base':>11} {'logit0 now':>10} {'logit0 base':>11}")
+best = lambda t, n, b, k: min((r[k] for r in rows if r["tree"] == t and r["N"] == n and r["max_batch"] == b and k in r), default=float("nan"))
+for n, b in sorted({(r["N"], r["max_batch"]) for r in rows}):
+    a, z = best("now", n, b, "ttft_s"), best("base", n, b, "ttft_s")
+    l0 = {t: next((r["logit0"] for r in rows if r["tree"] == t and r["N"] == n and r["max_batch"] == b), float("nan")) for t in ("now", "base")}
+    print(f"{n:>6} {b:>6} {a:>9.3f} {z:>9.3f} {z / a:>6.3f} {best('now', n, b, 'decode_ms'):>10.2f} {best('base', n, b, 'decode_ms'):>11.2f}"
+          f" {l0['now']:>10.4g} {l0['base']:>11.4g}")
+PY
+  ;;
+*) echo "want build, tests or bench"; exit 1 ;;
+esac
