@@ -93,13 +93,14 @@ __device__ __forceinline__ void load_row(float (&x)[EPL], const T *__restrict__ 
     }
 }
 
+// Block (chunk, split, hk) of call p: the keys of one split for NV vectors of KV head hk.
 template <int VEC, int EPL, int NV, typename KV>
-__global__ void __launch_bounds__(THREADS) decode_kernel(const params p) {
+__device__ __forceinline__ void decode_block(const params &p, int chunk, int split, int hk) {
     constexpr int KEYS = 16 / EPL; // K/V rows a warp loads per step
     __shared__ __align__(16) float s_acc[WARPS][NV][EPL * 32];
     __shared__ float s_m[WARPS][NV], s_l[WARPS][NV];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d = p.head_dim;
-    const int v0 = blockIdx.x * NV, split = blockIdx.y, hk = blockIdx.z;
+    const int v0 = chunk * NV;
     const int64_t k0 = (int64_t)split * p.split_keys;
 
     // The block's vectors, and how many keys of this split each sees: [k0, k0 + n_vis[r]).
@@ -199,13 +200,36 @@ __global__ void __launch_bounds__(THREADS) decode_kernel(const params p) {
     }
 }
 
+// Calls of one launch of decode_batch_kernel: the calls' parameters and plans (blocks past a
+// call's chunks and splits return at once). By value, as kernel parameters: no upload to wait
+// for, nothing for a CUDA graph to track; __grid_constant__ lets the kernel index them in place.
+struct batch_params {
+    params call[DECODE_CUDA_MAX_BATCH];
+    int chunks[DECODE_CUDA_MAX_BATCH];
+    int n, n_kv_heads;
+};
+static_assert(sizeof(batch_params) <= 4096, "kernel parameters past 4 KB need CUDA 12.1 and Volta");
+
+template <int VEC, int EPL, int NV, typename KV>
+__global__ void __launch_bounds__(THREADS) decode_kernel(const __grid_constant__ params p) {
+    decode_block<VEC, EPL, NV, KV>(p, blockIdx.x, blockIdx.y, blockIdx.z);
+}
+
+// grid.z runs over (call, KV head).
+template <int VEC, int EPL, int NV, typename KV>
+__global__ void __launch_bounds__(THREADS) decode_batch_kernel(const __grid_constant__ batch_params b) {
+    const int c = blockIdx.z / b.n_kv_heads, hk = blockIdx.z % b.n_kv_heads;
+    if ((int)blockIdx.x >= b.chunks[c] || (int)blockIdx.y >= b.call[c].n_splits) return;
+    decode_block<VEC, EPL, NV, KV>(b.call[c], blockIdx.x, blockIdx.y, hk);
+}
+
 __device__ __forceinline__ float split_weight(float lse, float mx) { // exp(lse - mx), 0 for empty splits
     return lse == -INFINITY ? 0.0f : expf(lse - mx);
 }
 
 // One warp per (head, row) t = h*nq + i: O and lse over all splits.
-__global__ void __launch_bounds__(32 * MERGE_WARPS) merge_splits_kernel(const params p) {
-    const int64_t rows = (int64_t)p.n_heads * p.nq, t = (int64_t)blockIdx.x * MERGE_WARPS + threadIdx.x / 32;
+__device__ __forceinline__ void merge_splits(const params &p, int64_t block) {
+    const int64_t rows = (int64_t)p.n_heads * p.nq, t = block * MERGE_WARPS + threadIdx.x / 32;
     if (t >= rows) return;
     const int lane = threadIdx.x % 32, d = p.head_dim, h = (int)(t / p.nq), i = (int)(t % p.nq);
     const float *lse_t = p.part_lse + t; // split s at lse_t[s * rows]
@@ -224,20 +248,44 @@ __global__ void __launch_bounds__(32 * MERGE_WARPS) merge_splits_kernel(const pa
     if (lane == 0) p.lse[t] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
 }
 
-template <int VEC, int EPL, typename KV> void launch_decode(const params &p, int nv, dim3 grid, cudaStream_t s) {
+__global__ void __launch_bounds__(32 * MERGE_WARPS) merge_splits_kernel(const __grid_constant__ params p) {
+    merge_splits(p, blockIdx.x);
+}
+
+// grid.y runs over the calls; those of one split have nothing to merge.
+__global__ void __launch_bounds__(32 * MERGE_WARPS) merge_splits_batch_kernel(const __grid_constant__ batch_params b) {
+    const params &p = b.call[blockIdx.y];
+    if (p.n_splits > 1) merge_splits(p, blockIdx.x);
+}
+
+// The kernel instance for NV vectors a block, with params (one call) or batch_params.
+template <int VEC, int EPL, int NV, typename KV> void launch(const params &p, dim3 grid, cudaStream_t s) {
+    decode_kernel<VEC, EPL, NV, KV><<<grid, THREADS, 0, s>>>(p);
+}
+template <int VEC, int EPL, int NV, typename KV> void launch(const batch_params &b, dim3 grid, cudaStream_t s) {
+    decode_batch_kernel<VEC, EPL, NV, KV><<<grid, THREADS, 0, s>>>(b);
+}
+
+template <int VEC, int EPL, typename KV, typename P> void launch_decode(const P &p, int nv, dim3 grid, cudaStream_t s) {
     switch (nv) {
-    case 1: decode_kernel<VEC, EPL, 1, KV><<<grid, THREADS, 0, s>>>(p); break;
-    case 2: decode_kernel<VEC, EPL, 2, KV><<<grid, THREADS, 0, s>>>(p); break;
-    case 4: decode_kernel<VEC, EPL, 4, KV><<<grid, THREADS, 0, s>>>(p); break;
-    default: decode_kernel<VEC, EPL, MAX_VECS, KV><<<grid, THREADS, 0, s>>>(p); break;
+    case 1: launch<VEC, EPL, 1, KV>(p, grid, s); break;
+    case 2: launch<VEC, EPL, 2, KV>(p, grid, s); break;
+    case 4: launch<VEC, EPL, 4, KV>(p, grid, s); break;
+    default: launch<VEC, EPL, MAX_VECS, KV>(p, grid, s); break;
     }
 }
 
-template <typename KV> void launch_decode(const params &p, bool vec4, int nv, dim3 grid, cudaStream_t s) {
-    if (vec4 && p.head_dim <= 128) launch_decode<4, 4, KV>(p, nv, grid, s);
-    else if (vec4) launch_decode<4, 8, KV>(p, nv, grid, s);
-    else if (p.head_dim <= 128) launch_decode<1, 4, KV>(p, nv, grid, s);
-    else launch_decode<1, 8, KV>(p, nv, grid, s);
+// The instance for these loads, head_dim (<= 128 or <= 256) and K/V dtype.
+template <typename P> void launch_decode(const P &p, burst_dtype kv, bool vec4, int head_dim, int nv, dim3 grid, cudaStream_t s) {
+    using BF = __nv_bfloat16;
+    if (kv == DTYPE_F32) {
+        if (vec4) head_dim <= 128 ? launch_decode<4, 4, float>(p, nv, grid, s) : launch_decode<4, 8, float>(p, nv, grid, s);
+        else head_dim <= 128 ? launch_decode<1, 4, float>(p, nv, grid, s) : launch_decode<1, 8, float>(p, nv, grid, s);
+    } else {
+        if (vec4) head_dim <= 128 ? launch_decode<4, 4, BF>(p, nv, grid, s) : launch_decode<4, 8, BF>(p, nv, grid, s);
+        else head_dim <= 128 ? launch_decode<1, 4, BF>(p, nv, grid, s) : launch_decode<1, 8, BF>(p, nv, grid, s);
+    }
+    CUDA_CHECK(cudaGetLastError());
 }
 
 struct plan {
@@ -278,6 +326,41 @@ size_t workspace_floats(const flash_args *a, const plan &pl) {
     return pl.splits > 1 ? (size_t)pl.splits * a->n_heads * a->nq * (a->head_dim + 1) : 0;
 }
 
+burst_status check_args(const flash_args *a, burst_error *err) {
+    if (a->head_dim < 1 || a->head_dim > MAX_HEAD_DIM)
+        return BURST_FAIL(err, BURST_ERR_INVALID, "head_dim %d unsupported (want 1..%d)", a->head_dim, MAX_HEAD_DIM);
+    if (!args_ok(a))
+        return BURST_FAIL(err, BURST_ERR_INVALID, "nq %d / nk %d / heads %d / kv heads %d / K/V %s out of range (want "
+                          "n_heads a multiple of n_kv_heads, K/V F32 or BF16)", a->nq, a->nk, a->n_heads, a->n_kv_heads,
+                          dtype_name(a->kv_dtype));
+    return BURST_OK;
+}
+
+// The kernels' parameters for call a under plan pl, its split partials at workspace.
+params params_for(const flash_args *a, const plan &pl, float *workspace) {
+    const int group = a->n_heads / a->n_kv_heads;
+    return params{
+        .q = a->q, .k = a->k, .v = a->v, .o = a->o, .lse = a->lse, .part_o = workspace,
+        .part_lse = workspace ? workspace + (size_t)pl.splits * a->n_heads * a->nq * a->head_dim : nullptr,
+        .q_stride = a->q_stride, .kv_stride = a->kv_stride, .o_stride = a->o_stride,
+        .nq = a->nq, .nk = a->nk, .n_heads = a->n_heads, .head_dim = a->head_dim,
+        .group = group, .n_vecs = a->nq * group, .q_pos0 = a->q_pos0, .k_pos0 = a->k_pos0,
+        .causal = a->causal, .split_keys = pl.split_keys, .n_splits = pl.splits, .scale_log2 = a->scale * LOG2E};
+}
+
+// 4-element loads need every row start aligned to 4 elements.
+bool vec4_for(const flash_args *a) {
+    const size_t kv4 = 4 * dtype_size(a->kv_dtype);
+    return a->head_dim % 4 == 0 && a->q_stride % 4 == 0 && a->kv_stride % 4 == 0 && (uintptr_t)a->q % 16 == 0 &&
+           ((uintptr_t)a->k | (uintptr_t)a->v) % kv4 == 0;
+}
+
+// Calls that can share a launch: the same kernel instance and KV heads.
+bool same_launch(const flash_args *a, const flash_args *b, int n_sm) {
+    return a->kv_dtype == b->kv_dtype && vec4_for(a) == vec4_for(b) && (a->head_dim <= 128) == (b->head_dim <= 128) &&
+           a->n_kv_heads == b->n_kv_heads && plan_for(a, n_sm).nv == plan_for(b, n_sm).nv;
+}
+
 } // namespace
 
 extern "C" int decode_cuda_splits(const flash_args *a) {
@@ -288,39 +371,69 @@ extern "C" size_t decode_cuda_workspace_floats(const flash_args *a) {
     return args_ok(a) && a->nq > 0 ? workspace_floats(a, plan_for(a, sm_count())) : 0;
 }
 
+extern "C" size_t decode_cuda_batch_workspace_floats(const flash_args *calls, int n) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += decode_cuda_workspace_floats(&calls[i]);
+    return total;
+}
+
 extern "C" burst_status decode_cuda(const flash_args *a, float *workspace, size_t workspace_floats_given,
                                     cudaStream_t stream, burst_error *err) {
-    if (a->head_dim < 1 || a->head_dim > MAX_HEAD_DIM)
-        return BURST_FAIL(err, BURST_ERR_INVALID, "head_dim %d unsupported (want 1..%d)", a->head_dim, MAX_HEAD_DIM);
-    if (!args_ok(a))
-        return BURST_FAIL(err, BURST_ERR_INVALID, "nq %d / nk %d / heads %d / kv heads %d / K/V %s out of range (want "
-                          "n_heads a multiple of n_kv_heads, K/V F32 or BF16)", a->nq, a->nk, a->n_heads, a->n_kv_heads,
-                          dtype_name(a->kv_dtype));
-    if (a->nq == 0) return BURST_OK;
+    burst_status st = check_args(a, err);
+    if (st || a->nq == 0) return st;
     const plan pl = plan_for(a, sm_count());
     const size_t need = workspace_floats(a, pl);
     if (workspace_floats_given < need)
         return BURST_FAIL(err, BURST_ERR_INVALID, "workspace of %zu floats, want %zu", workspace_floats_given, need);
-    const int group = a->n_heads / a->n_kv_heads;
-    const params p = {
-        .q = a->q, .k = a->k, .v = a->v, .o = a->o, .lse = a->lse, .part_o = workspace,
-        .part_lse = workspace ? workspace + (size_t)pl.splits * a->n_heads * a->nq * a->head_dim : nullptr,
-        .q_stride = a->q_stride, .kv_stride = a->kv_stride, .o_stride = a->o_stride,
-        .nq = a->nq, .nk = a->nk, .n_heads = a->n_heads, .head_dim = a->head_dim,
-        .group = group, .n_vecs = a->nq * group, .q_pos0 = a->q_pos0, .k_pos0 = a->k_pos0,
-        .causal = a->causal, .split_keys = pl.split_keys, .n_splits = pl.splits, .scale_log2 = a->scale * LOG2E};
-    // 4-element loads need every row start aligned to 4 elements.
-    const size_t kv4 = 4 * dtype_size(a->kv_dtype);
-    const bool vec4 = a->head_dim % 4 == 0 && a->q_stride % 4 == 0 && a->kv_stride % 4 == 0 &&
-                      (uintptr_t)a->q % 16 == 0 && ((uintptr_t)a->k | (uintptr_t)a->v) % kv4 == 0;
-    const dim3 grid((unsigned)pl.chunks, (unsigned)pl.splits, (unsigned)a->n_kv_heads);
-    if (a->kv_dtype == DTYPE_F32) launch_decode<float>(p, vec4, pl.nv, grid, stream);
-    else launch_decode<__nv_bfloat16>(p, vec4, pl.nv, grid, stream);
-    CUDA_CHECK(cudaGetLastError());
+    const params p = params_for(a, pl, workspace);
+    launch_decode(p, a->kv_dtype, vec4_for(a), a->head_dim, pl.nv,
+                  dim3((unsigned)pl.chunks, (unsigned)pl.splits, (unsigned)a->n_kv_heads), stream);
     if (pl.splits > 1) {
         const int64_t rows = (int64_t)a->n_heads * a->nq;
         merge_splits_kernel<<<(unsigned)((rows + MERGE_WARPS - 1) / MERGE_WARPS), 32 * MERGE_WARPS, 0, stream>>>(p);
         CUDA_CHECK(cudaGetLastError());
     }
+    return BURST_OK;
+}
+
+extern "C" burst_status decode_cuda_batch(const flash_args *calls, int n, float *workspace, size_t workspace_floats_given,
+                                          cudaStream_t stream, burst_error *err) {
+    burst_status st;
+    for (int i = 0; i < n; i++)
+        if ((st = check_args(&calls[i], err))) return st;
+    const size_t need = decode_cuda_batch_workspace_floats(calls, n);
+    if (workspace_floats_given < need)
+        return BURST_FAIL(err, BURST_ERR_INVALID, "workspace of %zu floats, want %zu", workspace_floats_given, need);
+    const int n_sm = sm_count();
+    // Each call's split partials in turn; then launches of up to DECODE_CUDA_MAX_BATCH calls that
+    // share a kernel instance, in order of their first call.
+    size_t *offset = (size_t *)burst_malloc(sizeof(size_t) * (size_t)(n + 1));
+    char *done = (char *)burst_calloc((size_t)n + 1, 1);
+    offset[0] = 0;
+    for (int i = 0; i < n; i++) offset[i + 1] = offset[i] + decode_cuda_workspace_floats(&calls[i]);
+    for (int first = 0; first < n; first++) {
+        if (done[first] || calls[first].nq == 0) continue;
+        batch_params b = {.n = 0, .n_kv_heads = calls[first].n_kv_heads};
+        int nv = 1, max_chunks = 1, max_splits = 1;
+        int64_t max_rows = 1;
+        for (int i = first; i < n && b.n < DECODE_CUDA_MAX_BATCH; i++) {
+            if (done[i] || calls[i].nq == 0 || !same_launch(&calls[first], &calls[i], n_sm)) continue;
+            const plan pl = plan_for(&calls[i], n_sm);
+            b.call[b.n] = params_for(&calls[i], pl, pl.splits > 1 ? workspace + offset[i] : nullptr);
+            b.chunks[b.n++] = pl.chunks;
+            nv = pl.nv, max_chunks = std::max(max_chunks, pl.chunks), max_splits = std::max(max_splits, pl.splits);
+            max_rows = std::max(max_rows, (int64_t)calls[i].n_heads * calls[i].nq);
+            done[i] = 1;
+        }
+        launch_decode(b, calls[first].kv_dtype, vec4_for(&calls[first]), calls[first].head_dim, nv,
+                      dim3((unsigned)max_chunks, (unsigned)max_splits, (unsigned)(b.n * b.n_kv_heads)), stream);
+        if (max_splits > 1) {
+            const dim3 grid((unsigned)((max_rows + MERGE_WARPS - 1) / MERGE_WARPS), (unsigned)b.n);
+            merge_splits_batch_kernel<<<grid, 32 * MERGE_WARPS, 0, stream>>>(b);
+            CUDA_CHECK(cudaGetLastError());
+        }
+    }
+    free(offset);
+    free(done);
     return BURST_OK;
 }

@@ -56,6 +56,14 @@ void backend_convert(burst_backend *b, void *dst, burst_dtype to, const float *s
     b->ops->convert(b, dst, to, src, n);
 }
 
+void backend_convert_batch(burst_backend *b, burst_dtype to, const convert_job *jobs, int n) {
+    BURST_ASSERT(n >= 0 && (jobs || n == 0) && (to == DTYPE_F32 || to == DTYPE_BF16));
+    for (int i = 0; i < n; i++) BURST_ASSERT(jobs[i].dst && jobs[i].src && jobs[i].n >= 0);
+    if (b->ops->convert_batch) b->ops->convert_batch(b, to, jobs, n);
+    else
+        for (int i = 0; i < n; i++) b->ops->convert(b, jobs[i].dst, to, jobs[i].src, jobs[i].n);
+}
+
 burst_status backend_weight(burst_backend *b, const weights_tensor *t, burst_weight *out,
                             burst_error *err) {
     BURST_ASSERT(t && out && (t->ndim == 1 || t->ndim == 2));
@@ -98,11 +106,23 @@ void backend_swiglu(burst_backend *b, void *gate, const void *up, burst_dtype dt
     b->ops->swiglu(b, gate, up, dtype, n);
 }
 
-void backend_attention(burst_backend *b, const flash_args *a) {
+static void check_attention(const flash_args *a) {
     BURST_ASSERT(a && a->q && a->k && a->v && a->o && a->lse && a->head_dim > 0);
     BURST_ASSERT(a->kv_dtype == DTYPE_F32 || a->kv_dtype == DTYPE_BF16);
     BURST_ASSERT(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0);
+}
+
+void backend_attention(burst_backend *b, const flash_args *a) {
+    check_attention(a);
     b->ops->attention(b, a);
+}
+
+void backend_attention_batch(burst_backend *b, const flash_args *calls, int n) {
+    BURST_ASSERT(n >= 0 && (calls || n == 0));
+    for (int i = 0; i < n; i++) check_attention(&calls[i]);
+    if (b->ops->attention_batch) b->ops->attention_batch(b, calls, n);
+    else
+        for (int i = 0; i < n; i++) b->ops->attention(b, &calls[i]);
 }
 
 static void host_transfer(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }

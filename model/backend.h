@@ -51,6 +51,14 @@ void backend_copy(burst_backend *b, void *dst, const void *src, size_t bytes);
 // even; both backend buffers. How K/V rows enter a KV cache of either dtype.
 void backend_convert(burst_backend *b, void *dst, burst_dtype to, const float *src, int64_t n);
 
+// n conversions of backend_convert at once: jobs[i].n floats at src to dst, all of dtype `to`.
+typedef struct {
+    void *dst;
+    const float *src;
+    int64_t n;
+} convert_job;
+void backend_convert_batch(burst_backend *b, burst_dtype to, const convert_job *jobs, int n);
+
 // Makes a weights tensor usable by the backend (the CPU backend only borrows the mapping).
 burst_status backend_weight(burst_backend *b, const weights_tensor *t, burst_weight *out,
                             burst_error *err);
@@ -75,6 +83,10 @@ void backend_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_h
 void backend_swiglu(burst_backend *b, void *gate, const void *up, burst_dtype dtype, int64_t n);
 // Local attention (attention/flash.h) on the backend's buffers.
 void backend_attention(burst_backend *b, const flash_args *a);
+// n independent local attentions at once (every sequence of a step on one rank). The CUDA
+// backend runs the decode-sized ones (and the cache writes of backend_convert_batch) in a few
+// launches instead of a few each, where BURST_BATCHED_DECODE=1; the others call by call.
+void backend_attention_batch(burst_backend *b, const flash_args *calls, int n);
 // Online-softmax merge of attention partials (attention/online_softmax.h) on the backend's buffers.
 void backend_merge(burst_backend *b, const online_softmax_args *a);
 // Waits until every op queued on the backend has finished (a no-op where ops are synchronous).

@@ -38,6 +38,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
+
 #include "attention/decode_cuda.h"
 #include "attention/flash_cuda.h"
 #include "attention/flash_cudnn.h"
@@ -94,6 +96,7 @@ typedef struct {
     int device, fp32;
     int cudnn_min_rows;         // flash_cudnn for blocks of at least this many query rows, else 0
     int cudnn_always;           // 1: for every such block cuDNN takes, plan or not (BURST_FLASH=cudnn)
+    int batched;                // BURST_BATCHED_DECODE=1: attention_batch / convert_batch in few launches
     cudaStream_t stream;
     cublasHandle_t blas;
     void *blas_ws;
@@ -252,6 +255,22 @@ __global__ void round_bf16x4_kernel(__nv_bfloat162 *dst, const float4 *src, int6
         dst[2 * t] = __floats2bfloat162_rn(v.x, v.y);
         dst[2 * t + 1] = __floats2bfloat162_rn(v.z, v.w);
     }
+}
+
+// Rounding jobs of one launch (backend_convert_batch to bf16: a step's new K/V rows into the
+// cache), by value as kernel parameters; grid.y runs over the jobs.
+constexpr int MAX_ROUND_JOBS = 128;
+struct round_jobs {
+    __nv_bfloat16 *dst[MAX_ROUND_JOBS];
+    const float *src[MAX_ROUND_JOBS];
+    int n[MAX_ROUND_JOBS];
+};
+static_assert(sizeof(round_jobs) <= 4096, "kernel parameters past 4 KB need CUDA 12.1 and Volta");
+
+__global__ void round_jobs_kernel(const __grid_constant__ round_jobs j) {
+    const int k = blockIdx.y, n = j.n[k];
+    for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < n; t += gridDim.x * blockDim.x)
+        j.dst[k][t] = __float2bfloat16_rn(j.src[k][t]);
 }
 
 template <typename W>
@@ -489,6 +508,29 @@ void cuda_convert(burst_backend *b, void *dst, burst_dtype to, const float *src,
 // rounds a float32 x to bf16 first, fp32 mode widens a bf16 x. cuBLAS writes bf16 or float32
 // outputs of bf16 GEMMs and adds to float32 ones (beta 1); fp32 mode's bf16 outputs, which it has
 // no GEMM for, go through a float32 copy.
+void cuda_convert_batch(burst_backend *b, burst_dtype to, const convert_job *jobs, int n) {
+    cuda_ctx *c = ctx_of(b);
+    if (!c->batched || to != DTYPE_BF16) { // (an fp32 cache's rows are plain copies)
+        for (int i = 0; i < n; i++) cuda_convert(b, jobs[i].dst, to, jobs[i].src, jobs[i].n);
+        return;
+    }
+    const int t = profile_start(c, "convert batch to bf16 jobs<=%lld", pow2_at_least(n));
+    for (int first = 0; first < n; first += MAX_ROUND_JOBS) {
+        round_jobs j;
+        int count = std::min(n - first, MAX_ROUND_JOBS);
+        int64_t most = 1;
+        for (int i = 0; i < count; i++) {
+            const convert_job *job = &jobs[first + i];
+            BURST_ASSERT(job->n <= INT32_MAX);
+            j.dst[i] = (__nv_bfloat16 *)job->dst, j.src[i] = job->src, j.n[i] = (int)job->n;
+            most = std::max(most, job->n);
+        }
+        round_jobs_kernel<<<dim3(blocks_for(most, 4), (unsigned)count), THREADS, 0, c->stream>>>(j);
+        CUDA_CHECK(cudaGetLastError());
+    }
+    profile_stop(c, t);
+}
+
 void cuda_matmul(burst_backend *b, void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                  const burst_weight *W, int n) {
     cuda_ctx *c = ctx_of(b);
@@ -542,15 +584,20 @@ void cuda_swiglu(burst_backend *b, void *gate, const void *up, burst_dtype dtype
     profile_stop(c, t);
 }
 
+// bf16 mode, blocks of many rows: bf16 Q/K/V with 16-byte aligned rows for the tensor cores.
+// The flash kernel writes O two floats at a time: it needs an even o_stride, 8-byte aligned o.
+// Else the split-KV kernel (decode_cuda).
+bool takes_flash(const cuda_ctx *c, const flash_args *a) {
+    return !c->fp32 && a->nq > DECODE_CUDA_MAX_ROWS && (a->head_dim == 64 || a->head_dim == 128) &&
+           a->o_stride % 2 == 0 && (uintptr_t)a->o % 8 == 0;
+}
+
 void cuda_attention(burst_backend *b, const flash_args *a) {
     cuda_ctx *c = ctx_of(b);
     if (a->nq == 0) return;
     const int d = a->head_dim;
     burst_error err;
-    // bf16 mode, blocks of many rows: bf16 Q/K/V with 16-byte aligned rows for the tensor cores.
-    // The flash kernel writes O two floats at a time: it needs an even o_stride, 8-byte aligned o.
-    if (!c->fp32 && a->nq > DECODE_CUDA_MAX_ROWS && (d == 64 || d == 128) && a->o_stride % 2 == 0 &&
-        (uintptr_t)a->o % 8 == 0) {
+    if (takes_flash(c, a)) {
         // Q is rounded into a packed copy, and so are K/V unless they are bf16 rows aligned
         // already: a bf16 KV cache (d = 64 or 128: 128-byte rows) is read in place.
         const int64_t qw = (int64_t)a->n_heads * d, kw = (int64_t)a->n_kv_heads * d;
@@ -590,6 +637,30 @@ void cuda_attention(burst_backend *b, const flash_args *a) {
     profile_stop(c, t);
 }
 
+// BURST_BATCHED_DECODE=1: the calls for the split-KV kernel go to it together (a few launches
+// for a step's decoding sequences), the rest one by one; else all one by one.
+void cuda_attention_batch(burst_backend *b, const flash_args *calls, int n) {
+    cuda_ctx *c = ctx_of(b);
+    if (!c->batched) {
+        for (int i = 0; i < n; i++) cuda_attention(b, &calls[i]);
+        return;
+    }
+    flash_args *split_kv = (flash_args *)burst_malloc(sizeof *split_kv * (size_t)(n + 1));
+    int n_split_kv = 0;
+    for (int i = 0; i < n; i++) {
+        if (takes_flash(c, &calls[i])) cuda_attention(b, &calls[i]);
+        else split_kv[n_split_kv++] = calls[i];
+    }
+    const size_t ws = decode_cuda_batch_workspace_floats(split_kv, n_split_kv);
+    float *work = (float *)dev_grow(c, &c->decode_ws, ws * sizeof(float));
+    const int t = profile_start(c, "attention split-kv batch calls<=%lld", pow2_at_least(n_split_kv));
+    burst_error err;
+    if (decode_cuda_batch(split_kv, n_split_kv, work, ws, c->stream, &err))
+        burst_abort(__FILE__, __LINE__, __func__, "%s", err.msg);
+    profile_stop(c, t);
+    free(split_kv);
+}
+
 void cuda_merge(burst_backend *b, const online_softmax_args *a) {
     cuda_ctx *c = ctx_of(b);
     const int t = profile_start(c, "merge n<=%lld", pow2_at_least(a->n));
@@ -627,6 +698,8 @@ const backend_ops cuda_ops = {
     .rope = cuda_rope,
     .swiglu = cuda_swiglu,
     .attention = cuda_attention,
+    .attention_batch = cuda_attention_batch,
+    .convert_batch = cuda_convert_batch,
     .merge = cuda_merge,
     .sync = cuda_sync,
     .transfer = cuda_transfer,
@@ -645,12 +718,15 @@ const backend_ops cuda_ops_fp32 = cuda_fp32_ops();
 extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **out, burst_error *err) {
     *out = NULL;
     // The diagnostic switches: a misspelt value is refused rather than run as the default.
-    const char *flash = getenv("BURST_FLASH"), *prof = getenv("BURST_PROFILE");
+    const char *flash = getenv("BURST_FLASH"), *prof = getenv("BURST_PROFILE"), *batched = getenv("BURST_BATCHED_DECODE");
     if (flash && *flash && strcmp(flash, "ours") && strcmp(flash, "cudnn"))
         return BURST_FAIL(err, BURST_ERR_INVALID, "BURST_FLASH=%s: want ours or cudnn (unset: cuDNN where its plan pays)",
                           flash);
     if (prof && *prof && strcmp(prof, "0") && strcmp(prof, "1"))
         return BURST_FAIL(err, BURST_ERR_INVALID, "BURST_PROFILE=%s: want 1 (a GPU time table per op) or 0", prof);
+    if (batched && *batched && strcmp(batched, "0") && strcmp(batched, "1"))
+        return BURST_FAIL(err, BURST_ERR_INVALID, "BURST_BATCHED_DECODE=%s: want 1 (a step's sequences in few launches) or 0",
+                          batched);
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || device < 0 || count == 0) {
@@ -665,6 +741,7 @@ extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **o
     c->fp32 = fp32;
     c->cudnn_min_rows = flash && strcmp(flash, "ours") == 0 ? 0 : CUDNN_MIN_ROWS;
     c->cudnn_always = flash && strcmp(flash, "cudnn") == 0;
+    c->batched = batched && strcmp(batched, "1") == 0;
     CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasCreate(&c->blas));
     CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));

@@ -29,6 +29,9 @@ typedef struct {
                  const rope_params *p);
     void (*swiglu)(burst_backend *b, void *gate, const void *up, burst_dtype dtype, int64_t n);
     void (*attention)(burst_backend *b, const flash_args *a);
+    // optional: backend_attention_batch and backend_convert_batch (else one call at a time)
+    void (*attention_batch)(burst_backend *b, const flash_args *calls, int n);
+    void (*convert_batch)(burst_backend *b, burst_dtype to, const convert_job *jobs, int n);
     void (*merge)(burst_backend *b, const online_softmax_args *a);
     void (*sync)(burst_backend *b);                            // optional: ops are synchronous
     void (*transfer)(void *dst, const void *src, size_t bytes); // optional: memcpy

@@ -50,6 +50,8 @@ typedef struct {
     int *tok;     // (max_batch) host: token of each row this rank runs
     int64_t *pos; // (max_batch) host: its position
     int *row0;    // (n_slots) host: first row of each segment
+    flash_args *calls;  // (n_slots) host: attend_local's attention calls
+    convert_job *jobs;  // (2 n_slots) host: attend_local's cache writes
     ring_stats ring;  // this rank's ring steps since load
     burst_status st;
     burst_error err;
@@ -194,6 +196,8 @@ static size_t alloc_scratch(llama_model *m, llama_rank *R, bool size_only) {
     R->tok = burst_calloc((size_t)B, sizeof(int));
     R->pos = burst_calloc((size_t)B, sizeof(int64_t));
     R->row0 = burst_calloc((size_t)m->opt.n_slots, sizeof(int));
+    R->calls = burst_calloc((size_t)m->opt.n_slots, sizeof *R->calls);
+    R->jobs = burst_calloc(2 * (size_t)m->opt.n_slots, sizeof *R->jobs);
     return R->scratch_bytes;
 }
 
@@ -203,7 +207,7 @@ static void free_rank(llama_rank *R) {
                      s->hb, s->hb2, s->last, s->logits, s->ring, s->merge};
     for (size_t i = 0; R->be && i < sizeof bufs / sizeof bufs[0]; i++) backend_release(R->be, bufs[i]);
     if (R->kv.k) kv_cache_free(&R->kv, R->be);
-    free(R->tok), free(R->pos), free(R->row0), free(R->layers);
+    free(R->tok), free(R->pos), free(R->row0), free(R->calls), free(R->jobs), free(R->layers);
     backend_free(R->be);
 }
 
@@ -558,6 +562,30 @@ static void cache_kv(llama_rank *R, int slot, int l, int64_t at, int64_t row, in
     backend_convert(R->be, kv_cache_v(&R->kv, slot, l, at), R->kv.dtype, R->s.v + row * kv_dim, n * kv_dim);
 }
 
+// One rank holds every sequence whole (G = 1): each segment's new K/V rows go into its slot's
+// cache, then its queries attend to that cache, the old rows and its own (causal by position),
+// what the ring's one step would do. All segments go in one backend call each, so that a GPU
+// can run a step's many decoding sequences in a few launches rather than a few each.
+static void attend_local(llama_model *m, llama_rank *R, int l) {
+    const llama_config *c = &m->cfg;
+    int64_t dim = c->dim, kv_dim = R->kv.kv_dim;
+    for (int i = 0; i < m->plan.n_segs; i++) {
+        const seg_plan *sp = &m->plan.seg[i];
+        int64_t row0 = R->row0[i], old = sp->old_len[0];
+        R->jobs[2 * i] = (convert_job){kv_cache_k(&R->kv, sp->slot, l, old), R->s.k + row0 * kv_dim, sp->n * kv_dim};
+        R->jobs[2 * i + 1] = (convert_job){kv_cache_v(&R->kv, sp->slot, l, old), R->s.v + row0 * kv_dim, sp->n * kv_dim};
+        R->calls[i] = (flash_args){
+            .q = R->s.q + row0 * dim, .k = kv_cache_k(&R->kv, sp->slot, l, 0), .v = kv_cache_v(&R->kv, sp->slot, l, 0),
+            .o = R->s.att + row0 * dim, .lse = R->s.lse + row0 * c->n_heads, .q_stride = dim, .kv_stride = kv_dim,
+            .o_stride = dim, .nq = sp->n, .nk = (int)(old + sp->n), .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
+            .head_dim = c->head_dim, .q_pos0 = sp->pos0, .k_pos0 = 0, .causal = 1,
+            .scale = 1.0f / sqrtf((float)c->head_dim), .kv_dtype = R->kv.dtype,
+        };
+    }
+    backend_convert_batch(R->be, R->kv.dtype, R->jobs, 2 * m->plan.n_segs);
+    backend_attention_batch(R->be, R->calls, m->plan.n_segs);
+}
+
 // Ring segment: append this rank's K/V rows to its shard, then BurstAttention over all shards.
 static burst_status attend_ring(llama_model *m, llama_rank *R, int l, const seg_plan *sp, int row0) {
     const llama_config *c = &m->cfg;
@@ -678,7 +706,8 @@ static burst_status rank_forward(llama_model *m, llama_rank *R) {
             backend_rope(be, s->k, R->pos, n, c->n_kv_heads, c->head_dim, &m->rope);
         }
         // Every rank takes part in every segment's communication, rows or not.
-        for (int i = 0; !st && i < m->plan.n_segs; i++) {
+        if (m->G == 1) attend_local(m, R, l);
+        for (int i = 0; m->G > 1 && !st && i < m->plan.n_segs; i++) {
             const seg_plan *sp = &m->plan.seg[i];
             st = sp->ring ? attend_ring(m, R, l, sp, R->row0[i]) : attend_replicated(m, R, l, sp, R->row0[i]);
         }

@@ -378,45 +378,68 @@ static uint16_t *dev_upload16(const uint16_t *h, int64_t n) {
     return d;
 }
 
-static void test_attention_case(const backends *B, attn_case c) {
-    const int64_t qs = (int64_t)c.heads * c.d + c.pad, ks = (int64_t)c.kv_heads * c.d + 3 * c.pad;
-    const int64_t nq_el = c.nq * qs, nk_el = c.nk * ks, nl = (int64_t)c.heads * c.nq;
-    float *q = host_random(nq_el, -3, 3), *k = host_random(nk_el, -1, 1), *v = host_random(nk_el, -1, 1);
-    float *o_want = host_random(nq_el, -1, 1), *o_got = host_clone(o_want, nq_el);
-    float *l_want = host_random(nl, -1, 1), *l_got = host_clone(l_want, nl);
-    float *dq = dev_upload(q, nq_el), *dk = dev_upload(k, nk_el), *dv = dev_upload(v, nk_el);
-    float *d_o = dev_upload(o_got, nq_el), *dl = dev_upload(l_got, nl);
-    uint16_t *k16 = calloc((size_t)nk_el + 1, 2), *v16 = calloc((size_t)nk_el + 1, 2);
-    for (int64_t i = 0; i < nk_el; i++) k16[i] = f32_to_bf16(k[i]), v16[i] = f32_to_bf16(v[i]);
-    uint16_t *dk16 = dev_upload16(k16, nk_el), *dv16 = dev_upload16(v16, nk_el);
-    flash_args a = {.q = q, .k = k, .v = v, .o = o_want, .lse = l_want, .q_stride = qs, .kv_stride = ks,
-                    .o_stride = qs, .nq = c.nq, .nk = c.nk, .n_heads = c.heads, .n_kv_heads = c.kv_heads,
-                    .head_dim = c.d, .q_pos0 = c.q_pos0, .k_pos0 = c.k_pos0, .causal = c.causal,
-                    .scale = 1.0f / sqrtf((float)c.d), .kv_dtype = c.bf16_kv ? DTYPE_BF16 : DTYPE_F32};
-    if (c.bf16_kv) a.k = k16, a.v = v16;
-    backend_attention(B->cpu, &a);
-    a.q = dq, a.k = c.bf16_kv ? (const void *)dk16 : dk, a.v = c.bf16_kv ? (const void *)dv16 : dv, a.o = d_o, a.lse = dl;
-    backend_attention(B->gpu, &a);
-    dev_download(B->gpu, o_got, d_o, nq_el);
-    dev_download(B->gpu, l_got, dl, nl);
-    // else the split-KV kernel (attention/decode_cuda.h), fp32
-    const int flash = !B->fp32 && c.nq > DECODE_CUDA_MAX_ROWS && (c.d == 64 || c.d == 128) && qs % 2 == 0;
-    char what[160];
-    snprintf(what, sizeof what, "attention%s nq=%d nk=%d heads=%d/%d d=%d pos0=%lld/%lld causal=%d pad=%d kv %s",
-             flash ? "(flash bf16)" : "(split-kv fp32)", c.nq, c.nk, c.heads, c.kv_heads, c.d,
-             (long long)c.q_pos0, (long long)c.k_pos0, c.causal, c.pad, c.bf16_kv ? "bf16" : "f32");
-    char what_l[170];
-    snprintf(what_l, sizeof what_l, "%s lse", what);
-    if (flash) {
-        check(compare(what, o_got, o_want, nq_el, FA16_NMSE, FA16_ATOL, FA16_RTOL));
-        check(compare(what_l, l_got, l_want, nl, FA16_LSE_NMSE, FA16_LSE_ATOL, 0));
-    } else {
-        check(compare(what, o_got, o_want, nq_el, F32_NMSE, F32_ATOL, F32_RTOL));
-        check(compare(what_l, l_got, l_want, nl, F32_NMSE, F32_ATOL, F32_RTOL));
+// Runs cases[0..n) on the CPU and the GPU, one backend_attention each, or (batch) one
+// backend_attention_batch for all on each side, and compares every case's O and lse.
+static void test_attention_cases(const backends *B, const attn_case *cases, int n, int batch) {
+    typedef struct {
+        int64_t nq_el, nl;
+        float *q, *k, *v, *o_want, *o_got, *l_want, *l_got, *dq, *dk, *dv, *d_o, *dl;
+        uint16_t *k16, *v16, *dk16, *dv16;
+    } bufs;
+    bufs *u = burst_calloc((size_t)n + 1, sizeof *u);
+    flash_args *cpu = burst_calloc((size_t)n + 1, sizeof *cpu), *gpu = burst_calloc((size_t)n + 1, sizeof *gpu);
+    for (int i = 0; i < n; i++) {
+        const attn_case c = cases[i];
+        bufs *b = &u[i];
+        const int64_t qs = (int64_t)c.heads * c.d + c.pad, ks = (int64_t)c.kv_heads * c.d + 3 * c.pad;
+        const int64_t nk_el = c.nk * ks;
+        b->nq_el = c.nq * qs, b->nl = (int64_t)c.heads * c.nq;
+        b->q = host_random(b->nq_el, -3, 3), b->k = host_random(nk_el, -1, 1), b->v = host_random(nk_el, -1, 1);
+        b->o_want = host_random(b->nq_el, -1, 1), b->o_got = host_clone(b->o_want, b->nq_el);
+        b->l_want = host_random(b->nl, -1, 1), b->l_got = host_clone(b->l_want, b->nl);
+        b->dq = dev_upload(b->q, b->nq_el), b->dk = dev_upload(b->k, nk_el), b->dv = dev_upload(b->v, nk_el);
+        b->d_o = dev_upload(b->o_got, b->nq_el), b->dl = dev_upload(b->l_got, b->nl);
+        b->k16 = calloc((size_t)nk_el + 1, 2), b->v16 = calloc((size_t)nk_el + 1, 2);
+        for (int64_t j = 0; j < nk_el; j++) b->k16[j] = f32_to_bf16(b->k[j]), b->v16[j] = f32_to_bf16(b->v[j]);
+        b->dk16 = dev_upload16(b->k16, nk_el), b->dv16 = dev_upload16(b->v16, nk_el);
+        cpu[i] = (flash_args){.q = b->q, .k = b->k, .v = b->v, .o = b->o_want, .lse = b->l_want, .q_stride = qs,
+                              .kv_stride = ks, .o_stride = qs, .nq = c.nq, .nk = c.nk, .n_heads = c.heads,
+                              .n_kv_heads = c.kv_heads, .head_dim = c.d, .q_pos0 = c.q_pos0, .k_pos0 = c.k_pos0,
+                              .causal = c.causal, .scale = 1.0f / sqrtf((float)c.d),
+                              .kv_dtype = c.bf16_kv ? DTYPE_BF16 : DTYPE_F32};
+        if (c.bf16_kv) cpu[i].k = b->k16, cpu[i].v = b->v16;
+        gpu[i] = cpu[i];
+        gpu[i].q = b->dq, gpu[i].o = b->d_o, gpu[i].lse = b->dl;
+        gpu[i].k = c.bf16_kv ? (const void *)b->dk16 : b->dk, gpu[i].v = c.bf16_kv ? (const void *)b->dv16 : b->dv;
     }
-    void *bufs[] = {dq, dk, dv, d_o, dl, dk16, dv16};
-    for (int i = 0; i < 7; i++) CUDA_CHECK(cudaFree(bufs[i]));
-    free(q), free(k), free(v), free(k16), free(v16), free(o_want), free(o_got), free(l_want), free(l_got);
+    if (batch) backend_attention_batch(B->cpu, cpu, n), backend_attention_batch(B->gpu, gpu, n);
+    for (int i = 0; !batch && i < n; i++) backend_attention(B->cpu, &cpu[i]), backend_attention(B->gpu, &gpu[i]);
+    for (int i = 0; i < n; i++) {
+        const attn_case c = cases[i];
+        bufs *b = &u[i];
+        dev_download(B->gpu, b->o_got, b->d_o, b->nq_el);
+        dev_download(B->gpu, b->l_got, b->dl, b->nl);
+        // else the split-KV kernel (attention/decode_cuda.h), fp32
+        const int flash = !B->fp32 && c.nq > DECODE_CUDA_MAX_ROWS && (c.d == 64 || c.d == 128) && cpu[i].q_stride % 2 == 0;
+        char what[180];
+        snprintf(what, sizeof what, "attention%s%s nq=%d nk=%d heads=%d/%d d=%d pos0=%lld/%lld causal=%d pad=%d kv %s",
+                 flash ? "(flash bf16)" : "(split-kv fp32)", batch ? " batch" : "", c.nq, c.nk, c.heads, c.kv_heads,
+                 c.d, (long long)c.q_pos0, (long long)c.k_pos0, c.causal, c.pad, c.bf16_kv ? "bf16" : "f32");
+        char what_l[190];
+        snprintf(what_l, sizeof what_l, "%s lse", what);
+        if (flash) {
+            check(compare(what, b->o_got, b->o_want, b->nq_el, FA16_NMSE, FA16_ATOL, FA16_RTOL));
+            check(compare(what_l, b->l_got, b->l_want, b->nl, FA16_LSE_NMSE, FA16_LSE_ATOL, 0));
+        } else {
+            check(compare(what, b->o_got, b->o_want, b->nq_el, F32_NMSE, F32_ATOL, F32_RTOL));
+            check(compare(what_l, b->l_got, b->l_want, b->nl, F32_NMSE, F32_ATOL, F32_RTOL));
+        }
+        void *dbufs[] = {b->dq, b->dk, b->dv, b->d_o, b->dl, b->dk16, b->dv16};
+        for (int j = 0; j < 7; j++) CUDA_CHECK(cudaFree(dbufs[j]));
+        free(b->q), free(b->k), free(b->v), free(b->k16), free(b->v16), free(b->o_want), free(b->o_got);
+        free(b->l_want), free(b->l_got);
+    }
+    free(u), free(cpu), free(gpu);
 }
 
 static void test_attention(const backends *B) {
@@ -445,7 +468,50 @@ static void test_attention(const backends *B) {
         {1000, 1000, 4, 4, 64, 0, 0, 1, 0, 1},    // a prefill chunk
         {1100, 2100, 4, 2, 128, 1000, 0, 1, 0, 1},// cuDNN on a chunk after 1000 cached tokens
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_attention_case(B, cases[i]);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_attention_cases(B, &cases[i], 1, 0);
+}
+
+// backend_convert_batch and backend_attention_batch (the G = 1 decode step: every sequence's cache
+// writes, then every sequence's attention) against the CPU, on a GPU backend made with
+// BURST_BATCHED_DECODE=batched: one launch for many calls, or one call at a time.
+static void test_batch(const backends *B) {
+    static const attn_case step[] = {
+        // one decode row per sequence, caches of several lengths (one launch when batched)
+        {1, 1000, 32, 8, 128, 999, 0, 1, 0, 1}, {1, 1, 32, 8, 128, 0, 0, 1, 0, 1}, {1, 4097, 32, 8, 128, 4096, 0, 1, 0, 1},
+        {1, 77, 32, 8, 128, 76, 0, 1, 0, 1},
+        // a prefill chunk and drafted rows beside them: flash in bf16 mode, another kernel instance
+        {1100, 2100, 32, 8, 128, 1000, 0, 1, 0, 1}, {5, 300, 32, 8, 128, 295, 0, 1, 0, 1},
+    };
+    test_attention_cases(B, step, (int)(sizeof step / sizeof step[0]), 1);
+    // the rows of 130 cache writes, more than one launch takes, in both cache dtypes
+    enum { JOBS = 130 };
+    for (int to = 0; to < 2; to++) {
+        const burst_dtype dt = to ? DTYPE_BF16 : DTYPE_F32;
+        int64_t at[JOBS + 1];
+        at[0] = 0;
+        for (int i = 0; i < JOBS; i++) at[i + 1] = at[i] + (i == 7 ? 0 : i % 3 ? 1024 : 1 + (int64_t)(test_rand_u64() % 5000));
+        const int64_t n = at[JOBS];
+        const size_t bytes = (size_t)n * dtype_size(dt) + 16;
+        float *x = host_random(n, -8, 8), *dx = dev_upload(x, n);
+        char *want = calloc(1, bytes), *got = calloc(1, bytes), *d = backend_alloc(B->gpu, bytes);
+        convert_job cj[JOBS], gj[JOBS];
+        for (int i = 0; i < JOBS; i++) { // destinations in reverse order: jobs are independent
+            const int64_t dst = n - at[i + 1];
+            cj[i] = (convert_job){want + dst * dtype_size(dt), x + at[i], at[i + 1] - at[i]};
+            gj[i] = (convert_job){d + dst * dtype_size(dt), dx + at[i], at[i + 1] - at[i]};
+        }
+        backend_convert_batch(B->cpu, dt, cj, JOBS);
+        backend_convert_batch(B->gpu, dt, gj, JOBS);
+        backend_sync(B->gpu);
+        CUDA_CHECK(cudaMemcpy(got, d, bytes, cudaMemcpyDeviceToHost));
+        int ok = memcmp(got, want, bytes) == 0;
+        printf("%s convert batch of %d jobs to %s, %lld elements: %s\n", ok ? "ok  " : "FAIL", JOBS, dtype_name(dt),
+               (long long)n, ok ? "bit-identical to the CPU" : "differs from the CPU");
+        check(ok);
+        backend_release(B->gpu, d);
+        CUDA_CHECK(cudaFree(dx));
+        free(x), free(want), free(got);
+    }
 }
 
 static void test_merge(const backends *B) {
@@ -514,6 +580,17 @@ int main(void) {
         test_convert(&B);
         test_attention(&B);
         test_merge(&B);
+        for (int batched = 0; batched < 2; batched++) {
+            backends Bb = B;
+            setenv("BURST_BATCHED_DECODE", batched ? "1" : "0", 1);
+            if (backend_new(fp32 ? "cuda-fp32" : "cuda", 0, 0, &Bb.gpu, &err)) {
+                printf("FAIL backend_new: %s\n", err.msg);
+                return 1;
+            }
+            printf("== backend %s, BURST_BATCHED_DECODE=%d\n", backend_name(Bb.gpu), batched);
+            test_batch(&Bb);
+            backend_free(Bb.gpu);
+        }
         backend_free(B.gpu);
         backend_free(B.cpu);
     }

@@ -190,38 +190,81 @@ static void *upload_bytes(const void *x, size_t bytes) {
     return d;
 }
 
-// 1 when decode_cuda matches the float64 reference (strides padded, guard words intact).
-static int test_decode_case(attn_case c) {
-    attn_data t;
-    data_init(&t, c);
-    reference(&t);
-    const int64_t n_o = (int64_t)c.nq * t.o_stride, n_lse = (int64_t)c.n_heads * c.nq;
-    float *o = poisoned(n_o), *lse = poisoned(n_lse);
-    float *d_o = device_copy(o, n_o), *d_lse = device_copy(lse, n_lse);
-    const int bf16 = c.kv_dtype == DTYPE_BF16;
-    const size_t kv_bytes = (size_t)(c.nk * t.kv_stride) * dtype_size(c.kv_dtype);
-    void *dq = upload_bytes(t.q, (size_t)(c.nq * t.q_stride) * 4);
-    void *dk = upload_bytes(bf16 ? (const void *)t.k16 : t.k, kv_bytes), *dv = upload_bytes(bf16 ? (const void *)t.v16 : t.v, kv_bytes);
-    flash_args a = args_for(&t, d_o, d_lse, 0, c.nk);
-    a.q = dq, a.k = dk, a.v = dv;
-    const size_t n_ws = decode_cuda_workspace_floats(&a);
-    float *ws = NULL;
-    if (n_ws) CUDA_CHECK(cudaMalloc((void **)&ws, n_ws * 4));
+// Runs cases[0..n) through decode_cuda one by one, or (batched) through one decode_cuda_batch;
+// 1 when each matches the float64 reference (strides padded, guard words intact).
+static int test_decode_cases(const attn_case *cases, int n, int batched) {
+    attn_data *t = burst_calloc((size_t)n, sizeof *t);
+    flash_args *a = burst_calloc((size_t)n, sizeof *a);
+    float **o = burst_calloc((size_t)n, sizeof *o), **lse = burst_calloc((size_t)n, sizeof *lse);
+    void **dev = burst_calloc(5 * (size_t)n, sizeof *dev); // per case: o, lse, q, k, v
+    for (int i = 0; i < n; i++) {
+        const attn_case c = cases[i];
+        data_init(&t[i], c);
+        reference(&t[i]);
+        const int64_t n_o = (int64_t)c.nq * t[i].o_stride, n_lse = (int64_t)c.n_heads * c.nq;
+        o[i] = poisoned(n_o), lse[i] = poisoned(n_lse);
+        const int bf16 = c.kv_dtype == DTYPE_BF16;
+        const size_t kv_bytes = (size_t)(c.nk * t[i].kv_stride) * dtype_size(c.kv_dtype);
+        void **d = dev + 5 * i;
+        d[0] = device_copy(o[i], n_o), d[1] = device_copy(lse[i], n_lse);
+        d[2] = upload_bytes(t[i].q, (size_t)(c.nq * t[i].q_stride) * 4);
+        d[3] = upload_bytes(bf16 ? (const void *)t[i].k16 : t[i].k, kv_bytes);
+        d[4] = upload_bytes(bf16 ? (const void *)t[i].v16 : t[i].v, kv_bytes);
+        a[i] = args_for(&t[i], d[0], d[1], 0, c.nk);
+        a[i].q = d[2], a[i].k = d[3], a[i].v = d[4];
+    }
     burst_error err;
     int ok = 1;
-    if (decode_cuda(&a, ws, n_ws, 0, &err) != BURST_OK) { printf("FAIL decode: %s\n", err.msg); ok = 0; }
-    CUDA_CHECK(cudaDeviceSynchronize());
-    download(o, d_o, n_o);
-    download(lse, d_lse, n_lse);
-    char what[200], tag[32];
-    snprintf(tag, sizeof tag, "decode splits=%d", decode_cuda_splits(&a));
-    describe(what, sizeof what, &c, tag);
-    ok &= check(&t, what, o, lse, DEC_O_NMSE, DEC_O_ATOL, DEC_O_RTOL, DEC_LSE_NMSE, DEC_LSE_ATOL, DEC_LSE_RTOL);
-    void *bufs[] = {d_o, d_lse, dq, dk, dv, ws};
-    for (int b = 0; b < 6; b++) CUDA_CHECK(cudaFree(bufs[b]));
-    free(o); free(lse);
-    data_free(&t);
+    for (int i = 0; i < (batched ? 1 : n); i++) { // the batch, or each case alone
+        const size_t n_ws = batched ? decode_cuda_batch_workspace_floats(a, n) : decode_cuda_workspace_floats(&a[i]);
+        float *ws = NULL;
+        if (n_ws) CUDA_CHECK(cudaMalloc((void **)&ws, n_ws * 4));
+        burst_status st = batched ? decode_cuda_batch(a, n, ws, n_ws, 0, &err) : decode_cuda(&a[i], ws, n_ws, 0, &err);
+        if (st != BURST_OK) printf("FAIL decode: %s\n", err.msg), ok = 0;
+        CUDA_CHECK(cudaDeviceSynchronize());
+        CUDA_CHECK(cudaFree(ws));
+    }
+    for (int i = 0; i < n; i++) {
+        const attn_case c = cases[i];
+        download(o[i], dev[5 * i], (int64_t)c.nq * t[i].o_stride);
+        download(lse[i], dev[5 * i + 1], (int64_t)c.n_heads * c.nq);
+        char what[200], tag[48];
+        snprintf(tag, sizeof tag, "decode splits=%d%s", decode_cuda_splits(&a[i]), batched ? " batched" : "");
+        describe(what, sizeof what, &c, tag);
+        ok &= check(&t[i], what, o[i], lse[i], DEC_O_NMSE, DEC_O_ATOL, DEC_O_RTOL, DEC_LSE_NMSE, DEC_LSE_ATOL, DEC_LSE_RTOL);
+        for (int b = 0; b < 5; b++) CUDA_CHECK(cudaFree(dev[5 * i + b]));
+        free(o[i]), free(lse[i]);
+        data_free(&t[i]);
+    }
+    free(t), free(a), free(o), free(lse), free(dev);
     return ok;
+}
+
+static int test_decode_case(attn_case c) { return test_decode_cases(&c, 1, 0); }
+
+// decode_cuda_batch: calls of one launch (a step's sequences: one row each, caches of every
+// length, empty ones), more than DECODE_CUDA_MAX_BATCH of them (several launches), and a mix
+// that needs several kernel instances; every call against its own reference. Returns the failures.
+static int test_decode_batch(int *n) {
+    int fails = 0;
+    attn_case step[DECODE_CUDA_MAX_BATCH + 5];
+    const int n_step = DECODE_CUDA_MAX_BATCH + 5;
+    for (int i = 0; i < n_step; i++) { // GQA 4, d = 128, bf16 cache: 1 to 5000 keys, causal
+        const int nk = i == 3 ? 0 : 1 + (int)(test_rand_u64() % 5000);
+        step[i] = (attn_case){1, nk, 128, 32, 8, 1, nk > 0 ? nk - 1 : 0, 0, DTYPE_BF16};
+    }
+    fails += !test_decode_cases(step, 5, 1);
+    fails += !test_decode_cases(step, n_step, 1);
+    static const attn_case mixed[] = {
+        {1, 1000, 128, 32, 8, 1, 999, 0, DTYPE_BF16}, {3, 1000, 128, 32, 8, 1, 997, 0, DTYPE_BF16}, // other vectors a block
+        {1, 300, 64, 8, 8, 0, 300, 0, DTYPE_F32},     {2, 33000, 128, 8, 2, 1, 32998, 0, DTYPE_F32}, // other instances, heads
+        {1, 7, 37, 4, 2, 1, 6, 0, DTYPE_BF16},        {8, 4097, 256, 8, 8, 0, 4097, 0, DTYPE_F32},  // scalar loads; d 256
+        {0, 100, 128, 32, 8, 1, 100, 0, DTYPE_BF16},  {1, 1, 128, 32, 8, 1, 0, 0, DTYPE_BF16},      // no rows; one key
+        {5, 50, 128, 32, 8, 1, 100, 102, DTYPE_BF16},                                                // rows that see no key
+    };
+    fails += !test_decode_cases(mixed, (int)(sizeof mixed / sizeof mixed[0]), 1);
+    *n += 3;
+    return fails;
 }
 
 // The decode grid; returns the failures and adds the cases run to *n.
@@ -364,6 +407,7 @@ int main(void) {
         }
     if (flash_cudnn_compiled()) fails += test_worth(&n);
     fails += test_decode(&n);
+    fails += test_decode_batch(&n);
     printf("%s: %d of %d cases failed (cuDNN %s, declined %d)\n", fails ? "FAIL" : "ok", fails, n,
            flash_cudnn_compiled() ? "built" : "not built", cudnn_declined);
     return fails ? 1 : 0;

@@ -3,7 +3,8 @@
 ("cuda-fp32") and bf16 mode ("cuda"), each with a float32 and a bf16 KV cache (against the CPU
 with the same cache); ring prefill and sharded decode over G = 2, 4, 8 virtual ranks on one GPU
 against G = 1; and `burst generate` greedy text on stories260K, identical between cpu and
-cuda-fp32, with 1 and 3 ranks and both caches, also from burstd with --speculate 4. Skips (77) when the build has no CUDA or no device."""
+cuda-fp32, with 1 and 3 ranks and both caches, also from burstd with --speculate 4, and four streams at
+once with BURST_BATCHED_DECODE=1. Skips (77) when the build has no CUDA or no device."""
 import os, re, subprocess, sys, tempfile
 import numpy as np
 
@@ -107,9 +108,11 @@ if os.path.isdir(STORIES):  # head_dim 8: the split-KV attention kernel (attenti
         failures += not ok
         print(f"{'ok  ' if ok else 'FAIL'} --backend {backend} without --kv-dtype: {want}: {r.stderr[:300]!r:.200}")
         # BURST_PROFILE=1: a row per op and shape class. A prefill of 2 tokens, then 2 one-token steps
-        # (the third token needs none); wq and wo (64x64) in 5 layers; the head (512x64) on last rows.
+        # (the third token needs none); wq and wo (64x64, wo adding to the residual: "+=") in 5
+        # layers; the head (512x64) on last rows.
         rows = {m[1]: int(m[2]) for m in (re.match(r"profile cuda:0: (.*?) +(\d+) calls", l) for l in r.stderr.splitlines()) if m}
-        want_calls = {"matmul 64x64 n<=2": 10, "matmul 64x64 n<=1": 20, "matmul 512x64 n<=1": 3}
+        want_calls = {"matmul 64x64 n<=2": 5, "matmul 64x64 += n<=2": 5, "matmul 64x64 n<=1": 10,
+                      "matmul 64x64 += n<=1": 10, "matmul 512x64 n<=1": 3}
         got = {k: rows.get(k) for k in want_calls}
         ok = got == want_calls
         failures += not ok
@@ -138,4 +141,26 @@ if os.path.isdir(STORIES):  # head_dim 8: the split-KV attention kernel (attenti
             accepted = gpu.metric("spec_decode_num_accepted_tokens_total")
             failures += not accepted
             print(f"{'ok  ' if accepted else 'FAIL'} ... {accepted:.0f} drafted tokens accepted")
+    # BURST_BATCHED_DECODE=1: a step's sequences attend in one launch. Four prompts at once on
+    # cuda-fp32 with --speculate 4 (drafted rows: calls of several rows, another kernel instance
+    # beside the one-row calls) give the CPU's greedy texts.
+    import threading
+    prompts += ["One day, a cat", "The sun was"]
+    with Burstd(STORIES) as cpu, Burstd(STORIES, "--backend", "cuda-fp32", "--kv-dtype", "f32", "--speculate", "4",
+                                         env={"BURST_BATCHED_DECODE": "1"}) as gpu:
+        want, got = {}, {}
+        bodies = {p: {"prompt": p, "max_tokens": 200, "temperature": 0} for p in prompts}
+        for p in prompts:
+            want[p] = cpu.request("POST", "/v1/completions", bodies[p])[2]
+        threads = [threading.Thread(target=lambda p=p: got.__setitem__(p, gpu.request("POST", "/v1/completions", bodies[p])[2]))
+                   for p in prompts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        for p in prompts:
+            ok = "choices" in got.get(p, {}) and got[p]["choices"][0]["text"] == want[p]["choices"][0]["text"]
+            failures += not ok
+            print(f"{'ok  ' if ok else 'FAIL'} BURST_BATCHED_DECODE=1, 4 streams at once on cuda-fp32: the cpu's greedy "
+                  f"text for {p!r:.30}: {got.get(p)!r:.120}")
 sys.exit(1 if failures else 0)
