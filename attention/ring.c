@@ -106,25 +106,33 @@ int64_t sharded_merge_work_floats(int n_ranks, int n, int n_heads, int head_dim)
     return (int64_t)(n_ranks + 1) * n * ((int64_t)n_heads * head_dim + n_heads);
 }
 
-burst_status sharded_merge(comm *c, const attn_ops *ops, float *o, float *lse, int n, int n_heads,
+burst_status sharded_merge(comm *c, const attn_ops *ops, const merge_part *parts, int n_parts, int n_heads,
                            int head_dim, float *work, burst_error *err) {
     if (!ops) ops = &cpu_ops;
     int G = comm_size(c);
-    int64_t dim = (int64_t)n_heads * head_dim, per_rank = (int64_t)n * (dim + n_heads);
-    float *send = work, *all = work + per_rank;
-    ops->copy(ops->ctx, send, o, (size_t)n * dim * sizeof(float));
-    ops->copy(ops->ctx, send + (int64_t)n * dim, lse, (size_t)n * n_heads * sizeof(float));
+    int64_t dim = (int64_t)n_heads * head_dim, n = 0;
+    for (int p = 0; p < n_parts; p++) n += parts[p].n;
+    int64_t per_rank = n * (dim + n_heads); // each part's o rows then its lse, part after part
+    float *send = work, *all = work + per_rank, *at = send;
+    for (int p = 0; p < n_parts; p++) {
+        ops->copy(ops->ctx, at, parts[p].o, (size_t)parts[p].n * dim * sizeof(float));
+        ops->copy(ops->ctx, at + parts[p].n * dim, parts[p].lse, (size_t)parts[p].n * n_heads * sizeof(float));
+        at += parts[p].n * (dim + n_heads);
+    }
     if (ops->sync) ops->sync(ops->ctx);
     burst_status st = comm_allgather(c, send, all, (size_t)per_rank * sizeof(float), err);
     if (st) return st;
     // Start from rank 0's partial and merge the others in rank order: bit-identical on every rank.
-    ops->copy(ops->ctx, o, all, (size_t)n * dim * sizeof(float));
-    ops->copy(ops->ctx, lse, all + (int64_t)n * dim, (size_t)n * n_heads * sizeof(float));
-    for (int r = 1; r < G; r++) {
-        const float *part = all + r * per_rank;
-        ops->merge(ops->ctx, &(online_softmax_args){
-            .o = o, .lse = lse, .o_b = part, .lse_b = part + (int64_t)n * dim, .o_stride = dim,
-            .o_b_stride = dim, .n = n, .n_heads = n_heads, .head_dim = head_dim});
+    for (int64_t p = 0, off = 0; p < n_parts; off += parts[p].n * (dim + n_heads), p++) {
+        const merge_part *q = &parts[p];
+        ops->copy(ops->ctx, q->o, all + off, (size_t)q->n * dim * sizeof(float));
+        ops->copy(ops->ctx, q->lse, all + off + q->n * dim, (size_t)q->n * n_heads * sizeof(float));
+        for (int r = 1; r < G; r++) {
+            const float *part = all + r * per_rank + off;
+            ops->merge(ops->ctx, &(online_softmax_args){
+                .o = q->o, .lse = q->lse, .o_b = part, .lse_b = part + q->n * dim, .o_stride = dim,
+                .o_b_stride = dim, .n = q->n, .n_heads = n_heads, .head_dim = head_dim});
+        }
     }
     return BURST_OK;
 }

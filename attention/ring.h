@@ -62,9 +62,16 @@ typedef struct {
 } ring_stats;
 ring_stats *ring_stats_self(void);
 
-// o (n, n_heads, head_dim) contiguous and lse (n_heads, n) hold this rank's partial over its
-// shard; afterwards they hold the merge of all ranks' partials, identical on every rank.
-// work: sharded_merge_work_floats(...) floats.
+// The partial attention of n query rows on this rank: o (n, n_heads, head_dim) contiguous and
+// lse (n_heads, n).
+typedef struct {
+    float *o, *lse;
+    int n;
+} merge_part;
+
+// Each part holds this rank's partial over its shard; afterwards the merge of all ranks'
+// partials, identical on every rank. All parts (a step's decoding sequences) go in one
+// all-gather. work: sharded_merge_work_floats(G, total rows of the parts, ...) floats.
 int64_t sharded_merge_work_floats(int n_ranks, int n, int n_heads, int head_dim);
-burst_status sharded_merge(comm *c, const attn_ops *ops, float *o, float *lse, int n, int n_heads,
+burst_status sharded_merge(comm *c, const attn_ops *ops, const merge_part *parts, int n_parts, int n_heads,
                            int head_dim, float *work, burst_error *err);

@@ -2,9 +2,10 @@
 // server with S requests generating, on any backend (llama_forward with S one-token segments,
 // logits to the host, no sampling). Slot 0 is prefilled once and copied to the others.
 //
-//   bench_decode DIR S1,S2,... N [STEPS] [BACKEND] [KV_DTYPE] [THREADS]
+//   bench_decode DIR S1,S2,... N [STEPS] [BACKEND] [KV_DTYPE] [THREADS] [RANKS]
 // DIR is a Hugging Face LLaMA directory (tests/make_random_model.py writes one of any shape);
-// BACKEND cpu (default), cuda or cuda-fp32; KV_DTYPE f32 (default) or bf16; STEPS 20. Prints a
+// BACKEND cpu (default), cuda or cuda-fp32; KV_DTYPE f32 (default) or bf16; STEPS 20; RANKS 1 (G:
+// each sequence sharded over G ranks, decode attention merged across them). Prints a
 // table of ms per step and per token, the median of STEPS steps after 3 untimed ones.
 #include <omp.h>
 #include <stdio.h>
@@ -25,7 +26,7 @@ static void fail(const char *what, const burst_error *err) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: bench_decode DIR S1,S2,... N [STEPS] [cpu|cuda|cuda-fp32] [f32|bf16] [THREADS]\n");
+        fprintf(stderr, "usage: bench_decode DIR S1,S2,... N [STEPS] [cpu|cuda|cuda-fp32] [f32|bf16] [THREADS] [RANKS]\n");
         return 2;
     }
     enum { MAX_LIST = 16, UNTIMED = 3, MAX_STEPS = 1000 };
@@ -40,7 +41,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     llama_options o = {.ctx = N + UNTIMED + steps + 1, .n_slots = most, .max_batch = N > most ? N : most,
-                       .backend = backend, .kv_dtype = kv, .n_threads = argc > 7 ? atoi(argv[7]) : 0};
+                       .backend = backend, .kv_dtype = kv, .n_threads = argc > 7 ? atoi(argv[7]) : 0,
+                       .n_ranks = argc > 8 ? atoi(argv[8]) : 1};
     llama_model *m;
     burst_error err;
     if (llama_load(argv[1], &o, &m, &err)) fail("load", &err);
@@ -50,8 +52,9 @@ int main(int argc, char **argv) {
     llama_segment *segs = malloc(sizeof *segs * (size_t)most);
     for (int i = 0; i < N; i++) tokens[i] = 1 + (7919 * i) % (c->vocab_size - 1);
     if (llama_prefill(m, 0, tokens, N, 0, logits, &err)) fail("prefill", &err);
-    printf("bench_decode %s: dim %d, %d layers, vocab %d; context %d, backend %s, KV %s, %d threads\n", argv[1], c->dim,
-           c->n_layers, c->vocab_size, N, backend, dtype_name(kv), o.n_threads ? o.n_threads : omp_get_num_procs());
+    printf("bench_decode %s: dim %d, %d layers, vocab %d; context %d, backend %s, KV %s, %d threads, %d ranks\n", argv[1],
+           c->dim, c->n_layers, c->vocab_size, N, backend, dtype_name(kv), o.n_threads ? o.n_threads : omp_get_num_procs(),
+           o.n_ranks);
     printf("| sequences | ms per step | ms per token |\n|---|---|---|\n");
     for (int l = 0; l < n_list; l++) {
         const int S = slots[l];

@@ -50,8 +50,9 @@ typedef struct {
     int *tok;     // (max_batch) host: token of each row this rank runs
     int64_t *pos; // (max_batch) host: its position
     int *row0;    // (n_slots) host: first row of each segment
-    flash_args *calls;  // (n_slots) host: attend_local's attention calls
-    convert_job *jobs;  // (2 n_slots) host: attend_local's cache writes
+    flash_args *calls;  // (2 n_slots) host: the attention calls of attend_local / attend_replicated
+    convert_job *jobs;  // (2 max_batch) host: their cache writes (and bf16 roundings)
+    merge_part *parts;  // (n_slots) host: attend_replicated's partials to merge across ranks
     ring_stats ring;  // this rank's ring steps since load
     burst_status st;
     burst_error err;
@@ -196,8 +197,9 @@ static size_t alloc_scratch(llama_model *m, llama_rank *R, bool size_only) {
     R->tok = burst_calloc((size_t)B, sizeof(int));
     R->pos = burst_calloc((size_t)B, sizeof(int64_t));
     R->row0 = burst_calloc((size_t)m->opt.n_slots, sizeof(int));
-    R->calls = burst_calloc((size_t)m->opt.n_slots, sizeof *R->calls);
-    R->jobs = burst_calloc(2 * (size_t)m->opt.n_slots, sizeof *R->jobs);
+    R->calls = burst_calloc(2 * (size_t)m->opt.n_slots, sizeof *R->calls);
+    R->jobs = burst_calloc(2 * (size_t)B, sizeof *R->jobs); // B >= n_slots
+    R->parts = burst_calloc((size_t)m->opt.n_slots, sizeof *R->parts);
     return R->scratch_bytes;
 }
 
@@ -207,7 +209,7 @@ static void free_rank(llama_rank *R) {
                      s->hb, s->hb2, s->last, s->logits, s->ring, s->merge};
     for (size_t i = 0; R->be && i < sizeof bufs / sizeof bufs[0]; i++) backend_release(R->be, bufs[i]);
     if (R->kv.k) kv_cache_free(&R->kv, R->be);
-    free(R->tok), free(R->pos), free(R->row0), free(R->calls), free(R->jobs), free(R->layers);
+    free(R->tok), free(R->pos), free(R->row0), free(R->calls), free(R->jobs), free(R->parts), free(R->layers);
     backend_free(R->be);
 }
 
@@ -603,44 +605,74 @@ static burst_status attend_ring(llama_model *m, llama_rank *R, int l, const seg_
     return ring_attention(&a, &R->err);
 }
 
-// Replicated segment: attend all n queries to this rank's shard, rank 0 adds the new tokens
-// themselves (causal), the partials are merged across ranks, then each rank stores the new K/V
-// entries it owns.
-static burst_status attend_replicated(llama_model *m, llama_rank *R, int l, const seg_plan *sp, int row0) {
+// Replicated segments (a decode step over G ranks): each rank attends every segment's queries to
+// its own shard, rank 0 adds each segment's new tokens themselves (causal), the partials of all
+// segments are merged across ranks in one all-gather, then each rank stores the new K/V entries
+// it owns. Each step goes to the backend for all segments at once.
+static burst_status attend_replicated(llama_model *m, llama_rank *R, int l) {
     const llama_config *c = &m->cfg;
-    int64_t kv_dim = (int64_t)c->n_kv_heads * c->head_dim, dim = c->dim, old = sp->old_len[R->rank];
-    float *o = R->s.att + row0 * dim, *q = R->s.q + row0 * dim;
-    flash_args a = {
-        .q = q, .k = kv_cache_k(&R->kv, sp->slot, l, 0), .v = kv_cache_v(&R->kv, sp->slot, l, 0), .o = o,
-        .lse = R->s.lse, .q_stride = dim, .kv_stride = kv_dim, .o_stride = dim, .nq = sp->n, .nk = (int)old,
-        .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .q_pos0 = sp->pos0,
-        .k_pos0 = 0, .causal = 0, .scale = 1.0f / sqrtf((float)c->head_dim), .kv_dtype = R->kv.dtype,
-    };
-    backend_attention(R->be, &a);
-    if (R->rank == 0) {
+    int64_t kv_dim = R->kv.kv_dim, dim = c->dim;
+    size_t es = dtype_size(R->kv.dtype);
+    flash_args *shard = R->calls, *fresh = R->calls + m->opt.n_slots;
+    int n_rep = 0, n_jobs = 0;
+    for (int i = 0; i < m->plan.n_segs; i++) {
+        const seg_plan *sp = &m->plan.seg[i];
+        if (sp->ring) continue;
+        int64_t row0 = R->row0[i];
+        shard[n_rep] = (flash_args){
+            .q = R->s.q + row0 * dim, .k = kv_cache_k(&R->kv, sp->slot, l, 0), .v = kv_cache_v(&R->kv, sp->slot, l, 0),
+            .o = R->s.att + row0 * dim, .lse = R->s.lse + row0 * c->n_heads, .q_stride = dim, .kv_stride = kv_dim,
+            .o_stride = dim, .nq = sp->n, .nk = (int)sp->old_len[R->rank], .n_heads = c->n_heads,
+            .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .q_pos0 = sp->pos0, .k_pos0 = 0, .causal = 0,
+            .scale = 1.0f / sqrtf((float)c->head_dim), .kv_dtype = R->kv.dtype,
+        };
+        R->parts[n_rep] = (merge_part){.o = (float *)shard[n_rep].o, .lse = shard[n_rep].lse, .n = sp->n};
         // The new tokens' K/V as the cache will hold them, so that every G gives the same
-        // result. A 16-bit cache rounds them into xb2, free within a layer: n rows
-        // of K and of V take n x kv_dim floats, no more than its n x dim (a float32 copy would
-        // not fit where kv_dim = dim, and is the rows themselves).
+        // result. A 16-bit cache rounds them into xb2, free within a layer, at the segment's rows:
+        // n rows of K and of V take n x kv_dim floats, no more than its n x dim (a float32 copy
+        // would not fit where kv_dim = dim, and is the rows themselves).
         const void *k_new = R->s.k + row0 * kv_dim, *v_new = R->s.v + row0 * kv_dim;
         if (R->kv.dtype != DTYPE_F32) {
-            char *k16 = (char *)R->s.xb2, *v16 = k16 + (size_t)sp->n * kv_dim * dtype_size(R->kv.dtype);
-            backend_convert(R->be, k16, R->kv.dtype, k_new, sp->n * kv_dim);
-            backend_convert(R->be, v16, R->kv.dtype, v_new, sp->n * kv_dim);
+            char *k16 = (char *)(R->s.xb2 + row0 * dim), *v16 = k16 + (size_t)sp->n * kv_dim * es;
+            R->jobs[n_jobs++] = (convert_job){k16, k_new, sp->n * kv_dim};
+            R->jobs[n_jobs++] = (convert_job){v16, v_new, sp->n * kv_dim};
             k_new = k16, v_new = v16;
         }
-        a.k = k_new, a.v = v_new, a.nk = sp->n;
-        a.k_pos0 = sp->pos0, a.causal = 1, a.o = R->s.part_o, a.lse = R->s.part_lse;
-        backend_attention(R->be, &a);
-        backend_merge(R->be, &(online_softmax_args){
-            .o = o, .lse = R->s.lse, .o_b = R->s.part_o, .lse_b = R->s.part_lse, .o_stride = dim,
-            .o_b_stride = dim, .n = sp->n, .n_heads = c->n_heads, .head_dim = c->head_dim});
+        fresh[n_rep] = shard[n_rep];
+        fresh[n_rep].k = k_new, fresh[n_rep].v = v_new, fresh[n_rep].nk = sp->n, fresh[n_rep].k_pos0 = sp->pos0;
+        fresh[n_rep].causal = 1, fresh[n_rep].o = R->s.part_o + row0 * dim, fresh[n_rep].lse = R->s.part_lse + row0 * c->n_heads;
+        n_rep++;
     }
-    burst_status st = sharded_merge(R->c, &R->ops, o, R->s.lse, sp->n, c->n_heads, c->head_dim,
-                                    R->s.merge, &R->err);
-    for (int j = 0, stored = 0; !st && j < sp->n; j++)
-        if (sp->owner[j] == R->rank) cache_kv(R, sp->slot, l, old + stored++, row0 + j, 1);
-    return st;
+    if (n_rep == 0) return BURST_OK;
+    backend_attention_batch(R->be, shard, n_rep);
+    if (R->rank == 0) {
+        backend_convert_batch(R->be, R->kv.dtype, R->jobs, n_jobs);
+        backend_attention_batch(R->be, fresh, n_rep);
+        for (int j = 0; j < n_rep; j++)
+            backend_merge(R->be, &(online_softmax_args){
+                .o = shard[j].o, .lse = shard[j].lse, .o_b = fresh[j].o, .lse_b = fresh[j].lse, .o_stride = dim,
+                .o_b_stride = dim, .n = shard[j].nq, .n_heads = c->n_heads, .head_dim = c->head_dim});
+    }
+    burst_status st = sharded_merge(R->c, &R->ops, R->parts, n_rep, c->n_heads, c->head_dim, R->s.merge, &R->err);
+    if (st) return st;
+    // The new entries this rank owns, runs of consecutive ones as one row block of K and of V.
+    n_jobs = 0;
+    for (int i = 0; i < m->plan.n_segs; i++) {
+        const seg_plan *sp = &m->plan.seg[i];
+        int64_t row0 = R->row0[i], at = sp->old_len[R->rank];
+        for (int j = 0; !sp->ring && j < sp->n; j++) {
+            if (sp->owner[j] != R->rank) continue;
+            if (j > 0 && sp->owner[j - 1] == R->rank) { // continues the last run
+                R->jobs[n_jobs - 2].n += kv_dim, R->jobs[n_jobs - 1].n += kv_dim, at++;
+                continue;
+            }
+            R->jobs[n_jobs++] = (convert_job){kv_cache_k(&R->kv, sp->slot, l, at), R->s.k + (row0 + j) * kv_dim, kv_dim};
+            R->jobs[n_jobs++] = (convert_job){kv_cache_v(&R->kv, sp->slot, l, at), R->s.v + (row0 + j) * kv_dim, kv_dim};
+            at++;
+        }
+    }
+    backend_convert_batch(R->be, R->kv.dtype, R->jobs, n_jobs);
+    return BURST_OK;
 }
 
 // Segment i wants every token's logits: rank 0 runs the final norm and lm_head over its rows in
@@ -707,10 +739,9 @@ static burst_status rank_forward(llama_model *m, llama_rank *R) {
         }
         // Every rank takes part in every segment's communication, rows or not.
         if (m->G == 1) attend_local(m, R, l);
-        for (int i = 0; m->G > 1 && !st && i < m->plan.n_segs; i++) {
-            const seg_plan *sp = &m->plan.seg[i];
-            st = sp->ring ? attend_ring(m, R, l, sp, R->row0[i]) : attend_replicated(m, R, l, sp, R->row0[i]);
-        }
+        for (int i = 0; m->G > 1 && !st && i < m->plan.n_segs; i++)
+            if (m->plan.seg[i].ring) st = attend_ring(m, R, l, &m->plan.seg[i], R->row0[i]);
+        if (m->G > 1 && !st) st = attend_replicated(m, R, l);
         if (st) return st;
         if (n == 0) continue;
         backend_matmul_add(be, s->x, s->att, DTYPE_F32, &L->wo, n);

@@ -153,7 +153,9 @@ static int run_ring(ring_case *c, const double *ref_o, const double *ref_lse) {
 }
 
 // Decode: every rank holds the same nq queries and one contiguous shard of the keys (uneven,
-// some empty); each attends to its shard and sharded_merge combines the partials.
+// some empty); each attends to its shard and sharded_merge combines the partials. The queries
+// come as two parts (two sequences of a step: the first row, then the rest), each with its own
+// lse block, merged in one all-gather.
 typedef struct {
     const ring_case *c;
     int rank, nq;
@@ -168,16 +170,23 @@ static void *merge_rank_main(void *arg) {
     int64_t dim = (int64_t)c->n_heads * c->d, kv_dim = (int64_t)c->n_kv * c->d;
     int64_t k0 = j->shard_start[j->rank], nk = j->shard_start[j->rank + 1] - k0;
     void *k = kv_rows(c->k + k0 * kv_dim, nk * kv_dim, c->kv_dtype), *v = kv_rows(c->v + k0 * kv_dim, nk * kv_dim, c->kv_dtype);
-    flash_args a = {.q = c->q + (int64_t)(c->N - j->nq) * dim, .k = k, .v = v, .kv_dtype = c->kv_dtype,
-                    .o = j->o, .lse = j->lse, .q_stride = dim, .kv_stride = kv_dim, .o_stride = dim,
-                    .nq = j->nq, .nk = (int)nk, .n_heads = c->n_heads, .n_kv_heads = c->n_kv, .head_dim = c->d,
-                    .q_pos0 = c->N - j->nq, .k_pos0 = k0, .causal = 0, .scale = 1.0f / sqrtf((float)c->d)};
-    flash_cpu(&a);
+    merge_part parts[2];
+    int n_parts = 0;
+    for (int row = 0; row < j->nq; n_parts++) {
+        int n = row == 0 && j->nq > 1 ? 1 : j->nq - row;
+        parts[n_parts] = (merge_part){.o = j->o + row * dim, .lse = j->lse + row * c->n_heads, .n = n};
+        flash_args a = {.q = c->q + (int64_t)(c->N - j->nq + row) * dim, .k = k, .v = v, .kv_dtype = c->kv_dtype,
+                        .o = parts[n_parts].o, .lse = parts[n_parts].lse, .q_stride = dim, .kv_stride = kv_dim,
+                        .o_stride = dim, .nq = n, .nk = (int)nk, .n_heads = c->n_heads, .n_kv_heads = c->n_kv,
+                        .head_dim = c->d, .q_pos0 = c->N - j->nq + row, .k_pos0 = k0, .causal = 0,
+                        .scale = 1.0f / sqrtf((float)c->d)};
+        flash_cpu(&a);
+        row += n;
+    }
     free(k), free(v);
     float *work = malloc(sizeof(float) * (size_t)sharded_merge_work_floats(c->G, j->nq, c->n_heads, c->d));
     burst_error err;
-    j->rc = sharded_merge(comm_group_rank(c->grp, j->rank), NULL, j->o, j->lse, j->nq, c->n_heads, c->d,
-                          work, &err) != BURST_OK;
+    j->rc = sharded_merge(comm_group_rank(c->grp, j->rank), NULL, parts, n_parts, c->n_heads, c->d, work, &err) != BURST_OK;
     free(work);
     return NULL;
 }
@@ -205,8 +214,12 @@ static int run_sharded_merge(ring_case *c, const double *ref_o, const double *re
     comm_group_free(c->grp);
     double *ro = malloc(sizeof(double) * (size_t)(nq * dim)), *rl = malloc(sizeof(double) * (size_t)(nq * c->n_heads));
     for (int64_t i = 0; i < nq * dim; i++) ro[i] = ref_o[(int64_t)(c->N - nq) * dim + i];
-    for (int h = 0; h < c->n_heads; h++)
-        for (int i = 0; i < nq; i++) rl[h * nq + i] = ref_lse[(int64_t)h * c->N + c->N - nq + i];
+    for (int row = 0; row < nq;) { // lse in the parts' blocks: (heads, 1) for row 0, then (heads, nq - 1)
+        int n = row == 0 && nq > 1 ? 1 : nq - row;
+        for (int h = 0; h < c->n_heads; h++)
+            for (int i = 0; i < n; i++) rl[row * c->n_heads + h * n + i] = ref_lse[(int64_t)h * c->N + c->N - nq + row + i];
+        row += n;
+    }
     char what[96];
     for (int r = 0; r < c->G; r++) { // every rank ends with the same merged result
         snprintf(what, sizeof what, "%s sharded merge G=%d N=%d rank %d O", c->tcp ? "tcp" : "threads", c->G, c->N, r);
