@@ -27,13 +27,13 @@ typedef struct {
     float *k, *v;    // (max_batch, kv_dim)
     float *att;      // (max_batch, dim)
     float *lse;      // (n_heads, max_batch)
-    float *part_o;   // (max_batch, dim) a replicated segment's partial over the new tokens
-    float *part_lse; // (n_heads, max_batch)
+    float *part_o;   // (max_batch, dim) replicated segments' partials over their new tokens (G > 1)
+    float *part_lse; // (n_heads, max_batch) (G > 1)
     float *hb, *hb2; // (max_batch, hidden_dim) in the act dtype
     float *last;     // (max_logits, dim) the rows whose logits llama_forward returns (rank 0 only)
     float *logits;   // (max_logits, vocab) their logits, or a block of all_rows rows' (rank 0 only)
-    void *ring;      // ring_workspace_bytes(G, max_batch, shard_cap, ...)
-    float *merge;    // sharded_merge_work_floats(G, max_batch, ...)
+    void *ring;      // ring_workspace_bytes(G, max_batch, shard_cap, ...) (G > 1; else NULL)
+    float *merge;    // sharded_merge_work_floats(G, max_batch, ...) (G > 1; else NULL)
 } llama_scratch;
 
 typedef struct {
@@ -163,7 +163,7 @@ static burst_status load_tensors(llama_model *m, llama_rank *R, burst_error *err
 static float *scratch(llama_rank *R, int64_t n_floats) {
     size_t bytes = (size_t)n_floats * sizeof(float);
     R->scratch_bytes += bytes;
-    return R->sizing_scratch ? NULL : backend_alloc(R->be, bytes);
+    return R->sizing_scratch || !bytes ? NULL : backend_alloc(R->be, bytes);
 }
 
 // Allocates a rank's scratch, or with size_only adds up its bytes alone; returns them.
@@ -181,17 +181,19 @@ static size_t alloc_scratch(llama_model *m, llama_rank *R, bool size_only) {
     s->v = scratch(R, B * kv_dim);
     s->att = scratch(R, B * c->dim);
     s->lse = scratch(R, B * c->n_heads);
-    s->part_o = scratch(R, B * c->dim);
-    s->part_lse = scratch(R, B * c->n_heads);
-    s->hb = scratch(R, B * c->hidden_dim);
-    s->hb2 = scratch(R, B * c->hidden_dim);
+    s->part_o = scratch(R, m->G > 1 ? B * c->dim : 0); // replicated segments only (G > 1)
+    s->part_lse = scratch(R, m->G > 1 ? B * c->n_heads : 0);
+    int64_t hidden_floats = (B * c->hidden_dim * (int64_t)dtype_size(backend_act_dtype(R->be)) + 3) / 4;
+    s->hb = scratch(R, hidden_floats); // in the act dtype: half the bytes on a GPU
+    s->hb2 = scratch(R, hidden_floats);
     if (R->rank == 0) { // the logits are computed on rank 0 alone
         s->last = scratch(R, (int64_t)llama_max_logits(m) * c->dim);
         s->logits = scratch(R, (int64_t)llama_max_logits(m) * c->vocab_size);
     }
     size_t ring_bytes = ring_workspace_bytes(m->G, B, m->shard_cap, c->n_heads, c->n_kv_heads, c->head_dim, m->opt.kv_dtype);
-    s->ring = scratch(R, (int64_t)((ring_bytes + sizeof(float) - 1) / sizeof(float)));
-    s->merge = scratch(R, sharded_merge_work_floats(m->G, (int)B, c->n_heads, c->head_dim));
+    // One rank (G = 1) attends without the ring and merges nothing across ranks.
+    s->ring = scratch(R, m->G > 1 ? (int64_t)((ring_bytes + sizeof(float) - 1) / sizeof(float)) : 0);
+    s->merge = scratch(R, m->G > 1 ? sharded_merge_work_floats(m->G, (int)B, c->n_heads, c->head_dim) : 0);
     R->sizing_scratch = false;
     if (size_only) return R->scratch_bytes;
     R->tok = burst_calloc((size_t)B, sizeof(int));
