@@ -634,7 +634,7 @@ static burst_status attend_replicated(llama_model *m, llama_rank *R, int l) {
         // n rows of K and of V take n x kv_dim floats, no more than its n x dim (a float32 copy
         // would not fit where kv_dim = dim, and is the rows themselves).
         const void *k_new = R->s.k + row0 * kv_dim, *v_new = R->s.v + row0 * kv_dim;
-        if (R->kv.dtype != DTYPE_F32) {
+        if (R->rank == 0 && R->kv.dtype != DTYPE_F32) {
             char *k16 = (char *)(R->s.xb2 + row0 * dim), *v16 = k16 + (size_t)sp->n * kv_dim * es;
             R->jobs[n_jobs++] = (convert_job){k16, k_new, sp->n * kv_dim};
             R->jobs[n_jobs++] = (convert_job){v16, v_new, sp->n * kv_dim};
@@ -657,21 +657,16 @@ static burst_status attend_replicated(llama_model *m, llama_rank *R, int l) {
     }
     burst_status st = sharded_merge(R->c, &R->ops, R->parts, n_rep, c->n_heads, c->head_dim, R->s.merge, &R->err);
     if (st) return st;
-    // The new entries this rank owns, runs of consecutive ones as one row block of K and of V.
+    // The new entries this rank owns, appended to its shard in order.
     n_jobs = 0;
     for (int i = 0; i < m->plan.n_segs; i++) {
         const seg_plan *sp = &m->plan.seg[i];
         int64_t row0 = R->row0[i], at = sp->old_len[R->rank];
-        for (int j = 0; !sp->ring && j < sp->n; j++) {
-            if (sp->owner[j] != R->rank) continue;
-            if (j > 0 && sp->owner[j - 1] == R->rank) { // continues the last run
-                R->jobs[n_jobs - 2].n += kv_dim, R->jobs[n_jobs - 1].n += kv_dim, at++;
-                continue;
+        for (int j = 0; !sp->ring && j < sp->n; j++)
+            if (sp->owner[j] == R->rank) {
+                R->jobs[n_jobs++] = (convert_job){kv_cache_k(&R->kv, sp->slot, l, at), R->s.k + (row0 + j) * kv_dim, kv_dim};
+                R->jobs[n_jobs++] = (convert_job){kv_cache_v(&R->kv, sp->slot, l, at++), R->s.v + (row0 + j) * kv_dim, kv_dim};
             }
-            R->jobs[n_jobs++] = (convert_job){kv_cache_k(&R->kv, sp->slot, l, at), R->s.k + (row0 + j) * kv_dim, kv_dim};
-            R->jobs[n_jobs++] = (convert_job){kv_cache_v(&R->kv, sp->slot, l, at), R->s.v + (row0 + j) * kv_dim, kv_dim};
-            at++;
-        }
     }
     backend_convert_batch(R->be, R->kv.dtype, R->jobs, n_jobs);
     return BURST_OK;

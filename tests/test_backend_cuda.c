@@ -591,6 +591,7 @@ int main(void) {
             test_batch(&Bb);
             backend_free(Bb.gpu);
         }
+        unsetenv("BURST_BATCHED_DECODE");
         backend_free(B.gpu);
         backend_free(B.cpu);
     }
