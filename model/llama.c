@@ -558,12 +558,26 @@ static int rank_rows(llama_model *m, llama_rank *R) {
     return n;
 }
 
-// Stores n new K/V rows (scratch rows from `row` on) in the cache of (slot, layer) from row `at`
-// on, in the cache's dtype.
-static void cache_kv(llama_rank *R, int slot, int l, int64_t at, int64_t row, int64_t n) {
+// The two cache writes (K, then V) that store n new K/V rows (scratch rows from `row` on) in the
+// cache of (slot, layer) from row `at` on, in the cache's dtype.
+static void kv_jobs(llama_rank *R, int slot, int l, int64_t at, int64_t row, int64_t n, convert_job *out) {
     int64_t kv_dim = R->kv.kv_dim;
-    backend_convert(R->be, kv_cache_k(&R->kv, slot, l, at), R->kv.dtype, R->s.k + row * kv_dim, n * kv_dim);
-    backend_convert(R->be, kv_cache_v(&R->kv, slot, l, at), R->kv.dtype, R->s.v + row * kv_dim, n * kv_dim);
+    out[0] = (convert_job){kv_cache_k(&R->kv, slot, l, at), R->s.k + row * kv_dim, n * kv_dim};
+    out[1] = (convert_job){kv_cache_v(&R->kv, slot, l, at), R->s.v + row * kv_dim, n * kv_dim};
+}
+
+// Segment sp's queries (rows from row0 on) against this rank's cache of (slot, layer): its first
+// nk rows, all earlier than the queries unless causal; O and lse at the segment's rows.
+static flash_args seg_attention(const llama_model *m, llama_rank *R, int l, const seg_plan *sp, int64_t row0,
+                                int64_t nk, int causal) {
+    const llama_config *c = &m->cfg;
+    return (flash_args){
+        .q = R->s.q + row0 * c->dim, .k = kv_cache_k(&R->kv, sp->slot, l, 0), .v = kv_cache_v(&R->kv, sp->slot, l, 0),
+        .o = R->s.att + row0 * c->dim, .lse = R->s.lse + row0 * c->n_heads, .q_stride = c->dim,
+        .kv_stride = R->kv.kv_dim, .o_stride = c->dim, .nq = sp->n, .nk = (int)nk, .n_heads = c->n_heads,
+        .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .q_pos0 = sp->pos0, .k_pos0 = 0, .causal = causal,
+        .scale = 1.0f / sqrtf((float)c->head_dim), .kv_dtype = R->kv.dtype,
+    };
 }
 
 // One rank holds every sequence whole (G = 1): each segment's new K/V rows go into its slot's
@@ -571,20 +585,11 @@ static void cache_kv(llama_rank *R, int slot, int l, int64_t at, int64_t row, in
 // what the ring's one step would do. All segments go in one backend call each, so that a GPU
 // can run a step's many decoding sequences in a few launches rather than a few each.
 static void attend_local(llama_model *m, llama_rank *R, int l) {
-    const llama_config *c = &m->cfg;
-    int64_t dim = c->dim, kv_dim = R->kv.kv_dim;
     for (int i = 0; i < m->plan.n_segs; i++) {
         const seg_plan *sp = &m->plan.seg[i];
-        int64_t row0 = R->row0[i], old = sp->old_len[0];
-        R->jobs[2 * i] = (convert_job){kv_cache_k(&R->kv, sp->slot, l, old), R->s.k + row0 * kv_dim, sp->n * kv_dim};
-        R->jobs[2 * i + 1] = (convert_job){kv_cache_v(&R->kv, sp->slot, l, old), R->s.v + row0 * kv_dim, sp->n * kv_dim};
-        R->calls[i] = (flash_args){
-            .q = R->s.q + row0 * dim, .k = kv_cache_k(&R->kv, sp->slot, l, 0), .v = kv_cache_v(&R->kv, sp->slot, l, 0),
-            .o = R->s.att + row0 * dim, .lse = R->s.lse + row0 * c->n_heads, .q_stride = dim, .kv_stride = kv_dim,
-            .o_stride = dim, .nq = sp->n, .nk = (int)(old + sp->n), .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
-            .head_dim = c->head_dim, .q_pos0 = sp->pos0, .k_pos0 = 0, .causal = 1,
-            .scale = 1.0f / sqrtf((float)c->head_dim), .kv_dtype = R->kv.dtype,
-        };
+        int64_t old = sp->old_len[0];
+        kv_jobs(R, sp->slot, l, old, R->row0[i], sp->n, &R->jobs[2 * i]);
+        R->calls[i] = seg_attention(m, R, l, sp, R->row0[i], old + sp->n, 1);
     }
     backend_convert_batch(R->be, R->kv.dtype, R->jobs, 2 * m->plan.n_segs);
     backend_attention_batch(R->be, R->calls, m->plan.n_segs);
@@ -594,8 +599,9 @@ static void attend_local(llama_model *m, llama_rank *R, int l) {
 static burst_status attend_ring(llama_model *m, llama_rank *R, int l, const seg_plan *sp, int row0) {
     const llama_config *c = &m->cfg;
     int64_t dim = c->dim;
-    int64_t old = sp->old_len[R->rank], n = sp->new_len[R->rank];
-    cache_kv(R, sp->slot, l, old, row0, n);
+    convert_job jobs[2];
+    kv_jobs(R, sp->slot, l, sp->old_len[R->rank], row0, sp->new_len[R->rank], jobs);
+    backend_convert_batch(R->be, R->kv.dtype, jobs, 2);
     ring_args a = {
         .c = R->c, .ops = &R->ops, .q = R->s.q + row0 * dim, .k = kv_cache_k(&R->kv, sp->slot, l, 0),
         .v = kv_cache_v(&R->kv, sp->slot, l, 0), .kv_dtype = R->kv.dtype,
@@ -621,13 +627,7 @@ static burst_status attend_replicated(llama_model *m, llama_rank *R, int l) {
         const seg_plan *sp = &m->plan.seg[i];
         if (sp->ring) continue;
         int64_t row0 = R->row0[i];
-        shard[n_rep] = (flash_args){
-            .q = R->s.q + row0 * dim, .k = kv_cache_k(&R->kv, sp->slot, l, 0), .v = kv_cache_v(&R->kv, sp->slot, l, 0),
-            .o = R->s.att + row0 * dim, .lse = R->s.lse + row0 * c->n_heads, .q_stride = dim, .kv_stride = kv_dim,
-            .o_stride = dim, .nq = sp->n, .nk = (int)sp->old_len[R->rank], .n_heads = c->n_heads,
-            .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .q_pos0 = sp->pos0, .k_pos0 = 0, .causal = 0,
-            .scale = 1.0f / sqrtf((float)c->head_dim), .kv_dtype = R->kv.dtype,
-        };
+        shard[n_rep] = seg_attention(m, R, l, sp, row0, sp->old_len[R->rank], 0);
         R->parts[n_rep] = (merge_part){.o = (float *)shard[n_rep].o, .lse = shard[n_rep].lse, .n = sp->n};
         // The new tokens' K/V as the cache will hold them, so that every G gives the same
         // result. A 16-bit cache rounds them into xb2, free within a layer, at the segment's rows:
@@ -663,10 +663,7 @@ static burst_status attend_replicated(llama_model *m, llama_rank *R, int l) {
         const seg_plan *sp = &m->plan.seg[i];
         int64_t row0 = R->row0[i], at = sp->old_len[R->rank];
         for (int j = 0; !sp->ring && j < sp->n; j++)
-            if (sp->owner[j] == R->rank) {
-                R->jobs[n_jobs++] = (convert_job){kv_cache_k(&R->kv, sp->slot, l, at), R->s.k + (row0 + j) * kv_dim, kv_dim};
-                R->jobs[n_jobs++] = (convert_job){kv_cache_v(&R->kv, sp->slot, l, at++), R->s.v + (row0 + j) * kv_dim, kv_dim};
-            }
+            if (sp->owner[j] == R->rank) kv_jobs(R, sp->slot, l, at++, row0 + j, 1, &R->jobs[n_jobs]), n_jobs += 2;
     }
     backend_convert_batch(R->be, R->kv.dtype, R->jobs, n_jobs);
     return BURST_OK;
