@@ -355,10 +355,15 @@ bool vec4_for(const flash_args *a) {
            ((uintptr_t)a->k | (uintptr_t)a->v) % kv4 == 0;
 }
 
-// Calls that can share a launch: the same kernel instance and KV heads.
-bool same_launch(const flash_args *a, const flash_args *b, int n_sm) {
+// Calls that can share a launch (with their plans): the same kernel instance and KV heads.
+bool same_launch(const flash_args *a, const plan &pa, const flash_args *b, const plan &pb) {
     return a->kv_dtype == b->kv_dtype && vec4_for(a) == vec4_for(b) && (a->head_dim <= 128) == (b->head_dim <= 128) &&
-           a->n_kv_heads == b->n_kv_heads && plan_for(a, n_sm).nv == plan_for(b, n_sm).nv;
+           a->n_kv_heads == b->n_kv_heads && pa.nv == pb.nv;
+}
+
+// Workspace floats of call a on a GPU of n_sm SMs (0 for calls decode_cuda refuses or skips).
+size_t call_workspace(const flash_args *a, int n_sm) {
+    return args_ok(a) && a->nq > 0 ? workspace_floats(a, plan_for(a, n_sm)) : 0;
 }
 
 } // namespace
@@ -367,13 +372,12 @@ extern "C" int decode_cuda_splits(const flash_args *a) {
     return args_ok(a) && a->nq > 0 ? plan_for(a, sm_count()).splits : 1;
 }
 
-extern "C" size_t decode_cuda_workspace_floats(const flash_args *a) {
-    return args_ok(a) && a->nq > 0 ? workspace_floats(a, plan_for(a, sm_count())) : 0;
-}
+extern "C" size_t decode_cuda_workspace_floats(const flash_args *a) { return call_workspace(a, sm_count()); }
 
 extern "C" size_t decode_cuda_batch_workspace_floats(const flash_args *calls, int n) {
+    const int n_sm = sm_count();
     size_t total = 0;
-    for (int i = 0; i < n; i++) total += decode_cuda_workspace_floats(&calls[i]);
+    for (int i = 0; i < n; i++) total += call_workspace(&calls[i], n_sm);
     return total;
 }
 
@@ -401,31 +405,37 @@ extern "C" burst_status decode_cuda_batch(const flash_args *calls, int n, float 
     burst_status st;
     for (int i = 0; i < n; i++)
         if ((st = check_args(&calls[i], err))) return st;
-    const size_t need = decode_cuda_batch_workspace_floats(calls, n);
-    if (workspace_floats_given < need)
-        return BURST_FAIL(err, BURST_ERR_INVALID, "workspace of %zu floats, want %zu", workspace_floats_given, need);
+    // Each call's plan, and its split partials in turn in the workspace.
     const int n_sm = sm_count();
-    // Each call's split partials in turn; then launches of up to DECODE_CUDA_MAX_BATCH calls that
-    // share a kernel instance, in order of their first call.
+    plan *pl = (plan *)burst_calloc((size_t)n + 1, sizeof *pl);
     size_t *offset = (size_t *)burst_malloc(sizeof(size_t) * (size_t)(n + 1));
-    char *done = (char *)burst_calloc((size_t)n + 1, 1);
     offset[0] = 0;
-    for (int i = 0; i < n; i++) offset[i + 1] = offset[i] + decode_cuda_workspace_floats(&calls[i]);
+    for (int i = 0; i < n; i++) {
+        if (calls[i].nq > 0) pl[i] = plan_for(&calls[i], n_sm);
+        offset[i + 1] = offset[i] + (calls[i].nq > 0 ? workspace_floats(&calls[i], pl[i]) : 0);
+    }
+    if (workspace_floats_given < offset[n]) {
+        st = BURST_FAIL(err, BURST_ERR_INVALID, "workspace of %zu floats, want %zu", workspace_floats_given, offset[n]);
+        free(pl), free(offset);
+        return st;
+    }
+    // Launches of up to DECODE_CUDA_MAX_BATCH calls that share a kernel instance, in order of
+    // their first call.
+    char *done = (char *)burst_calloc((size_t)n + 1, 1);
     for (int first = 0; first < n; first++) {
         if (done[first] || calls[first].nq == 0) continue;
         batch_params b = {.n = 0, .n_kv_heads = calls[first].n_kv_heads};
-        int nv = 1, max_chunks = 1, max_splits = 1;
+        int max_chunks = 1, max_splits = 1;
         int64_t max_rows = 1;
         for (int i = first; i < n && b.n < DECODE_CUDA_MAX_BATCH; i++) {
-            if (done[i] || calls[i].nq == 0 || !same_launch(&calls[first], &calls[i], n_sm)) continue;
-            const plan pl = plan_for(&calls[i], n_sm);
-            b.call[b.n] = params_for(&calls[i], pl, pl.splits > 1 ? workspace + offset[i] : nullptr);
-            b.chunks[b.n++] = pl.chunks;
-            nv = pl.nv, max_chunks = std::max(max_chunks, pl.chunks), max_splits = std::max(max_splits, pl.splits);
+            if (done[i] || calls[i].nq == 0 || !same_launch(&calls[first], pl[first], &calls[i], pl[i])) continue;
+            b.call[b.n] = params_for(&calls[i], pl[i], pl[i].splits > 1 ? workspace + offset[i] : nullptr);
+            b.chunks[b.n++] = pl[i].chunks;
+            max_chunks = std::max(max_chunks, pl[i].chunks), max_splits = std::max(max_splits, pl[i].splits);
             max_rows = std::max(max_rows, (int64_t)calls[i].n_heads * calls[i].nq);
             done[i] = 1;
         }
-        launch_decode(b, calls[first].kv_dtype, vec4_for(&calls[first]), calls[first].head_dim, nv,
+        launch_decode(b, calls[first].kv_dtype, vec4_for(&calls[first]), calls[first].head_dim, pl[first].nv,
                       dim3((unsigned)max_chunks, (unsigned)max_splits, (unsigned)(b.n * b.n_kv_heads)), stream);
         if (max_splits > 1) {
             const dim3 grid((unsigned)((max_rows + MERGE_WARPS - 1) / MERGE_WARPS), (unsigned)b.n);
@@ -433,7 +443,6 @@ extern "C" burst_status decode_cuda_batch(const flash_args *calls, int n, float 
             CUDA_CHECK(cudaGetLastError());
         }
     }
-    free(offset);
-    free(done);
+    free(pl), free(offset), free(done);
     return BURST_OK;
 }
