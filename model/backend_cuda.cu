@@ -393,8 +393,9 @@ void cuda_copy(burst_backend *b, void *dst, const void *src, size_t bytes) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
 }
 
-// Converts `n` elements of file dtype `from` (on the device) into dst of the device dtype.
-void convert_weight(cuda_ctx *c, void *dst, burst_dtype to, const void *src, burst_dtype from, int64_t n) {
+// Converts n elements of dtype `from` (on the device) into dst of another dtype `to`: F16 or BF16
+// into F32, F16 or F32 into BF16. Weights as they upload, and the bf16 matmul inputs fp32 mode widens.
+void convert_to(cuda_ctx *c, void *dst, burst_dtype to, const void *src, burst_dtype from, int64_t n) {
     const unsigned g = blocks_for(n, 4);
 #define LAUNCH(S, D) convert_kernel<S, D><<<g, THREADS, 0, c->stream>>>((D *)dst, (const S *)src, 1, n, n)
     if (to == DTYPE_F32) {
@@ -432,7 +433,7 @@ burst_status cuda_weight(burst_backend *b, const weights_tensor *t, burst_weight
             const int64_t n = t->numel - first < chunk ? t->numel - first : chunk;
             CUDA_CHECK(cudaMemcpyAsync(stage, (const char *)t->data + first * in_size, (size_t)n * in_size,
                                        cudaMemcpyHostToDevice, c->stream));
-            convert_weight(c, (char *)dst + first * out_size, to, stage, t->dtype, n);
+            convert_to(c, (char *)dst + first * out_size, to, stage, t->dtype, n);
             CUDA_CHECK(cudaStreamSynchronize(c->stream)); // the stage is reused next chunk
         }
     }
@@ -504,10 +505,7 @@ void cuda_convert(burst_backend *b, void *dst, burst_dtype to, const float *src,
     profile_stop(c, t);
 }
 
-// out = x W^T, or out += x W^T, by cuBLAS with the weights' dtype for both operands: bf16 mode
-// rounds a float32 x to bf16 first, fp32 mode widens a bf16 x. cuBLAS writes bf16 or float32
-// outputs of bf16 GEMMs and adds to float32 ones (beta 1); fp32 mode's bf16 outputs, which it has
-// no GEMM for, go through a float32 copy.
+// BURST_BATCHED_DECODE=1: the bf16 jobs in one launch per MAX_ROUND_JOBS; else job by job.
 void cuda_convert_batch(burst_backend *b, burst_dtype to, const convert_job *jobs, int n) {
     cuda_ctx *c = ctx_of(b);
     if (!c->batched || to != DTYPE_BF16) { // (an fp32 cache's rows are plain copies)
@@ -531,6 +529,10 @@ void cuda_convert_batch(burst_backend *b, burst_dtype to, const convert_job *job
     profile_stop(c, t);
 }
 
+// out = x W^T, or out += x W^T, by cuBLAS with the weights' dtype for both operands: bf16 mode
+// rounds a float32 x to bf16 first, fp32 mode widens a bf16 x. cuBLAS writes bf16 or float32
+// outputs of bf16 GEMMs and adds to float32 ones (beta 1); fp32 mode's bf16 outputs, which it has
+// no GEMM for, go through a float32 copy.
 void cuda_matmul(burst_backend *b, void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                  const burst_weight *W, int n) {
     cuda_ctx *c = ctx_of(b);
@@ -542,9 +544,7 @@ void cuda_matmul(burst_backend *b, void *out, burst_dtype out_dtype, int accumul
         const int t = profile_start(c, "matmul input to %s %lld n<=%lld", dtype_name(W->dtype), (long long)cols,
                                     pow2_at_least(n));
         if (W->dtype == DTYPE_BF16) round_bf16(c, (__nv_bfloat16 *)conv, (const float *)x, n, cols, cols);
-        else convert_kernel<__nv_bfloat16, float><<<blocks_for(n * cols, 4), THREADS, 0, c->stream>>>(
-            (float *)conv, (const __nv_bfloat16 *)x, 1, n * cols, n * cols);
-        CUDA_CHECK(cudaGetLastError());
+        else convert_to(c, conv, DTYPE_F32, x, DTYPE_BF16, n * cols);
         profile_stop(c, t);
         xin = conv;
     }
