@@ -26,10 +26,8 @@ typedef struct {
     double *as_f64;
 } act_buf;
 
-static int64_t act_words(burst_dtype dt, int64_t n) { return dt == DTYPE_F32 ? n : (n + 1) / 2; }
-
 static act_buf act_random(burst_dtype dt, int64_t n, float lo, float hi) {
-    act_buf a = {.dt = dt, .n = n, .p = test_alloc_guarded(act_words(dt, n)),
+    act_buf a = {.dt = dt, .n = n, .p = test_alloc_guarded(test_act_words(dt, n)),
                  .as_f64 = burst_malloc((size_t)(n + 1) * sizeof(double))};
     for (int64_t i = 0; i < n; i++) {
         float v = test_uniform(lo, hi);
@@ -45,9 +43,9 @@ static void act_free(act_buf *a) { free(a->p), free(a->as_f64); }
 // Checks a's n values against ref, and its guard words.
 static void act_check(const char *what, const act_buf *a, const double *ref, double atol) {
     float *got = burst_malloc((size_t)(a->n + 1) * sizeof(float));
-    for (int64_t i = 0; i < a->n; i++) got[i] = a->dt == DTYPE_F32 ? a->p[i] : bf16_to_f32(((uint16_t *)a->p)[i]);
+    for (int64_t i = 0; i < a->n; i++) got[i] = test_act_value(a->dt, a->p, i);
     double rtol = a->dt == DTYPE_F32 ? F32_RTOL : BF16_RTOL;
-    check(test_compare(what, got, ref, a->n, rtol * rtol, atol, rtol) && test_guard_ok(a->p, act_words(a->dt, a->n), what));
+    check(test_compare(what, got, ref, a->n, rtol * rtol, atol, rtol) && test_guard_ok(a->p, test_act_words(a->dt, a->n), what));
     free(got);
 }
 
@@ -132,7 +130,7 @@ static void test_swiglu(burst_backend *be) {
             char what[64];
             snprintf(what, sizeof what, "swiglu %s n=%lld", dtype_name(gate.dt), (long long)n);
             act_check(what, &gate, ref, 1e-6);
-            check(test_guard_ok(up.p, act_words(up.dt, n), "swiglu's up"));
+            check(test_guard_ok(up.p, test_act_words(up.dt, n), "swiglu's up"));
             free(ref), act_free(&gate), act_free(&up);
         }
 }

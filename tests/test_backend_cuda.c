@@ -94,15 +94,9 @@ static int compare(const char *what, const float *got, const float *want, int64_
 
 // ---- activations of either dtype (backend_act_dtype) ----
 
-// A host buffer of n activations of dtype dt: act_words(dt, n) floats of storage, then guard words.
-static int64_t act_words(burst_dtype dt, int64_t n) { return dt == DTYPE_F32 ? n : (n + 1) / 2; }
-
-static float act_value(burst_dtype dt, const float *p, int64_t i) {
-    return dt == DTYPE_F32 ? p[i] : bf16_to_f32(((const uint16_t *)p)[i]);
-}
-
+// A host buffer of n activations of dtype dt: test_act_words(dt, n) floats of storage, then guard words.
 static float *host_act(burst_dtype dt, int64_t n, float lo, float hi) {
-    float *h = test_alloc_guarded(act_words(dt, n));
+    float *h = test_alloc_guarded(test_act_words(dt, n));
     if (dt == DTYPE_F32) test_fill(h, n, lo, hi);
     else {
         for (int64_t i = 0; i < n; i++) ((uint16_t *)h)[i] = f32_to_bf16(test_uniform(lo, hi));
@@ -116,9 +110,9 @@ static int compare_act(const char *what, burst_dtype dt, const float *got, const
                        double atol, double rtol) {
     if (dt == DTYPE_F32) return compare(what, got, want, n, nmse, atol, rtol);
     float *g = test_alloc_guarded(n), *w = test_alloc_guarded(n);
-    for (int64_t i = 0; i < n; i++) g[i] = act_value(dt, got, i), w[i] = act_value(dt, want, i);
+    for (int64_t i = 0; i < n; i++) g[i] = test_act_value(dt, got, i), w[i] = test_act_value(dt, want, i);
     int ok = compare(what, g, w, n, nmse > BF16_OUT_NMSE ? nmse : BF16_OUT_NMSE, atol, rtol + BF16_ULP) &&
-             test_guard_ok(got, act_words(dt, n), what);
+             test_guard_ok(got, test_act_words(dt, n), what);
     free(g), free(w);
     return ok;
 }
@@ -209,7 +203,7 @@ static void test_rmsnorm(const backends *B) {
             for (int variant = 0; variant < 3; variant++) { // to F32, in place, to BF16
                 const int n = NS[ni], dim = ni == 1 ? 4096 : 1001, in_place = variant == 1;
                 const burst_dtype out = variant == 2 ? DTYPE_BF16 : DTYPE_F32;
-                const int64_t len = (int64_t)n * dim, words = act_words(out, len);
+                const int64_t len = (int64_t)n * dim, words = test_act_words(out, len);
                 test_weight w = make_weight(DTYPES[di], 0, dim, 0.5f, 1.5f);
                 burst_weight cw, gw;
                 load_weight(B, &w, &cw, &gw);
@@ -244,13 +238,13 @@ static void test_matmul(const backends *B) {
                 for (int ni = 0; ni < 3; ni++) {
                     const int n = NS[ni], rows = shapes[si][0], cols = shapes[si][1], acc = variants[vi].acc;
                     const burst_dtype xt = variants[vi].x, ot = variants[vi].out;
-                    const int64_t out_words = act_words(ot, (int64_t)n * rows);
+                    const int64_t out_words = test_act_words(ot, (int64_t)n * rows);
                     test_weight w = make_weight(DTYPES[di], rows, cols, -1, 1);
                     burst_weight cw, gw;
                     load_weight(B, &w, &cw, &gw);
                     float *x = host_act(xt, (int64_t)n * cols, -1, 1), *want = host_act(ot, (int64_t)n * rows, -1, 1);
                     float *got = host_clone(want, out_words);
-                    float *dx = dev_upload(x, act_words(xt, (int64_t)n * cols)), *dout = dev_upload(got, out_words);
+                    float *dx = dev_upload(x, test_act_words(xt, (int64_t)n * cols)), *dout = dev_upload(got, out_words);
                     if (acc) {
                         backend_matmul_add(B->gpu, dout, dx, xt, &gw, n);
                         backend_matmul_add(B->cpu, want, x, xt, &cw, n);
@@ -267,7 +261,7 @@ static void test_matmul(const backends *B) {
                         for (int o = 0; o < rows; o++) {
                             double ss = 0, sum = 0;
                             for (int j = 0; j < cols; j++) {
-                                double t = (double)act_value(xt, x, (int64_t)i * cols + j) * w.approx[(int64_t)o * cols + j];
+                                double t = (double)test_act_value(xt, x, (int64_t)i * cols + j) * w.approx[(int64_t)o * cols + j];
                                 ss += t * t, sum += t;
                             }
                             if (ss > terms * terms) terms = sqrt(ss);
@@ -318,7 +312,7 @@ static void test_elementwise(const backends *B) {
         for (int op = 0; op < 3; op++) { // swiglu in float32, in bf16, copy
             const int64_t n = lens[li];
             const burst_dtype dt = op == 1 ? DTYPE_BF16 : DTYPE_F32;
-            const int64_t words = act_words(dt, n);
+            const int64_t words = test_act_words(dt, n);
             float *want = host_act(dt, n, -8, 8), *y = host_act(dt, n, -2, 2), *got = host_clone(want, words);
             float *d = dev_upload(got, words), *dy = dev_upload(y, words);
             if (op < 2) backend_swiglu(B->gpu, d, dy, dt, n), backend_swiglu(B->cpu, want, y, dt, n);

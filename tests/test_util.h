@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/dtype.h"
+
 #define TEST_SKIP 77 // ctest's SKIP_RETURN_CODE
 
 static uint64_t test_rng_state = 0x9e3779b97f4a7c15ull;
@@ -53,6 +55,13 @@ static inline int test_guard_ok(const float *p, int64_t n, const char *what) {
             return 0;
         }
     return 1;
+}
+
+// n activations of dtype dt (F32, or BF16: model/backend.h's act dtype) kept in a float buffer
+// take test_act_words(dt, n) floats of it, before the guard words; element i as a float.
+static inline int64_t test_act_words(burst_dtype dt, int64_t n) { return dt == DTYPE_F32 ? n : (n + 1) / 2; }
+static inline float test_act_value(burst_dtype dt, const float *p, int64_t i) {
+    return dt == DTYPE_F32 ? p[i] : bf16_to_f32(((const uint16_t *)p)[i]);
 }
 
 // Compares got against a float64 reference. Passes when nmse <= max_nmse and every element has
