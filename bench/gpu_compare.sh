@@ -17,6 +17,7 @@ step=${1:?build, tests or bench}
 ns=${NS:-4096,16384,32768}
 batches=${BATCHES:-8192,32768}
 [ "$step" = tests ] || [ -d "${BASE:?BASE: the base tree}" ] || { echo "BASE=$BASE: no such directory"; exit 1; }
+name_of() { [ "$1" = "$root" ] && echo now || echo base; } # a tree's name in the logs and tables
 case $step in
 build)
   source bench/gpu_build.sh || exit 1
@@ -44,20 +45,20 @@ bench)
   : >"$log"
   for rep in 1 2; do
     for tree in "$root" "$BASE"; do
-      name=$([ "$tree" = "$root" ] && echo now || echo base)
+      name=$(name_of "$tree")
       "$tree/build-gpu/bench/bench_prefill" /tmp/llama7b "$ns" "$batches" 3 bf16 7b 2>"$out/prefill_${name}_$rep.err" |
         grep '^{' | sed "s/^{/{\"tree\": \"$name\", /" | tee -a "$log"
     done
   done
   for run in "$root 0" "$root 1" "$BASE 0"; do
     set -- $run
-    name=$([ "$1" = "$root" ] && echo now || echo base)
+    name=$(name_of "$1")
     echo "== bench_decode $name, BURST_BATCHED_DECODE=$2"
     BURST_BATCHED_DECODE=$2 "$1/build-gpu/bench/bench_decode" /tmp/llama7b 1,8,32,64 1024 20 cuda bf16 2>&1 | tail -6
   done
   big=${ns##*,}
   for tree in "$root" "$BASE"; do
-    name=$([ "$tree" = "$root" ] && echo now || echo base)
+    name=$(name_of "$tree")
     echo "== profile $name, N=$big"
     BURST_PROFILE=1 "$tree/build-gpu/bench/bench_prefill" /tmp/llama7b "$big" "${batches##*,}" 1 bf16 7b 2>&1 |
       grep '^profile' | head -25
