@@ -31,7 +31,8 @@ const char *backend_name(const burst_backend *b) { return b->ops->name; }
 
 burst_dtype backend_act_dtype(const burst_backend *b) { return b->ops->act_dtype; }
 
-static int act_ok(burst_dtype dt) { return dt == DTYPE_F32 || dt == DTYPE_BF16; }
+// The dtypes of activations and KV cache rows.
+static int f32_or_bf16(burst_dtype dt) { return dt == DTYPE_F32 || dt == DTYPE_BF16; }
 
 void *backend_alloc(burst_backend *b, size_t bytes) { return b->ops->alloc(b, bytes); }
 
@@ -52,12 +53,12 @@ void backend_copy(burst_backend *b, void *dst, const void *src, size_t bytes) {
 }
 
 void backend_convert(burst_backend *b, void *dst, burst_dtype to, const float *src, int64_t n) {
-    BURST_ASSERT(dst && src && n >= 0 && (to == DTYPE_F32 || to == DTYPE_BF16));
+    BURST_ASSERT(dst && src && n >= 0 && f32_or_bf16(to));
     b->ops->convert(b, dst, to, src, n);
 }
 
 void backend_convert_batch(burst_backend *b, burst_dtype to, const convert_job *jobs, int n) {
-    BURST_ASSERT(n >= 0 && (jobs || n == 0) && (to == DTYPE_F32 || to == DTYPE_BF16));
+    BURST_ASSERT(n >= 0 && (jobs || n == 0) && f32_or_bf16(to));
     for (int i = 0; i < n; i++) BURST_ASSERT(jobs[i].dst && jobs[i].src && jobs[i].n >= 0);
     if (b->ops->convert_batch) b->ops->convert_batch(b, to, jobs, n);
     else
@@ -78,20 +79,20 @@ void backend_embed(burst_backend *b, float *x, const burst_weight *table, const 
 
 void backend_rmsnorm(burst_backend *b, void *out, burst_dtype out_dtype, const float *x,
                      const burst_weight *w, int n, float eps) {
-    BURST_ASSERT(out && x && w && w->rows == 1 && n >= 0 && act_ok(out_dtype));
+    BURST_ASSERT(out && x && w && w->rows == 1 && n >= 0 && f32_or_bf16(out_dtype));
     BURST_ASSERT(out != (const void *)x || out_dtype == DTYPE_F32);
     b->ops->rmsnorm(b, out, out_dtype, x, w, n, eps);
 }
 
 void backend_matmul(burst_backend *b, void *out, burst_dtype out_dtype, const void *x,
                     burst_dtype x_dtype, const burst_weight *W, int n) {
-    BURST_ASSERT(out && x && W && out != x && n >= 0 && act_ok(out_dtype) && act_ok(x_dtype));
+    BURST_ASSERT(out && x && W && out != x && n >= 0 && f32_or_bf16(out_dtype) && f32_or_bf16(x_dtype));
     b->ops->matmul(b, out, out_dtype, 0, x, x_dtype, W, n);
 }
 
 void backend_matmul_add(burst_backend *b, float *out, const void *x, burst_dtype x_dtype,
                         const burst_weight *W, int n) {
-    BURST_ASSERT(out && x && W && (const void *)out != x && n >= 0 && act_ok(x_dtype));
+    BURST_ASSERT(out && x && W && (const void *)out != x && n >= 0 && f32_or_bf16(x_dtype));
     b->ops->matmul(b, out, DTYPE_F32, 1, x, x_dtype, W, n);
 }
 
@@ -102,13 +103,13 @@ void backend_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_h
 }
 
 void backend_swiglu(burst_backend *b, void *gate, const void *up, burst_dtype dtype, int64_t n) {
-    BURST_ASSERT(gate && up && n >= 0 && act_ok(dtype));
+    BURST_ASSERT(gate && up && n >= 0 && f32_or_bf16(dtype));
     b->ops->swiglu(b, gate, up, dtype, n);
 }
 
 static void check_attention(const flash_args *a) {
     BURST_ASSERT(a && a->q && a->k && a->v && a->o && a->lse && a->head_dim > 0);
-    BURST_ASSERT(a->kv_dtype == DTYPE_F32 || a->kv_dtype == DTYPE_BF16);
+    BURST_ASSERT(f32_or_bf16(a->kv_dtype));
     BURST_ASSERT(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0);
 }
 
