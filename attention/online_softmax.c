@@ -9,28 +9,37 @@
 
 #include "common/burst.h"
 
-void online_softmax_merge(const online_softmax_args *a) {
-    BURST_ASSERT(a->n >= 0 && a->n_heads > 0 && a->head_dim > 0 && "bad merge sizes");
+// Row t of call a: query row t / n_heads, head t % n_heads.
+static void merge_row(const online_softmax_args *a, int64_t t) {
     const int d = a->head_dim;
-    const int64_t rows = (int64_t)a->n * a->n_heads;
-#pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < rows; t++) {
-        int64_t i = t / a->n_heads;
-        int h = (int)(t % a->n_heads);
-        float *o = a->o + i * a->o_stride + (int64_t)h * d;
-        const float *ob = a->o_b + i * a->o_b_stride + (int64_t)h * d;
-        float *lse = &a->lse[(int64_t)h * a->n + i];
-        float lb = a->lse_b[(int64_t)h * a->n + i];
-        if (lb == -INFINITY) continue;   // empty partial: nothing to add
-        if (*lse == -INFINITY) {         // empty running result: take the partial
-            for (int c = 0; c < d; c++) o[c] = ob[c];
-            *lse = lb;
-            continue;
-        }
-        float mx = fmaxf(*lse, lb);
-        float wa = expf(*lse - mx), wb = expf(lb - mx);
-        float inv = 1.0f / (wa + wb);
-        for (int c = 0; c < d; c++) o[c] = (o[c] * wa + ob[c] * wb) * inv;
-        *lse = mx + logf(wa + wb);
+    int64_t i = t / a->n_heads;
+    int h = (int)(t % a->n_heads);
+    float *o = a->o + i * a->o_stride + (int64_t)h * d;
+    const float *ob = a->o_b + i * a->o_b_stride + (int64_t)h * d;
+    float *lse = &a->lse[(int64_t)h * a->n + i];
+    float lb = a->lse_b[(int64_t)h * a->n + i];
+    if (lb == -INFINITY) return; // empty partial: nothing to add
+    if (*lse == -INFINITY) {     // empty running result: take the partial
+        for (int c = 0; c < d; c++) o[c] = ob[c];
+        *lse = lb;
+        return;
+    }
+    float mx = fmaxf(*lse, lb);
+    float wa = expf(*lse - mx), wb = expf(lb - mx);
+    float inv = 1.0f / (wa + wb);
+    for (int c = 0; c < d; c++) o[c] = (o[c] * wa + ob[c] * wb) * inv;
+    *lse = mx + logf(wa + wb);
+}
+
+void online_softmax_merge(const online_softmax_args *calls, int n) {
+    BURST_ASSERT(n >= 0 && (calls || n == 0));
+    for (int j = 0; j < n; j++)
+        BURST_ASSERT(calls[j].n >= 0 && calls[j].n_heads > 0 && calls[j].head_dim > 0 && "bad merge sizes");
+    // One parallel region; the calls' outputs are disjoint, so no barrier between them.
+#pragma omp parallel
+    for (int j = 0; j < n; j++) {
+        const int64_t rows = (int64_t)calls[j].n * calls[j].n_heads;
+#pragma omp for schedule(static) nowait
+        for (int64_t t = 0; t < rows; t++) merge_row(&calls[j], t);
     }
 }

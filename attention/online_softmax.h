@@ -6,8 +6,9 @@
 // Layouts are those of attention/flash.h: o rows (n, n_heads, head_dim) with a row stride in
 // elements, lse (n_heads, n) contiguous, natural-log. An lse of -INFINITY marks an empty partial
 // (a row that saw no key; its o is 0): merging it changes nothing, and merging into it copies.
-// The caller owns every buffer; online_softmax_merge is thread-safe for disjoint outputs and
-// runs OpenMP threads over rows.
+// The caller owns every buffer. online_softmax_merge runs n such merges at once (a step's
+// decoding sequences), whose outputs must not overlap; it is thread-safe for disjoint outputs
+// and runs OpenMP threads over the rows of all n in one parallel region.
 #pragma once
 #include <stdint.h>
 
@@ -24,7 +25,7 @@ typedef struct {
     int n, n_heads, head_dim;
 } online_softmax_args;
 
-void online_softmax_merge(const online_softmax_args *a);
+void online_softmax_merge(const online_softmax_args *calls, int n);
 
 #ifdef __cplusplus
 }

@@ -1,13 +1,14 @@
 #include "attention/ring.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void cpu_attend(void *ctx, const flash_args *a) { (void)ctx, flash_cpu(a); }
-static void cpu_merge(void *ctx, const online_softmax_args *a) { (void)ctx, online_softmax_merge(a); }
-static void cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+static void cpu_merge(void *ctx, const online_softmax_args *calls, int n) { (void)ctx, online_softmax_merge(calls, n); }
+static void cpu_copy(void *ctx, const copy_job *jobs, int n) {
     (void)ctx;
-    memcpy(dst, src, bytes);
+    for (int i = 0; i < n; i++) memcpy(jobs[i].dst, jobs[i].src, jobs[i].bytes);
 }
 static const attn_ops cpu_ops = {.attend = cpu_attend, .merge = cpu_merge, .copy = cpu_copy};
 
@@ -56,7 +57,7 @@ static void attend_block(const ring_args *a, const attn_ops *ops, const char *k,
             if (started[t])
                 ops->merge(ops->ctx, &(online_softmax_args){
                     .o = o_run, .lse = lse_run, .o_b = o_part, .lse_b = lse_part, .o_stride = a->o_stride,
-                    .o_b_stride = dim, .n = (int)qr.len, .n_heads = a->n_heads, .head_dim = a->head_dim});
+                    .o_b_stride = dim, .n = (int)qr.len, .n_heads = a->n_heads, .head_dim = a->head_dim}, 1);
             started[t] = 1;
         }
     }
@@ -75,10 +76,9 @@ burst_status ring_attention(const ring_args *a, burst_error *err) {
     size_t row_bytes = (size_t)kv_dim * dtype_size(a->kv_dtype), half = bb / 2; // V rows follow K's
     char *block[2] = {a->work, (char *)a->work + bb};
     float *o_part = (float *)((char *)a->work + (G > 1 ? 2 * bb : 0)), *lse_part = o_part + nq * dim;
-    if (G > 1) { // what step 0 sends
-        ops->copy(ops->ctx, block[0], a->k, (size_t)nk * row_bytes);
-        ops->copy(ops->ctx, block[0] + half, a->v, (size_t)nk * row_bytes);
-    }
+    if (G > 1) // what step 0 sends
+        ops->copy(ops->ctx, (copy_job[]){{block[0], a->k, (size_t)nk * row_bytes},
+                                         {block[0] + half, a->v, (size_t)nk * row_bytes}}, 2);
     int started[PART_MAX_RUNS] = {0};
     for (int j = 0; j < G; j++) {
         burst_status st;
@@ -106,33 +106,46 @@ int64_t sharded_merge_work_floats(int n_ranks, int n, int n_heads, int head_dim)
     return (int64_t)(n_ranks + 1) * n * ((int64_t)n_heads * head_dim + n_heads);
 }
 
+// The copies between the parts and one rank's block of the all-gather (part after part: its o
+// rows, then its lse), into the block (to_block) or out of it.
+static void part_copies(const merge_part *parts, int n_parts, int64_t dim, int n_heads, float *block, int to_block,
+                        copy_job *jobs) {
+    for (int p = 0; p < n_parts; block += parts[p].n * (dim + n_heads), p++) {
+        size_t o_bytes = (size_t)parts[p].n * dim * sizeof(float), lse_bytes = (size_t)parts[p].n * n_heads * sizeof(float);
+        float *lse_at = block + parts[p].n * dim;
+        jobs[2 * p] = to_block ? (copy_job){block, parts[p].o, o_bytes} : (copy_job){parts[p].o, block, o_bytes};
+        jobs[2 * p + 1] = to_block ? (copy_job){lse_at, parts[p].lse, lse_bytes} : (copy_job){parts[p].lse, lse_at, lse_bytes};
+    }
+}
+
 burst_status sharded_merge(comm *c, const attn_ops *ops, const merge_part *parts, int n_parts, int n_heads,
                            int head_dim, float *work, burst_error *err) {
     if (!ops) ops = &cpu_ops;
     int G = comm_size(c);
     int64_t dim = (int64_t)n_heads * head_dim, n = 0;
     for (int p = 0; p < n_parts; p++) n += parts[p].n;
-    int64_t per_rank = n * (dim + n_heads); // each part's o rows then its lse, part after part
-    float *send = work, *all = work + per_rank, *at = send;
-    for (int p = 0; p < n_parts; p++) {
-        ops->copy(ops->ctx, at, parts[p].o, (size_t)parts[p].n * dim * sizeof(float));
-        ops->copy(ops->ctx, at + parts[p].n * dim, parts[p].lse, (size_t)parts[p].n * n_heads * sizeof(float));
-        at += parts[p].n * (dim + n_heads);
-    }
+    int64_t per_rank = n * (dim + n_heads);
+    float *send = work, *all = work + per_rank;
+    copy_job *jobs = burst_malloc(sizeof *jobs * 2 * (size_t)(n_parts + 1));
+    online_softmax_args *merges = burst_malloc(sizeof *merges * (size_t)(n_parts + 1));
+    part_copies(parts, n_parts, dim, n_heads, send, 1, jobs);
+    ops->copy(ops->ctx, jobs, 2 * n_parts);
     if (ops->sync) ops->sync(ops->ctx);
     burst_status st = comm_allgather(c, send, all, (size_t)per_rank * sizeof(float), err);
-    if (st) return st;
-    // Start from rank 0's partial and merge the others in rank order: bit-identical on every rank.
-    for (int64_t p = 0, off = 0; p < n_parts; off += parts[p].n * (dim + n_heads), p++) {
-        const merge_part *q = &parts[p];
-        ops->copy(ops->ctx, q->o, all + off, (size_t)q->n * dim * sizeof(float));
-        ops->copy(ops->ctx, q->lse, all + off + q->n * dim, (size_t)q->n * n_heads * sizeof(float));
+    if (st == BURST_OK) {
+        // Start from rank 0's partials and merge the others in rank order: bit-identical on every
+        // rank. The parts' outputs are disjoint, so each rank's merges go as one batch.
+        part_copies(parts, n_parts, dim, n_heads, all, 0, jobs);
+        ops->copy(ops->ctx, jobs, 2 * n_parts);
         for (int r = 1; r < G; r++) {
-            const float *part = all + r * per_rank + off;
-            ops->merge(ops->ctx, &(online_softmax_args){
-                .o = q->o, .lse = q->lse, .o_b = part, .lse_b = part + q->n * dim, .o_stride = dim,
-                .o_b_stride = dim, .n = q->n, .n_heads = n_heads, .head_dim = head_dim});
+            const float *block = all + r * per_rank;
+            for (int p = 0; p < n_parts; block += parts[p].n * (dim + n_heads), p++)
+                merges[p] = (online_softmax_args){
+                    .o = parts[p].o, .lse = parts[p].lse, .o_b = block, .lse_b = block + parts[p].n * dim,
+                    .o_stride = dim, .o_b_stride = dim, .n = parts[p].n, .n_heads = n_heads, .head_dim = head_dim};
+            ops->merge(ops->ctx, merges, n_parts);
         }
     }
-    return BURST_OK;
+    free(jobs), free(merges);
+    return st;
 }

@@ -24,10 +24,11 @@
 
 // How the ring computes and moves data: NULL means the CPU functions (flash_cpu,
 // online_softmax_merge, memcpy); a backend passes its own so that buffers may live on a device.
+// merge and copy take batches of independent calls, which a GPU may run in one launch.
 typedef struct {
     void (*attend)(void *ctx, const flash_args *a);
-    void (*merge)(void *ctx, const online_softmax_args *a);
-    void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
+    void (*merge)(void *ctx, const online_softmax_args *calls, int n);
+    void (*copy)(void *ctx, const copy_job *jobs, int n);
     void (*sync)(void *ctx); // optional: wait for queued work (before a buffer goes to comm)
     void *ctx;
 } attn_ops;
@@ -71,7 +72,7 @@ typedef struct {
 
 // Each part holds this rank's partial over its shard; afterwards the merge of all ranks'
 // partials, identical on every rank. All parts (a step's decoding sequences) go in one
-// all-gather. work: sharded_merge_work_floats(G, total rows of the parts, ...) floats.
+// all-gather, and each op on them in one batch: copies in, copies out, then G - 1 merges. work: sharded_merge_work_floats(G, total rows of the parts, ...) floats.
 int64_t sharded_merge_work_floats(int n_ranks, int n, int n_heads, int head_dim);
 burst_status sharded_merge(comm *c, const attn_ops *ops, const merge_part *parts, int n_parts, int n_heads,
                            int head_dim, float *work, burst_error *err);

@@ -31,6 +31,14 @@ typedef struct {
 
 const char *burst_status_str(burst_status s);
 
+// One copy of a batch (backend_copy, the ring's copies): `bytes` from src to dst. The copies of
+// one batch neither overlap nor depend on each other, so they may run in any order or together.
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} copy_job;
+
 // Formats "file:line func: <fmt>" into err (if not NULL) and evaluates to status.
 burst_status burst_fail(burst_error *err, burst_status status, const char *file, int line,
                         const char *func, const char *fmt, ...)

@@ -47,9 +47,10 @@ void backend_to_host(burst_backend *b, float *dst, const float *src, int64_t n) 
     b->ops->to_host(b, dst, src, n);
 }
 
-void backend_copy(burst_backend *b, void *dst, const void *src, size_t bytes) {
-    BURST_ASSERT(dst && src);
-    b->ops->copy(b, dst, src, bytes);
+void backend_copy(burst_backend *b, const copy_job *jobs, int n) {
+    BURST_ASSERT(n >= 0 && (jobs || n == 0));
+    for (int i = 0; i < n; i++) BURST_ASSERT(jobs[i].dst && jobs[i].src);
+    b->ops->copy(b, jobs, n);
 }
 
 void backend_convert(burst_backend *b, void *dst, burst_dtype to, const float *src, int64_t n) {
@@ -136,7 +137,11 @@ void backend_sync(burst_backend *b) {
     if (b->ops->sync) b->ops->sync(b);
 }
 
-void backend_merge(burst_backend *b, const online_softmax_args *a) {
-    BURST_ASSERT(a && a->o && a->lse && a->o_b && a->lse_b && a->n >= 0);
-    b->ops->merge(b, a);
+void backend_merge(burst_backend *b, const online_softmax_args *calls, int n) {
+    BURST_ASSERT(n >= 0 && (calls || n == 0));
+    for (int i = 0; i < n; i++) {
+        const online_softmax_args *a = &calls[i];
+        BURST_ASSERT(a->o && a->lse && a->o_b && a->lse_b && a->n >= 0);
+    }
+    b->ops->merge(b, calls, n);
 }

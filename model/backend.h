@@ -45,8 +45,9 @@ void *backend_alloc(burst_backend *b, size_t bytes);
 size_t backend_memory_free(burst_backend *b, int *pool);
 void backend_release(burst_backend *b, void *p);
 void backend_to_host(burst_backend *b, float *dst, const float *src, int64_t n);
-// dst = src, bytes of backend buffers.
-void backend_copy(burst_backend *b, void *dst, const void *src, size_t bytes);
+// n independent copies between backend buffers (common/burst.h's copy_job: none may overlap
+// another or depend on one), in one launch where the backend can.
+void backend_copy(burst_backend *b, const copy_job *jobs, int n);
 // dst (n elements of dtype `to`, DTYPE_F32 or DTYPE_BF16) = src (n floats) rounded to nearest
 // even; both backend buffers. How K/V rows enter a KV cache of either dtype.
 void backend_convert(burst_backend *b, void *dst, burst_dtype to, const float *src, int64_t n);
@@ -87,8 +88,9 @@ void backend_attention(burst_backend *b, const flash_args *a);
 // backend runs the decode-sized ones (and the cache writes of backend_convert_batch) in a few
 // launches instead of a few each, where BURST_BATCHED_DECODE=1; the others call by call.
 void backend_attention_batch(burst_backend *b, const flash_args *calls, int n);
-// Online-softmax merge of attention partials (attention/online_softmax.h) on the backend's buffers.
-void backend_merge(burst_backend *b, const online_softmax_args *a);
+// n online-softmax merges of attention partials (attention/online_softmax.h) on the backend's
+// buffers, outputs disjoint: a step's decoding sequences in one launch on a GPU.
+void backend_merge(burst_backend *b, const online_softmax_args *calls, int n);
 // Waits until every op queued on the backend has finished (a no-op where ops are synchronous).
 void backend_sync(burst_backend *b);
 // A copy between any two buffers of backends of this kind (of the same or different instances),

@@ -81,19 +81,21 @@ static void cpu_release(burst_backend *b, void *p) {
     free(p);
 }
 
-// Host and backend memory are the same here: both directions are one memmove.
-static void cpu_copy(burst_backend *b, void *dst, const void *src, size_t bytes) {
+// Host and backend memory are the same here: every copy, either way, is one memmove.
+static void cpu_copy(burst_backend *b, const copy_job *jobs, int n) {
     (void)b;
-    memmove(dst, src, bytes);
+    for (int i = 0; i < n; i++) memmove(jobs[i].dst, jobs[i].src, jobs[i].bytes);
 }
 
 static void cpu_to_host(burst_backend *b, float *dst, const float *src, int64_t n) {
-    cpu_copy(b, dst, src, (size_t)n * sizeof(float));
+    (void)b;
+    memmove(dst, src, (size_t)n * sizeof(float));
 }
 
 static void cpu_convert(burst_backend *b, void *dst, burst_dtype to, const float *src, int64_t n) {
+    (void)b;
     if (to == DTYPE_F32) {
-        cpu_copy(b, dst, src, (size_t)n * sizeof(float));
+        memmove(dst, src, (size_t)n * sizeof(float));
         return;
     }
     uint16_t *d = dst;
@@ -217,9 +219,9 @@ static void cpu_attention(burst_backend *b, const flash_args *a) {
     flash_cpu(a);
 }
 
-static void cpu_merge(burst_backend *b, const online_softmax_args *a) {
+static void cpu_merge(burst_backend *b, const online_softmax_args *calls, int n) {
     (void)b;
-    online_softmax_merge(a);
+    online_softmax_merge(calls, n);
 }
 
 static const backend_ops cpu_ops = {

@@ -273,6 +273,32 @@ __global__ void round_jobs_kernel(const __grid_constant__ round_jobs j) {
         j.dst[k][t] = __float2bfloat16_rn(j.src[k][t]);
 }
 
+// Byte copies of one launch (backend_copy's batches), by value; grid.y runs over the jobs. A job
+// whose addresses and size are multiples of 16 moves 16 bytes a thread, any other a byte.
+constexpr int MAX_COPY_JOBS = 160;
+struct copy_jobs {
+    char *dst[MAX_COPY_JOBS];
+    const char *src[MAX_COPY_JOBS];
+    int64_t bytes[MAX_COPY_JOBS];
+};
+static_assert(sizeof(copy_jobs) <= 4096, "kernel parameters past 4 KB need CUDA 12.1 and Volta");
+
+__device__ __host__ inline bool aligned16(const void *dst, const void *src, int64_t bytes) {
+    return (((uintptr_t)dst | (uintptr_t)src | (uintptr_t)bytes) & 15) == 0;
+}
+
+__global__ void copy_jobs_kernel(const __grid_constant__ copy_jobs j) {
+    const int k = blockIdx.y;
+    char *dst = j.dst[k];
+    const char *src = j.src[k];
+    const int64_t n = j.bytes[k], first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x,
+                  step = (int64_t)gridDim.x * blockDim.x;
+    if (aligned16(dst, src, n))
+        for (int64_t t = first; t < n / 16; t += step) ((uint4 *)dst)[t] = ((const uint4 *)src)[t];
+    else
+        for (int64_t t = first; t < n; t += step) dst[t] = src[t];
+}
+
 template <typename W>
 __global__ void embed_kernel(float *x, const W *table, const int *tokens, int n, int64_t dim) {
     const int64_t total = (int64_t)n * dim;
@@ -388,9 +414,29 @@ void cuda_to_host(burst_backend *b, float *dst, const float *src, int64_t n) {
     profile_fold(c);
 }
 
-void cuda_copy(burst_backend *b, void *dst, const void *src, size_t bytes) {
+// BURST_BATCHED_DECODE=1: a batch of copies in one launch per MAX_COPY_JOBS (the decode merge's
+// few-hundred-byte rows of every sequence); else, and for a batch of one, cudaMemcpyAsync each.
+void cuda_copy(burst_backend *b, const copy_job *jobs, int n) {
     cuda_ctx *c = ctx_of(b);
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
+    if (!c->batched || n == 1) {
+        for (int i = 0; i < n; i++)
+            CUDA_CHECK(cudaMemcpyAsync(jobs[i].dst, jobs[i].src, jobs[i].bytes, cudaMemcpyDeviceToDevice, c->stream));
+        return;
+    }
+    const int t = profile_start(c, "copy batch jobs<=%lld", pow2_at_least(n));
+    for (int first = 0; first < n; first += MAX_COPY_JOBS) {
+        copy_jobs j;
+        const int count = std::min(n - first, MAX_COPY_JOBS);
+        int64_t most = 1; // the largest job's threads' worth of work
+        for (int i = 0; i < count; i++) {
+            const copy_job *job = &jobs[first + i];
+            j.dst[i] = (char *)job->dst, j.src[i] = (const char *)job->src, j.bytes[i] = (int64_t)job->bytes;
+            most = std::max(most, aligned16(job->dst, job->src, (int64_t)job->bytes) ? j.bytes[i] / 16 : j.bytes[i]);
+        }
+        copy_jobs_kernel<<<dim3(blocks_for(most, 4), (unsigned)count), THREADS, 0, c->stream>>>(j);
+        CUDA_CHECK(cudaGetLastError());
+    }
+    profile_stop(c, t);
 }
 
 // Converts n elements of dtype `from` (on the device) into dst of another dtype `to`: F16 or BF16
@@ -500,7 +546,7 @@ void pack_bf16(cuda_ctx *c, __nv_bfloat16 *dst, const void *src, burst_dtype src
 void cuda_convert(burst_backend *b, void *dst, burst_dtype to, const float *src, int64_t n) {
     cuda_ctx *c = ctx_of(b);
     const int t = profile_start(c, "convert to %s n<=%lld", dtype_name(to), pow2_at_least(n));
-    if (to == DTYPE_F32) cuda_copy(b, dst, src, (size_t)n * sizeof(float));
+    if (to == DTYPE_F32) CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, c->stream));
     else round_bf16(c, (__nv_bfloat16 *)dst, src, 1, n, n);
     profile_stop(c, t);
 }
@@ -661,10 +707,12 @@ void cuda_attention_batch(burst_backend *b, const flash_args *calls, int n) {
     free(split_kv);
 }
 
-void cuda_merge(burst_backend *b, const online_softmax_args *a) {
+void cuda_merge(burst_backend *b, const online_softmax_args *calls, int n) {
     cuda_ctx *c = ctx_of(b);
-    const int t = profile_start(c, "merge n<=%lld", pow2_at_least(a->n));
-    online_softmax_merge_cuda(a, c->stream);
+    long long most = 0;
+    for (int i = 0; i < n; i++) most = std::max(most, (long long)calls[i].n);
+    const int t = profile_start(c, "merge calls<=%lld n<=%lld", pow2_at_least(n), pow2_at_least(most));
+    online_softmax_merge_cuda(calls, n, c->stream);
     profile_stop(c, t);
 }
 

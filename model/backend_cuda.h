@@ -13,8 +13,9 @@
 //     (attention/flash_cuda.h) for head_dim 64/128, else a plain fp32 kernel (head_dim <= 256).
 //     The environment variable BURST_FLASH=ours, read at backend creation, keeps cuDNN out.
 //   - BURST_BATCHED_DECODE=1 (read at creation, either mode): backend_attention_batch sends its
-//     split-KV calls to decode_cuda_batch together, and backend_convert_batch rounds all its
-//     jobs in one launch; else both go call by call. Not yet the default: it has not run on a GPU.
+//     split-KV calls to decode_cuda_batch together, backend_convert_batch rounds all its jobs
+//     in one launch, and backend_copy runs a batch in one launch; else all go call by call. Not
+//     yet the default: it has not run on a GPU. (backend_merge runs a batch in one launch always.)
 //   - fp32 mode (backend "cuda-fp32", act dtype f32), for exactness tests: weights stay float32
 //     (F16/BF16 widen exactly; so do bf16 activations), GEMMs are fp32 with CUBLAS_COMPUTE_32F and no TF32, attention always runs the
 //     plain fp32 kernel (on fp32 or bf16 K/V). It matches the CPU backend to float32 rounding.

@@ -15,7 +15,7 @@ typedef struct {
     size_t (*memory_free)(burst_backend *b, int *pool); // backend_memory_free
     void (*release)(burst_backend *b, void *p);
     void (*to_host)(burst_backend *b, float *dst, const float *src, int64_t n);
-    void (*copy)(burst_backend *b, void *dst, const void *src, size_t bytes);
+    void (*copy)(burst_backend *b, const copy_job *jobs, int n);
     void (*convert)(burst_backend *b, void *dst, burst_dtype to, const float *src, int64_t n);
     burst_status (*weight)(burst_backend *b, const weights_tensor *t, burst_weight *out,
                            burst_error *err);
@@ -32,7 +32,7 @@ typedef struct {
     // optional: backend_attention_batch and backend_convert_batch (else one call at a time)
     void (*attention_batch)(burst_backend *b, const flash_args *calls, int n);
     void (*convert_batch)(burst_backend *b, burst_dtype to, const convert_job *jobs, int n);
-    void (*merge)(burst_backend *b, const online_softmax_args *a);
+    void (*merge)(burst_backend *b, const online_softmax_args *calls, int n);
     void (*sync)(burst_backend *b);                            // optional: ops are synchronous
     void (*transfer)(void *dst, const void *src, size_t bytes); // optional: memcpy
 } backend_ops;

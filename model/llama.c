@@ -53,6 +53,8 @@ typedef struct {
     flash_args *calls;  // (2 n_slots) host: the attention calls of attend_local / attend_replicated
     convert_job *jobs;  // (2 max_batch) host: their cache writes (and bf16 roundings)
     merge_part *parts;  // (n_slots) host: attend_replicated's partials to merge across ranks
+    online_softmax_args *merges; // (n_slots) host: rank 0's merges of the new tokens' partials
+    copy_job *copies;   // (n_slots) host: each segment's last rows, gathered for the logits
     ring_stats ring;  // this rank's ring steps since load
     burst_status st;
     burst_error err;
@@ -108,8 +110,8 @@ typedef struct {
 enum { CMD_FORWARD, CMD_TRUNCATE, CMD_COPY, CMD_QUIT };
 
 static void ops_attend(void *ctx, const flash_args *a) { backend_attention(ctx, a); }
-static void ops_merge(void *ctx, const online_softmax_args *a) { backend_merge(ctx, a); }
-static void ops_copy(void *ctx, void *dst, const void *src, size_t bytes) { backend_copy(ctx, dst, src, bytes); }
+static void ops_merge(void *ctx, const online_softmax_args *calls, int n) { backend_merge(ctx, calls, n); }
+static void ops_copy(void *ctx, const copy_job *jobs, int n) { backend_copy(ctx, jobs, n); }
 static void ops_sync(void *ctx) { backend_sync(ctx); }
 
 // Looks up "name" (printf-style) with the given shape and hands it to the rank's backend.
@@ -202,6 +204,8 @@ static size_t alloc_scratch(llama_model *m, llama_rank *R, bool size_only) {
     R->calls = burst_calloc(2 * (size_t)m->opt.n_slots, sizeof *R->calls);
     R->jobs = burst_calloc(2 * (size_t)B, sizeof *R->jobs); // B >= n_slots
     R->parts = burst_calloc((size_t)m->opt.n_slots, sizeof *R->parts);
+    R->merges = burst_calloc((size_t)m->opt.n_slots, sizeof *R->merges);
+    R->copies = burst_calloc((size_t)m->opt.n_slots, sizeof *R->copies);
     return R->scratch_bytes;
 }
 
@@ -211,7 +215,8 @@ static void free_rank(llama_rank *R) {
                      s->hb, s->hb2, s->last, s->logits, s->ring, s->merge};
     for (size_t i = 0; R->be && i < sizeof bufs / sizeof bufs[0]; i++) backend_release(R->be, bufs[i]);
     if (R->kv.k) kv_cache_free(&R->kv, R->be);
-    free(R->tok), free(R->pos), free(R->row0), free(R->calls), free(R->jobs), free(R->parts), free(R->layers);
+    free(R->tok), free(R->pos), free(R->row0), free(R->calls), free(R->jobs), free(R->parts), free(R->merges), free(R->copies);
+    free(R->layers);
     backend_free(R->be);
 }
 
@@ -480,10 +485,9 @@ static void copy_rank(void *arg, int rank) {
     llama_rank *R = &m->ranks[rank];
     int dst = m->call.copy_dst, src = m->call.copy_src;
     size_t bytes = (size_t)m->shard_len[(int64_t)dst * m->G + R->rank] * (size_t)R->kv.kv_dim * dtype_size(R->kv.dtype);
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        backend_copy(R->be, kv_cache_k(&R->kv, dst, l, 0), kv_cache_k(&R->kv, src, l, 0), bytes);
-        backend_copy(R->be, kv_cache_v(&R->kv, dst, l, 0), kv_cache_v(&R->kv, src, l, 0), bytes);
-    }
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        backend_copy(R->be, (copy_job[]){{kv_cache_k(&R->kv, dst, l, 0), kv_cache_k(&R->kv, src, l, 0), bytes},
+                                         {kv_cache_v(&R->kv, dst, l, 0), kv_cache_v(&R->kv, src, l, 0), bytes}}, 2);
 }
 
 // A prefix of src is a prefix of each of its shards, so dst takes src's owners of the first len
@@ -651,9 +655,10 @@ static burst_status attend_replicated(llama_model *m, llama_rank *R, int l) {
         backend_convert_batch(R->be, R->kv.dtype, R->jobs, n_jobs);
         backend_attention_batch(R->be, fresh, n_rep);
         for (int j = 0; j < n_rep; j++)
-            backend_merge(R->be, &(online_softmax_args){
+            R->merges[j] = (online_softmax_args){
                 .o = shard[j].o, .lse = shard[j].lse, .o_b = fresh[j].o, .lse_b = fresh[j].lse, .o_stride = dim,
-                .o_b_stride = dim, .n = shard[j].nq, .n_heads = c->n_heads, .head_dim = c->head_dim});
+                .o_b_stride = dim, .n = shard[j].nq, .n_heads = c->n_heads, .head_dim = c->head_dim};
+        backend_merge(R->be, R->merges, n_rep);
     }
     burst_status st = sharded_merge(R->c, &R->ops, R->parts, n_rep, c->n_heads, c->head_dim, R->s.merge, &R->err);
     if (st) return st;
@@ -684,7 +689,7 @@ static burst_status all_row_logits(llama_model *m, llama_rank *R, int i) {
         int64_t most = 0;
         for (int r = 0; r < m->G; r++)
             if (seq_part_len(&sp->rows[r]) > most) most = seq_part_len(&sp->rows[r]);
-        backend_copy(R->be, s->xb, x, sizeof(float) * (size_t)(seq_part_len(&sp->rows[R->rank]) * dim));
+        backend_copy(R->be, &(copy_job){s->xb, x, sizeof(float) * (size_t)(seq_part_len(&sp->rows[R->rank]) * dim)}, 1);
         backend_sync(R->be);
         burst_status st = comm_allgather(R->c, s->xb, s->merge, sizeof(float) * (size_t)(most * dim), &R->err);
         if (st || R->rank != 0) return st;
@@ -692,7 +697,7 @@ static burst_status all_row_logits(llama_model *m, llama_rank *R, int i) {
             const float *from = s->merge + r * most * dim;
             for (int t = 0; t < sp->rows[r].n_runs; t++) {
                 const seq_run *run = &sp->rows[r].run[t];
-                backend_copy(R->be, s->xb + (run->start - sp->pos0) * dim, from, sizeof(float) * (size_t)(run->len * dim));
+                backend_copy(R->be, &(copy_job){s->xb + (run->start - sp->pos0) * dim, from, sizeof(float) * (size_t)(run->len * dim)}, 1);
                 from += run->len * dim;
             }
         }
@@ -754,9 +759,10 @@ static burst_status rank_forward(llama_model *m, llama_rank *R) {
     int n_segs = m->plan.n_segs, n_logits = 0;
     for (int i = 0; i < n_segs; i++) {
         int end = i + 1 < n_segs ? R->row0[i + 1] : n, k = seg_logits(&m->call.segs[i]);
-        backend_copy(be, s->last + n_logits * dim, s->x + (int64_t)(end - k) * dim, (size_t)(k * dim) * sizeof(float));
+        R->copies[i] = (copy_job){s->last + n_logits * dim, s->x + (int64_t)(end - k) * dim, (size_t)(k * dim) * sizeof(float)};
         n_logits += k;
     }
+    backend_copy(be, R->copies, n_segs);
     backend_rmsnorm(be, s->last, DTYPE_F32, s->last, &R->final_norm, n_logits, c->norm_eps);
     backend_matmul(be, s->logits, DTYPE_F32, s->last, DTYPE_F32, &R->lm_head, n_logits);
     backend_to_host(be, m->call.logits, s->logits, (int64_t)n_logits * c->vocab_size);

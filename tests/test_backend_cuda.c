@@ -316,7 +316,7 @@ static void test_elementwise(const backends *B) {
             float *want = host_act(dt, n, -8, 8), *y = host_act(dt, n, -2, 2), *got = host_clone(want, words);
             float *d = dev_upload(got, words), *dy = dev_upload(y, words);
             if (op < 2) backend_swiglu(B->gpu, d, dy, dt, n), backend_swiglu(B->cpu, want, y, dt, n);
-            else backend_copy(B->gpu, d, dy, (size_t)n * 4), backend_copy(B->cpu, want, y, (size_t)n * 4);
+            else backend_copy(B->gpu, &(copy_job){d, dy, (size_t)n * 4}, 1), backend_copy(B->cpu, &(copy_job){want, y, (size_t)n * 4}, 1);
             dev_download(B->gpu, got, d, words);
             char what[64];
             snprintf(what, sizeof what, "%s n=%lld", op < 2 ? (op ? "swiglu bf16" : "swiglu f32") : "copy", (long long)n);
@@ -465,9 +465,10 @@ static void test_attention(const backends *B) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_attention_cases(B, &cases[i], 1, 0);
 }
 
-// backend_convert_batch and backend_attention_batch (the G = 1 decode step: every sequence's cache
-// writes, then every sequence's attention) against the CPU, on a GPU backend made with
-// BURST_BATCHED_DECODE=batched: one launch for many calls, or one call at a time.
+// backend_convert_batch and backend_attention_batch (the G = 1 decode step: every sequence's
+// cache writes, then every sequence's attention), and backend_copy's batches, against the CPU, on
+// a GPU backend made with BURST_BATCHED_DECODE=batched: one launch for many calls, or one call at
+// a time.
 static void test_batch(const backends *B) {
     static const attn_case step[] = {
         // one decode row per sequence, caches of several lengths (one launch when batched)
@@ -506,35 +507,76 @@ static void test_batch(const backends *B) {
         CUDA_CHECK(cudaFree(dx));
         free(x), free(want), free(got);
     }
+    // backend_copy of 170 jobs, more than one launch takes, each in its own 16-byte aligned
+    // slot: sizes of 0 to 4800 bytes; every 4th job of a size that is not a multiple of 16 (byte
+    // by byte), every 8th also from an odd address; destinations in reverse order.
+    enum { COPIES = 170 };
+    int64_t at[COPIES + 1], len[COPIES];
+    at[0] = 0;
+    for (int i = 0; i < COPIES; i++) {
+        len[i] = i == 9 ? 0 : i % 4 ? 16 * (int64_t)(test_rand_u64() % 300) : 1 + (int64_t)(test_rand_u64() % 4800);
+        at[i + 1] = at[i] + (len[i] + 1 + 15) / 16 * 16;
+    }
+    const size_t bytes = (size_t)at[COPIES];
+    char *src = malloc(bytes + 1), *want = calloc(1, bytes + 1), *got = calloc(1, bytes + 1), *d_src, *d_dst;
+    for (size_t i = 0; i < bytes; i++) src[i] = (char)test_rand_u64();
+    CUDA_CHECK(cudaMalloc((void **)&d_src, bytes + 1));
+    CUDA_CHECK(cudaMemcpy(d_src, src, bytes + 1, cudaMemcpyHostToDevice));
+    d_dst = backend_alloc(B->gpu, bytes + 1);
+    copy_job cj[COPIES], gj[COPIES];
+    for (int i = 0; i < COPIES; i++) {
+        const size_t from = (size_t)at[i] + (i % 8 == 0), dst = bytes - (size_t)at[i + 1];
+        cj[i] = (copy_job){want + dst, src + from, (size_t)len[i]};
+        gj[i] = (copy_job){d_dst + dst, d_src + from, (size_t)len[i]};
+    }
+    backend_copy(B->cpu, cj, COPIES);
+    backend_copy(B->gpu, gj, COPIES);
+    backend_sync(B->gpu);
+    CUDA_CHECK(cudaMemcpy(got, d_dst, bytes + 1, cudaMemcpyDeviceToHost));
+    int ok = memcmp(got, want, bytes + 1) == 0;
+    printf("%s copy batch of %d jobs, %zu bytes: %s\n", ok ? "ok  " : "FAIL", COPIES, bytes,
+           ok ? "identical to the CPU" : "differs from the CPU");
+    check(ok);
+    backend_release(B->gpu, d_dst);
+    CUDA_CHECK(cudaFree(d_src));
+    free(src), free(want), free(got);
 }
 
+// backend_merge of one batch: the six shapes of NS x dims (padded rows in the first), then 60
+// decode rows (one per sequence), more calls than one launch takes.
 static void test_merge(const backends *B) {
+    enum { SHAPES = 6, CALLS = SHAPES + 60 };
     static const int dims[][2] = {{3, 20}, {8, 128}};
-    for (int si = 0; si < 2; si++)
-        for (int ni = 0; ni < 3; ni++) {
-            const int n = NS[ni], heads = dims[si][0], d = dims[si][1], pad = si ? 0 : 7;
-            const int64_t stride = (int64_t)heads * d + pad, n_o = n * stride, nl = (int64_t)heads * n;
-            float *o_want = host_random(n_o, -1, 1), *ob = host_random(n_o, -1, 1);
-            float *l_want = host_random(nl, -5, 5), *lb = host_random(nl, -5, 5);
-            for (int64_t i = 0; i < nl; i += 5) (i % 2 ? l_want : lb)[i] = -INFINITY; // empty partials
-            float *o_got = host_clone(o_want, n_o), *l_got = host_clone(l_want, nl);
-            float *d_o = dev_upload(o_got, n_o), *d_ob = dev_upload(ob, n_o), *dl = dev_upload(l_got, nl), *dlb = dev_upload(lb, nl);
-            online_softmax_args a = {.o = o_want, .lse = l_want, .o_b = ob, .lse_b = lb, .o_stride = stride,
-                                     .o_b_stride = stride, .n = n, .n_heads = heads, .head_dim = d};
-            backend_merge(B->cpu, &a);
-            a.o = d_o, a.lse = dl, a.o_b = d_ob, a.lse_b = dlb;
-            backend_merge(B->gpu, &a);
-            dev_download(B->gpu, o_got, d_o, n_o);
-            dev_download(B->gpu, l_got, dl, nl);
-            char what[96];
-            snprintf(what, sizeof what, "merge n=%d heads=%d d=%d", n, heads, d);
-            check(compare(what, o_got, o_want, n_o, F32_NMSE, F32_ATOL, F32_RTOL));
-            snprintf(what, sizeof what, "merge n=%d heads=%d d=%d lse", n, heads, d);
-            check(compare(what, l_got, l_want, nl, F32_NMSE, F32_ATOL, F32_RTOL));
-            float *bufs[] = {d_o, d_ob, dl, dlb};
-            for (int i = 0; i < 4; i++) CUDA_CHECK(cudaFree(bufs[i]));
-            free(o_want), free(ob), free(l_want), free(lb), free(o_got), free(l_got);
-        }
+    online_softmax_args want[CALLS], got[CALLS];
+    for (int j = 0; j < CALLS; j++) {
+        const int n = j < SHAPES ? NS[j % 3] : 1, heads = dims[j < 3 ? 0 : 1][0], d = dims[j < 3 ? 0 : 1][1];
+        const int64_t stride = (int64_t)heads * d + (j < 3 ? 7 : 0), n_o = n * stride, nl = (int64_t)heads * n;
+        float *o = host_random(n_o, -1, 1), *ob = host_random(n_o, -1, 1);
+        float *l = host_random(nl, -5, 5), *lb = host_random(nl, -5, 5);
+        for (int64_t i = j; i < nl; i += 5) (i % 2 ? l : lb)[i] = -INFINITY; // empty partials
+        want[j] = (online_softmax_args){.o = o, .lse = l, .o_b = ob, .lse_b = lb, .o_stride = stride,
+                                        .o_b_stride = stride, .n = n, .n_heads = heads, .head_dim = d};
+        got[j] = want[j];
+        got[j].o = dev_upload(o, n_o), got[j].o_b = dev_upload(ob, n_o), got[j].lse = dev_upload(l, nl);
+        got[j].lse_b = dev_upload(lb, nl);
+    }
+    backend_merge(B->cpu, want, CALLS);
+    backend_merge(B->gpu, got, CALLS);
+    for (int j = 0; j < CALLS; j++) {
+        const online_softmax_args *w = &want[j], *g = &got[j];
+        const int64_t n_o = w->n * w->o_stride, nl = (int64_t)w->n_heads * w->n;
+        float *o = test_alloc_guarded(n_o), *l = test_alloc_guarded(nl);
+        dev_download(B->gpu, o, g->o, n_o);
+        dev_download(B->gpu, l, g->lse, nl);
+        char what[96];
+        snprintf(what, sizeof what, "merge batch call %d n=%d heads=%d d=%d", j, w->n, w->n_heads, w->head_dim);
+        check(compare(what, o, w->o, n_o, F32_NMSE, F32_ATOL, F32_RTOL));
+        snprintf(what, sizeof what, "merge batch call %d n=%d heads=%d d=%d lse", j, w->n, w->n_heads, w->head_dim);
+        check(compare(what, l, w->lse, nl, F32_NMSE, F32_ATOL, F32_RTOL));
+        const float *bufs[] = {g->o, g->o_b, g->lse, g->lse_b};
+        for (int i = 0; i < 4; i++) CUDA_CHECK(cudaFree((void *)bufs[i]));
+        free(w->o), free((void *)w->o_b), free(w->lse), free((void *)w->lse_b), free(o), free(l);
+    }
 }
 
 // Buffers from backend_alloc are zeroed device memory; release gives them back.

@@ -49,7 +49,7 @@ static int test_merge(const attn_data *t, int G) {
         flash_cpu(&a);
         online_softmax_merge(&(online_softmax_args){
             .o = o, .lse = lse, .o_b = ob, .lse_b = lb, .o_stride = t->o_stride,
-            .o_b_stride = t->o_stride, .n = c.nq, .n_heads = c.n_heads, .head_dim = c.head_dim});
+            .o_b_stride = t->o_stride, .n = c.nq, .n_heads = c.n_heads, .head_dim = c.head_dim}, 1);
     }
     char what[160], tag[32];
     snprintf(tag, sizeof tag, "merge G=%d", G);
@@ -57,6 +57,57 @@ static int test_merge(const attn_data *t, int G) {
     // Each merge adds a few fp32 roundings of o and lse: a small multiple of the flash bound.
     int ok = check(t, what, o, lse, 1e-10, 4e-6, 1e-5, 1e-9, 8e-6, 1e-6);
     free(o); free(lse); free(ob); free(lb);
+    return ok;
+}
+
+// One online_softmax_merge of several calls of different shapes (a step's sequences): rows
+// n = 0, 1, 3, 70; padded row strides, whose padding must stay as it was; empty running results
+// and empty partials. Each call against a float64 merge of the same inputs.
+static int test_merge_batch(void) {
+    enum { CALLS = 6 };
+    static const int shape[CALLS][4] = {{1, 8, 128, 0}, {0, 3, 37, 5}, {3, 3, 37, 5}, {70, 1, 1, 2}, {1, 32, 8, 0}, {3, 2, 64, 3}};
+    online_softmax_args calls[CALLS];
+    double *ref_o[CALLS], *ref_lse[CALLS];
+    for (int j = 0; j < CALLS; j++) {
+        const int n = shape[j][0], heads = shape[j][1], d = shape[j][2];
+        const int64_t stride = (int64_t)heads * d + shape[j][3], n_o = n * stride, n_lse = (int64_t)n * heads;
+        float *o = test_alloc_guarded(n_o), *ob = burst_malloc(sizeof(float) * (size_t)(n_o + 1));
+        float *lse = test_alloc_guarded(n_lse), *lb = burst_malloc(sizeof(float) * (size_t)(n_lse + 1));
+        test_fill(o, n_o, -1, 1), test_fill(ob, n_o, -1, 1), test_fill(lse, n_lse, -5, 5), test_fill(lb, n_lse, -5, 5);
+        for (int64_t i = 0; i < n_lse; i++) {
+            if (i % 5 == 1) lse[i] = -INFINITY; // empty running result (with o = 0)
+            if (i % 7 == 1) lb[i] = -INFINITY;  // empty partial; row 1 of 35 is both
+        }
+        ref_o[j] = malloc(sizeof(double) * (size_t)(n_o + 1)), ref_lse[j] = malloc(sizeof(double) * (size_t)(n_lse + 1));
+        for (int64_t i = 0; i < n_o; i++) ref_o[j][i] = o[i]; // padding included: it must not change
+        for (int64_t i = 0; i < n; i++)
+            for (int h = 0; h < heads; h++) {
+                const int64_t li = (int64_t)h * n + i;
+                double la = lse[li], lbv = lb[li], *r = ref_o[j] + i * stride + (int64_t)h * d;
+                const float *x = ob + i * stride + (int64_t)h * d;
+                if (la == -INFINITY)
+                    for (int c = 0; c < d; c++) o[i * stride + h * d + c] = 0.0f, r[c] = 0.0;
+                ref_lse[j][li] = la;
+                if (lbv == -INFINITY) continue;
+                double L = la == -INFINITY ? lbv : fmax(la, lbv) + log(exp(la - fmax(la, lbv)) + exp(lbv - fmax(la, lbv)));
+                for (int c = 0; c < d; c++) r[c] = r[c] * exp(la - L) + x[c] * exp(lbv - L);
+                ref_lse[j][li] = L;
+            }
+        calls[j] = (online_softmax_args){.o = o, .lse = lse, .o_b = ob, .lse_b = lb, .o_stride = stride,
+                                         .o_b_stride = stride, .n = n, .n_heads = heads, .head_dim = d};
+    }
+    online_softmax_merge(calls, CALLS);
+    int ok = 1;
+    for (int j = 0; j < CALLS; j++) {
+        const online_softmax_args *a = &calls[j];
+        const int64_t n_o = a->n * a->o_stride, n_lse = (int64_t)a->n * a->n_heads;
+        char what[96];
+        snprintf(what, sizeof what, "merge batch call %d (n=%d heads=%d d=%d) O", j, a->n, a->n_heads, a->head_dim);
+        ok &= test_compare(what, a->o, ref_o[j], n_o, 1e-12, 1e-6, 1e-6) && test_guard_ok(a->o, n_o, what);
+        snprintf(what, sizeof what, "merge batch call %d (n=%d heads=%d d=%d) lse", j, a->n, a->n_heads, a->head_dim);
+        ok &= test_compare(what, a->lse, ref_lse[j], n_lse, 1e-12, 1e-6, 1e-6) && test_guard_ok(a->lse, n_lse, what);
+        free(a->o), free((void *)a->o_b), free(a->lse), free((void *)a->lse_b), free(ref_o[j]), free(ref_lse[j]);
+    }
     return ok;
 }
 
@@ -104,7 +155,8 @@ int main(void) {
     reference(&t);
     fails += !test_flash(&t);
     fails += !test_merge(&t, 8);
-    n += 2;
+    fails += !test_merge_batch();
+    n += 3;
     data_free(&t);
     printf("%s: %d of %d checks failed\n", fails ? "FAIL" : "ok", fails, n);
     return fails ? 1 : 0;

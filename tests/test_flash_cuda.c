@@ -150,7 +150,7 @@ static int test_case(attn_case c, int impl, flash_cuda_tiles tiles, int merge_g)
             }
             online_softmax_merge_cuda(&(online_softmax_args){
                 .o = d_o, .lse = d_lse, .o_b = d_ob, .lse_b = d_lb, .o_stride = t.o_stride,
-                .o_b_stride = t.o_stride, .n = c.nq, .n_heads = c.n_heads, .head_dim = c.head_dim}, 0);
+                .o_b_stride = t.o_stride, .n = c.nq, .n_heads = c.n_heads, .head_dim = c.head_dim}, 1, 0);
         }
         CUDA_CHECK(cudaDeviceSynchronize());
         download(o, d_o, n_o);

@@ -4,7 +4,7 @@
 with the same cache); ring prefill and sharded decode over G = 2, 4, 8 virtual ranks on one GPU
 against G = 1; and `burst generate` greedy text on stories260K, identical between cpu and
 cuda-fp32, with 1 and 3 ranks and both caches, also from burstd with --speculate 4, and four streams at
-once with BURST_BATCHED_DECODE=1. Skips (77) when the build has no CUDA or no device."""
+once with BURST_BATCHED_DECODE=1 on 1 and 3 ranks. Skips (77) when the build has no CUDA or no device."""
 import os, re, subprocess, sys, tempfile
 import numpy as np
 
@@ -143,24 +143,27 @@ if os.path.isdir(STORIES):  # head_dim 8: the split-KV attention kernel (attenti
             print(f"{'ok  ' if accepted else 'FAIL'} ... {accepted:.0f} drafted tokens accepted")
     # BURST_BATCHED_DECODE=1: a step's sequences attend in one launch. Four prompts at once on
     # cuda-fp32 with --speculate 4 (drafted rows: calls of several rows, another kernel instance
-    # beside the one-row calls) give the CPU's greedy texts.
+    # beside the one-row calls) give the CPU's greedy texts; on 3 ranks the sharded merge's copies
+    # go in batches too.
     import threading
     prompts += ["One day, a cat", "The sun was"]
-    with Burstd(STORIES) as cpu, Burstd(STORIES, "--backend", "cuda-fp32", "--kv-dtype", "f32", "--speculate", "4",
-                                         env={"BURST_BATCHED_DECODE": "1"}) as gpu:
-        want, got = {}, {}
-        bodies = {p: {"prompt": p, "max_tokens": 200, "temperature": 0} for p in prompts}
-        for p in prompts:
-            want[p] = cpu.request("POST", "/v1/completions", bodies[p])[2]
-        threads = [threading.Thread(target=lambda p=p: got.__setitem__(p, gpu.request("POST", "/v1/completions", bodies[p])[2]))
-                   for p in prompts]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(300)
-        for p in prompts:
-            ok = "choices" in got.get(p, {}) and got[p]["choices"][0]["text"] == want[p]["choices"][0]["text"]
-            failures += not ok
-            print(f"{'ok  ' if ok else 'FAIL'} BURST_BATCHED_DECODE=1, 4 streams at once on cuda-fp32: the cpu's greedy "
-                  f"text for {p!r:.30}: {got.get(p)!r:.120}")
+    for ranks in (1, 3):
+        with Burstd(STORIES, "--ranks", str(ranks)) as cpu, \
+                Burstd(STORIES, "--ranks", str(ranks), "--backend", "cuda-fp32", "--kv-dtype", "f32", "--speculate", "4",
+                       env={"BURST_BATCHED_DECODE": "1"}) as gpu:
+            want, got = {}, {}
+            bodies = {p: {"prompt": p, "max_tokens": 200, "temperature": 0} for p in prompts}
+            for p in prompts:
+                want[p] = cpu.request("POST", "/v1/completions", bodies[p])[2]
+            threads = [threading.Thread(target=lambda p=p: got.__setitem__(p, gpu.request("POST", "/v1/completions", bodies[p])[2]))
+                       for p in prompts]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(300)
+            for p in prompts:
+                ok = "choices" in got.get(p, {}) and got[p]["choices"][0]["text"] == want[p]["choices"][0]["text"]
+                failures += not ok
+                print(f"{'ok  ' if ok else 'FAIL'} BURST_BATCHED_DECODE=1, 4 streams at once on cuda-fp32 G={ranks}: the "
+                      f"cpu's greedy text for {p!r:.30}: {got.get(p)!r:.120}")
 sys.exit(1 if failures else 0)
