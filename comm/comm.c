@@ -44,8 +44,8 @@ burst_status comm_allgather(comm *c, const void *send, void *recv, size_t bytes,
 burst_status comm_barrier(comm *c, burst_error *err) { return c->g->ops->barrier(c, err); }
 
 #ifndef BURST_WITH_NCCL
-burst_status comm_nccl_group_new(cluster *cl, int n_ranks, comm_group **out, burst_error *err) {
-    (void)cl, (void)n_ranks;
+burst_status comm_nccl_group_new(cluster *cl, int n_ranks, double stall_s, comm_group **out, burst_error *err) {
+    (void)cl, (void)n_ranks, (void)stall_s;
     *out = NULL;
     return BURST_FAIL(err, BURST_ERR_INVALID, "nccl: this build has no NCCL (configure with CUDA and NCCL found)");
 }

@@ -26,9 +26,11 @@ typedef struct comm_group comm_group;
 comm_group *comm_threads_group_new(int n_ranks, void (*transfer)(void *dst, const void *src, size_t bytes));
 // n_ranks ranks over the nodes of a cluster (NULL: this process alone), each node with its share
 // (cluster_ranks). NCCL: one GPU per rank, a node's i-th rank on its GPU i; fails when NCCL is
-// not built in or a node has fewer GPUs than ranks. TCP: one connection to rank+1 and one from
-// rank-1 per rank, each driven by a helper thread so that a ring step runs beside compute.
-burst_status comm_nccl_group_new(cluster *cl, int n_ranks, comm_group **out, burst_error *err);
+// not built in or a node has fewer GPUs than ranks; an operation unfinished after stall_s seconds
+// (or one NCCL reports failed) aborts the rank's communicator and fails. TCP: one connection to
+// rank+1 and one from rank-1 per rank, each driven by a helper thread so that a ring step runs
+// beside compute.
+burst_status comm_nccl_group_new(cluster *cl, int n_ranks, double stall_s, comm_group **out, burst_error *err);
 // stall_s: a TCP transfer that moves no byte this long fails (net_set_timeout).
 burst_status comm_tcp_group_new(cluster *cl, int n_ranks, double stall_s, comm_group **out, burst_error *err);
 void comm_group_free(comm_group *g);

@@ -6,7 +6,14 @@
 // from rank-1 on the communication stream, so the transfer runs beside the attention kernels of
 // the compute stream; comm_ring_wait waits for its event. Buffers are device memory, complete
 // before they are handed over (the ring syncs the compute stream first).
+//
+// NCCL waits for a peer forever: a rank whose peer process is stuck (or gone without NCCL
+// noticing) would hang, and the server with it. So every wait polls the operation's event: when
+// NCCL reports an asynchronous error (a peer's connection failed), or the operation has not
+// finished after stall_s seconds, the rank aborts its communicator (which also ends its kernels
+// that still wait) and fails with BURST_ERR_DEVICE; every later call on that rank fails too.
 #include <nccl.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #include "common/cuda_check.h"
@@ -17,15 +24,47 @@
 typedef struct {
     ncclComm_t nc;
     cudaStream_t stream;
-    cudaEvent_t done; // the last ring step's transfer
+    cudaEvent_t done; // the last operation (ring step, all-gather, barrier)
     int *token;       // device: one int for the barrier's all-reduce
+    double stall_s;   // how long an operation may take before the rank gives up
+    int aborted;      // the communicator was aborted: nothing more runs on it
 } nccl_rank;
 
 static int device_of(const comm *c) { return c->rank - c->g->first; }
 static nccl_rank *rank_of(const comm *c) { return &((nccl_rank *)c->g->impl)[device_of(c)]; }
 
+static burst_status check_alive(const comm *c, burst_error *err) {
+    if (!rank_of(c)->aborted) return BURST_OK;
+    return BURST_FAIL(err, BURST_ERR_DEVICE, "nccl rank %d: its communicator was aborted after an earlier failure", c->rank);
+}
+
+// Waits until the operation `what` (recorded in R->done) has finished; see the top of the file.
+static burst_status wait_done(comm *c, const char *what, burst_error *err) {
+    nccl_rank *R = rank_of(c);
+    double start = burst_now();
+    for (;;) {
+        cudaError_t q = cudaEventQuery(R->done);
+        if (q == cudaSuccess) return BURST_OK;
+        if (q != cudaErrorNotReady) CUDA_CHECK(q);
+        ncclResult_t async;
+        NCCL_CHECK(ncclCommGetAsyncError(R->nc, &async));
+        double waited = burst_now() - start;
+        if (async != ncclSuccess || waited > R->stall_s) {
+            NCCL_CHECK(ncclCommAbort(R->nc));
+            R->aborted = 1;
+            if (async != ncclSuccess)
+                return BURST_FAIL(err, BURST_ERR_DEVICE, "nccl rank %d: %s failed: %s (communicator aborted)", c->rank,
+                                  what, ncclGetErrorString(async));
+            return BURST_FAIL(err, BURST_ERR_DEVICE, "nccl rank %d: %s unfinished after %.0f s: a peer is stuck or gone "
+                              "(communicator aborted)", c->rank, what, waited);
+        }
+        sched_yield();
+    }
+}
+
 static burst_status nccl_ring_start(comm *c, const void *send, void *recv, size_t bytes, burst_error *err) {
-    (void)err;
+    burst_status st = check_alive(c, err);
+    if (st) return st;
     nccl_rank *R = rank_of(c);
     int n = c->g->n;
     CUDA_CHECK(cudaSetDevice(device_of(c)));
@@ -38,34 +77,35 @@ static burst_status nccl_ring_start(comm *c, const void *send, void *recv, size_
 }
 
 static burst_status nccl_ring_wait(comm *c, burst_error *err) {
-    (void)err;
-    CUDA_CHECK(cudaEventSynchronize(rank_of(c)->done));
-    return BURST_OK;
+    burst_status st = check_alive(c, err);
+    return st ? st : wait_done(c, "ring step", err);
 }
 
 static burst_status nccl_allgather(comm *c, const void *send, void *recv, size_t bytes, burst_error *err) {
-    (void)err;
+    burst_status st = check_alive(c, err);
+    if (st) return st;
     nccl_rank *R = rank_of(c);
     CUDA_CHECK(cudaSetDevice(device_of(c)));
     NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, R->nc, R->stream));
-    CUDA_CHECK(cudaStreamSynchronize(R->stream));
-    return BURST_OK;
+    CUDA_CHECK(cudaEventRecord(R->done, R->stream));
+    return wait_done(c, "all-gather", err);
 }
 
 static burst_status nccl_barrier(comm *c, burst_error *err) {
-    (void)err;
+    burst_status st = check_alive(c, err);
+    if (st) return st;
     nccl_rank *R = rank_of(c);
     CUDA_CHECK(cudaSetDevice(device_of(c)));
     NCCL_CHECK(ncclAllReduce(R->token, R->token, 1, ncclInt, ncclSum, R->nc, R->stream));
-    CUDA_CHECK(cudaStreamSynchronize(R->stream));
-    return BURST_OK;
+    CUDA_CHECK(cudaEventRecord(R->done, R->stream));
+    return wait_done(c, "barrier", err);
 }
 
 static void nccl_group_free(comm_group *g) {
     nccl_rank *ranks = g->impl;
     for (int r = 0; r < g->n_local; r++) {
         CUDA_CHECK(cudaSetDevice(r));
-        NCCL_CHECK(ncclCommDestroy(ranks[r].nc));
+        if (!ranks[r].aborted) NCCL_CHECK(ncclCommDestroy(ranks[r].nc)); // an abort freed it
         CUDA_CHECK(cudaStreamDestroy(ranks[r].stream));
         CUDA_CHECK(cudaEventDestroy(ranks[r].done));
         CUDA_CHECK(cudaFree(ranks[r].token));
@@ -82,7 +122,7 @@ static const comm_ops nccl_ops = {
     .group_free = nccl_group_free,
 };
 
-burst_status comm_nccl_group_new(cluster *cl, int n_ranks, comm_group **out, burst_error *err) {
+burst_status comm_nccl_group_new(cluster *cl, int n_ranks, double stall_s, comm_group **out, burst_error *err) {
     *out = NULL;
     int P = cluster_nodes(cl), count = 0, first, n_local;
     if (n_ranks < P) return BURST_FAIL(err, BURST_ERR_INVALID, "nccl: %d ranks over %d nodes (want at least one each)", n_ranks, P);
@@ -114,6 +154,7 @@ burst_status comm_nccl_group_new(cluster *cl, int n_ranks, comm_group **out, bur
         CUDA_CHECK(cudaEventCreateWithFlags(&ranks[i].done, cudaEventDisableTiming));
         CUDA_CHECK(cudaMalloc((void **)&ranks[i].token, sizeof(int)));
         CUDA_CHECK(cudaMemset(ranks[i].token, 0, sizeof(int)));
+        ranks[i].stall_s = stall_s;
     }
     *out = comm_group_alloc(&nccl_ops, n_ranks, first, n_local, ranks);
     return BURST_OK;

@@ -330,13 +330,14 @@ static burst_status open_comm(llama_model *m, burst_error *err) {
         m->comm = comm_threads_group_new(m->G, backend_transfer(m->ranks[0].be));
         return BURST_OK;
     }
+    double stall_s = m->opt.node_timeout_s > 0 ? m->opt.node_timeout_s : 600;
     if (!strcmp(name, "tcp")) {
         if (strcmp(be, "cpu")) return BURST_FAIL(err, BURST_ERR_INVALID, "comm tcp moves host memory: it needs the cpu backend (not %s)", be);
-        return comm_tcp_group_new(m->cl, m->G, m->opt.node_timeout_s > 0 ? m->opt.node_timeout_s : 600, &m->comm, err);
+        return comm_tcp_group_new(m->cl, m->G, stall_s, &m->comm, err);
     }
     if (!strcmp(name, "nccl")) {
         if (strncmp(be, "cuda", 4)) return BURST_FAIL(err, BURST_ERR_INVALID, "comm nccl needs a cuda backend (not %s)", be);
-        return comm_nccl_group_new(m->cl, m->G, &m->comm, err);
+        return comm_nccl_group_new(m->cl, m->G, stall_s, &m->comm, err);
     }
     return BURST_FAIL(err, BURST_ERR_INVALID, "comm '%s' unknown (want threads, tcp or nccl)", name);
 }

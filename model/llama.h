@@ -41,8 +41,9 @@ typedef struct {
     const char *cluster_key; // every node's the same (NULL: none): a process without it cannot join
     int worker;
     double join_timeout_s;
-    // A transfer between processes (comm tcp) that makes no progress this long (0: 600 s) means a
-    // node hangs: the model fails (llama_fault) instead of waiting forever. Workers take the leader's.
+    // A transfer between ranks that makes no progress this long (comm tcp), or an NCCL operation
+    // unfinished after it (0: 600 s), means a node hangs: the model fails (llama_fault) instead of
+    // waiting forever. Workers take the leader's.
     double node_timeout_s;
 } llama_options;
 

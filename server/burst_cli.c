@@ -45,8 +45,9 @@ static const char usage[] =
     "                      ([ADDR]:PORT for IPv6; set the same secret in BURST_CLUSTER_KEY on every\n"
     "                      node: only nodes that hold it join)\n"
     "  --join-timeout S    seconds to wait for the workers to join (default 600)\n"
-    "  --node-timeout S    with --comm tcp: a transfer between ranks that makes no progress for S\n"
-    "                      seconds means a process hangs, and fails the run (default 600)\n";
+    "  --node-timeout S    a transfer between ranks that makes no progress for S seconds (tcp), or\n"
+    "                      an NCCL operation unfinished after S seconds, means a process hangs,\n"
+    "                      and fails the run (default 600)\n";
 
 typedef struct {
     const char *model, *prompt, *prompt_file, *backend, *comm, *coordinator;

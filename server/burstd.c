@@ -78,9 +78,9 @@ static const char usage[] =
     "                    waiting ones finish for up to S seconds before stopping them; a second\n"
     "                    signal stops at once (default 30)\n"
     "  --join-timeout S  seconds to wait for the workers to join (default 600)\n"
-    "  --node-timeout S  with --comm tcp: a transfer between ranks that makes no progress for S\n"
-    "                    seconds means a process hangs: the model goes out of service, /health\n"
-    "                    says why (default 600)\n"
+    "  --node-timeout S  a transfer between ranks that makes no progress for S seconds (tcp), or\n"
+    "                    an NCCL operation unfinished after S seconds, means a process hangs: the\n"
+    "                    model goes out of service, /health says why (default 600)\n"
     "  --version         print the version, the git commit and what this build runs on (cpu, CUDA,\n"
     "                    cuDNN, NCCL)\n";
 

@@ -51,7 +51,7 @@ int main(void) {
     int G = count < 4 ? count : 4;
     comm_group *g;
     burst_error err;
-    if (comm_nccl_group_new(NULL, G, &g, &err)) {
+    if (comm_nccl_group_new(NULL, G, 600, &g, &err)) {
         printf("FAIL %s\n", err.msg);
         return 1;
     }
