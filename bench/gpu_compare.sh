@@ -8,8 +8,8 @@
 # bench: bench_prefill (random LLaMA-7B shape, bf16 KV cache) at NS tokens (default
 # 4096,16384,32768) with chunks of BATCHES (default 8192,32768), now and base one after the other,
 # twice; then bench_decode (S sequences of 1024 tokens, one step each; now with and without
-# BURST_BATCHED_DECODE, and base); then one BURST_PROFILE run
-# of each at the largest N (GPU time per op). Logs go to $OUT (or /tmp); the tables print.
+# BURST_BATCHED_DECODE, and base); a BURST_PROFILE run of the decode steps; then one BURST_PROFILE
+# run of each at the largest N (GPU time per op). Logs go to $OUT (or /tmp); the tables print.
 set -o pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -56,6 +56,11 @@ bench)
     echo "== bench_decode $name, BURST_BATCHED_DECODE=$2"
     BURST_BATCHED_DECODE=$2 "$1/build-gpu/bench/bench_decode" /tmp/llama7b 1,8,32,64 1024 20 cuda bf16 2>&1 | tail -6
   done
+  # GPU time per op of the decode steps (rows n<=1 and n<=64; the prefills' rows are larger)
+  # beside their wall time: what launch gaps and host work cost, against CUDA graphs' promise.
+  echo "== decode profile now, BURST_BATCHED_DECODE=1"
+  BURST_PROFILE=1 BURST_BATCHED_DECODE=1 "$root/build-gpu/bench/bench_decode" /tmp/llama7b 1,64 1024 20 cuda bf16 2>&1 |
+    grep -E '^profile|^\|' | grep -vE 'n<=(128|256|512|1024|2048|4096|8192|16384|32768|65536) ' | head -60
   big=${ns##*,}
   for tree in "$root" "$BASE"; do
     name=$(name_of "$tree")
