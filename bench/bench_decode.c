@@ -1,12 +1,14 @@
 // Time of one decode step of S sequences at once, each with N tokens of context: the step of a
-// server with S requests generating, on any backend (llama_forward with S one-token segments,
-// logits to the host, no sampling). Slot 0 is prefilled once and copied to the others.
+// server with S requests generating, on any backend (llama_forward with S one-token segments), with
+// the logits to the host (no sampling), and again with each row's argmax instead (what greedy
+// requests take: llama_segment.argmax). Slot 0 is prefilled once and copied to the others.
 //
 //   bench_decode DIR S1,S2,... N [STEPS] [BACKEND] [KV_DTYPE] [THREADS] [RANKS]
 // DIR is a Hugging Face LLaMA directory (tests/make_random_model.py writes one of any shape);
 // BACKEND cpu (default), cuda or cuda-fp32; KV_DTYPE f32 (default) or bf16; STEPS 20; RANKS 1 (G:
-// each sequence sharded over G ranks, decode attention merged across them). Prints a
-// table of ms per step and per token, the median of STEPS steps after 3 untimed ones.
+// each sequence sharded over G ranks, decode attention merged across them). Prints a table of ms
+// per step and per token, and per step with argmax, each the median of STEPS steps after 3
+// untimed ones.
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,12 +26,32 @@ static void fail(const char *what, const burst_error *err) {
     exit(1);
 }
 
+enum { UNTIMED = 3, MAX_STEPS = 1000 };
+
+// The median seconds of `steps` decode steps of slots 0..S-1 (each N tokens long, and cut back to
+// N after), their logits to the host or (argmax) only each row's argmax.
+static double median_step(llama_model *m, int S, int N, int steps, int argmax, llama_segment *segs, int *tokens,
+                          float *logits, int *ids) {
+    double t[MAX_STEPS];
+    burst_error err;
+    for (int k = 0; k < UNTIMED + steps; k++) {
+        for (int s = 0; s < S; s++)
+            segs[s] = (llama_segment){.slot = s, .n = 1, .argmax = argmax ? ids + s : NULL}, tokens[s] = 1 + (s + k) % 100;
+        double t0 = omp_get_wtime();
+        if (llama_forward(m, segs, S, tokens, argmax ? NULL : logits, NULL, NULL, &err)) fail("decode", &err);
+        if (k >= UNTIMED) t[k - UNTIMED] = omp_get_wtime() - t0;
+    }
+    for (int s = 0; s < S; s++) llama_slot_truncate(m, s, N);
+    qsort(t, (size_t)steps, sizeof t[0], by_value);
+    return t[steps / 2];
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) {
         fprintf(stderr, "usage: bench_decode DIR S1,S2,... N [STEPS] [cpu|cuda|cuda-fp32] [f32|bf16] [THREADS] [RANKS]\n");
         return 2;
     }
-    enum { MAX_LIST = 16, UNTIMED = 3, MAX_STEPS = 1000 };
+    enum { MAX_LIST = 16 };
     int slots[MAX_LIST], n_list = 0, most = 0;
     for (char *s = strtok(argv[2], ","); s && n_list < MAX_LIST; s = strtok(NULL, ","))
         slots[n_list] = atoi(s), most = slots[n_list] > most ? slots[n_list] : most, n_list++;
@@ -50,27 +72,21 @@ int main(int argc, char **argv) {
     int *tokens = malloc(sizeof(int) * (size_t)(N > most ? N : most));
     float *logits = malloc(sizeof(float) * (size_t)most * (size_t)c->vocab_size);
     llama_segment *segs = malloc(sizeof *segs * (size_t)most);
+    int *ids = malloc(sizeof(int) * (size_t)most);
     for (int i = 0; i < N; i++) tokens[i] = 1 + (7919 * i) % (c->vocab_size - 1);
     if (llama_prefill(m, 0, tokens, N, 0, logits, &err)) fail("prefill", &err);
     printf("bench_decode %s: dim %d, %d layers, vocab %d; context %d, backend %s, KV %s, %d threads, %d ranks\n", argv[1],
            c->dim, c->n_layers, c->vocab_size, N, backend, dtype_name(kv), o.n_threads ? o.n_threads : omp_get_num_procs(),
            o.n_ranks);
-    printf("| sequences | ms per step | ms per token |\n|---|---|---|\n");
+    printf("| sequences | ms per step | ms per token | ms per step, argmax |\n|---|---|---|---|\n");
     for (int l = 0; l < n_list; l++) {
         const int S = slots[l];
         for (int s = 1; s < S; s++) llama_slot_copy(m, s, 0, N);
-        double t[MAX_STEPS];
-        for (int k = 0; k < UNTIMED + steps; k++) {
-            for (int s = 0; s < S; s++) segs[s] = (llama_segment){.slot = s, .n = 1}, tokens[s] = 1 + (s + k) % 100;
-            double t0 = omp_get_wtime();
-            if (llama_forward(m, segs, S, tokens, logits, NULL, NULL, &err)) fail("decode", &err);
-            if (k >= UNTIMED) t[k - UNTIMED] = omp_get_wtime() - t0;
-        }
-        for (int s = 0; s < S; s++) llama_slot_truncate(m, s, N);
-        qsort(t, (size_t)steps, sizeof t[0], by_value);
-        printf("| %d | %.3f | %.4f |\n", S, 1e3 * t[steps / 2], 1e3 * t[steps / 2] / S);
+        double with_logits = median_step(m, S, N, steps, 0, segs, tokens, logits, ids);
+        double with_argmax = median_step(m, S, N, steps, 1, segs, tokens, logits, ids);
+        printf("| %d | %.3f | %.4f | %.3f |\n", S, 1e3 * with_logits, 1e3 * with_logits / S, 1e3 * with_argmax);
     }
-    free(tokens), free(logits), free(segs);
+    free(tokens), free(logits), free(segs), free(ids);
     llama_free(m);
     return 0;
 }

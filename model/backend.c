@@ -137,6 +137,11 @@ void backend_sync(burst_backend *b) {
     if (b->ops->sync) b->ops->sync(b);
 }
 
+void backend_argmax(burst_backend *b, int *out, const float *x, int rows, int64_t cols) {
+    BURST_ASSERT(out && x && rows >= 0 && cols >= 1 && cols <= INT32_MAX);
+    b->ops->argmax(b, out, x, rows, cols);
+}
+
 void backend_merge(burst_backend *b, const online_softmax_args *calls, int n) {
     BURST_ASSERT(n >= 0 && (calls || n == 0));
     for (int i = 0; i < n; i++) {

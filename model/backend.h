@@ -91,6 +91,10 @@ void backend_attention_batch(burst_backend *b, const flash_args *calls, int n);
 // n online-softmax merges of attention partials (attention/online_softmax.h) on the backend's
 // buffers, outputs disjoint: a step's decoding sequences in one launch on a GPU.
 void backend_merge(burst_backend *b, const online_softmax_args *calls, int n);
+// out (rows, on the host) = the index of each row's largest value, the first of equal ones, of x
+// (rows, cols) float32; synchronous. Greedy sampling where the logits live: a GPU hands back 4
+// bytes a row instead of the row. Rows holding NaN may give any index.
+void backend_argmax(burst_backend *b, int *out, const float *x, int rows, int64_t cols);
 // Waits until every op queued on the backend has finished (a no-op where ops are synchronous).
 void backend_sync(burst_backend *b);
 // A copy between any two buffers of backends of this kind (of the same or different instances),

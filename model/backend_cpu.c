@@ -224,6 +224,18 @@ static void cpu_merge(burst_backend *b, const online_softmax_args *calls, int n)
     online_softmax_merge(calls, n);
 }
 
+// The first of the largest, as model/sampler.c's greedy pick.
+static void cpu_argmax(burst_backend *b, int *out, const float *x, int rows, int64_t cols) {
+    #pragma omp parallel for num_threads(nthreads(b)) schedule(static) if (rows > 1)
+    for (int r = 0; r < rows; r++) {
+        const float *row = x + (int64_t)r * cols;
+        int64_t best = 0;
+        for (int64_t j = 1; j < cols; j++)
+            if (row[j] > row[best]) best = j;
+        out[r] = (int)best;
+    }
+}
+
 static const backend_ops cpu_ops = {
     .name = "cpu",
     .act_dtype = DTYPE_F32,
@@ -242,6 +254,7 @@ static const backend_ops cpu_ops = {
     .swiglu = cpu_swiglu,
     .attention = cpu_attention,
     .merge = cpu_merge,
+    .argmax = cpu_argmax,
 };
 
 burst_backend *backend_cpu_new(int n_threads) {

@@ -10,7 +10,8 @@
 // DECODE_CUDA_MAX_ROWS query rows) and fp32 mode run attention/decode_cuda.h, exact fp32 on the
 // fp32 Q/K/V in place; bf16 mode packs larger blocks to bf16 for cuDNN or the flash kernel:
 // cuDNN where flash_cudnn_worth says its plan exists or pays (BURST_FLASH=cudnn: always, =ours:
-// never).
+// never). argmax: one block per row, (value, index) reductions that keep the lower index of
+// equal values, so that greedy sampling picks the CPU's token.
 // Matmul: cublasGemmEx, out^T = W x^T in cuBLAS's column-major terms (W^T as op(A), x^T as B).
 // bf16 mode keeps the matmuls' inputs in bf16 (backend_act_dtype): rmsnorm and swiglu write them
 // so, the gate and up GEMMs write bf16 for swiglu, and the residual adds ride in the output
@@ -104,6 +105,7 @@ typedef struct {
     dev_buf mm_out;             // fp32 mode: bf16 matmul outputs before their rounding
     dev_buf q16, k16, v16;      // bf16 roundings of attention inputs
     dev_buf decode_ws;          // decode_cuda's split partials
+    dev_buf argmax_out;         // backend_argmax's indices before they go to the host
     dev_buf staging;            // weight upload staging (file dtype)
     upload_buf tokens, pos;
     void **weights;             // (n_weights) device copies owned by the backend
@@ -299,6 +301,30 @@ __global__ void copy_jobs_kernel(const __grid_constant__ copy_jobs j) {
         for (int64_t t = first; t < n; t += step) dst[t] = src[t];
 }
 
+// (v, i) becomes the better of itself and (v2, i2): the larger value, the lower index of equal
+// ones. A total order on non-NaN values, so every reduction order gives the sequential answer.
+__device__ __forceinline__ void keep_best(float &v, int &i, float v2, int i2) {
+    if (v2 > v || (v2 == v && i2 < i)) v = v2, i = i2;
+}
+
+// One block a row (cols <= INT32_MAX): each thread's best over its strided columns, then the
+// warps', then the block's.
+__global__ void __launch_bounds__(THREADS) argmax_kernel(int *out, const float *x, int64_t cols) {
+    __shared__ float s_v[THREADS / 32];
+    __shared__ int s_i[THREADS / 32];
+    const float *row = x + (int64_t)blockIdx.x * cols;
+    float v = -INFINITY;
+    int i = INT32_MAX; // none yet: -INFINITY values still win on their index
+    for (int64_t j = threadIdx.x; j < cols; j += THREADS) keep_best(v, i, row[j], (int)j);
+    for (int off = 16; off; off >>= 1)
+        keep_best(v, i, __shfl_xor_sync(0xffffffffu, v, off), __shfl_xor_sync(0xffffffffu, i, off));
+    if (threadIdx.x % 32 == 0) s_v[threadIdx.x / 32] = v, s_i[threadIdx.x / 32] = i;
+    __syncthreads();
+    if (threadIdx.x) return;
+    for (int w = 1; w < THREADS / 32; w++) keep_best(v, i, s_v[w], s_i[w]);
+    out[blockIdx.x] = i == INT32_MAX ? 0 : i; // a row of NaN
+}
+
 template <typename W>
 __global__ void embed_kernel(float *x, const W *table, const int *tokens, int n, int64_t dim) {
     const int64_t total = (int64_t)n * dim;
@@ -362,7 +388,7 @@ void cuda_free(burst_backend *b) {
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
     profile_print_free(c);
     for (int i = 0; i < c->n_weights; i++) CUDA_CHECK(cudaFree(c->weights[i]));
-    dev_buf *bufs[] = {&c->mm_in, &c->mm_out, &c->q16, &c->k16, &c->v16, &c->decode_ws, &c->staging};
+    dev_buf *bufs[] = {&c->mm_in, &c->mm_out, &c->q16, &c->k16, &c->v16, &c->decode_ws, &c->argmax_out, &c->staging};
     for (dev_buf *d : bufs) CUDA_CHECK(cudaFree(d->p));
     for (upload_buf *u : {&c->tokens, &c->pos}) {
         CUDA_CHECK(cudaFreeHost(u->host));
@@ -707,6 +733,19 @@ void cuda_attention_batch(burst_backend *b, const flash_args *calls, int n) {
     free(split_kv);
 }
 
+void cuda_argmax(burst_backend *b, int *out, const float *x, int rows, int64_t cols) {
+    cuda_ctx *c = ctx_of(b);
+    if (rows == 0) return;
+    int *d = (int *)dev_grow(c, &c->argmax_out, sizeof(int) * (size_t)rows);
+    const int t = profile_start(c, "argmax n<=%lld", pow2_at_least(rows));
+    argmax_kernel<<<(unsigned)rows, THREADS, 0, c->stream>>>(d, x, cols);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaMemcpyAsync(out, d, sizeof(int) * (size_t)rows, cudaMemcpyDeviceToHost, c->stream));
+    profile_stop(c, t);
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    profile_fold(c);
+}
+
 void cuda_merge(burst_backend *b, const online_softmax_args *calls, int n) {
     cuda_ctx *c = ctx_of(b);
     long long most = 0;
@@ -749,6 +788,7 @@ const backend_ops cuda_ops = {
     .attention_batch = cuda_attention_batch,
     .convert_batch = cuda_convert_batch,
     .merge = cuda_merge,
+    .argmax = cuda_argmax,
     .sync = cuda_sync,
     .transfer = cuda_transfer,
 };

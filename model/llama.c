@@ -92,6 +92,7 @@ struct llama_model {
     llama_call call;
     int row_block;        // rows of an all_rows segment's logits computed at a time
     float *rows_host;     // (row_block, vocab) those logits on the host; the process of rank 0 only
+    int *argmax;          // (max_logits) the argmax of each row of logits; the process of rank 0 only
     atomic_int faulty;    // a node was lost: see llama_fault (read by other threads; set after fault)
     burst_error fault;
 };
@@ -386,7 +387,10 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
     if (*ml < m->opt.n_slots) *ml = m->opt.n_slots;
     if (*ml < m->row_block) *ml = m->row_block;
     if (*ml > m->opt.max_batch) *ml = m->opt.max_batch;
-    if (m->first == 0) m->rows_host = burst_malloc(sizeof(float) * (size_t)m->row_block * (size_t)m->cfg.vocab_size);
+    if (m->first == 0) {
+        m->rows_host = burst_malloc(sizeof(float) * (size_t)m->row_block * (size_t)m->cfg.vocab_size);
+        m->argmax = burst_malloc(sizeof(int) * (size_t)*ml);
+    }
     m->ranks = burst_calloc((size_t)m->n_local, sizeof(llama_rank));
     for (int i = 0; i < m->n_local; i++)
         if ((st = load_rank(m, i, err))) goto fail;
@@ -426,6 +430,7 @@ void llama_free(llama_model *m) {
     free(m->shard_len);
     free(m->pos_rank);
     free(m->rows_host);
+    free(m->argmax);
     weights_close(m->w);
     free(m);
 }
@@ -766,7 +771,17 @@ static burst_status rank_forward(llama_model *m, llama_rank *R) {
     backend_copy(be, R->copies, n_segs);
     backend_rmsnorm(be, s->last, DTYPE_F32, s->last, &R->final_norm, n_logits, c->norm_eps);
     backend_matmul(be, s->logits, DTYPE_F32, s->last, DTYPE_F32, &R->lm_head, n_logits);
-    backend_to_host(be, m->call.logits, s->logits, (int64_t)n_logits * c->vocab_size);
+    // Segments that take the argmax get it from the backend; the logits go to the host unless
+    // every segment does.
+    int argmax_segs = 0;
+    for (int i = 0; i < n_segs; i++) argmax_segs += m->call.segs[i].argmax != NULL;
+    if (argmax_segs) {
+        backend_argmax(be, m->argmax, s->logits, n_logits, c->vocab_size);
+        for (int i = 0, row = 0; i < n_segs; row += seg_logits(&m->call.segs[i]), i++)
+            if (m->call.segs[i].argmax)
+                memcpy(m->call.segs[i].argmax, m->argmax + row, sizeof(int) * (size_t)seg_logits(&m->call.segs[i]));
+    }
+    if (argmax_segs < n_segs) backend_to_host(be, m->call.logits, s->logits, (int64_t)n_logits * c->vocab_size);
     return BURST_OK;
 }
 
@@ -824,9 +839,12 @@ burst_status llama_forward(llama_model *m, const llama_segment *segs, int n_segs
     int n = 0;
     burst_status st = check_batch(m, segs, n_segs, tokens, &n, err);
     if (st) return st;
-    for (int i = 0; i < n_segs; i++)
+    for (int i = 0; i < n_segs; i++) {
         if (segs[i].all_rows && !rows)
             return BURST_FAIL(err, BURST_ERR_INVALID, "segment %d wants every row's logits but there is no rows callback", i);
+        if (!segs[i].argmax && !logits)
+            return BURST_FAIL(err, BURST_ERR_INVALID, "segment %d wants its logits but there is no logits buffer", i);
+    }
     if (m->cl) {
         int32_t *cmd = burst_malloc(sizeof(int32_t) * (size_t)(3 + 4 * n_segs + n)), *seg = cmd + 3;
         cmd[0] = CMD_FORWARD, cmd[1] = n_segs, cmd[2] = n;

@@ -128,6 +128,8 @@ int sampler_sample(sampler *s, const float *logits) {
     return id;
 }
 
+int sampler_greedy(const sampler *s) { return s->p.temperature <= 0 && !s->adjusted; }
+
 void sampler_logprobs(const float *logits, int vocab, int id, int n_top, sampled_logprobs *out) {
     BURST_ASSERT(n_top >= 0 && n_top <= SAMPLER_MAX_TOP_LOGPROBS && "sampler_logprobs: n_top out of range");
     int top[SAMPLER_MAX_TOP_LOGPROBS], n = 0;

@@ -39,6 +39,9 @@ void sampler_init(sampler *s, const sampler_params *p, int vocab);
 void sampler_free(sampler *s);
 // logits (vocab) is only read.
 int sampler_sample(sampler *s, const float *logits);
+// Whether sampler_sample is the first largest logit and nothing else (temperature 0, no bias, no
+// penalties): the caller may then take that index from where the logits are (backend_argmax).
+int sampler_greedy(const sampler *s);
 
 enum { SAMPLER_MAX_TOP_LOGPROBS = 20 }; // OpenAI's limit on top_logprobs
 

@@ -65,6 +65,7 @@ struct engine {
     engine_seq *seq;        // (n_slots)
     slot_tokens *held;      // (n_slots) what each slot's K/V cache holds
     float *logits;          // (llama_max_logits, vocab)
+    int *argmax;            // (llama_max_logits) the argmax of the rows of segments that take it
     llama_segment *segs;    // (n_slots)
     int *seg_seq;           // (n_slots) the slot of each segment
     int *seg_row;           // (n_slots) the first row of each segment's logits
@@ -365,11 +366,12 @@ static void hold_tokens(engine *e, int n_segs) {
     }
 }
 
-// Samples the next token of slot s from its logits row; reads nothing of the engine that another
-// slot's sampling writes, so the slots may sample side by side.
-static presampled presample(engine *e, int s, const float *logits) {
+// Samples the next token of slot s from its logits row, or takes the row's argmax where the model
+// gave it instead (argmax_samples); reads nothing of the engine that another slot's sampling
+// writes, so the slots may sample side by side.
+static presampled presample(engine *e, int s, const float *logits, const int *argmax) {
     engine_seq *q = &e->seq[s];
-    presampled p = {.id = sampler_sample(&q->smp, logits)};
+    presampled p = {.id = argmax ? *argmax : sampler_sample(&q->smp, logits)};
     if (q->req->logprobs) // of the raw logits, as vLLM's default (sampler_sample only read them)
         sampler_logprobs(logits, e->vocab, p.id, q->req->top_logprobs, &p.lp);
     return p;
@@ -415,8 +417,8 @@ static int seq_take(engine *e, int s, const presampled *p) {
     return id;
 }
 
-static int seq_sample(engine *e, int s, const float *logits) {
-    presampled p = presample(e, s, logits);
+static int seq_sample(engine *e, int s, const float *logits, const int *argmax) {
+    presampled p = presample(e, s, logits, argmax);
     return seq_take(e, s, &p);
 }
 
@@ -429,7 +431,8 @@ static void seq_decode(engine *e, int i, const float *rows) {
     int base = h->len - n; // what the slot held before this step
     for (;; j++) {
         h->len = base + j + 1; // the K/V that stand while row j is sampled: through fed token j
-        int id = j ? seq_sample(e, s, rows + (int64_t)j * e->vocab) : seq_take(e, s, &e->pre[i]);
+        const int *argmax = e->segs[i].argmax ? e->segs[i].argmax + j : NULL;
+        int id = j ? seq_sample(e, s, rows + (int64_t)j * e->vocab, argmax) : seq_take(e, s, &e->pre[i]);
         if (!e->seq[s].req || j + 1 == n || id != h->tokens[base + j + 1]) break;
     }
     if (llama_slot_len(e->model, s) > h->len) llama_slot_truncate(e->model, s, h->len);
@@ -496,6 +499,11 @@ static int draft(engine *e, int s, int room, int *out) {
     return draft_lookup(h->tokens, h->len + 1, most, out);
 }
 
+// Whether slot s's tokens may come from its rows' argmax, computed where the logits are (on a GPU:
+// 4 bytes back a row instead of the row; a step whose rows all do brings no logits back): greedy
+// without logit bias or penalties, and no logprobs.
+static int argmax_samples(const engine_seq *q) { return sampler_greedy(&q->smp) && !q->req->logprobs; }
+
 // Fills e->segs/e->tokens/e->seg_row for one step; returns the number of segments. Decoding
 // requests first, one token each and any drafts; then prompt chunks of at most prefill_chunk
 // tokens in prefill_order (older first among equals), while tokens of max_batch are left. A
@@ -513,7 +521,8 @@ static int build_batch(engine *e) {
         e->tokens[n_tok] = q->last;
         int k = draft(e, s, room, e->tokens + n_tok + 1); // 0 without --speculate (draft_len 0)
         room -= k;
-        e->segs[n_segs] = (llama_segment){.slot = s, .n = 1 + k, .n_logits = 1 + k};
+        e->segs[n_segs] = (llama_segment){.slot = s, .n = 1 + k, .n_logits = 1 + k,
+                                          .argmax = argmax_samples(q) ? e->argmax + n_rows : NULL};
         e->seg_row[n_segs] = n_rows;
         e->seg_seq[n_segs++] = s;
         n_tok += 1 + k, n_rows += 1 + k;
@@ -538,7 +547,11 @@ static int build_batch(engine *e) {
             break;
         }
         memcpy(e->tokens + n_tok, q->req->prompt + q->n_prefilled, sizeof(int) * (size_t)n);
-        e->segs[n_segs] = (llama_segment){.slot = best, .n = n, .all_rows = q->prompt_lp && left > 1};
+        // A chunk that does not end the prompt gives no token; one that does also gives the first
+        // tokens of the request's other choices, each from its own sampler.
+        int by_argmax = n < left || (argmax_samples(q) && q->req->n_choices == 1);
+        e->segs[n_segs] = (llama_segment){.slot = best, .n = n, .all_rows = q->prompt_lp && left > 1,
+                                          .argmax = by_argmax ? e->argmax + n_rows : NULL};
         e->seg_row[n_segs] = n_rows++;
         e->seg_seq[n_segs++] = best;
         n_tok += n;
@@ -616,7 +629,7 @@ static void fork_choices(engine *e, int s, const float *logits) {
         copy_slot(e, t, s, e->held[s].len);
         c->n_prefilled = c->req->n_prompt, c->n_cached = e->seq[s].n_cached, c->fork_of = 0;
         if (c->req->max_tokens == 0) seq_finish(e, t, FINISH_LENGTH, NULL); // echo: the prompt alone
-        else seq_sample(e, t, logits);
+        else seq_sample(e, t, logits, NULL);
     }
 }
 
@@ -637,7 +650,8 @@ static void presample_all(engine *e, int n_segs) {
     for (int i = 0; i < n_segs; i++) n += samples(e, i);
     #pragma omp parallel for num_threads(e->threads < n ? e->threads : n) schedule(dynamic) if (n > 1)
     for (int i = 0; i < n_segs; i++)
-        e->pre[i] = samples(e, i) ? presample(e, e->seg_seq[i], e->logits + (int64_t)e->seg_row[i] * e->vocab)
+        e->pre[i] = samples(e, i) ? presample(e, e->seg_seq[i], e->logits + (int64_t)e->seg_row[i] * e->vocab,
+                                              e->segs[i].argmax)
                                   : (presampled){.id = -1};
 }
 
@@ -698,6 +712,7 @@ burst_status engine_start(llama_model *m, const tokenizer *tok, metrics *met, co
     e->seq = burst_calloc((size_t)e->n_slots, sizeof *e->seq);
     e->held = burst_calloc((size_t)e->n_slots, sizeof *e->held);
     e->logits = burst_malloc(sizeof(float) * (size_t)llama_max_logits(m) * (size_t)e->vocab);
+    e->argmax = burst_malloc(sizeof(int) * (size_t)llama_max_logits(m));
     e->segs = burst_malloc(sizeof *e->segs * (size_t)e->n_slots);
     e->seg_seq = burst_malloc(sizeof(int) * (size_t)e->n_slots);
     e->seg_row = burst_malloc(sizeof(int) * (size_t)e->n_slots);
@@ -748,6 +763,7 @@ void engine_free(engine *e) {
     free(e->seg_seq);
     free(e->segs);
     free(e->logits);
+    free(e->argmax);
     for (int s = 0; s < e->n_slots; s++) free(e->held[s].tokens);
     free(e->held);
     free(e->seq);

@@ -3,7 +3,8 @@
 // fresh random inputs of awkward sizes: token counts across the matmul's 64-token blocks, weight
 // rows that are not multiples of its 16-row tiles, weights stored as F32 and BF16. The bf16 forms
 // are the CUDA backend's bf16 mode's specification (tests/test_backend_cuda.c holds it to them).
-// Every output carries guard words after its last element.
+// Every output carries guard words after its last element. And argmax, greedy sampling's pick,
+// against a plain scan on rows full of ties.
 #include "model/backend.h"
 #include "tests/test_util.h"
 
@@ -135,12 +136,47 @@ static void test_swiglu(burst_backend *be) {
         }
 }
 
+// Rows of logits on a grid of 0.25 (ties are common, so the first of equal values must win),
+// one row all -INFINITY (index 0) and one whose largest value is its last.
+static void test_argmax(burst_backend *be) {
+    static const int rows_of[] = {1, 7, 70};
+    static const int64_t cols_of[] = {1, 5, 32000};
+    for (int ri = 0; ri < 3; ri++)
+        for (int ci = 0; ci < 3; ci++) {
+            const int rows = rows_of[ri];
+            const int64_t cols = cols_of[ci];
+            float *x = burst_malloc(sizeof(float) * (size_t)(rows * cols));
+            for (int64_t i = 0; i < rows * cols; i++) x[i] = floorf(test_uniform(-5, 5) * 4) / 4;
+            if (rows > 1) {
+                for (int64_t j = 0; j < cols; j++) x[cols + j] = -INFINITY;
+                x[3 * cols - 1] = 6;
+            }
+            int *got = burst_malloc(sizeof(int) * (size_t)(rows + 1)), want_ok = 1;
+            got[rows] = -7; // a guard
+            backend_argmax(be, got, x, rows, cols);
+            for (int r = 0; r < rows; r++) {
+                int64_t best = 0;
+                for (int64_t j = 0; j < cols; j++)
+                    if ((double)x[r * cols + j] > (double)x[r * cols + best]) best = j;
+                if (got[r] != best) {
+                    if (want_ok) printf("  argmax row %d: got %d want %lld\n", r, got[r], (long long)best);
+                    want_ok = 0;
+                }
+            }
+            want_ok &= got[rows] == -7;
+            printf("%s argmax rows=%d cols=%lld\n", want_ok ? "ok  " : "FAIL", rows, (long long)cols);
+            check(want_ok);
+            free(x), free(got);
+        }
+}
+
 int main(void) {
     test_seed("test_backend_cpu");
     burst_backend *be = backend_cpu_new(3); // a thread count that splits the tiles unevenly
     test_rmsnorm(be);
     test_matmul(be);
     test_swiglu(be);
+    test_argmax(be);
     backend_free(be);
     printf("%d failures\n", failures);
     return failures != 0;

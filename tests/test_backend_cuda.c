@@ -579,6 +579,34 @@ static void test_merge(const backends *B) {
     }
 }
 
+// backend_argmax against the CPU's on rows of a grid of 0.25 (many ties: the first of equal
+// values must win), with a row all -INFINITY and one whose largest value is its last.
+static void test_argmax(const backends *B) {
+    static const int rows_of[] = {1, 7, 70};
+    static const int64_t cols_of[] = {1, 37, 32000};
+    for (int ri = 0; ri < 3; ri++)
+        for (int ci = 0; ci < 3; ci++) {
+            const int rows = rows_of[ri];
+            const int64_t cols = cols_of[ci], n = rows * cols;
+            float *x = test_alloc_guarded(n);
+            for (int64_t i = 0; i < n; i++) x[i] = floorf(test_uniform(-5, 5) * 4) / 4;
+            if (rows > 1) {
+                for (int64_t j = 0; j < cols; j++) x[cols + j] = -INFINITY;
+                x[3 * cols - 1] = 6;
+            }
+            float *d = dev_upload(x, n);
+            int *want = calloc((size_t)rows, sizeof(int)), *got = calloc((size_t)rows, sizeof(int));
+            backend_argmax(B->cpu, want, x, rows, cols);
+            backend_argmax(B->gpu, got, d, rows, cols);
+            int ok = memcmp(got, want, sizeof(int) * (size_t)rows) == 0;
+            printf("%s argmax rows=%d cols=%lld: %s\n", ok ? "ok  " : "FAIL", rows, (long long)cols,
+                   ok ? "the CPU's indices" : "indices differ from the CPU's");
+            check(ok);
+            CUDA_CHECK(cudaFree(d));
+            free(x), free(want), free(got);
+        }
+}
+
 // Buffers from backend_alloc are zeroed device memory; release gives them back.
 static void test_alloc(const backends *B) {
     const int64_t n = 1003;
@@ -616,6 +644,7 @@ int main(void) {
         test_convert(&B);
         test_attention(&B);
         test_merge(&B);
+        test_argmax(&B);
         for (int batched = 0; batched < 2; batched++) {
             backends Bb = B;
             setenv("BURST_BATCHED_DECODE", batched ? "1" : "0", 1);
