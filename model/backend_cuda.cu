@@ -259,31 +259,25 @@ __global__ void round_bf16x4_kernel(__nv_bfloat162 *dst, const float4 *src, int6
     }
 }
 
-// Rounding jobs of one launch (backend_convert_batch to bf16: a step's new K/V rows into the
-// cache), by value as kernel parameters; grid.y runs over the jobs.
-constexpr int MAX_ROUND_JOBS = 128;
-struct round_jobs {
-    __nv_bfloat16 *dst[MAX_ROUND_JOBS];
-    const float *src[MAX_ROUND_JOBS];
-    int n[MAX_ROUND_JOBS];
+// The jobs of one launch (a batch of conversions or copies: n[k] elements of src[k] to dst[k]),
+// by value as kernel parameters; grid.y runs over the jobs.
+constexpr int MAX_JOBS = 160;
+template <typename D, typename S> struct job_table {
+    D *dst[MAX_JOBS];
+    const S *src[MAX_JOBS];
+    int64_t n[MAX_JOBS];
 };
-static_assert(sizeof(round_jobs) <= 4096, "kernel parameters past 4 KB need CUDA 12.1 and Volta");
+static_assert(sizeof(job_table<char, char>) <= 4096, "kernel parameters past 4 KB need CUDA 12.1 and Volta");
+using round_jobs = job_table<__nv_bfloat16, float>; // backend_convert_batch to bf16: K/V rows into the cache
+using copy_jobs = job_table<char, char>;            // backend_copy's batches
 
 __global__ void round_jobs_kernel(const __grid_constant__ round_jobs j) {
-    const int k = blockIdx.y, n = j.n[k];
-    for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < n; t += gridDim.x * blockDim.x)
+    const int k = blockIdx.y;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < j.n[k]; t += (int64_t)gridDim.x * blockDim.x)
         j.dst[k][t] = __float2bfloat16_rn(j.src[k][t]);
 }
 
-// Byte copies of one launch (backend_copy's batches), by value; grid.y runs over the jobs. A job
-// whose addresses and size are multiples of 16 moves 16 bytes a thread, any other a byte.
-constexpr int MAX_COPY_JOBS = 160;
-struct copy_jobs {
-    char *dst[MAX_COPY_JOBS];
-    const char *src[MAX_COPY_JOBS];
-    int64_t bytes[MAX_COPY_JOBS];
-};
-static_assert(sizeof(copy_jobs) <= 4096, "kernel parameters past 4 KB need CUDA 12.1 and Volta");
+// A copy whose addresses and size are multiples of 16 moves 16 bytes a thread, any other a byte.
 
 __device__ __host__ inline bool aligned16(const void *dst, const void *src, int64_t bytes) {
     return (((uintptr_t)dst | (uintptr_t)src | (uintptr_t)bytes) & 15) == 0;
@@ -293,7 +287,7 @@ __global__ void copy_jobs_kernel(const __grid_constant__ copy_jobs j) {
     const int k = blockIdx.y;
     char *dst = j.dst[k];
     const char *src = j.src[k];
-    const int64_t n = j.bytes[k], first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x,
+    const int64_t n = j.n[k], first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x,
                   step = (int64_t)gridDim.x * blockDim.x;
     if (aligned16(dst, src, n))
         for (int64_t t = first; t < n / 16; t += step) ((uint4 *)dst)[t] = ((const uint4 *)src)[t];
@@ -440,7 +434,7 @@ void cuda_to_host(burst_backend *b, float *dst, const float *src, int64_t n) {
     profile_fold(c);
 }
 
-// BURST_BATCHED_DECODE=1: a batch of copies in one launch per MAX_COPY_JOBS (the decode merge's
+// BURST_BATCHED_DECODE=1: a batch of copies in one launch per MAX_JOBS (the decode merge's
 // few-hundred-byte rows of every sequence); else, and for a batch of one, cudaMemcpyAsync each.
 void cuda_copy(burst_backend *b, const copy_job *jobs, int n) {
     cuda_ctx *c = ctx_of(b);
@@ -450,14 +444,14 @@ void cuda_copy(burst_backend *b, const copy_job *jobs, int n) {
         return;
     }
     const int t = profile_start(c, "copy batch jobs<=%lld", pow2_at_least(n));
-    for (int first = 0; first < n; first += MAX_COPY_JOBS) {
+    for (int first = 0; first < n; first += MAX_JOBS) {
         copy_jobs j;
-        const int count = std::min(n - first, MAX_COPY_JOBS);
+        const int count = std::min(n - first, MAX_JOBS);
         int64_t most = 1; // the largest job's threads' worth of work
         for (int i = 0; i < count; i++) {
             const copy_job *job = &jobs[first + i];
-            j.dst[i] = (char *)job->dst, j.src[i] = (const char *)job->src, j.bytes[i] = (int64_t)job->bytes;
-            most = std::max(most, aligned16(job->dst, job->src, (int64_t)job->bytes) ? j.bytes[i] / 16 : j.bytes[i]);
+            j.dst[i] = (char *)job->dst, j.src[i] = (const char *)job->src, j.n[i] = (int64_t)job->bytes;
+            most = std::max(most, aligned16(job->dst, job->src, j.n[i]) ? j.n[i] / 16 : j.n[i]);
         }
         copy_jobs_kernel<<<dim3(blocks_for(most, 4), (unsigned)count), THREADS, 0, c->stream>>>(j);
         CUDA_CHECK(cudaGetLastError());
@@ -577,7 +571,7 @@ void cuda_convert(burst_backend *b, void *dst, burst_dtype to, const float *src,
     profile_stop(c, t);
 }
 
-// BURST_BATCHED_DECODE=1: the bf16 jobs in one launch per MAX_ROUND_JOBS; else job by job.
+// BURST_BATCHED_DECODE=1: the bf16 jobs in one launch per MAX_JOBS; else job by job.
 void cuda_convert_batch(burst_backend *b, burst_dtype to, const convert_job *jobs, int n) {
     cuda_ctx *c = ctx_of(b);
     if (!c->batched || to != DTYPE_BF16) { // (an fp32 cache's rows are plain copies)
@@ -585,14 +579,13 @@ void cuda_convert_batch(burst_backend *b, burst_dtype to, const convert_job *job
         return;
     }
     const int t = profile_start(c, "convert batch to bf16 jobs<=%lld", pow2_at_least(n));
-    for (int first = 0; first < n; first += MAX_ROUND_JOBS) {
+    for (int first = 0; first < n; first += MAX_JOBS) {
         round_jobs j;
-        int count = std::min(n - first, MAX_ROUND_JOBS);
+        int count = std::min(n - first, MAX_JOBS);
         int64_t most = 1;
         for (int i = 0; i < count; i++) {
             const convert_job *job = &jobs[first + i];
-            BURST_ASSERT(job->n <= INT32_MAX);
-            j.dst[i] = (__nv_bfloat16 *)job->dst, j.src[i] = job->src, j.n[i] = (int)job->n;
+            j.dst[i] = (__nv_bfloat16 *)job->dst, j.src[i] = job->src, j.n[i] = job->n;
             most = std::max(most, job->n);
         }
         round_jobs_kernel<<<dim3(blocks_for(most, 4), (unsigned)count), THREADS, 0, c->stream>>>(j);

@@ -478,8 +478,8 @@ static void test_batch(const backends *B) {
         {1100, 2100, 32, 8, 128, 1000, 0, 1, 0, 1}, {5, 300, 32, 8, 128, 295, 0, 1, 0, 1},
     };
     test_attention_cases(B, step, (int)(sizeof step / sizeof step[0]), 1);
-    // the rows of 130 cache writes, more than one launch takes, in both cache dtypes
-    enum { JOBS = 130 };
+    // the rows of 170 cache writes, more than one launch takes, in both cache dtypes
+    enum { JOBS = 170 };
     for (int to = 0; to < 2; to++) {
         const burst_dtype dt = to ? DTYPE_BF16 : DTYPE_F32;
         int64_t at[JOBS + 1];
