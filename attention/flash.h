@@ -9,8 +9,9 @@
 //
 // GQA: query head h reads K/V head h / (n_heads / n_kv_heads).
 // K and V are float32 or bf16 (kv_dtype: a KV cache kept in bf16); Q, O and lse are float32.
-// The caller owns every buffer. flash_cpu is thread-safe for disjoint outputs; it uses
-// OpenMP threads over (head, query tile) when built with OpenMP.
+// The caller owns every buffer. flash_cpu runs n such calls at once (a step's decoding
+// sequences), whose outputs must not overlap; it is thread-safe for disjoint outputs and uses
+// OpenMP threads over (call, head, query tile) in one parallel region when built with OpenMP.
 #pragma once
 #include <stdint.h>
 
@@ -35,7 +36,7 @@ typedef struct {
     burst_dtype kv_dtype; // DTYPE_F32 (0) or DTYPE_BF16
 } flash_args;
 
-void flash_cpu(const flash_args *a);
+void flash_cpu(const flash_args *calls, int n);
 
 #ifdef __cplusplus
 }

@@ -128,25 +128,35 @@ static void flash_cpu_query_tile(const flash_args *a, flash_cpu_scratch *w, int 
     }
 }
 
-void flash_cpu(const flash_args *a) {
-    BURST_ASSERT(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0 && "n_heads must be a multiple of n_kv_heads");
-    BURST_ASSERT(a->nq >= 0 && a->nk >= 0 && a->head_dim > 0 && "negative sizes");
-    BURST_ASSERT((a->kv_dtype == DTYPE_F32 || a->kv_dtype == DTYPE_BF16) && "K/V must be F32 or BF16");
-    const int64_t n_qtiles = ((int64_t)a->nq + FLASH_CPU_BQ - 1) / FLASH_CPU_BQ;
-    const int64_t n_tasks = n_qtiles * a->n_heads;
+void flash_cpu(const flash_args *calls, int n) {
+    BURST_ASSERT(n >= 0 && (calls || n == 0));
+    int most_d = 1, bf16 = 0; // the scratch fits every call
+    for (int j = 0; j < n; j++) {
+        const flash_args *a = &calls[j];
+        BURST_ASSERT(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0 && "n_heads must be a multiple of n_kv_heads");
+        BURST_ASSERT(a->nq >= 0 && a->nk >= 0 && a->head_dim > 0 && "negative sizes");
+        BURST_ASSERT((a->kv_dtype == DTYPE_F32 || a->kv_dtype == DTYPE_BF16) && "K/V must be F32 or BF16");
+        if (a->head_dim > most_d) most_d = a->head_dim;
+        bf16 |= a->kv_dtype == DTYPE_BF16;
+    }
+    // One parallel region for all calls: their outputs are disjoint, so no barrier between them.
 #pragma omp parallel
     {
         flash_cpu_scratch w;
-        w.acc = burst_malloc((size_t)FLASH_CPU_BQ * (size_t)a->head_dim * sizeof(float));
+        w.acc = burst_malloc((size_t)FLASH_CPU_BQ * (size_t)most_d * sizeof(float));
         w.s = burst_malloc((size_t)FLASH_CPU_BQ * FLASH_CPU_BK * sizeof(float));
-        w.kt = a->kv_dtype == DTYPE_F32 ? NULL : burst_malloc((size_t)FLASH_CPU_BK * (size_t)a->head_dim * sizeof(float));
-        w.vt = a->kv_dtype == DTYPE_F32 ? NULL : burst_malloc((size_t)FLASH_CPU_BK * (size_t)a->head_dim * sizeof(float));
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t t = 0; t < n_tasks; t++) {
-            int h = (int)(t / n_qtiles);
-            int64_t q0 = (t % n_qtiles) * FLASH_CPU_BQ;
-            int64_t q1 = q0 + FLASH_CPU_BQ < a->nq ? q0 + FLASH_CPU_BQ : a->nq;
-            flash_cpu_query_tile(a, &w, h, q0, q1);
+        w.kt = bf16 ? burst_malloc((size_t)FLASH_CPU_BK * (size_t)most_d * sizeof(float)) : NULL;
+        w.vt = bf16 ? burst_malloc((size_t)FLASH_CPU_BK * (size_t)most_d * sizeof(float)) : NULL;
+        for (int j = 0; j < n; j++) {
+            const flash_args *a = &calls[j];
+            const int64_t n_qtiles = ((int64_t)a->nq + FLASH_CPU_BQ - 1) / FLASH_CPU_BQ;
+#pragma omp for schedule(dynamic, 1) nowait
+            for (int64_t t = 0; t < n_qtiles * a->n_heads; t++) {
+                int h = (int)(t / n_qtiles);
+                int64_t q0 = (t % n_qtiles) * FLASH_CPU_BQ;
+                int64_t q1 = q0 + FLASH_CPU_BQ < a->nq ? q0 + FLASH_CPU_BQ : a->nq;
+                flash_cpu_query_tile(a, &w, h, q0, q1);
+            }
         }
         free(w.acc), free(w.s), free(w.kt), free(w.vt);
     }

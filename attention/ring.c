@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void cpu_attend(void *ctx, const flash_args *a) { (void)ctx, flash_cpu(a); }
+static void cpu_attend(void *ctx, const flash_args *a) { (void)ctx, flash_cpu(a, 1); }
 static void cpu_merge(void *ctx, const online_softmax_args *calls, int n) { (void)ctx, online_softmax_merge(calls, n); }
 static void cpu_copy(void *ctx, const copy_job *jobs, int n) {
     (void)ctx;

@@ -108,7 +108,7 @@ bool validate(int n, int causal, int impl) {
         c.q_stride = c.kv_stride = c.o_stride = (int64_t)HEADS * D;
         c.nq = c.nk = n; c.n_heads = c.n_kv_heads = 1; c.head_dim = D;
         c.causal = causal; c.scale = 1.0f / sqrtf((float)D);
-        flash_cpu(&c);
+        flash_cpu(&c, 1);
         double num = 0, den = 0, worst = 0, worst_lse = 0;
         for (int64_t i = 0; i < n; i++) {
             for (int x = 0; x < D; x++) {
@@ -292,7 +292,7 @@ bool validate_decode() {
     CUDA_CHECK(cudaMemcpy(lse.data(), p.lse, HEADS * 4, cudaMemcpyDeviceToHost));
     flash_args c = decode_args(p);
     c.q = q.data(); c.k = k.data(); c.v = v.data(); c.o = oc.data(); c.lse = lc.data();
-    flash_cpu(&c);
+    flash_cpu(&c, 1);
     double num = 0, den = 0, worst = 0, worst_lse = 0;
     for (int64_t x = 0; x < qe; x++) {
         num += (o[x] - (double)oc[x]) * (o[x] - (double)oc[x]);

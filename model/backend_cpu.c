@@ -216,7 +216,14 @@ static void cpu_swiglu(burst_backend *b, void *gate, const void *up, burst_dtype
 
 static void cpu_attention(burst_backend *b, const flash_args *a) {
     (void)b;
-    flash_cpu(a);
+    flash_cpu(a, 1);
+}
+
+// A step's sequences in one OpenMP region: for many short decode calls the region's start and
+// end cost about as much as the attention itself.
+static void cpu_attention_batch(burst_backend *b, const flash_args *calls, int n) {
+    (void)b;
+    flash_cpu(calls, n);
 }
 
 static void cpu_merge(burst_backend *b, const online_softmax_args *calls, int n) {
@@ -253,6 +260,7 @@ static const backend_ops cpu_ops = {
     .rope = cpu_rope,
     .swiglu = cpu_swiglu,
     .attention = cpu_attention,
+    .attention_batch = cpu_attention_batch,
     .merge = cpu_merge,
     .argmax = cpu_argmax,
 };

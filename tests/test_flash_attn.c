@@ -2,6 +2,7 @@
 // shapes (head_dim, nq/nk not multiples of the tile, causal with position offsets that leave
 // key blocks fully, partly or not masked, GQA ratio 1/2/4, padded row strides), and the
 // online-softmax merge: attention over G uneven key blocks merged equals attention over all keys.
+// Both also take several calls at once (a step's sequences), each held to its own reference.
 // Every other case passes K/V in bf16 (a bf16 KV cache), drawn as bf16 values so that the
 // reference sees the same numbers and the fp32 bounds hold.
 #include <math.h>
@@ -16,7 +17,7 @@ static int test_flash(const attn_data *t) {
     const attn_case c = t->c;
     float *o = poisoned((int64_t)c.nq * t->o_stride), *lse = poisoned((int64_t)c.n_heads * c.nq);
     flash_args a = args_for(t, o, lse, 0, c.nk);
-    flash_cpu(&a);
+    flash_cpu(&a, 1);
     char what[160];
     describe(what, sizeof what, &c, "flash");
     // O is a convex combination of v in [-1, 1]: errors are absolute, set by fp32 rounding of
@@ -46,7 +47,7 @@ static int test_merge(const attn_data *t, int G) {
         for (int x = g; x > 1 && cut[x] < cut[x - 1]; x--) { int64_t s = cut[x]; cut[x] = cut[x - 1]; cut[x - 1] = s; }
     for (int g = 0; g < G; g++) {
         flash_args a = args_for(t, ob, lb, cut[g], (int)(cut[g + 1] - cut[g]));
-        flash_cpu(&a);
+        flash_cpu(&a, 1);
         online_softmax_merge(&(online_softmax_args){
             .o = o, .lse = lse, .o_b = ob, .lse_b = lb, .o_stride = t->o_stride,
             .o_b_stride = t->o_stride, .n = c.nq, .n_heads = c.n_heads, .head_dim = c.head_dim}, 1);
@@ -57,6 +58,37 @@ static int test_merge(const attn_data *t, int G) {
     // Each merge adds a few fp32 roundings of o and lse: a small multiple of the flash bound.
     int ok = check(t, what, o, lse, 1e-10, 4e-6, 1e-5, 1e-9, 8e-6, 1e-6);
     free(o); free(lse); free(ob); free(lb);
+    return ok;
+}
+
+// One flash_cpu of several calls of different shapes (a step's sequences, a prefill chunk beside
+// them): head_dim, GQA, K/V dtype, causal offsets, one call longer than a tile; each against its
+// float64 reference, as test_flash holds one call.
+static int test_flash_batch(void) {
+    enum { CALLS = 5 };
+    static const attn_case cases[CALLS] = {
+        {1, 1000, 128, 4, 1, 1, 999, 0, DTYPE_BF16}, {1, 7, 40, 2, 2, 1, 6, 0, DTYPE_F32},
+        {100, 1000, 64, 4, 2, 1, 900, 0, DTYPE_F32}, {3, 70, 128, 2, 1, 0, 1000, 1000, DTYPE_BF16},
+        {1, 1, 64, 2, 2, 1, 0, 0, DTYPE_F32},
+    };
+    attn_data t[CALLS];
+    flash_args calls[CALLS];
+    float *o[CALLS], *lse[CALLS];
+    for (int j = 0; j < CALLS; j++) {
+        data_init(&t[j], cases[j]);
+        reference(&t[j]);
+        o[j] = poisoned((int64_t)cases[j].nq * t[j].o_stride), lse[j] = poisoned((int64_t)cases[j].n_heads * cases[j].nq);
+        calls[j] = args_for(&t[j], o[j], lse[j], 0, cases[j].nk);
+    }
+    flash_cpu(calls, CALLS);
+    int ok = 1;
+    for (int j = 0; j < CALLS; j++) {
+        char what[160], tag[32];
+        snprintf(tag, sizeof tag, "flash batch call %d", j);
+        describe(what, sizeof what, &cases[j], tag);
+        ok &= check(&t[j], what, o[j], lse[j], 1e-10, 2e-6, 1e-5, 1e-9, 4e-6, 1e-6); // test_flash's bounds
+        free(o[j]), free(lse[j]), data_free(&t[j]);
+    }
     return ok;
 }
 
@@ -156,7 +188,8 @@ int main(void) {
     fails += !test_flash(&t);
     fails += !test_merge(&t, 8);
     fails += !test_merge_batch();
-    n += 3;
+    fails += !test_flash_batch();
+    n += 4;
     data_free(&t);
     printf("%s: %d of %d checks failed\n", fails ? "FAIL" : "ok", fails, n);
     return fails ? 1 : 0;

@@ -117,7 +117,7 @@ static int test_case(attn_case c, int impl, flash_cuda_tiles tiles, int merge_g)
         // to ~1e-7 here.
         float *oc = poisoned(n_o), *lc = poisoned(n_lse);
         flash_args ac = args_for(&t, oc, lc, 0, c.nk);
-        flash_cpu(&ac);
+        flash_cpu(&ac, 1);
         for (int64_t i = 0; i < c.nq; i++)
             for (int64_t x = 0; x < (int64_t)c.n_heads * c.head_dim; x++)
                 t.o_ref[i * c.n_heads * c.head_dim + x] = oc[i * t.o_stride + x];

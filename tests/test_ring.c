@@ -180,7 +180,7 @@ static void *merge_rank_main(void *arg) {
                         .o_stride = dim, .nq = n, .nk = (int)nk, .n_heads = c->n_heads, .n_kv_heads = c->n_kv,
                         .head_dim = c->d, .q_pos0 = c->N - j->nq + row, .k_pos0 = k0, .causal = 0,
                         .scale = 1.0f / sqrtf((float)c->d)};
-        flash_cpu(&a);
+        flash_cpu(&a, 1);
         row += n;
     }
     free(k), free(v);
