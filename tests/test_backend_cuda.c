@@ -657,6 +657,18 @@ int main(void) {
             backend_free(Bb.gpu);
         }
         unsetenv("BURST_BATCHED_DECODE");
+        // BURST_GEMV=1: matmuls of up to 8 rows on bf16 weights (n = 1 and 7 here; 1000 stays with
+        // cuBLAS) by burst's GEMV kernel, aligned rows (64 columns) and not (1003, 17).
+        setenv("BURST_GEMV", "1", 1);
+        backends Bg = B;
+        if (backend_new(fp32 ? "cuda-fp32" : "cuda", 0, 0, &Bg.gpu, &err)) {
+            printf("FAIL backend_new: %s\n", err.msg);
+            return 1;
+        }
+        unsetenv("BURST_GEMV");
+        printf("== backend %s, BURST_GEMV=1\n", backend_name(Bg.gpu));
+        test_matmul(&Bg);
+        backend_free(Bg.gpu);
         backend_free(B.gpu);
         backend_free(B.cpu);
     }
