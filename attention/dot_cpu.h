@@ -27,11 +27,18 @@ static inline void dot_4x4(const float *a, int64_t a_stride, const float *b, int
     o3[0] = s30, o3[out_b] = s31, o3[2 * out_b] = s32, o3[3 * out_b] = s33;
 }
 
+// 16 partial sums, a vector register's worth, spelled out: GCC does not vectorize an omp simd
+// reduction here once it is inlined into dot_rows' loop nest inside an OpenMP region (flash_cpu's
+// one-row decode scores ran scalar).
 static inline float dot_1x1(const float *a, const float *b, int64_t n) {
-    float s = 0;
-    #pragma omp simd reduction(+ : s)
-    for (int64_t k = 0; k < n; k++) s += a[k] * b[k];
-    return s;
+    float s[16] = {0};
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16)
+        for (int l = 0; l < 16; l++) s[l] += a[k + l] * b[k + l];
+    for (int l = 0; k < n; k++, l++) s[l] += a[k] * b[k];
+    float t = 0;
+    for (int l = 0; l < 16; l++) t += s[l];
+    return t;
 }
 
 // out[i * out_a + j * out_b] = dot(a row i, b row j) for i < na, j < nb; rows of n elements.
