@@ -278,12 +278,11 @@ __global__ void round_jobs_kernel(const __grid_constant__ round_jobs j) {
         j.dst[k][t] = __float2bfloat16_rn(j.src[k][t]);
 }
 
-// A copy whose addresses and size are multiples of 16 moves 16 bytes a thread, any other a byte.
-
 __device__ __host__ inline bool aligned16(const void *dst, const void *src, int64_t bytes) {
     return (((uintptr_t)dst | (uintptr_t)src | (uintptr_t)bytes) & 15) == 0;
 }
 
+// A copy whose addresses and size are multiples of 16 moves 16 bytes a thread, any other a byte.
 __global__ void copy_jobs_kernel(const __grid_constant__ copy_jobs j) {
     const int k = blockIdx.y;
     char *dst = j.dst[k];
@@ -661,10 +660,6 @@ void cuda_convert_batch(burst_backend *b, burst_dtype to, const convert_job *job
     profile_stop(c, t);
 }
 
-// out = x W^T, or out += x W^T, by cuBLAS with the weights' dtype for both operands: bf16 mode
-// rounds a float32 x to bf16 first, fp32 mode widens a bf16 x. cuBLAS writes bf16 or float32
-// outputs of bf16 GEMMs and adds to float32 ones (beta 1); fp32 mode's bf16 outputs, which it has
-// no GEMM for, go through a float32 copy.
 // gemv_kernel's launch: x of either dtype as it is, out of either dtype (float when accumulating).
 void gemv(cuda_ctx *c, void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
           const burst_weight *W, int n) {
@@ -688,6 +683,11 @@ void gemv(cuda_ctx *c, void *out, burst_dtype out_dtype, int accumulate, const v
     profile_stop(c, t);
 }
 
+// out = x W^T, or out += x W^T, by cuBLAS with the weights' dtype for both operands: bf16 mode
+// rounds a float32 x to bf16 first, fp32 mode widens a bf16 x. cuBLAS writes bf16 or float32
+// outputs of bf16 GEMMs and adds to float32 ones (beta 1); fp32 mode's bf16 outputs, which it has
+// no GEMM for, go through a float32 copy. Under BURST_GEMV=1 up to GEMV_MAX_N rows on bf16
+// weights go to gemv instead.
 void cuda_matmul(burst_backend *b, void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                  const burst_weight *W, int n) {
     cuda_ctx *c = ctx_of(b);
