@@ -136,8 +136,8 @@ static void test_swiglu(burst_backend *be) {
         }
 }
 
-// Rows of logits on a grid of 0.25 (ties are common, so the first of equal values must win),
-// one row all -INFINITY (index 0) and one whose largest value is its last.
+// backend_argmax against a plain scan on test_fill_argmax_rows' rows (ties, a row of -INFINITY:
+// index 0, one whose largest value is its last).
 static void test_argmax(burst_backend *be) {
     static const int rows_of[] = {1, 7, 70};
     static const int64_t cols_of[] = {1, 5, 32000};
@@ -146,11 +146,7 @@ static void test_argmax(burst_backend *be) {
             const int rows = rows_of[ri];
             const int64_t cols = cols_of[ci];
             float *x = burst_malloc(sizeof(float) * (size_t)(rows * cols));
-            for (int64_t i = 0; i < rows * cols; i++) x[i] = floorf(test_uniform(-5, 5) * 4) / 4;
-            if (rows > 1) {
-                for (int64_t j = 0; j < cols; j++) x[cols + j] = -INFINITY;
-                x[3 * cols - 1] = 6;
-            }
+            test_fill_argmax_rows(x, rows, cols);
             int *got = burst_malloc(sizeof(int) * (size_t)(rows + 1)), want_ok = 1;
             got[rows] = -7; // a guard
             backend_argmax(be, got, x, rows, cols);

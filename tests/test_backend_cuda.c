@@ -579,8 +579,8 @@ static void test_merge(const backends *B) {
     }
 }
 
-// backend_argmax against the CPU's on rows of a grid of 0.25 (many ties: the first of equal
-// values must win), with a row all -INFINITY and one whose largest value is its last.
+// backend_argmax against the CPU's on test_fill_argmax_rows' rows (ties, a row of -INFINITY, one
+// whose largest value is its last).
 static void test_argmax(const backends *B) {
     static const int rows_of[] = {1, 7, 70};
     static const int64_t cols_of[] = {1, 37, 32000};
@@ -589,11 +589,7 @@ static void test_argmax(const backends *B) {
             const int rows = rows_of[ri];
             const int64_t cols = cols_of[ci], n = rows * cols;
             float *x = test_alloc_guarded(n);
-            for (int64_t i = 0; i < n; i++) x[i] = floorf(test_uniform(-5, 5) * 4) / 4;
-            if (rows > 1) {
-                for (int64_t j = 0; j < cols; j++) x[cols + j] = -INFINITY;
-                x[3 * cols - 1] = 6;
-            }
+            test_fill_argmax_rows(x, rows, cols);
             float *d = dev_upload(x, n);
             int *want = calloc((size_t)rows, sizeof(int)), *got = calloc((size_t)rows, sizeof(int));
             backend_argmax(B->cpu, want, x, rows, cols);

@@ -39,6 +39,16 @@ static inline void test_fill(float *x, int64_t n, float lo, float hi) {
     for (int64_t i = 0; i < n; i++) x[i] = test_uniform(lo, hi);
 }
 
+// rows x cols logits for backend_argmax: a grid of 0.25, so ties are common and the first of equal
+// values must win; with rows > 1, row 1 all -INFINITY and row 2's largest value its last.
+static inline void test_fill_argmax_rows(float *x, int rows, int64_t cols) {
+    for (int64_t i = 0; i < rows * cols; i++) x[i] = floorf(test_uniform(-5, 5) * 4) / 4;
+    if (rows > 1) {
+        for (int64_t j = 0; j < cols; j++) x[cols + j] = -INFINITY;
+        x[3 * cols - 1] = 6;
+    }
+}
+
 // Allocates n floats plus 16 guard words filled with a pattern checked by test_guard_ok.
 #define TEST_GUARD_WORDS 16
 static const uint32_t test_guard_pattern = 0x7fa5a5a5u; // a NaN: a read of it would show too
