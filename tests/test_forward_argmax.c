@@ -1,0 +1,100 @@
+// llama_segment.argmax on the real stories260K model, on 1 and 3 ranks: a decode step of three
+// sequences (one with two rows, as a draft makes) gives, when every segment asks for the argmax,
+// the first largest logit of each row the same step gave with its logits; a step where some
+// segments ask and others do not gives both, the logits unchanged. A call with no logits buffer
+// for a segment that wants its logits fails with BURST_ERR_INVALID and changes nothing: the next
+// step gives what it would have.
+#include <string.h>
+
+#include "model/llama.h"
+#include "test_util.h"
+
+enum { SEGS = 3, ROWS = 4, CTX = 128 };
+
+static int failures;
+
+static void check(int ok, const char *what) {
+    printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+    failures += !ok;
+}
+
+static int first_largest(const float *row, int n) {
+    int best = 0;
+    for (int j = 1; j < n; j++)
+        if (row[j] > row[best]) best = j;
+    return best;
+}
+
+// One step after the prompts: slots 0 and 2 decode one token, slot 1 two; argmax_of says which
+// segments take the argmax (into ids, at their rows). Then every slot is cut back to `len`.
+static burst_status step(llama_model *m, const int64_t *len, int argmax_of, float *logits, int *ids,
+                         burst_error *err) {
+    static const int tokens[ROWS] = {5, 9, 11, 17};
+    llama_segment segs[SEGS];
+    for (int i = 0, row = 0; i < SEGS; row += segs[i].n_logits, i++)
+        segs[i] = (llama_segment){.slot = i, .n = i == 1 ? 2 : 1, .n_logits = i == 1 ? 2 : 1,
+                                  .argmax = argmax_of >> i & 1 ? ids + row : NULL};
+    burst_status st = llama_forward(m, segs, SEGS, tokens, logits, NULL, NULL, err);
+    for (int i = 0; i < SEGS; i++) llama_slot_truncate(m, i, len[i]);
+    return st;
+}
+
+static void run(int ranks) {
+    llama_options o = {.ctx = CTX, .n_slots = SEGS, .max_batch = 64, .n_ranks = ranks};
+    llama_model *m;
+    burst_error err;
+    if (llama_load(BURST_MODELS_DIR "/stories260K", &o, &m, &err)) {
+        printf("FAIL load: %s\n", err.msg);
+        failures++;
+        return;
+    }
+    const int vocab = llama_config_of(m)->vocab_size;
+    float *want = burst_malloc(sizeof(float) * ROWS * (size_t)vocab), *got = burst_malloc(sizeof(float) * ROWS * (size_t)vocab);
+    int64_t len[SEGS];
+    for (int i = 0; i < SEGS; i++) { // prompts of 7, 8 and 9 tokens
+        int prompt[16];
+        for (int j = 0; j < 7 + i; j++) prompt[j] = 1 + (31 * j + 7 * i) % (vocab - 1);
+        if (llama_prefill(m, i, prompt, 7 + i, 0, want, &err)) printf("FAIL prefill: %s\n", err.msg), failures++;
+        len[i] = llama_slot_len(m, i);
+    }
+    int ids[ROWS], mixed[ROWS], want_ids[ROWS];
+    char what[768];
+    step(m, len, 0, want, NULL, &err);
+    for (int r = 0; r < ROWS; r++) want_ids[r] = first_largest(want + (int64_t)r * vocab, vocab);
+
+    burst_status st = step(m, len, 7, NULL, ids, &err); // every segment: no logits buffer at all
+    snprintf(what, sizeof what, "G=%d every segment's argmax, no logits buffer: the first largest logit of each row", ranks);
+    check(st == BURST_OK && !memcmp(ids, want_ids, sizeof ids), what);
+
+    for (int r = 0; r < ROWS; r++) mixed[r] = -1;
+    for (int64_t i = 0; i < ROWS * (int64_t)vocab; i++) got[i] = NAN;
+    st = step(m, len, 5, got, mixed, &err); // segments 0 and 2 (rows 0 and 3) take the argmax
+    snprintf(what, sizeof what, "G=%d segments 0 and 2 take the argmax, 1 its logits: all rows' logits as before", ranks);
+    check(st == BURST_OK && mixed[0] == want_ids[0] && mixed[3] == want_ids[3] && mixed[1] == -1 && mixed[2] == -1 &&
+              !memcmp(got, want, sizeof(float) * ROWS * (size_t)vocab),
+          what);
+
+    st = step(m, len, 2, NULL, ids, &err); // segments 0 and 2 want logits, and there is no buffer
+    snprintf(what, sizeof what, "G=%d no logits buffer for segments that want theirs: refused (%s)", ranks, err.msg);
+    check(st == BURST_ERR_INVALID && strstr(err.msg, "segment 0 wants its logits but there is no logits buffer"), what);
+    int kept = 1;
+    for (int i = 0; i < SEGS; i++) kept &= llama_slot_len(m, i) == len[i];
+    st = step(m, len, 0, got, NULL, &err);
+    snprintf(what, sizeof what, "G=%d after the refusal: slots as they were, the next step's logits as before", ranks);
+    check(kept && st == BURST_OK && !memcmp(got, want, sizeof(float) * ROWS * (size_t)vocab), what);
+    free(want), free(got);
+    llama_free(m);
+}
+
+int main(void) {
+    FILE *f = fopen(BURST_MODELS_DIR "/stories260K/config.json", "r");
+    if (!f) {
+        printf("skip: no %s\n", BURST_MODELS_DIR "/stories260K");
+        return TEST_SKIP;
+    }
+    fclose(f);
+    run(1);
+    run(3);
+    printf("%s: %d failures\n", failures ? "FAIL" : "ok", failures);
+    return failures != 0;
+}
