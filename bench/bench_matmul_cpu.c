@@ -7,26 +7,33 @@
 
 #include "model/backend.h"
 
+// n elements in [-0.5, 0.5) of dtype; F16 ones have magnitudes in [2^-7, 1/2), none subnormal.
+static void *random_weight(burst_dtype dtype, int64_t n) {
+    void *w = burst_malloc((size_t)n * dtype_size(dtype));
+    for (int64_t i = 0; i < n; i++) {
+        float v = (float)rand() / (float)RAND_MAX - 0.5f;
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        if (dtype == DTYPE_F32) ((float *)w)[i] = v;
+        else if (dtype == DTYPE_BF16) ((uint16_t *)w)[i] = (uint16_t)(u >> 16);
+        else ((uint16_t *)w)[i] = (uint16_t)((rand() & 0x83ff) | (8 + rand() % 6) << 10);
+    }
+    return w;
+}
+
 int main(int argc, char **argv) {
     int threads = argc == 3 && !strcmp(argv[1], "--threads") ? atoi(argv[2]) : 0;
     if (argc != 1 && threads < 1) return fprintf(stderr, "usage: bench_matmul_cpu [--threads T]\n"), 2;
     burst_backend *be = backend_cpu_new(threads);
     static const int64_t shapes[][2] = {{4096, 4096}, {11008, 4096}};
-    static const int ns[] = {1, 16, 64, 256};
+    static const int ns[] = {1, 2, 4, 16, 64, 256};
     printf("CPU matmul, %s threads, GFLOP/s (best of 3)\n", threads ? argv[2] : "all");
     printf("%6s %14s %6s %10s\n", "dtype", "weight", "n", "GFLOP/s");
-    for (int bf16 = 0; bf16 < 2; bf16++)
+    static const burst_dtype dtypes[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             int64_t rows = shapes[s][0], cols = shapes[s][1];
-            void *w = burst_malloc((size_t)(rows * cols) * (bf16 ? 2 : 4));
-            for (int64_t i = 0; i < rows * cols; i++) {
-                float v = (float)rand() / (float)RAND_MAX - 0.5f;
-                uint32_t u;
-                memcpy(&u, &v, 4);
-                if (bf16) ((uint16_t *)w)[i] = (uint16_t)(u >> 16);
-                else ((float *)w)[i] = v;
-            }
-            burst_weight W = {.dtype = bf16 ? DTYPE_BF16 : DTYPE_F32, .data = w, .rows = rows, .cols = cols};
+            burst_weight W = {.dtype = dtypes[d], .data = random_weight(dtypes[d], rows * cols), .rows = rows, .cols = cols};
             for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
                 int n = ns[k];
                 float *x = backend_alloc(be, sizeof(float) * (size_t)(n * cols));
@@ -39,11 +46,11 @@ int main(int argc, char **argv) {
                     double t = burst_now() - t0;
                     if (t < best) best = t;
                 }
-                printf("%6s %6lldx%-7lld %6d %10.1f\n", bf16 ? "bf16" : "f32", (long long)rows, (long long)cols, n,
+                printf("%6s %6lldx%-7lld %6d %10.1f\n", dtype_name(W.dtype), (long long)rows, (long long)cols, n,
                        2.0 * n * rows * cols / best / 1e9);
                 backend_release(be, x), backend_release(be, out);
             }
-            free(w);
+            free((void *)W.data);
         }
     backend_free(be);
     return 0;

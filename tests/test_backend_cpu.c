@@ -1,10 +1,11 @@
 // The CPU backend's ops that take an activation dtype (model/backend.h: rmsnorm's output, matmul's
 // input and output and its accumulating form, swiglu), in float32 and bf16, against float64 on
 // fresh random inputs of awkward sizes: token counts across the matmul's 64-token blocks, weight
-// rows that are not multiples of its 16-row tiles, weights stored as F32 and BF16. The bf16 forms
-// are the CUDA backend's bf16 mode's specification (tests/test_backend_cuda.c holds it to them).
-// Every output carries guard words after its last element. And argmax, greedy sampling's pick,
-// against a plain scan on rows full of ties.
+// rows that are not multiples of its 16-row tiles, weights stored as F32, F16 and BF16. The bf16
+// forms are the CUDA backend's bf16 mode's specification (tests/test_backend_cuda.c holds it to
+// them). Every output carries guard words after its last element. Every F16 weight value, through
+// embed and both matmul paths (a few tokens convert in registers). And argmax, greedy sampling's
+// pick, against a plain scan on rows full of ties.
 #include "model/backend.h"
 #include "tests/test_util.h"
 
@@ -19,7 +20,7 @@ static void check(int ok) { failures += !ok; }
 
 // A buffer of n activations of dtype dt with guard words right after them (bf16: n rounded up to
 // a whole number of floats), filled with the rounding of values in [lo, hi); `as_f64` gets the
-// values it holds.
+// values it holds. F16 only as weights.
 typedef struct {
     burst_dtype dt;
     int64_t n;
@@ -27,14 +28,29 @@ typedef struct {
     double *as_f64;
 } act_buf;
 
+// The half with bits h, computed apart from the backend's conversions.
+static double f16_value(uint16_t h) {
+    int e = h >> 10 & 0x1f, m = h & 0x3ff;
+    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+// A half near v (|v| < 65504): v's top mantissa bits; 0 below 2^-14.
+static uint16_t f16_near(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    int e = (int)(u >> 23 & 0xff) - 112;
+    return (uint16_t)((u >> 16 & 0x8000) | (e > 0 ? (uint32_t)e << 10 | (u >> 13 & 0x3ff) : 0));
+}
+
 static act_buf act_random(burst_dtype dt, int64_t n, float lo, float hi) {
     act_buf a = {.dt = dt, .n = n, .p = test_alloc_guarded(test_act_words(dt, n)),
                  .as_f64 = burst_malloc((size_t)(n + 1) * sizeof(double))};
     for (int64_t i = 0; i < n; i++) {
         float v = test_uniform(lo, hi);
-        if (dt == DTYPE_F32) a.p[i] = v;
-        else ((uint16_t *)a.p)[i] = f32_to_bf16(v), v = bf16_to_f32(f32_to_bf16(v));
-        a.as_f64[i] = v;
+        if (dt == DTYPE_F32) a.as_f64[i] = a.p[i] = v;
+        else if (dt == DTYPE_F16) a.as_f64[i] = f16_value(((uint16_t *)a.p)[i] = f16_near(v));
+        else a.as_f64[i] = bf16_to_f32(((uint16_t *)a.p)[i] = f32_to_bf16(v));
     }
     return a;
 }
@@ -61,15 +77,15 @@ static test_weight weight_random(burst_dtype dt, int64_t rows, int64_t cols, flo
     return (test_weight){.w = {.dtype = dt, .data = a.p, .rows = rows, .cols = cols}, .as_f64 = a.as_f64};
 }
 
-static const burst_dtype DTS[] = {DTYPE_F32, DTYPE_BF16};
+static const burst_dtype DTS[] = {DTYPE_F32, DTYPE_BF16}, WEIGHT_DTS[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
 
 static void test_rmsnorm(burst_backend *be) {
     static const int ns[] = {1, 7, 70}, dims[] = {1, 13, 300};
-    for (int wi = 0; wi < 2; wi++)
+    for (int wi = 0; wi < 3; wi++)
         for (int oi = 0; oi < 2; oi++)
             for (int k = 0; k < 3; k++) {
                 const int n = ns[k], dim = dims[k];
-                test_weight w = weight_random(DTS[wi], 1, dim, 0.5f, 1.5f);
+                test_weight w = weight_random(WEIGHT_DTS[wi], 1, dim, 0.5f, 1.5f);
                 act_buf x = act_random(DTYPE_F32, (int64_t)n * dim, -2, 2), out = act_random(DTS[oi], (int64_t)n * dim, -1, 1);
                 double *ref = burst_malloc((size_t)n * dim * sizeof(double));
                 for (int i = 0; i < n; i++) {
@@ -80,7 +96,7 @@ static void test_rmsnorm(burst_backend *be) {
                 }
                 backend_rmsnorm(be, out.p, out.dt, x.p, &w.w, n, 1e-5f);
                 char what[96];
-                snprintf(what, sizeof what, "rmsnorm weight %s to %s n=%d dim=%d", dtype_name(DTS[wi]), dtype_name(DTS[oi]), n, dim);
+                snprintf(what, sizeof what, "rmsnorm weight %s to %s n=%d dim=%d", dtype_name(WEIGHT_DTS[wi]), dtype_name(DTS[oi]), n, dim);
                 act_check(what, &out, ref, 1e-6);
                 free(ref), free((void *)w.w.data), free(w.as_f64), act_free(&x), act_free(&out);
             }
@@ -89,13 +105,13 @@ static void test_rmsnorm(burst_backend *be) {
 // out = x W^T in every dtype pairing, and out += x W^T.
 static void test_matmul(burst_backend *be) {
     static const int ns[] = {1, 7, 70}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}}; // W (rows, cols)
-    for (int wi = 0; wi < 2; wi++)
+    for (int wi = 0; wi < 3; wi++)
         for (int xi = 0; xi < 2; xi++)
             for (int oi = 0; oi < 3; oi++) // F32, BF16, F32 accumulated
                 for (int si = 0; si < 3; si++)
                     for (int k = 0; k < 3; k++) {
                         const int n = ns[k], rows = shapes[si][0], cols = shapes[si][1], acc = oi == 2;
-                        test_weight w = weight_random(DTS[wi], rows, cols, -1, 1);
+                        test_weight w = weight_random(WEIGHT_DTS[wi], rows, cols, -1, 1);
                         act_buf x = act_random(DTS[xi], (int64_t)n * cols, -1, 1);
                         act_buf out = act_random(oi == 1 ? DTYPE_BF16 : DTYPE_F32, (int64_t)n * rows, -1, 1);
                         double *ref = burst_malloc((size_t)n * rows * sizeof(double)), terms = 0;
@@ -112,11 +128,46 @@ static void test_matmul(burst_backend *be) {
                         if (acc) backend_matmul_add(be, out.p, x.p, x.dt, &w.w, n);
                         else backend_matmul(be, out.p, out.dt, x.p, x.dt, &w.w, n);
                         char what[128];
-                        snprintf(what, sizeof what, "matmul weight %s x %s %s %s n=%d W=(%d,%d)", dtype_name(DTS[wi]),
+                        snprintf(what, sizeof what, "matmul weight %s x %s %s %s n=%d W=(%d,%d)", dtype_name(WEIGHT_DTS[wi]),
                                  dtype_name(x.dt), acc ? "+=" : "to", dtype_name(out.dt), n, rows, cols);
                         act_check(what, &out, ref, F32_RTOL * (terms + 1)); // float32 sums: relative to sum |x w|
                         free(ref), free((void *)w.w.data), free(w.as_f64), act_free(&x), act_free(&out);
                     }
+}
+
+// Every half as an F16 weight: embed gives each exactly (NaN as NaN, signed zeros); matmuls with
+// one-hot rows of x give each finite one, through the path of 2 tokens (converted in registers)
+// and of 32 (through a float32 tile).
+static void test_f16_weights(burst_backend *be) {
+    enum { ROWS = 2048, COLS = 32 }; // 65536 halves; the first 63488 are the finite ones of either sign
+    uint16_t *h = burst_malloc(sizeof(uint16_t) * ROWS * COLS);
+    for (int i = 0; i < ROWS * COLS; i++) h[i] = (uint16_t)(i < 31744 ? i : i < 63488 ? 0x8000 + i - 31744 : i - 31744);
+    burst_weight W = {.dtype = DTYPE_F16, .data = h, .rows = ROWS, .cols = COLS};
+    float *got = burst_malloc(sizeof(float) * ROWS * COLS), *x = burst_malloc(sizeof(float) * COLS * COLS);
+    int *tokens = burst_malloc(sizeof(int) * ROWS), bad = 0;
+    for (int i = 0; i < ROWS; i++) tokens[i] = i;
+    backend_embed(be, got, &W, tokens, ROWS);
+    for (int i = 0; i < ROWS * COLS; i++) {
+        double want = f16_value(h[i]);
+        if (isnan(want) ? !isnan(got[i]) : got[i] != want || !signbit(got[i]) != !signbit(want))
+            if (bad++ < 3) printf("  embed half 0x%04x: got %.9g want %.9g\n", h[i], got[i], want);
+    }
+    float *out = burst_malloc(sizeof(float) * ROWS * COLS);
+    for (int n = 2; n <= COLS; n += COLS - 2) // 2 one-hot rows a call, then all 32 in one
+        for (int j0 = 0; j0 < COLS; j0 += n) {
+            memset(x, 0, sizeof(float) * COLS * COLS);
+            for (int i = 0; i < n; i++) x[i * COLS + j0 + i] = 1;
+            backend_matmul(be, out, DTYPE_F32, x, DTYPE_F32, &W, n);
+            for (int i = 0; i < n; i++)
+                for (int r = 0; r < 63488 / COLS; r++) { // out[i][r] = W[r][j0 + i]
+                    double want = f16_value(h[r * COLS + j0 + i]);
+                    if (out[i * ROWS + r] != want && bad++ < 3)
+                        printf("  matmul n=%d half 0x%04x: got %.9g want %.9g\n", n, h[r * COLS + j0 + i], out[i * ROWS + r], want);
+                }
+        }
+    printf("%s every F16 weight through embed and matmul\n", bad ? "FAIL" : "ok  ");
+    check(!bad);
+    free(h), free(got), free(x), free(tokens), free(out);
 }
 
 static void test_swiglu(burst_backend *be) {
@@ -171,6 +222,7 @@ int main(void) {
     burst_backend *be = backend_cpu_new(3); // a thread count that splits the tiles unevenly
     test_rmsnorm(be);
     test_matmul(be);
+    test_f16_weights(be);
     test_swiglu(be);
     test_argmax(be);
     backend_free(be);
