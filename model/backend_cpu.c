@@ -1,10 +1,10 @@
 // The CPU backend: float32 activations in host memory (bf16 ones are taken too, for tests of the
 // CUDA backend's bf16 mode against this twin), weights read from the mmap in their
 // stored dtype. The matmul converts a tile of weight rows to float32 into a per-thread buffer
-// and reuses it for every token, so bf16/f16 weights are never converted whole.
+// and reuses it for every token (or, for a few tokens, converts in registers), so bf16/f16
+// weights are never converted whole.
 // Threads: OpenMP, n_threads per call.
 #define _GNU_SOURCE // malloc_usable_size
-#include <immintrin.h>
 #include <malloc.h>
 #include <math.h>
 #include <omp.h>
@@ -17,10 +17,11 @@
 #include "common/host_memory.h"
 #include "backend_impl.h"
 
-// Weight rows per tile; tokens per pass over a tile. Below MM_FUSED_BELOW tokens, where dot_rows'
-// 4x4 blocks do not apply, 16-bit weights are converted in registers for each token's dot products
-// (dot_bf16, dot_f16) instead of into a float32 tile that is written and read back.
-enum { MM_ROWS = 16, MM_TOKENS = 64, MM_FUSED_BELOW = 4 };
+// Weight rows per tile; tokens per pass over a tile. Below MM_FUSED_BELOW tokens (decode steps),
+// 16-bit weights are converted in registers once for every 4 tokens (dot_w16) instead of into a
+// float32 tile written and read back; from there on the tile's conversion serves enough tokens,
+// and dot_rows' 4x4 blocks share their loads (bench/bench_matmul_cpu.c).
+enum { MM_ROWS = 16, MM_TOKENS = 64, MM_FUSED_BELOW = 16 };
 
 typedef struct {
     int n_threads;
@@ -39,36 +40,63 @@ static void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float
     }
 }
 
-// Dot products of a 16-bit weight row w (n) with x (n), converting in registers.
-static inline float dot_bf16(const uint16_t *w, const float *x, int64_t n) {
-    float s[16] = {0};
-    int64_t k = 0;
-    for (; k + 16 <= n; k += 16)
-        for (int l = 0; l < 16; l++) s[l] += bf16_to_f32(w[k + l]) * x[k + l];
-    for (int l = 0; k < n; k++, l++) s[l] += bf16_to_f32(w[k]) * x[k];
-    float t = 0;
-    for (int l = 0; l < 16; l++) t += s[l];
-    return t;
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__) // x86-64-v3, and -march=native on any recent x86
+#include <immintrin.h>
+// 8 weights from w, bf16 or f16, as floats. GCC does not vectorize f16_to_f32 into F16C's one
+// instruction, and f16_to_f32's bit operations cost more than the multiply-adds they feed.
+static inline __m256 w16x8(const uint16_t *w, int bf16) {
+    __m128i h = _mm_loadu_si128((const __m128i *)w);
+    return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h);
 }
 
-// With F16C (x86-64-v3; -march=native on any x86 of the last decade) one instruction converts 8:
-// GCC does not vectorize f16_to_f32 into it, and f16_to_f32's bit operations cost more than the
-// multiply-add.
-static inline float dot_f16(const uint16_t *w, const float *x, int64_t n) {
-    float t = 0;
+static inline float sum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+// dot_w16 for nt tokens, a constant once inlined, so that the 2 nt sums stay in registers (two a
+// token, so that its multiply-adds do not wait on each other).
+static inline __attribute__((always_inline)) void dot_w16_nt(const uint16_t *w, int bf16, const float *x,
+                                                             int64_t x_stride, int64_t n, const int nt, float *out,
+                                                             int64_t out_stride) {
+    __m256 s[4][2];
+    for (int t = 0; t < nt; t++) s[t][0] = s[t][1] = _mm256_setzero_ps();
     int64_t k = 0;
-#ifdef __F16C__
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
     for (; k + 16 <= n; k += 16) {
-        s0 = _mm256_add_ps(s0, _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + k))), _mm256_loadu_ps(x + k)));
-        s1 = _mm256_add_ps(s1, _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + k + 8))), _mm256_loadu_ps(x + k + 8)));
+        __m256 w0 = w16x8(w + k, bf16), w1 = w16x8(w + k + 8, bf16);
+        for (int t = 0; t < nt; t++) {
+            s[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * x_stride + k), s[t][0]);
+            s[t][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + t * x_stride + k + 8), s[t][1]);
+        }
     }
-    float s[8];
-    _mm256_storeu_ps(s, _mm256_add_ps(s0, s1));
-    for (int l = 0; l < 8; l++) t += s[l];
+    for (int t = 0; t < nt; t++) {
+        float r = sum8(_mm256_add_ps(s[t][0], s[t][1]));
+        for (int64_t j = k; j < n; j++) r += (bf16 ? bf16_to_f32(w[j]) : f16_to_f32(w[j])) * x[t * x_stride + j];
+        out[t * out_stride] = r;
+    }
+}
 #endif
-    for (; k < n; k++) t += f16_to_f32(w[k]) * x[k];
-    return t;
+
+// out[t * out_stride] = the dot product of a 16-bit weight row w (n) with token t's row of x, for
+// t < nt <= 4: each weight is converted once, in registers, for all nt tokens.
+static void dot_w16(const uint16_t *w, int bf16, const float *x, int64_t x_stride, int nt, int64_t n, float *out,
+                    int64_t out_stride) {
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+    switch (nt) {
+    case 1: dot_w16_nt(w, bf16, x, x_stride, n, 1, out, out_stride); break;
+    case 2: dot_w16_nt(w, bf16, x, x_stride, n, 2, out, out_stride); break;
+    case 3: dot_w16_nt(w, bf16, x, x_stride, n, 3, out, out_stride); break;
+    default: dot_w16_nt(w, bf16, x, x_stride, n, 4, out, out_stride); break;
+    }
+#else
+    for (int t = 0; t < nt; t++) {
+        float s[16] = {0}, r = 0;
+        for (int64_t k = 0; k < n; k++) s[k % 16] += (bf16 ? bf16_to_f32(w[k]) : f16_to_f32(w[k])) * x[t * x_stride + k];
+        for (int l = 0; l < 16; l++) r += s[l];
+        out[t * out_stride] = r;
+    }
+#endif
 }
 
 static int nthreads(burst_backend *b) { return ((cpu_ctx *)b->ctx)->n_threads; }
@@ -190,12 +218,10 @@ static void cpu_matmul(burst_backend *b, void *out, burst_dtype out_dtype, int a
                 int64_t nt = n - i0 < MM_TOKENS ? n - i0 : MM_TOKENS;
                 if (fused) {
                     const uint16_t *w16 = (const uint16_t *)W->data + r0 * cols;
-                    for (int64_t i = 0; i < nt; i++)
-                        for (int64_t r = 0; r < nr; r++) {
-                            const uint16_t *wr = w16 + r * cols;
-                            const float *xi = xf + (i0 + i) * cols;
-                            acc[i * MM_ROWS + r] = W->dtype == DTYPE_BF16 ? dot_bf16(wr, xi, cols) : dot_f16(wr, xi, cols);
-                        }
+                    for (int64_t r = 0; r < nr; r++)
+                        for (int64_t i = 0; i < nt; i += 4)
+                            dot_w16(w16 + r * cols, W->dtype == DTYPE_BF16, xf + (i0 + i) * cols, cols,
+                                    nt - i < 4 ? (int)(nt - i) : 4, cols, acc + i * MM_ROWS + r, MM_ROWS);
                 } else dot_rows(w, cols, nr, xf + i0 * cols, cols, nt, cols, acc, 1, MM_ROWS);
                 for (int64_t i = 0; i < nt; i++)
                     for (int64_t r = 0; r < nr; r++) {

@@ -104,12 +104,12 @@ static void test_rmsnorm(burst_backend *be) {
 
 // out = x W^T in every dtype pairing, and out += x W^T.
 static void test_matmul(burst_backend *be) {
-    static const int ns[] = {1, 7, 70}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}}; // W (rows, cols)
+    static const int ns[] = {1, 6, 7, 70}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}}; // W (rows, cols)
     for (int wi = 0; wi < 3; wi++)
         for (int xi = 0; xi < 2; xi++)
             for (int oi = 0; oi < 3; oi++) // F32, BF16, F32 accumulated
                 for (int si = 0; si < 3; si++)
-                    for (int k = 0; k < 3; k++) {
+                    for (int k = 0; k < 4; k++) {
                         const int n = ns[k], rows = shapes[si][0], cols = shapes[si][1], acc = oi == 2;
                         test_weight w = weight_random(WEIGHT_DTS[wi], rows, cols, -1, 1);
                         act_buf x = act_random(DTS[xi], (int64_t)n * cols, -1, 1);
