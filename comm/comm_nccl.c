@@ -46,6 +46,7 @@ static burst_status wait_done(comm *c, const char *what, burst_error *err) {
         cudaError_t q = cudaEventQuery(R->done);
         if (q == cudaSuccess) return BURST_OK;
         if (q != cudaErrorNotReady) CUDA_CHECK(q);
+        (void)cudaGetLastError(); // "not ready" is also this thread's last error: a later launch check would take it for its own
         ncclResult_t async;
         NCCL_CHECK(ncclCommGetAsyncError(R->nc, &async));
         double waited = burst_now() - start;

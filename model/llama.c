@@ -93,7 +93,7 @@ struct llama_model {
     int row_block;        // rows of an all_rows segment's logits computed at a time
     float *rows_host;     // (row_block, vocab) those logits on the host; the process of rank 0 only
     int *argmax;          // (max_logits) the argmax of each row of logits; the process of rank 0 only
-    atomic_int faulty;    // a node was lost: see llama_fault (read by other threads; set after fault)
+    atomic_int faulty;    // a node was lost or NCCL aborted: see llama_fault (read by other threads; set after fault)
     burst_error fault;
 };
 
@@ -814,9 +814,10 @@ static burst_status run_batch(llama_model *m, const llama_segment *segs, int n_s
     for (int i = 0; i < m->n_local; i++)
         if (m->ranks[i].st) {
             // A rank failing mid-call leaves the shards inconsistent: the slots must be reset. In a
-            // cluster the failure is a lost connection, so the model is out of service.
+            // cluster the failure is a lost connection, and BURST_ERR_DEVICE an aborted NCCL
+            // communicator (comm/comm_nccl.c): either way the model is out of service.
             for (int j = 0; j < n_segs; j++) slot_truncate(m, segs[j].slot, 0);
-            if (m->cl) set_fault(m, &m->ranks[i].err);
+            if (m->cl || m->ranks[i].st == BURST_ERR_DEVICE) set_fault(m, &m->ranks[i].err);
             *err = m->ranks[i].err;
             return m->ranks[i].st;
         }

@@ -106,6 +106,7 @@ void llama_slot_copy(llama_model *m, int dst, int src, int64_t len);
 // A worker's life: runs the leader's llama_forward, llama_slot_truncate and llama_slot_copy calls as they come,
 // until the leader frees its model (BURST_OK) or is lost (an error).
 burst_status llama_follow(llama_model *m, burst_error *err);
-// NULL while the model works; once a node of its cluster is lost, why. Every later
-// llama_forward fails with that reason: the model cannot recover without a restart.
+// NULL while the model works; once a node of its cluster is lost, or an NCCL operation failed or
+// stalled (its communicators are aborted), why. Every later llama_forward fails with that reason:
+// the model cannot recover without a restart.
 const char *llama_fault(const llama_model *m);
