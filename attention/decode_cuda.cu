@@ -200,12 +200,11 @@ __device__ __forceinline__ void decode_block(const params &p, int chunk, int spl
     }
 }
 
-// Calls of one launch of decode_batch_kernel: the calls' parameters and plans (blocks past a
-// call's chunks and splits return at once). By value, as kernel parameters: no upload to wait
+// Calls of one launch of decode_batch_kernel, all of the same chunks (same_launch): the calls'
+// parameters (blocks past a call's splits return at once). By value, as kernel parameters: no upload to wait
 // for, nothing for a CUDA graph to track; __grid_constant__ lets the kernel index them in place.
 struct batch_params {
     params call[DECODE_CUDA_MAX_BATCH];
-    int chunks[DECODE_CUDA_MAX_BATCH];
     int n, n_kv_heads;
 };
 static_assert(sizeof(batch_params) <= 4096, "kernel parameters past 4 KB need CUDA 12.1 and Volta");
@@ -219,7 +218,7 @@ __global__ void __launch_bounds__(THREADS) decode_kernel(const __grid_constant__
 template <int VEC, int EPL, int NV, typename KV>
 __global__ void __launch_bounds__(THREADS) decode_batch_kernel(const __grid_constant__ batch_params b) {
     const int c = blockIdx.z / b.n_kv_heads, hk = blockIdx.z % b.n_kv_heads;
-    if ((int)blockIdx.x >= b.chunks[c] || (int)blockIdx.y >= b.call[c].n_splits) return;
+    if ((int)blockIdx.y >= b.call[c].n_splits) return;
     decode_block<VEC, EPL, NV, KV>(b.call[c], blockIdx.x, blockIdx.y, hk);
 }
 
@@ -318,7 +317,8 @@ int sm_count() {
 }
 
 bool args_ok(const flash_args *a) {
-    return (a->kv_dtype == DTYPE_F32 || a->kv_dtype == DTYPE_BF16) && a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0 && a->nq >= 0 && a->nk >= 0 &&
+    return (a->kv_dtype == DTYPE_F32 || a->kv_dtype == DTYPE_BF16) && a->n_kv_heads > 0 && a->n_heads > 0 &&
+           a->n_heads % a->n_kv_heads == 0 && a->nq >= 0 && a->nk >= 0 &&
            a->head_dim >= 1 && a->head_dim <= MAX_HEAD_DIM;
 }
 
@@ -331,7 +331,7 @@ burst_status check_args(const flash_args *a, burst_error *err) {
         return BURST_FAIL(err, BURST_ERR_INVALID, "head_dim %d unsupported (want 1..%d)", a->head_dim, MAX_HEAD_DIM);
     if (!args_ok(a))
         return BURST_FAIL(err, BURST_ERR_INVALID, "nq %d / nk %d / heads %d / kv heads %d / K/V %s out of range (want "
-                          "n_heads a multiple of n_kv_heads, K/V F32 or BF16)", a->nq, a->nk, a->n_heads, a->n_kv_heads,
+                          "n_heads a positive multiple of n_kv_heads, K/V F32 or BF16)", a->nq, a->nk, a->n_heads, a->n_kv_heads,
                           dtype_name(a->kv_dtype));
     return BURST_OK;
 }
@@ -355,10 +355,12 @@ bool vec4_for(const flash_args *a) {
            ((uintptr_t)a->k | (uintptr_t)a->v) % kv4 == 0;
 }
 
-// Calls that can share a launch (with their plans): the same kernel instance and KV heads.
+// Calls that can share a launch (with their plans): the same kernel instance, KV heads and
+// chunks. The grid is chunks x the most splits: a call of many chunks (prefill rows, fp32 mode)
+// beside calls of many splits (long caches) would start mostly idle blocks.
 bool same_launch(const flash_args *a, const plan &pa, const flash_args *b, const plan &pb) {
     return a->kv_dtype == b->kv_dtype && vec4_for(a) == vec4_for(b) && (a->head_dim <= 128) == (b->head_dim <= 128) &&
-           a->n_kv_heads == b->n_kv_heads && pa.nv == pb.nv;
+           a->n_kv_heads == b->n_kv_heads && pa.nv == pb.nv && pa.chunks == pb.chunks;
 }
 
 // Workspace floats of call a on a GPU of n_sm SMs (0 for calls decode_cuda refuses or skips).
@@ -425,18 +427,17 @@ extern "C" burst_status decode_cuda_batch(const flash_args *calls, int n, float 
     for (int first = 0; first < n; first++) {
         if (done[first] || calls[first].nq == 0) continue;
         batch_params b = {.n = 0, .n_kv_heads = calls[first].n_kv_heads};
-        int max_chunks = 1, max_splits = 1;
+        int max_splits = 1;
         int64_t max_rows = 1;
         for (int i = first; i < n && b.n < DECODE_CUDA_MAX_BATCH; i++) {
             if (done[i] || calls[i].nq == 0 || !same_launch(&calls[first], pl[first], &calls[i], pl[i])) continue;
-            b.call[b.n] = params_for(&calls[i], pl[i], pl[i].splits > 1 ? workspace + offset[i] : nullptr);
-            b.chunks[b.n++] = pl[i].chunks;
-            max_chunks = std::max(max_chunks, pl[i].chunks), max_splits = std::max(max_splits, pl[i].splits);
+            b.call[b.n++] = params_for(&calls[i], pl[i], pl[i].splits > 1 ? workspace + offset[i] : nullptr);
+            max_splits = std::max(max_splits, pl[i].splits);
             max_rows = std::max(max_rows, (int64_t)calls[i].n_heads * calls[i].nq);
             done[i] = 1;
         }
         launch_decode(b, calls[first].kv_dtype, vec4_for(&calls[first]), calls[first].head_dim, pl[first].nv,
-                      dim3((unsigned)max_chunks, (unsigned)max_splits, (unsigned)(b.n * b.n_kv_heads)), stream);
+                      dim3((unsigned)pl[first].chunks, (unsigned)max_splits, (unsigned)(b.n * b.n_kv_heads)), stream);
         if (max_splits > 1) {
             const dim3 grid((unsigned)((max_rows + MERGE_WARPS - 1) / MERGE_WARPS), (unsigned)b.n);
             merge_splits_batch_kernel<<<grid, 32 * MERGE_WARPS, 0, stream>>>(b);

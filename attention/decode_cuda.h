@@ -45,7 +45,7 @@ burst_status decode_cuda(const flash_args *a, float *workspace, size_t workspace
 
 // n independent calls of decode_cuda (a step's decoding sequences, one call each) in as few
 // launches as they allow: calls with the same kernel instance (K/V dtype, 4-element loads or
-// not, head_dim up to 128 or 256, vectors a block) and KV heads go up to DECODE_CUDA_MAX_BATCH a
+// not, head_dim up to 128 or 256, vectors a block), KV heads and blocks of rows go up to DECODE_CUDA_MAX_BATCH a
 // launch (plus one launch of their split merges), their parameters passed by value. Calls of a
 // layer's decode step of one token each share all of that: 64 sequences take 3 + 3 launches
 // instead of up to 128. The calls' split partials follow one another in the workspace.

@@ -271,6 +271,10 @@ template <typename D, typename S> struct job_table {
 static_assert(sizeof(job_table<char, char>) <= 4096, "kernel parameters past 4 KB need CUDA 12.1 and Volta");
 using round_jobs = job_table<__nv_bfloat16, float>; // backend_convert_batch to bf16: K/V rows into the cache
 using copy_jobs = job_table<char, char>;            // backend_copy's batches
+// A job of a batch this large (elements or bytes) or larger goes alone: a batch launch's grid.x
+// is sized by its largest job, so a prefill chunk's K/V among decode rows would start thousands
+// of idle blocks for each of the others.
+constexpr int64_t BATCH_JOB_MAX = 1 << 16;
 
 __global__ void round_jobs_kernel(const __grid_constant__ round_jobs j) {
     const int k = blockIdx.y;
@@ -340,6 +344,10 @@ __device__ __forceinline__ void load8(float (&v)[8], const float *p) {
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 
+// A float32 input as cuBLAS's path takes it (rounded to bf16; a bf16 one is unchanged), so that a
+// row's result does not depend on whether its step went to gemv or to cuBLAS.
+__device__ __forceinline__ float as_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
 // out (n, rows) = x (n, cols) W^T, or out += x W^T (accumulate, float out); vec8: cols a multiple
 // of 8 and W, x 16-byte aligned.
 template <typename X, typename O>
@@ -362,7 +370,7 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_kernel(O *out, const X *
                 if (i < n) {
                     load8(xv, x + i * cols + c);
 #pragma unroll
-                    for (int e = 0; e < 8; e++) acc[i] = fmaf(wv[e], xv[e], acc[i]);
+                    for (int e = 0; e < 8; e++) acc[i] = fmaf(wv[e], as_bf16(xv[e]), acc[i]);
                 }
         }
     } else {
@@ -370,7 +378,7 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_kernel(O *out, const X *
             const float wv = __bfloat162float(w[c]);
 #pragma unroll
             for (int i = 0; i < GEMV_MAX_N; i++)
-                if (i < n) acc[i] = fmaf(wv, to_f32(x[i * cols + c]), acc[i]);
+                if (i < n) acc[i] = fmaf(wv, as_bf16(to_f32(x[i * cols + c])), acc[i]);
         }
     }
 #pragma unroll
@@ -501,28 +509,32 @@ void cuda_to_host(burst_backend *b, float *dst, const float *src, int64_t n) {
 }
 
 // BURST_BATCHED_DECODE=1: a batch of copies in one launch per MAX_JOBS (the decode merge's
-// few-hundred-byte rows of every sequence); else, and for a batch of one, cudaMemcpyAsync each.
+// few-hundred-byte rows of every sequence), large ones apart; else, and for a batch of one,
+// cudaMemcpyAsync each.
 void cuda_copy(burst_backend *b, const copy_job *jobs, int n) {
     cuda_ctx *c = ctx_of(b);
-    if (!c->batched || n == 1) {
-        for (int i = 0; i < n; i++)
-            CUDA_CHECK(cudaMemcpyAsync(jobs[i].dst, jobs[i].src, jobs[i].bytes, cudaMemcpyDeviceToDevice, c->stream));
-        return;
-    }
-    const int t = profile_start(c, "copy batch jobs<=%lld", pow2_at_least(n));
-    for (int first = 0; first < n; first += MAX_JOBS) {
-        copy_jobs j;
-        const int count = std::min(n - first, MAX_JOBS);
-        int64_t most = 1; // the largest job's threads' worth of work
-        for (int i = 0; i < count; i++) {
-            const copy_job *job = &jobs[first + i];
-            j.dst[i] = (char *)job->dst, j.src[i] = (const char *)job->src, j.n[i] = (int64_t)job->bytes;
-            most = std::max(most, aligned16(job->dst, job->src, j.n[i]) ? j.n[i] / 16 : j.n[i]);
+    const int batched = c->batched && n > 1;
+    const int t = batched ? profile_start(c, "copy batch jobs<=%lld", pow2_at_least(n)) : -1;
+    copy_jobs j;
+    int count = 0;
+    int64_t most = 1; // the largest job's threads' worth of work
+    for (int i = 0; i <= n; i++) {
+        if (count && (i == n || count == MAX_JOBS)) {
+            copy_jobs_kernel<<<dim3(blocks_for(most, 4), (unsigned)count), THREADS, 0, c->stream>>>(j);
+            CUDA_CHECK(cudaGetLastError());
+            count = 0, most = 1;
         }
-        copy_jobs_kernel<<<dim3(blocks_for(most, 4), (unsigned)count), THREADS, 0, c->stream>>>(j);
-        CUDA_CHECK(cudaGetLastError());
+        if (i == n) break;
+        const copy_job *job = &jobs[i];
+        if (!batched || (int64_t)job->bytes >= BATCH_JOB_MAX) {
+            CUDA_CHECK(cudaMemcpyAsync(job->dst, job->src, job->bytes, cudaMemcpyDeviceToDevice, c->stream));
+            continue;
+        }
+        j.dst[count] = (char *)job->dst, j.src[count] = (const char *)job->src, j.n[count] = (int64_t)job->bytes;
+        most = std::max(most, aligned16(job->dst, job->src, j.n[count]) ? j.n[count] / 16 : j.n[count]);
+        count++;
     }
-    profile_stop(c, t);
+    if (batched) profile_stop(c, t);
 }
 
 // Converts n elements of dtype `from` (on the device) into dst of another dtype `to`: F16 or BF16
@@ -637,7 +649,7 @@ void cuda_convert(burst_backend *b, void *dst, burst_dtype to, const float *src,
     profile_stop(c, t);
 }
 
-// BURST_BATCHED_DECODE=1: the bf16 jobs in one launch per MAX_JOBS; else job by job.
+// BURST_BATCHED_DECODE=1: the bf16 jobs in one launch per MAX_JOBS, large ones apart; else job by job.
 void cuda_convert_batch(burst_backend *b, burst_dtype to, const convert_job *jobs, int n) {
     cuda_ctx *c = ctx_of(b);
     if (!c->batched || to != DTYPE_BF16) { // (an fp32 cache's rows are plain copies)
@@ -645,22 +657,29 @@ void cuda_convert_batch(burst_backend *b, burst_dtype to, const convert_job *job
         return;
     }
     const int t = profile_start(c, "convert batch to bf16 jobs<=%lld", pow2_at_least(n));
-    for (int first = 0; first < n; first += MAX_JOBS) {
-        round_jobs j;
-        int count = std::min(n - first, MAX_JOBS);
-        int64_t most = 1;
-        for (int i = 0; i < count; i++) {
-            const convert_job *job = &jobs[first + i];
-            j.dst[i] = (__nv_bfloat16 *)job->dst, j.src[i] = job->src, j.n[i] = job->n;
-            most = std::max(most, job->n);
+    round_jobs j;
+    int count = 0;
+    int64_t most = 1;
+    for (int i = 0; i <= n; i++) {
+        if (count && (i == n || count == MAX_JOBS)) {
+            round_jobs_kernel<<<dim3(blocks_for(most, 4), (unsigned)count), THREADS, 0, c->stream>>>(j);
+            CUDA_CHECK(cudaGetLastError());
+            count = 0, most = 1;
         }
-        round_jobs_kernel<<<dim3(blocks_for(most, 4), (unsigned)count), THREADS, 0, c->stream>>>(j);
-        CUDA_CHECK(cudaGetLastError());
+        if (i == n) break;
+        const convert_job *job = &jobs[i];
+        if (job->n >= BATCH_JOB_MAX) {
+            round_bf16(c, (__nv_bfloat16 *)job->dst, job->src, 1, job->n, job->n);
+            continue;
+        }
+        j.dst[count] = (__nv_bfloat16 *)job->dst, j.src[count] = job->src, j.n[count] = job->n;
+        most = std::max(most, job->n);
+        count++;
     }
     profile_stop(c, t);
 }
 
-// gemv_kernel's launch: x of either dtype as it is, out of either dtype (float when accumulating).
+// gemv_kernel's launch: x of either dtype, out of either dtype (float when accumulating).
 void gemv(cuda_ctx *c, void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
           const burst_weight *W, int n) {
     const int64_t rows = W->rows, cols = W->cols;

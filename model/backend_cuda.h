@@ -17,8 +17,9 @@
 //     in one launch, and backend_copy runs a batch in one launch; else all go call by call. Not
 //     yet the default: it has not run on a GPU. (backend_merge runs a batch in one launch always.)
 //   - BURST_GEMV=1 (read at creation): matmuls of up to 8 rows on bf16 weights (decode) run
-//     burst's GEMV kernel instead of cuBLAS; it reads a float32 x as it is where cuBLAS's path
-//     rounds it to bf16. Off until a GPU has timed it against cuBLAS.
+//     burst's GEMV kernel instead of cuBLAS; it rounds a float32 x to bf16 as it loads it, as
+//     cuBLAS's path does first, so results differ by summation order only. Off until a GPU has
+//     timed it against cuBLAS.
 //   - fp32 mode (backend "cuda-fp32", act dtype f32), for exactness tests: weights stay float32
 //     (F16/BF16 widen exactly; so do bf16 activations), GEMMs are fp32 with CUBLAS_COMPUTE_32F and no TF32, attention always runs the
 //     plain fp32 kernel (on fp32 or bf16 K/V). It matches the CPU backend to float32 rounding.

@@ -257,6 +257,7 @@ static int test_decode_batch(int *n) {
     fails += !test_decode_cases(step, n_step, 1);
     static const attn_case mixed[] = {
         {1, 1000, 128, 32, 8, 1, 999, 0, DTYPE_BF16}, {3, 1000, 128, 32, 8, 1, 997, 0, DTYPE_BF16}, // other vectors a block
+        {2, 500, 64, 16, 8, 1, 498, 0, DTYPE_BF16},                                                 // the first's launch: other d, GQA
         {1, 300, 64, 8, 8, 0, 300, 0, DTYPE_F32},     {2, 33000, 128, 8, 2, 1, 32998, 0, DTYPE_F32}, // other instances, heads
         {1, 7, 37, 4, 2, 1, 6, 0, DTYPE_BF16},        {8, 4097, 256, 8, 8, 0, 4097, 0, DTYPE_F32},  // scalar loads; d 256
         {0, 100, 128, 32, 8, 1, 100, 0, DTYPE_BF16},  {1, 1, 128, 32, 8, 1, 0, 0, DTYPE_BF16},      // no rows; one key
