@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # This checkout against a base tree (an earlier commit) on the GPU machine, in three device calls
-# (each under the 10-minute limit; the machine keeps build-gpu/ while it stays warm). Stage the
-# base beside .gpu-kit/ first, here:  mkdir -p .gpu-kit/base && git archive BASE_COMMIT | tar -x -C .gpu-kit/base
+# (each under the 10-minute limit). The machine keeps build-gpu/ only while it stays warm (30 s
+# idle), so tests and bench first build what is missing. Stage the base beside .gpu-kit/ first,
+# here:  rm -rf .gpu-kit/base && mkdir -p .gpu-kit/base && git archive BASE_COMMIT | tar -x -C .gpu-kit/base
 #   BASE=.gpu-kit/base bash bench/gpu_compare.sh build   # build-gpu here (all) and in BASE (benchmarks)
 #   bash bench/gpu_compare.sh tests                      # the gpu-labelled tests, here
 #   BASE=.gpu-kit/base bash bench/gpu_compare.sh bench   # time to first token, decode, profiles
@@ -18,27 +19,36 @@ ns=${NS:-4096,16384,32768}
 batches=${BATCHES:-8192,32768}
 [ "$step" = tests ] || [ -d "${BASE:?BASE: the base tree}" ] || { echo "BASE=$BASE: no such directory"; exit 1; }
 name_of() { [ "$1" = "$root" ] && echo now || echo base; } # a tree's name in the logs and tables
+# Builds tree $1's build-gpu (always for `build`; else only when it lacks bench_decode, as on a
+# fresh machine). A build-gpu configured elsewhere (a tree staged with one) goes first: CMake
+# refuses a cache made for another source directory.
+build_tree() {
+  local tree=$1 cache=$1/build-gpu/CMakeCache.txt
+  [ "$step" != build ] && [ -x "$tree/build-gpu/bench/bench_decode" ] && return 0
+  [ -f "$cache" ] && ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$(cd "$tree" && pwd)" "$cache" && rm -rf "$tree/build-gpu"
+  [ "$tree" = "$root" ] || ln -sfn "$root/.gpu-kit" "$tree/.gpu-kit" # its gpu_build.sh finds the libraries and models there
+  (cd "$tree" && OUT=${OUT:-/tmp}/$(name_of "$tree") && mkdir -p "$OUT" && source bench/gpu_build.sh) || return 1
+  echo "built $(name_of "$tree")"
+}
 case $step in
 build)
-  source bench/gpu_build.sh || exit 1
-  echo "built here"
-  ln -sfn "$root/.gpu-kit" "$BASE/.gpu-kit" # its gpu_build.sh finds the libraries and models there
-  (cd "$BASE" && OUT=$out/base && mkdir -p "$OUT" && source bench/gpu_build.sh) || exit 1
-  echo "built base"
+  build_tree "$root" && build_tree "$BASE" || exit 1
   ;;
 tests)
+  build_tree "$root" || exit 1
   source .gpu-kit/prelude.sh >/dev/null
   out=${OUT:-/tmp}
   models=${BURST_MODELS_DIR:-$root/.gpu-kit/models}
   ctest --test-dir build-gpu -L gpu -E test_model_cuda --output-on-failure >"$out/ctest_gpu.log" 2>&1
   echo "ctest -L gpu rc=$?"
-  grep -E "tests passed|\(Failed\)|^[0-9]+: FAIL" "$out/ctest_gpu.log" | head -40
+  grep -E "tests passed|\(Failed\)|^FAIL" "$out/ctest_gpu.log" | head -40
   BURST_BIN=$root/build-gpu BURST_MODELS_DIR="$models" PYTHONUNBUFFERED=1 python3 tests/test_model_cuda.py \
     >"$out/test_model_cuda.log" 2>&1
   echo "test_model_cuda rc=$?"
   tail -15 "$out/test_model_cuda.log"
   ;;
 bench)
+  build_tree "$root" && build_tree "$BASE" || exit 1
   source .gpu-kit/prelude.sh >/dev/null
   out=${OUT:-/tmp}
   log=$out/compare.log
@@ -70,7 +80,12 @@ bench)
   done
   python3 - "$log" <<'PY'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+rows = []
+for l in open(sys.argv[1]):
+    try:
+        rows.append(json.loads(l))
+    except ValueError: # a nan or inf logit0 (%g) is no JSON: show the line, keep the rest
+        print("unparsed:", l.strip())
 print("\nLLaMA-7B shape, bf16 KV, one GPU: best time to first token s and decode ms a token, now against base (same call)")
 print("(logit0: the first logit after the prefill, a check that both compute the same model)")
 print(f"{'N':>6} {'chunk':>6} {'TTFT now':>9} {'TTFT base':>9} {'ratio':>6} {'decode now':>10} {'decode base':>11} {'logit0 now':>10} {'logit0 base':>11}")
