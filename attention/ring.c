@@ -12,7 +12,8 @@ static void cpu_copy(void *ctx, const copy_job *jobs, int n) {
 }
 static const attn_ops cpu_ops = {.attend = cpu_attend, .merge = cpu_merge, .copy = cpu_copy};
 
-// A transfer block: K rows then V rows, max_block_rows each.
+// A transfer block's room: K rows then V rows, max_block_rows each (ring_attention fills and sends
+// only as many rows as the largest rank holds).
 static size_t block_bytes(int64_t rows, int n_kv_heads, int head_dim, burst_dtype kv_dtype) {
     return 2 * (size_t)rows * (size_t)n_kv_heads * (size_t)head_dim * dtype_size(kv_dtype);
 }
@@ -72,10 +73,15 @@ burst_status ring_attention(const ring_args *a, burst_error *err) {
         if (seq_part_len(&a->k_parts[r]) > a->max_block_rows)
             return BURST_FAIL(err, BURST_ERR_INVALID, "rank %d: %lld K/V rows exceed the block of %lld", r,
                               (long long)seq_part_len(&a->k_parts[r]), (long long)a->max_block_rows);
-    size_t bb = block_bytes(a->max_block_rows, a->n_kv_heads, a->head_dim, a->kv_dtype);
+    // A block holds the largest rank's rows (every rank knows every k_parts, so sender and receiver
+    // agree): a short prompt sends its rows, not the block's room.
+    int64_t rows = 0;
+    for (int r = 0; r < G; r++) rows = rows > seq_part_len(&a->k_parts[r]) ? rows : seq_part_len(&a->k_parts[r]);
+    size_t room = block_bytes(a->max_block_rows, a->n_kv_heads, a->head_dim, a->kv_dtype);
+    size_t bb = block_bytes(rows, a->n_kv_heads, a->head_dim, a->kv_dtype);
     size_t row_bytes = (size_t)kv_dim * dtype_size(a->kv_dtype), half = bb / 2; // V rows follow K's
-    char *block[2] = {a->work, (char *)a->work + bb};
-    float *o_part = (float *)((char *)a->work + (G > 1 ? 2 * bb : 0)), *lse_part = o_part + nq * dim;
+    char *block[2] = {a->work, (char *)a->work + room};
+    float *o_part = (float *)((char *)a->work + (G > 1 ? 2 * room : 0)), *lse_part = o_part + nq * dim;
     if (G > 1) // what step 0 sends
         ops->copy(ops->ctx, (copy_job[]){{block[0], a->k, (size_t)nk * row_bytes},
                                          {block[0] + half, a->v, (size_t)nk * row_bytes}}, 2);
@@ -96,6 +102,7 @@ burst_status ring_attention(const ring_args *a, burst_error *err) {
         stats.wait_s += burst_now() - t1;
         stats.steps++;
         stats.transfers += j + 1 < G;
+        stats.bytes += j + 1 < G ? (int64_t)bb : 0;
     }
     for (int t = 0; t < a->q_part.n_runs; t++)
         BURST_ASSERT((started[t] || a->q_part.run[t].len == 0) && "a query run saw no key block");

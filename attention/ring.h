@@ -60,6 +60,7 @@ burst_status ring_attention(const ring_args *a, burst_error *err);
 typedef struct {
     double compute_s, wait_s;
     int64_t steps, transfers; // steps; steps that overlapped a transfer (all but the last)
+    int64_t bytes;            // K/V bytes those transfers sent
 } ring_stats;
 ring_stats *ring_stats_self(void);
 

@@ -798,6 +798,7 @@ ring_stats llama_ring_stats(const llama_model *m) {
     for (int i = 0; i < m->n_local; i++) {
         const ring_stats *s = &m->ranks[i].ring;
         sum.compute_s += s->compute_s, sum.wait_s += s->wait_s, sum.steps += s->steps, sum.transfers += s->transfers;
+        sum.bytes += s->bytes;
     }
     return sum;
 }

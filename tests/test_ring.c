@@ -4,6 +4,7 @@
 // Every case runs with the ranks talking through the in-process transport, and all but the
 // largest again over loopback TCP. Every other shape keeps K/V in bf16 (a bf16 KV cache): its K/V
 // are rounded to bf16 first, so the float64 reference sees the same values and the bound stays.
+// The transfer blocks have room for twice the rows any rank holds; only the rows held travel.
 #include <pthread.h>
 
 #include "attention/ring.h"
@@ -62,7 +63,10 @@ static void *rank_main(void *arg) {
     float *q = malloc(sizeof(float) * (size_t)(n * dim + 1)), *k = malloc(sizeof(float) * (size_t)(n * kv_dim + 1));
     float *v = malloc(sizeof(float) * (size_t)(n * kv_dim + 1)), *o = test_alloc_guarded(n * dim);
     float *lse = test_alloc_guarded(n * c->n_heads);
-    void *work = malloc(ring_workspace_bytes(c->G, n, max_rows, c->n_heads, c->n_kv, c->d, c->kv_dtype));
+    // A block's room past what any rank holds, as a KV cache's shard capacity leaves it: only the
+    // rows held travel.
+    const int64_t room = 2 * max_rows + 3;
+    void *work = malloc(ring_workspace_bytes(c->G, n, room, c->n_heads, c->n_kv, c->d, c->kv_dtype));
     gather_rows(q, c->q, &p, dim, 0);
     gather_rows(k, c->k, &p, kv_dim, 0);
     gather_rows(v, c->v, &p, kv_dim, 0);
@@ -70,10 +74,17 @@ static void *rank_main(void *arg) {
     ring_args a = {.c = comm_group_rank(c->grp, job->rank), .q = q, .k = ks, .v = vs, .kv_dtype = c->kv_dtype, .o = o, .lse = lse,
                    .q_stride = dim, .o_stride = dim, .q_part = p, .k_parts = parts,
                    .n_heads = c->n_heads, .n_kv_heads = c->n_kv, .head_dim = c->d, .causal = c->causal,
-                   .scale = 1.0f / sqrtf((float)c->d), .max_block_rows = max_rows, .work = work};
+                   .scale = 1.0f / sqrtf((float)c->d), .max_block_rows = room, .work = work};
     burst_error err;
+    *ring_stats_self() = (ring_stats){0};
     job->rc = ring_attention(&a, &err) != BURST_OK;
     if (job->rc) printf("rank %d: %s\n", job->rank, err.msg);
+    const int64_t want_bytes = (int64_t)(c->G - 1) * 2 * max_rows * kv_dim * (int64_t)dtype_size(c->kv_dtype);
+    if (ring_stats_self()->bytes != want_bytes) {
+        printf("rank %d sent %lld K/V bytes, want %lld (the rows held, not the room)\n", job->rank,
+               (long long)ring_stats_self()->bytes, (long long)want_bytes);
+        job->rc = 1;
+    }
     job->rc |= !test_guard_ok(o, n * dim, "o") || !test_guard_ok(lse, n * c->n_heads, "lse");
     gather_rows(c->o, o, &p, dim, 1);
     // lse comes as one (heads, run len) block per run: scatter to (heads, N).
