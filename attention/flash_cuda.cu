@@ -308,11 +308,9 @@ template <int D, int BQ, int BK, int WARPS, int MINB>
 void launch(const kernel_params &p, int n_heads, cudaStream_t stream) {
     using T = tiles<D, BQ, BK, WARPS>;
     auto kernel = flash_fwd_kernel<D, BQ, BK, WARPS, MINB>;
-    static bool configured; // same value from any thread: a benign race
-    if (!configured) {
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)T::SMEM));
-        configured = true;
-    }
+    // The attribute belongs to the kernel on the current device: set for the launching one each
+    // time (cheap beside a launch), as ranks on other GPUs launch it too.
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)T::SMEM));
     dim3 grid((unsigned)((p.nq + BQ - 1) / BQ), (unsigned)n_heads);
     kernel<<<grid, T::THREADS, T::SMEM, stream>>>(p);
     CUDA_CHECK(cudaGetLastError());

@@ -866,7 +866,12 @@ void cuda_sync(burst_backend *b) {
 
 // comm's copy between ranks' device buffers (same or different GPUs, found by unified
 // addressing), on the calling thread's own stream so that ranks' transfers run side by side.
+// Called from comm's threads, whose current device is whatever it was: the copy runs on the
+// destination's device (a GPU to GPU copy over the link where backend_cuda_new enabled peer access).
 void cuda_transfer(void *dst, const void *src, size_t bytes) {
+    cudaPointerAttributes at;
+    CUDA_CHECK(cudaPointerGetAttributes(&at, dst));
+    if (at.type == cudaMemoryTypeDevice) CUDA_CHECK(cudaSetDevice(at.device));
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamPerThread));
     CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
 }
@@ -938,6 +943,14 @@ extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **o
     }
     device %= count; // more ranks than GPUs: virtual ranks share them (tests of G > 1 on one GPU)
     CUDA_CHECK(cudaSetDevice(device));
+    // Ranks on other GPUs pass K/V to this one's buffers (comm threads, cuda_transfer): over
+    // NVLink or PCIe peer to peer where the pair allows it, else CUDA stages the copy in host memory.
+    for (int peer = 0; peer < count; peer++) {
+        int can = 0;
+        if (peer != device) CUDA_CHECK(cudaDeviceCanAccessPeer(&can, device, peer));
+        // already enabled (another backend on this GPU), or past the hardware's peer limit: either way copies work
+        if (can && cudaDeviceEnablePeerAccess(peer, 0) != cudaSuccess) (void)cudaGetLastError();
+    }
     cuda_ctx *c = (cuda_ctx *)burst_calloc(1, sizeof *c);
     c->device = device;
     c->fp32 = fp32;
