@@ -12,6 +12,7 @@
 // NCCL reports an asynchronous error (a peer's connection failed), or the operation has not
 // finished after stall_s seconds, the rank aborts its communicator (which also ends its kernels
 // that still wait) and fails with BURST_ERR_DEVICE; every later call on that rank fails too.
+// Freeing the group aborts its communicators too, so that freeing never waits for a peer.
 #include <nccl.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -106,7 +107,10 @@ static void nccl_group_free(comm_group *g) {
     nccl_rank *ranks = g->impl;
     for (int r = 0; r < g->n_local; r++) {
         CUDA_CHECK(cudaSetDevice(r));
-        if (!ranks[r].aborted) NCCL_CHECK(ncclCommDestroy(ranks[r].nc)); // an abort freed it
+        // Abort, not destroy: destroy first finalizes with the peers, and would wait forever for a
+        // node the cluster has lost. Every operation has finished (each wait returns only then),
+        // so abort only frees. An aborted communicator is freed already.
+        if (!ranks[r].aborted) NCCL_CHECK(ncclCommAbort(ranks[r].nc));
         CUDA_CHECK(cudaStreamDestroy(ranks[r].stream));
         CUDA_CHECK(cudaEventDestroy(ranks[r].done));
         CUDA_CHECK(cudaFree(ranks[r].token));
