@@ -14,6 +14,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "attention/dot_cpu.h"
 #include "common/burst.h"
@@ -26,6 +27,23 @@ typedef struct {
     float *kt, *vt; // (FLASH_CPU_BK, head_dim): a bf16 key tile's K and V rows, widened
     float m[FLASH_CPU_BQ], l[FLASH_CPU_BQ]; // running row max and row sum of exp(s - m)
 } flash_cpu_scratch;
+
+// e^x for x <= 0 (a score less its row's maximum), 0 below -87 (and for -inf: masked keys). Plain
+// arithmetic, so that a loop of it vectorizes (libm's expf is a call per element, which took as
+// long as the scores' dot products): x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so that
+// n ln2 is exact), e^r by its Taylor series to r^7 (error below 1e-8 of the value), times 2^n.
+static inline float exp_nonpositive(float x) {
+    const float xc = x < -87.0f ? -87.0f : x;
+    const float n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f; // round to nearest: 1.5 x 2^23
+    const float r = (xc - n * 0.693145752f) - n * 1.42860682e-6f;
+    float p = 1.0f / 5040;
+    p = p * r + 1.0f / 720, p = p * r + 1.0f / 120, p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6, p = p * r + 0.5f, p = p * r + 1.0f, p = p * r + 1.0f;
+    const uint32_t bits = (uint32_t)((int32_t)n + 127) << 23; // 2^n: n >= -126 for xc >= -87
+    float two_n;
+    memcpy(&two_n, &bits, 4);
+    return x < -87.0f ? 0.0f : p * two_n;
+}
 
 static inline const float *q_row(const flash_args *a, int64_t i, int h) {
     return a->q + i * a->q_stride + (int64_t)h * a->head_dim;
@@ -46,26 +64,51 @@ static const float *kv_tile(const flash_args *a, const void *base, int64_t k0, i
     return buf;
 }
 
-// acc (nq, d) += p (nq, FLASH_CPU_BK) · v (nk rows at v_stride): 4 rows of p per loaded row of v.
-static void add_pv(float *acc, const float *p, const float *v, int64_t v_stride, int d, int nq, int nk) {
-    int r = 0;
-    for (; r + 4 <= nq; r += 4) {
-        float *a0 = acc + (int64_t)r * d, *a1 = a0 + d, *a2 = a1 + d, *a3 = a2 + d;
-        const float *p0 = p + r * FLASH_CPU_BK, *p1 = p0 + FLASH_CPU_BK, *p2 = p1 + FLASH_CPU_BK, *p3 = p2 + FLASH_CPU_BK;
-        for (int j = 0; j < nk; j++) {
-            const float *vj = v + j * v_stride;
-            float x0 = p0[j], x1 = p1[j], x2 = p2[j], x3 = p3[j];
-#pragma omp simd
-            for (int c = 0; c < d; c++) a0[c] += x0 * vj[c], a1[c] += x1 * vj[c], a2[c] += x2 * vj[c], a3[c] += x3 * vj[c];
+// Columns [c0, c0 + COLS) of acc (R rows of d) += p (R rows of FLASH_CPU_BK) · v (nk rows at
+// v_stride); R <= 4 and COLS constants once inlined, so that the R x COLS sums stay in registers
+// over all nk keys (acc in memory would be loaded and stored again for every key) and each loaded
+// V element serves the R rows.
+static inline __attribute__((always_inline)) void add_pv_cols(float *acc, const float *p, const float *v,
+                                                             int64_t v_stride, int d, int nk, const int R, int c0,
+                                                             const int COLS) {
+    float s[4][128];
+    for (int r = 0; r < R; r++)
+        for (int l = 0; l < COLS; l++) s[r][l] = acc[r * d + c0 + l];
+    for (int j = 0; j < nk; j++) {
+        const float *vj = v + j * v_stride + c0;
+        for (int r = 0; r < R; r++) {
+            const float x = p[r * FLASH_CPU_BK + j];
+            for (int l = 0; l < COLS; l++) s[r][l] += x * vj[l];
         }
     }
-    for (; r < nq; r++)
-        for (int j = 0; j < nk; j++) {
-            const float *vj = v + j * v_stride;
-            float x = p[r * FLASH_CPU_BK + j], *a = acc + (int64_t)r * d;
-#pragma omp simd
-            for (int c = 0; c < d; c++) a[c] += x * vj[c];
-        }
+    for (int r = 0; r < R; r++)
+        for (int l = 0; l < COLS; l++) acc[r * d + c0 + l] = s[r][l];
+}
+
+// All d columns of R rows: 128 / R columns at a time (8 vector registers of sums, enough to keep
+// the multiply-adds from waiting on each other), then 32, then what is left one by one.
+static inline __attribute__((always_inline)) void add_pv_rows(float *acc, const float *p, const float *v,
+                                                             int64_t v_stride, int d, int nk, const int R) {
+    const int wide = R == 1 ? 128 : R == 2 ? 64 : 32;
+    int c0 = 0;
+    for (; c0 + wide <= d; c0 += wide) add_pv_cols(acc, p, v, v_stride, d, nk, R, c0, wide);
+    for (; c0 + 32 <= d; c0 += 32) add_pv_cols(acc, p, v, v_stride, d, nk, R, c0, 32);
+    for (int j = 0; c0 < d && j < nk; j++)
+        for (int r = 0; r < R; r++)
+            for (int c = c0; c < d; c++) acc[r * d + c] += p[r * FLASH_CPU_BK + j] * v[j * v_stride + c];
+}
+
+// The same for nq rows: 4 at a time, then the last 1 to 3 (a decode row).
+static void add_pv(float *acc, const float *p, const float *v, int64_t v_stride, int d, int nq, int nk) {
+    int r = 0;
+    for (; r + 4 <= nq; r += 4) add_pv_rows(acc + (int64_t)r * d, p + r * FLASH_CPU_BK, v, v_stride, d, nk, 4);
+    float *a = acc + (int64_t)r * d;
+    const float *pr = p + r * FLASH_CPU_BK;
+    switch (nq - r) {
+    case 3: add_pv_rows(a, pr, v, v_stride, d, nk, 3); break;
+    case 2: add_pv_rows(a, pr, v, v_stride, d, nk, 2); break;
+    case 1: add_pv_rows(a, pr, v, v_stride, d, nk, 1); break;
+    }
 }
 
 // One key tile [k0, k1) against the query rows [q0, q1) of head h: scores, masking, online
@@ -80,7 +123,7 @@ static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, int h, int
         float *s = w->s + r * FLASH_CPU_BK, mx = -INFINITY;
         for (int j = 0; j < nk; j++) {
             s[j] = masked && a->k_pos0 + k0 + j > a->q_pos0 + q0 + r ? -INFINITY : s[j] * a->scale;
-            mx = fmaxf(mx, s[j]);
+            mx = s[j] > mx ? s[j] : mx; // (fmaxf is a call)
         }
         float m_new = fmaxf(w->m[r], mx);
         if (m_new == -INFINITY) { // nothing visible to this row yet: it adds nothing
@@ -90,7 +133,7 @@ static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, int h, int
         float alpha = expf(w->m[r] - m_new), sum = 0.0f; // alpha is 0 when the old max is -inf
         float *acc = w->acc + (int64_t)r * d;
         for (int c = 0; c < d; c++) acc[c] *= alpha;
-        for (int j = 0; j < nk; j++) sum += s[j] = expf(s[j] - m_new);
+        for (int j = 0; j < nk; j++) sum += s[j] = exp_nonpositive(s[j] - m_new);
         w->l[r] = w->l[r] * alpha + sum;
         w->m[r] = m_new;
     }
