@@ -69,14 +69,16 @@ burst_status ring_attention(const ring_args *a, burst_error *err) {
     int G = comm_size(a->c), rank = comm_rank(a->c);
     int64_t nq = seq_part_len(&a->q_part), dim = (int64_t)a->n_heads * a->head_dim;
     int64_t kv_dim = (int64_t)a->n_kv_heads * a->head_dim, nk = seq_part_len(&a->k_parts[rank]);
-    for (int r = 0; r < G; r++)
-        if (seq_part_len(&a->k_parts[r]) > a->max_block_rows)
-            return BURST_FAIL(err, BURST_ERR_INVALID, "rank %d: %lld K/V rows exceed the block of %lld", r,
-                              (long long)seq_part_len(&a->k_parts[r]), (long long)a->max_block_rows);
     // A block holds the largest rank's rows (every rank knows every k_parts, so sender and receiver
     // agree): a short prompt sends its rows, not the block's room.
     int64_t rows = 0;
-    for (int r = 0; r < G; r++) rows = rows > seq_part_len(&a->k_parts[r]) ? rows : seq_part_len(&a->k_parts[r]);
+    for (int r = 0; r < G; r++) {
+        const int64_t len = seq_part_len(&a->k_parts[r]);
+        if (len > a->max_block_rows)
+            return BURST_FAIL(err, BURST_ERR_INVALID, "rank %d: %lld K/V rows exceed the block of %lld", r,
+                              (long long)len, (long long)a->max_block_rows);
+        if (len > rows) rows = len;
+    }
     size_t room = block_bytes(a->max_block_rows, a->n_kv_heads, a->head_dim, a->kv_dtype);
     size_t bb = block_bytes(rows, a->n_kv_heads, a->head_dim, a->kv_dtype);
     size_t row_bytes = (size_t)kv_dim * dtype_size(a->kv_dtype), half = bb / 2; // V rows follow K's

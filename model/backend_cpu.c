@@ -40,6 +40,9 @@ static void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float
     }
 }
 
+// One bf16 (bf16 = 1) or f16 weight as float32, for dot_w16 where it goes element by element.
+static inline float w16_to_f32(uint16_t h, int bf16) { return bf16 ? bf16_to_f32(h) : f16_to_f32(h); }
+
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__) // x86-64-v3, and -march=native on any recent x86
 #include <immintrin.h>
 // 8 weights from w, bf16 or f16, as floats. GCC does not vectorize f16_to_f32 into F16C's one
@@ -72,7 +75,7 @@ static inline __attribute__((always_inline)) void dot_w16_nt(const uint16_t *w, 
     }
     for (int t = 0; t < nt; t++) {
         float r = sum8(_mm256_add_ps(s[t][0], s[t][1]));
-        for (int64_t j = k; j < n; j++) r += (bf16 ? bf16_to_f32(w[j]) : f16_to_f32(w[j])) * x[t * x_stride + j];
+        for (int64_t j = k; j < n; j++) r += w16_to_f32(w[j], bf16) * x[t * x_stride + j];
         out[t * out_stride] = r;
     }
 }
@@ -92,7 +95,7 @@ static void dot_w16(const uint16_t *w, int bf16, const float *x, int64_t x_strid
 #else
     for (int t = 0; t < nt; t++) {
         float s[16] = {0}, r = 0;
-        for (int64_t k = 0; k < n; k++) s[k % 16] += (bf16 ? bf16_to_f32(w[k]) : f16_to_f32(w[k])) * x[t * x_stride + k];
+        for (int64_t k = 0; k < n; k++) s[k % 16] += w16_to_f32(w[k], bf16) * x[t * x_stride + k];
         for (int l = 0; l < 16; l++) r += s[l];
         out[t * out_stride] = r;
     }
