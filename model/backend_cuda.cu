@@ -299,6 +299,29 @@ __global__ void copy_jobs_kernel(const __grid_constant__ copy_jobs j) {
         for (int64_t t = first; t < n; t += step) dst[t] = src[t];
 }
 
+// Jobs gathered into a job_table for `kernel`, launched MAX_JOBS at a time (and by flush): grid.y
+// over the jobs, grid.x sized by the most work (threads' worth) of one job.
+template <typename D, typename S> struct job_batch {
+    using kernel_fn = void (*)(const job_table<D, S>);
+    kernel_fn kernel;
+    cudaStream_t stream;
+    job_table<D, S> j;
+    int count = 0;
+    int64_t most = 1;
+    job_batch(kernel_fn k, cudaStream_t s) : kernel(k), stream(s) {}
+    void add(D *dst, const S *src, int64_t n, int64_t work) {
+        j.dst[count] = dst, j.src[count] = src, j.n[count] = n;
+        most = std::max(most, work);
+        if (++count == MAX_JOBS) flush();
+    }
+    void flush() {
+        if (!count) return;
+        kernel<<<dim3(blocks_for(most, 4), (unsigned)count), THREADS, 0, stream>>>(j);
+        CUDA_CHECK(cudaGetLastError());
+        count = 0, most = 1;
+    }
+};
+
 // (v, i) becomes the better of itself and (v2, i2): the larger value, the lower index of equal
 // ones. A total order on non-NaN values, so every reduction order gives the sequential answer.
 __device__ __forceinline__ void keep_best(float &v, int &i, float v2, int i2) {
@@ -515,25 +538,16 @@ void cuda_copy(burst_backend *b, const copy_job *jobs, int n) {
     cuda_ctx *c = ctx_of(b);
     const int batched = c->batched && n > 1;
     const int t = batched ? profile_start(c, "copy batch jobs<=%lld", pow2_at_least(n)) : -1;
-    copy_jobs j;
-    int count = 0;
-    int64_t most = 1; // the largest job's threads' worth of work
-    for (int i = 0; i <= n; i++) {
-        if (count && (i == n || count == MAX_JOBS)) {
-            copy_jobs_kernel<<<dim3(blocks_for(most, 4), (unsigned)count), THREADS, 0, c->stream>>>(j);
-            CUDA_CHECK(cudaGetLastError());
-            count = 0, most = 1;
-        }
-        if (i == n) break;
+    job_batch<char, char> batch(copy_jobs_kernel, c->stream);
+    for (int i = 0; i < n; i++) {
         const copy_job *job = &jobs[i];
-        if (!batched || (int64_t)job->bytes >= BATCH_JOB_MAX) {
+        const int64_t bytes = (int64_t)job->bytes;
+        if (!batched || bytes >= BATCH_JOB_MAX)
             CUDA_CHECK(cudaMemcpyAsync(job->dst, job->src, job->bytes, cudaMemcpyDeviceToDevice, c->stream));
-            continue;
-        }
-        j.dst[count] = (char *)job->dst, j.src[count] = (const char *)job->src, j.n[count] = (int64_t)job->bytes;
-        most = std::max(most, aligned16(job->dst, job->src, j.n[count]) ? j.n[count] / 16 : j.n[count]);
-        count++;
+        else
+            batch.add((char *)job->dst, (const char *)job->src, bytes, aligned16(job->dst, job->src, bytes) ? bytes / 16 : bytes);
     }
+    batch.flush();
     if (batched) profile_stop(c, t);
 }
 
@@ -657,25 +671,13 @@ void cuda_convert_batch(burst_backend *b, burst_dtype to, const convert_job *job
         return;
     }
     const int t = profile_start(c, "convert batch to bf16 jobs<=%lld", pow2_at_least(n));
-    round_jobs j;
-    int count = 0;
-    int64_t most = 1;
-    for (int i = 0; i <= n; i++) {
-        if (count && (i == n || count == MAX_JOBS)) {
-            round_jobs_kernel<<<dim3(blocks_for(most, 4), (unsigned)count), THREADS, 0, c->stream>>>(j);
-            CUDA_CHECK(cudaGetLastError());
-            count = 0, most = 1;
-        }
-        if (i == n) break;
+    job_batch<__nv_bfloat16, float> batch(round_jobs_kernel, c->stream);
+    for (int i = 0; i < n; i++) {
         const convert_job *job = &jobs[i];
-        if (job->n >= BATCH_JOB_MAX) {
-            round_bf16(c, (__nv_bfloat16 *)job->dst, job->src, 1, job->n, job->n);
-            continue;
-        }
-        j.dst[count] = (__nv_bfloat16 *)job->dst, j.src[count] = job->src, j.n[count] = job->n;
-        most = std::max(most, job->n);
-        count++;
+        if (job->n >= BATCH_JOB_MAX) round_bf16(c, (__nv_bfloat16 *)job->dst, job->src, 1, job->n, job->n);
+        else batch.add((__nv_bfloat16 *)job->dst, job->src, job->n, job->n);
     }
+    batch.flush();
     profile_stop(c, t);
 }
 
