@@ -16,9 +16,10 @@ set -o pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 step=${1:?build, tests, bench or sanitize}
+case $step in build | tests | bench | sanitize) ;; *) echo "gpu_compare.sh: '$step': want build, tests, bench or sanitize"; exit 1 ;; esac
 ns=${NS:-4096,16384,32768}
 batches=${BATCHES:-8192,32768}
-[ "$step" = tests ] || [ "$step" = sanitize ] || [ -d "${BASE:?BASE: the base tree}" ] || { echo "BASE=$BASE: no such directory"; exit 1; }
+[ "$step" = tests ] || [ "$step" = sanitize ] || [ -d "${BASE:?set BASE to the base tree (an earlier commit, staged under .gpu-kit/base)}" ] || { echo "BASE=$BASE: no such directory"; exit 1; }
 name_of() { [ "$1" = "$root" ] && echo now || echo base; } # a tree's name in the logs and tables
 # Builds tree $1's build-gpu (always for `build`; else only when it lacks bench_decode, as on a
 # fresh machine). A build-gpu configured elsewhere (a tree staged with one) goes first: CMake
@@ -113,5 +114,4 @@ sanitize)
     grep -E "ERROR SUMMARY|^=+ (Invalid|Misaligned|Address)|^FAIL" "$out/sanitize_$t.log" | head -12
   done
   ;;
-*) echo "want build, tests, bench or sanitize"; exit 1 ;;
 esac

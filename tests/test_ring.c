@@ -257,6 +257,25 @@ static int test_coalesce(void) {
     return ok;
 }
 
+// A rank holding more K/V rows than the transfer block's room is refused (BURST_ERR_INVALID, with
+// the numbers) before anything is written: the outputs keep their contents. Returns 1 when so.
+static int test_block_too_small(void) {
+    comm_group *g = comm_threads_group_new(1, NULL);
+    seq_part p = partition_contiguous(10, 1, 0);
+    float q[10 * 4] = {0}, k[10 * 4] = {0}, v[10 * 4] = {0}, o[10 * 4], lse[10], work[64];
+    for (int i = 0; i < 40; i++) o[i] = 7;
+    ring_args a = {.c = comm_group_rank(g, 0), .q = q, .k = k, .v = v, .kv_dtype = DTYPE_F32, .o = o, .lse = lse,
+                   .q_stride = 4, .o_stride = 4, .q_part = p, .k_parts = &p, .n_heads = 1, .n_kv_heads = 1,
+                   .head_dim = 4, .causal = 1, .scale = 0.5f, .max_block_rows = 9, .work = work};
+    burst_error err;
+    burst_status st = ring_attention(&a, &err);
+    int ok = st == BURST_ERR_INVALID && strstr(err.msg, "rank 0: 10 K/V rows exceed the block of 9") != NULL;
+    for (int i = 0; i < 40; i++) ok &= o[i] == 7;
+    printf("%s K/V rows past the block refused: %s\n", ok ? "ok  " : "FAIL", st ? err.msg : "it ran");
+    comm_group_free(g);
+    return ok;
+}
+
 int main(void) {
     test_seed("test_ring");
     static const int Ns[] = {1, 7, 64, 1000, 4097}, Gs[] = {1, 2, 3, 4, 8};
@@ -264,7 +283,7 @@ int main(void) {
     // so the largest N runs its own two small shapes.
     static const int shapes[][4] = {{4, 4, 64, 1}, {4, 2, 128, 0}, {8, 2, 64, 1}, {4, 1, 128, 1}, {2, 2, 128, 0}};
     static const int large_shapes[][4] = {{4, 2, 64, 1}, {2, 2, 64, 0}};
-    int ok = test_coalesce();
+    int ok = test_coalesce() & test_block_too_small();
     for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++) {
         int N = Ns[ni], n_shapes = N > 1000 ? 2 : 5;
         for (int si = 0; si < n_shapes; si++) {
