@@ -395,6 +395,7 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
     for (int i = 0; i < m->n_local; i++)
         if ((st = load_rank(m, i, err))) goto fail;
     if ((st = check_memory(m, err))) goto fail;
+    if (!strcmp(m->opt.backend, "cpu")) weights_read_all(m->w); // the CPU computes on the mapping in place
     for (int i = 0; i < m->n_local; i++) {
         llama_rank *R = &m->ranks[i];
         alloc_scratch(m, R, false);

@@ -2,9 +2,11 @@
 // table of broken checkpoints (each written into a fresh temporary directory) fails with the
 // right status and one line naming the file and the problem; random mutations of a small valid
 // file never crash (every outcome is OK or an error line).
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE // mincore
 #include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "tests/test_util.h"
@@ -400,6 +402,50 @@ static int check_mutations(int iters) {
     return ok;
 }
 
+// weights_read_all brings every page of the files into memory: a 4 MB tensor evicted from the page
+// cache (posix_fadvise) is resident afterwards (mincore). Where the eviction does not take (some
+// filesystems keep the pages), the check says so and is not counted.
+static int check_read_all(void) {
+    enum { MB4 = 4 << 20 };
+    const case_file big = {.name = ST, .header = "{\"t\": {\"dtype\": \"F32\", \"shape\": [1048576], \"data_offsets\": [0, 4194304]}}",
+                           .data_bytes = MB4};
+    char *dir = tmp_dir(), path[600];
+    write_bytes(dir, "config.json", VALID_CONFIG, strlen(VALID_CONFIG));
+    write_case_file(dir, &big);
+    snprintf(path, sizeof path, "%s/%s", dir, ST);
+    weights *w = NULL;
+    burst_error err = {{0}};
+    if (weights_open(dir, &w, &err)) return printf("FAIL read_all: %s\n", err.msg), 0;
+    const weights_tensor *t = weights_at(w, 0);
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t start = (uintptr_t)t->data & ~(uintptr_t)(page - 1);
+    const size_t len = (uintptr_t)t->data + t->nbytes - start, pages = (len + page - 1) / page;
+    unsigned char *vec = malloc(pages);
+    int fd = open(path, O_RDONLY), resident = 0;
+    SYS_CHECK(fd);
+    SYS_CHECK(fdatasync(fd));
+    BURST_CHECK_GEN(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0, strerror);
+    SYS_CHECK(close(fd));
+    SYS_CHECK(mincore((void *)start, len, vec));
+    for (size_t i = 0; i < pages; i++) resident += vec[i] & 1;
+    int ok = 1;
+    if (resident == (int)pages) {
+        printf("ok   read_all: not checked, the page cache kept the file after POSIX_FADV_DONTNEED\n");
+    } else {
+        weights_read_all(w);
+        SYS_CHECK(mincore((void *)start, len, vec));
+        int after = 0;
+        for (size_t i = 0; i < pages; i++) after += vec[i] & 1;
+        ok = after == (int)pages;
+        printf("%s read_all: %d of %zu pages of a 4 MB tensor resident before, %d after\n", ok ? "ok  " : "FAIL",
+               resident, pages, after);
+    }
+    free(vec);
+    weights_close(w);
+    remove_dir(dir);
+    return ok;
+}
+
 // rope_scaling as config.json says it: linear (legacy "type" key), yarn with its defaults (HF's
 // "rope_type" key) and with every field given, "default" (none), and null.
 static int check_rope_scaling(void) {
@@ -439,6 +485,7 @@ int main(void) {
     int ok = check_format_shape();
     ok &= check_real();
     ok &= check_rope_scaling();
+    ok &= check_read_all();
     int failed = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) failed += !run_case(&cases[i]);
     printf("%s %zu broken checkpoints, %d failed\n", failed ? "FAIL" : "ok  ",

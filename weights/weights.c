@@ -5,13 +5,16 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "common/host_memory.h"
 #include "config.h"
 #include "json_file.h"
 #include "safetensors.h"
 
-#define WEIGHTS_LOG_BYTES (256ull << 20) // print a line per mapped file above this total size
+#define WEIGHTS_LOG_BYTES (256ull << 20) // above this total size: a line per mapped file, and read progress
 #define INDEX_NAME "model.safetensors.index.json"
 
 struct weights {
@@ -120,6 +123,39 @@ static burst_status map_files(weights *w, const char **names, int n, burst_error
                   i + 1, n);
     }
     return BURST_OK;
+}
+
+void weights_read_all(const weights *w) {
+    size_t total = 0, done = 0;
+    for (int i = 0; i < w->n_files; i++) total += w->files[i]->map_bytes;
+    const size_t free_bytes = host_memory_free("");
+    if (free_bytes && total > free_bytes) {
+        LOG_W("%s: the weights (%.1f GB) exceed the free memory (%.1f GB): they are read from disk as used", w->dir,
+              total / 1e9, free_bytes / 1e9);
+        return;
+    }
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), block = (size_t)64 << 20;
+    const double t0 = burst_now();
+    double last = t0;
+    unsigned char sink = 0;
+    for (int i = 0; i < w->n_files; i++) {
+        const st_file *f = w->files[i];
+        // Advice only (the kernel reads ahead in the background); the reads below work without it.
+        const int rc = posix_madvise((void *)f->map, f->map_bytes, POSIX_MADV_WILLNEED);
+        if (rc) LOG_W("%s: posix_madvise: %s", f->path, strerror(rc));
+        for (size_t off = 0; off < f->map_bytes; off += page) {
+            sink ^= ((const volatile unsigned char *)f->map)[off];
+            if ((off + page) % block || total <= WEIGHTS_LOG_BYTES) continue;
+            const double now = burst_now();
+            if (now - last < 3) continue;
+            last = now;
+            LOG_I("read %.1f of %.1f GB of weights (%.1f GB/s)", (done + off) / 1e9, total / 1e9,
+                  (done + off) / 1e9 / (now - t0));
+        }
+        done += f->map_bytes;
+    }
+    (void)sink;
+    if (total > WEIGHTS_LOG_BYTES) LOG_I("read %.1f GB of weights in %.1f s", total / 1e9, burst_now() - t0);
 }
 
 static burst_status sort_tensors(weights *w, burst_error *err) {
