@@ -248,7 +248,9 @@ struct plan_entry {
     char why[160];             // for a refused shape: what cuDNN said
 };
 
-// One per thread (see the header): handle for the current device, plans, buffers.
+// One per thread (see the header): handle for the current device, plans, buffers. Freed by
+// flash_cudnn_release, and when the thread ends: a ring rank's thread ends when its model is
+// freed, and its plans and buffers (hundreds of MB at 32K) would otherwise outlive the model.
 struct thread_cache {
     int device = -1;
     cudnnHandle_t handle = nullptr;
@@ -256,12 +258,24 @@ struct thread_cache {
     std::vector<std::pair<plan_key, int>> seen; // flash_cudnn_worth's calls per shape, oldest first
     void *workspace = nullptr, *o16 = nullptr;
     size_t workspace_bytes = 0, o16_bytes = 0;
+    void release();
+    ~thread_cache() { release(); }
 };
 thread_local thread_cache tc;
 
 void destroy_all(std::vector<desc_t> &v) {
     for (size_t i = v.size(); i-- > 0;) cudnnBackendDestroyDescriptor(v[i]);
     v.clear();
+}
+
+void thread_cache::release() {
+    for (plan_entry &e : plans) destroy_all(e.owned);
+    plans.clear();
+    seen.clear();
+    if (workspace) CUDA_CHECK(cudaFree(workspace));
+    if (o16) CUDA_CHECK(cudaFree(o16));
+    if (handle) CUDNN_CHECK(cudnnDestroy(handle));
+    device = -1, handle = nullptr, workspace = o16 = nullptr, workspace_bytes = o16_bytes = 0;
 }
 
 // Builds the plan for key, or a refused entry that says why.
@@ -394,14 +408,7 @@ plan_key key_of(const flash_cuda_args *a) {
 
 extern "C" int flash_cudnn_compiled(void) { return 1; }
 
-extern "C" void flash_cudnn_release(void) {
-    for (plan_entry &e : tc.plans) destroy_all(e.owned);
-    tc.plans.clear();
-    if (tc.workspace) CUDA_CHECK(cudaFree(tc.workspace));
-    if (tc.o16) CUDA_CHECK(cudaFree(tc.o16));
-    if (tc.handle) CUDNN_CHECK(cudnnDestroy(tc.handle));
-    tc = thread_cache();
-}
+extern "C" void flash_cudnn_release(void) { tc.release(); }
 
 extern "C" burst_status flash_cudnn(const flash_cuda_args *a, cudaStream_t stream, burst_error *err) {
     const int64_t shift = a->q_pos0 - a->k_pos0;

@@ -14,7 +14,8 @@
 // q_pos0 - k_pos0 are run-time values. A server meets a new nq or nk with almost every prompt
 // length: flash_cudnn_worth says when a plan is worth its cost.
 // Cache, cuDNN handle, workspace and O staging buffer belong to the calling thread (each ring
-// rank drives its GPU from its own thread); flash_cudnn_release frees the calling thread's.
+// rank drives its GPU from its own thread); flash_cudnn_release frees the calling thread's, and a
+// thread's are freed when it ends.
 //
 // Thread-safe: calls from different threads share nothing. Asynchronous on the given stream;
 // one thread's calls share its O staging buffer and workspace, so they must all use one stream
