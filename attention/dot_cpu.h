@@ -5,6 +5,8 @@
 #pragma once
 #include <stdint.h>
 
+#include "common/dtype.h"
+
 // out[i * out_a + j * out_b] = sum over k < n of a[i * a_stride + k] * b[j * b_stride + k], i, j < 4.
 static inline void dot_4x4(const float *a, int64_t a_stride, const float *b, int64_t b_stride, int64_t n,
                            float *out, int64_t out_a, int64_t out_b) {
@@ -29,17 +31,23 @@ static inline void dot_4x4(const float *a, int64_t a_stride, const float *b, int
 
 // 16 partial sums, a vector register's worth, spelled out: GCC does not vectorize an omp simd
 // reduction here once it is inlined into dot_rows' loop nest inside an OpenMP region (flash_cpu's
-// one-row decode scores ran scalar).
-static inline float dot_1x1(const float *a, const float *b, int64_t n) {
+// one-row decode scores ran scalar). b holds float32, or bf16 when b_bf16 (a constant once
+// inlined: the bf16 widening is a shift in the loop, for a bf16 KV cache read in place).
+static inline __attribute__((always_inline)) float dot_1x1_as(const float *a, const void *b, const int b_bf16,
+                                                            int64_t n) {
+    const float *bf = b;
+    const uint16_t *bh = b;
     float s[16] = {0};
     int64_t k = 0;
     for (; k + 16 <= n; k += 16)
-        for (int l = 0; l < 16; l++) s[l] += a[k + l] * b[k + l];
-    for (int l = 0; k < n; k++, l++) s[l] += a[k] * b[k];
+        for (int l = 0; l < 16; l++) s[l] += a[k + l] * (b_bf16 ? bf16_to_f32(bh[k + l]) : bf[k + l]);
+    for (int l = 0; k < n; k++, l++) s[l] += a[k] * (b_bf16 ? bf16_to_f32(bh[k]) : bf[k]);
     float t = 0;
     for (int l = 0; l < 16; l++) t += s[l];
     return t;
 }
+
+static inline float dot_1x1(const float *a, const float *b, int64_t n) { return dot_1x1_as(a, b, 0, n); }
 
 // out[i * out_a + j * out_b] = dot(a row i, b row j) for i < na, j < nb; rows of n elements.
 static inline void dot_rows(const float *a, int64_t a_stride, int64_t na, const float *b, int64_t b_stride,

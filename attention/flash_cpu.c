@@ -1,6 +1,7 @@
 // The CPU twin of the flash-attention forward (contract in attention/flash.h). Written plainly:
 // it is the specification the CUDA kernel is tested against. Its two products (the scores Q Kᵀ
-// and P V) work on 4 rows at a time so that each loaded K or V row serves 4 queries.
+// and P V) work on 4 rows at a time so that each loaded K or V element serves 4 queries; a query
+// tile of more than 8 rows takes its scores against a transposed K tile.
 //
 // For each (head, tile of FLASH_CPU_BQ queries), walk the key tiles of FLASH_CPU_BK keys that the
 // tile can see, keeping a running row max m, row sum l and unnormalised output acc (online
@@ -10,23 +11,59 @@
 // Each OpenMP thread owns one scratch block (acc, S, m, l) for the whole parallel region.
 // A bf16 K/V tile is widened to float32 in that scratch once per query tile that reads it
 // (head_dim values per 64 dot products of head_dim: a small share of the work).
+//
+// Decode calls (up to FLASH_CPU_SPLIT_ROWS query rows) are memory-bound: each K/V element serves
+// a few rows. Walking one head's keys reads head_dim values and then jumps kv_stride to the next
+// key (all KV heads share a cached row), which the hardware prefetchers follow poorly: 11 GB/s on a
+// 2-core EPYC that streams 40 (bench/bench_flash_decode). So a decode call is split into chunks of
+// FLASH_CPU_CHUNK keys, each a thread's work over all heads, tile by tile (one row: key row by key
+// row, so that a thread reads its chunk of the cache front to back); the chunks' partials are then
+// merged (attention/online_softmax.h). The chunk length is fixed so that a call's result depends on
+// neither the thread count nor the other calls; only the ranges of KV heads that keep threads busy
+// when chunks are few depend on them, and heads do not mix.
 #include "attention/flash.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attention/dot_cpu.h"
+#include "attention/online_softmax.h"
 #include "common/burst.h"
 
-enum { FLASH_CPU_BQ = 64, FLASH_CPU_BK = 64 };
+enum { FLASH_CPU_BQ = 64, FLASH_CPU_BK = 64, FLASH_CPU_SPLIT_ROWS = 8, FLASH_CPU_CHUNK = 8 * FLASH_CPU_BK };
+// Floats of running sums the products of 4 rows keep in registers: 16 of AVX-512's 32 vector
+// registers (bench_ring: 1.33 s against 1.51 with 128); with AVX2, 128 (64 took 7.2 s against 1.9).
+#ifdef __AVX512F__
+enum { FLASH_CPU_SUMS = 256 };
+#else
+enum { FLASH_CPU_SUMS = 128 };
+#endif
+
+// The online-softmax state of a block of query rows of one head.
+typedef struct {
+    float *acc;   // (rows, head_dim): unnormalised output
+    float *m, *l; // (rows): running row max and row sum of exp(s - m)
+} flash_cpu_rows;
 
 typedef struct {
-    float *acc; // (FLASH_CPU_BQ, head_dim): unnormalised output of the query tile
-    float *s;   // (FLASH_CPU_BQ, FLASH_CPU_BK): scores, then probabilities, of one key tile
-    float *kt, *vt; // (FLASH_CPU_BK, head_dim): a bf16 key tile's K and V rows, widened
-    float m[FLASH_CPU_BQ], l[FLASH_CPU_BQ]; // running row max and row sum of exp(s - m)
+    float *s;       // (rows, FLASH_CPU_BK): scores, then probabilities, of one key tile
+    float *kt;      // a key tile's K: transposed (head_dim, FLASH_CPU_BK), or bf16 rows widened
+    float *vt;      // (FLASH_CPU_BK, head_dim): a bf16 key tile's V rows, widened
+    float *acc, *m, *l; // state of up to max_rows rows: a query tile, or a decode call's heads
 } flash_cpu_scratch;
+
+// The thread's state from row r0 on; rows of head_dim d.
+static flash_cpu_rows rows_at(const flash_cpu_scratch *w, int r0, int d) {
+    return (flash_cpu_rows){w->acc + (int64_t)r0 * d, w->m + r0, w->l + r0};
+}
+
+// n rows of st back to "no key seen".
+static void reset_rows(flash_cpu_rows st, int n, int d) {
+    for (int r = 0; r < n; r++) st.m[r] = -INFINITY, st.l[r] = 0.0f;
+    for (int64_t x = 0; x < (int64_t)n * d; x++) st.acc[x] = 0.0f;
+}
 
 // e^x for x <= 0 (a score less its row's maximum), 0 below -87 (and for -inf: masked keys). Plain
 // arithmetic, so that a loop of it vectorizes (libm's expf is a call per element, which took as
@@ -64,6 +101,55 @@ static const float *kv_tile(const flash_args *a, const void *base, int64_t k0, i
     return buf;
 }
 
+// K rows [k0, k0 + n) of KV head hk, transposed into kt (head_dim rows of FLASH_CPU_BK), bf16
+// widened, the columns past n zero (their products are computed, then ignored): the scores'
+// products then run along the keys with no sum across a vector register (a dot product of
+// head_dim 128 ended in one, which took about as long as its products). Once per query tile.
+static void k_transposed(const flash_args *a, int64_t k0, int n, int hk, float *kt) {
+    const int d = a->head_dim;
+    const int64_t first = k0 * a->kv_stride + (int64_t)hk * d;
+    const float *kf = (const float *)a->k + first;
+    const uint16_t *kh = (const uint16_t *)a->k + first;
+    for (int j = 0; j < n; j++)
+        if (a->kv_dtype == DTYPE_F32)
+            for (int c = 0; c < d; c++) kt[c * FLASH_CPU_BK + j] = kf[j * a->kv_stride + c];
+        else
+            for (int c = 0; c < d; c++) kt[c * FLASH_CPU_BK + j] = bf16_to_f32(kh[j * a->kv_stride + c]);
+    for (int c = 0; c < d; c++)
+        for (int j = n; j < FLASH_CPU_BK; j++) kt[c * FLASH_CPU_BK + j] = 0.0f;
+}
+
+// Scores s (R rows of FLASH_CPU_BK) = q (R rows at q_stride) · kt, R <= 4 a constant once inlined:
+// KEYS at a time, whose R x KEYS sums stay in registers over head_dim, each loaded kt element
+// serving the R rows.
+static inline __attribute__((always_inline)) void scores_rows(float *s, const float *q, int64_t q_stride,
+                                                             const float *kt, int d, const int R) {
+    enum { KEYS = FLASH_CPU_SUMS / 4 };
+    for (int j0 = 0; j0 < FLASH_CPU_BK; j0 += KEYS) {
+        float acc[4][KEYS] = {{0}};
+        for (int c = 0; c < d; c++)
+            for (int r = 0; r < R; r++) {
+                const float x = q[r * q_stride + c];
+                for (int l = 0; l < KEYS; l++) acc[r][l] += x * kt[c * FLASH_CPU_BK + j0 + l];
+            }
+        for (int r = 0; r < R; r++)
+            for (int l = 0; l < KEYS; l++) s[r * FLASH_CPU_BK + j0 + l] = acc[r][l];
+    }
+}
+
+// The same for nq rows: 4 at a time, then the last 1 to 3.
+static void scores(float *s, const float *q, int64_t q_stride, const float *kt, int d, int nq) {
+    int r = 0;
+    for (; r + 4 <= nq; r += 4) scores_rows(s + r * FLASH_CPU_BK, q + r * q_stride, q_stride, kt, d, 4);
+    float *sr = s + r * FLASH_CPU_BK;
+    const float *qr = q + r * q_stride;
+    switch (nq - r) {
+    case 3: scores_rows(sr, qr, q_stride, kt, d, 3); break;
+    case 2: scores_rows(sr, qr, q_stride, kt, d, 2); break;
+    case 1: scores_rows(sr, qr, q_stride, kt, d, 1); break;
+    }
+}
+
 // Columns [c0, c0 + COLS) of acc (R rows of d) += p (R rows of FLASH_CPU_BK) · v (nk rows at
 // v_stride); R <= 4 and COLS constants once inlined, so that the R x COLS sums stay in registers
 // over all nk keys (acc in memory would be loaded and stored again for every key) and each loaded
@@ -85,11 +171,11 @@ static inline __attribute__((always_inline)) void add_pv_cols(float *acc, const 
         for (int l = 0; l < COLS; l++) acc[r * d + c0 + l] = s[r][l];
 }
 
-// All d columns of R rows: 128 / R columns at a time (8 vector registers of sums, enough to keep
-// the multiply-adds from waiting on each other), then 32, then what is left one by one.
+// All d columns of R rows: FLASH_CPU_SUMS / R columns at a time (at most 128), then 32, then what
+// is left one by one.
 static inline __attribute__((always_inline)) void add_pv_rows(float *acc, const float *p, const float *v,
                                                              int64_t v_stride, int d, int nk, const int R) {
-    const int wide = R == 1 ? 128 : R == 2 ? 64 : 32;
+    const int wide = R == 1 ? 128 : R == 2 ? FLASH_CPU_SUMS / 2 : FLASH_CPU_SUMS / 4;
     int c0 = 0;
     for (; c0 + wide <= d; c0 += wide) add_pv_cols(acc, p, v, v_stride, d, nk, R, c0, wide);
     for (; c0 + 32 <= d; c0 += 32) add_pv_cols(acc, p, v, v_stride, d, nk, R, c0, 32);
@@ -111,69 +197,182 @@ static void add_pv(float *acc, const float *p, const float *v, int64_t v_stride,
     }
 }
 
-// One key tile [k0, k1) against the query rows [q0, q1) of head h: scores, masking, online
-// softmax (the scores become probabilities in place), then acc += P V.
-static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, int h, int hk, int64_t q0,
-                           int64_t q1, int64_t k0, int64_t k1, int masked) {
+// Row r of st takes the scores s[0, nk) of query row i against keys [k0, k0 + nk): scaling,
+// masking, online softmax; the scores become the probabilities that P V weighs the keys by.
+static void softmax_row(const flash_args *a, float *s, int nk, flash_cpu_rows st, int r, int64_t i, int64_t k0,
+                        int masked) {
+    float mx = -INFINITY;
+    for (int j = 0; j < nk; j++) {
+        s[j] = masked && a->k_pos0 + k0 + j > a->q_pos0 + i ? -INFINITY : s[j] * a->scale;
+        mx = s[j] > mx ? s[j] : mx; // (fmaxf is a call)
+    }
+    const float m_new = fmaxf(st.m[r], mx);
+    if (m_new == -INFINITY) { // nothing visible to this row yet: it adds nothing
+        for (int j = 0; j < nk; j++) s[j] = 0.0f;
+        return;
+    }
+    float alpha = expf(st.m[r] - m_new), sum = 0.0f; // alpha is 0 when the old max is -inf
+    float *acc = st.acc + (int64_t)r * a->head_dim;
+    for (int c = 0; c < a->head_dim; c++) acc[c] *= alpha;
+    for (int j = 0; j < nk; j++) sum += s[j] = exp_nonpositive(s[j] - m_new);
+    st.l[r] = st.l[r] * alpha + sum;
+    st.m[r] = m_new;
+}
+
+// One key tile [k0, k1) against the query rows [q0, q1) of head h, whose state is st: scores,
+// online softmax, then acc += P V.
+static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, flash_cpu_rows st, int h, int hk,
+                           int64_t q0, int64_t q1, int64_t k0, int64_t k1, int masked) {
     const int d = a->head_dim, nq = (int)(q1 - q0), nk = (int)(k1 - k0);
     int64_t k_stride, v_stride;
-    const float *k = kv_tile(a, a->k, k0, nk, hk, w->kt, &k_stride);
-    dot_rows(q_row(a, q0, h), a->q_stride, nq, k, k_stride, nk, d, w->s, FLASH_CPU_BK, 1);
-    for (int r = 0; r < nq; r++) {
-        float *s = w->s + r * FLASH_CPU_BK, mx = -INFINITY;
-        for (int j = 0; j < nk; j++) {
-            s[j] = masked && a->k_pos0 + k0 + j > a->q_pos0 + q0 + r ? -INFINITY : s[j] * a->scale;
-            mx = s[j] > mx ? s[j] : mx; // (fmaxf is a call)
-        }
-        float m_new = fmaxf(w->m[r], mx);
-        if (m_new == -INFINITY) { // nothing visible to this row yet: it adds nothing
-            for (int j = 0; j < nk; j++) s[j] = 0.0f;
-            continue;
-        }
-        float alpha = expf(w->m[r] - m_new), sum = 0.0f; // alpha is 0 when the old max is -inf
-        float *acc = w->acc + (int64_t)r * d;
-        for (int c = 0; c < d; c++) acc[c] *= alpha;
-        for (int j = 0; j < nk; j++) sum += s[j] = exp_nonpositive(s[j] - m_new);
-        w->l[r] = w->l[r] * alpha + sum;
-        w->m[r] = m_new;
+    if (nq > FLASH_CPU_SPLIT_ROWS) { // K transposed once for many rows; a few take dot products
+        k_transposed(a, k0, nk, hk, w->kt);
+        scores(w->s, q_row(a, q0, h), a->q_stride, w->kt, d, nq);
+    } else {
+        const float *k = kv_tile(a, a->k, k0, nk, hk, w->kt, &k_stride);
+        dot_rows(q_row(a, q0, h), a->q_stride, nq, k, k_stride, nk, d, w->s, FLASH_CPU_BK, 1);
     }
+    for (int r = 0; r < nq; r++) softmax_row(a, w->s + r * FLASH_CPU_BK, nk, st, r, q0 + r, k0, masked);
     const float *v = kv_tile(a, a->v, k0, nk, hk, w->vt, &v_stride);
-    add_pv(w->acc, w->s, v, v_stride, d, nq, nk);
+    add_pv(st.acc, w->s, v, v_stride, d, nq, nk);
+}
+
+// One key tile [k0, k1) of a one-row decode call against the heads of KV heads [hk0, hk1), key
+// by key: a key's cached row holds every KV head, so the tile is read front to back
+// (flash_cpu_tile, one head at a time, jumps kv_stride from key to key). State row t is head
+// hk0 x group + t, its scores at s + t x FLASH_CPU_BK. K/V are read in place, bf16 (kv_bf16, a
+// constant once inlined) widened in registers: a widened row would push the state out of L1.
+// (Loops over KV heads and their query heads, not t with divisions: a division per head and key
+// cost more than the memory it waits on.)
+static inline __attribute__((always_inline)) void decode_tile_as(const flash_args *a, flash_cpu_scratch *w,
+                                                                int64_t k0, int64_t k1, int masked, int hk0, int hk1,
+                                                                const int kv_bf16) {
+    const int d = a->head_dim, group = a->n_heads / a->n_kv_heads, nk = (int)(k1 - k0);
+    const size_t esize = kv_bf16 ? 2 : 4;
+    const flash_cpu_rows st = rows_at(w, 0, d);
+    for (int j = 0; j < nk; j++) {
+        const char *k = (const char *)a->k + (size_t)((k0 + j) * a->kv_stride + (int64_t)hk0 * d) * esize;
+        float *s = w->s + j;
+        for (int hk = hk0; hk < hk1; hk++, k += (size_t)d * esize)
+            for (int h = hk * group; h < (hk + 1) * group; h++, s += FLASH_CPU_BK)
+                *s = dot_1x1_as(q_row(a, 0, h), k, kv_bf16, d);
+    }
+    for (int t = 0; t < (hk1 - hk0) * group; t++) softmax_row(a, w->s + t * FLASH_CPU_BK, nk, st, t, 0, k0, masked);
+    for (int j = 0; j < nk; j++) {
+        const char *v = (const char *)a->v + (size_t)((k0 + j) * a->kv_stride + (int64_t)hk0 * d) * esize;
+        const float *p = w->s + j;
+        float *acc = st.acc;
+        for (int hk = hk0; hk < hk1; hk++, v += (size_t)d * esize) {
+            const float *vf = (const float *)v;
+            const uint16_t *vh = (const uint16_t *)v;
+            for (int g = 0; g < group; g++, p += FLASH_CPU_BK, acc += d)
+                for (int c = 0; c < d; c++) acc[c] += *p * (kv_bf16 ? bf16_to_f32(vh[c]) : vf[c]);
+        }
+    }
+}
+
+static void decode_tile(const flash_args *a, flash_cpu_scratch *w, int64_t k0, int64_t k1, int masked, int hk0,
+                        int hk1) {
+    if (a->kv_dtype == DTYPE_BF16) decode_tile_as(a, w, k0, k1, masked, hk0, hk1, 1);
+    else decode_tile_as(a, w, k0, k1, masked, hk0, hk1, 0);
+}
+
+// Normalises the rows [q0, q1) of head h (state st) into o (row i at o + i * o_stride) and lse
+// ((n_heads, a->nq) layout).
+static void store_rows(const flash_args *a, flash_cpu_rows st, int h, int64_t q0, int64_t q1, float *o,
+                       int64_t o_stride, float *lse) {
+    const int d = a->head_dim;
+    for (int64_t i = q0; i < q1; i++) {
+        const int r = (int)(i - q0);
+        float *out = o + i * o_stride + (int64_t)h * d;
+        const float inv = st.l[r] > 0.0f ? 1.0f / st.l[r] : 0.0f;
+        for (int c = 0; c < d; c++) out[c] = st.acc[(int64_t)r * d + c] * inv;
+        lse[(int64_t)h * a->nq + i] = st.l[r] > 0.0f ? st.m[r] + logf(st.l[r]) : -INFINITY;
+    }
+}
+
+// Keys past the last query's position are invisible to all rows [q0, q1) under causal masking:
+// the end of the keys those rows see.
+static int64_t visible_keys(const flash_args *a, int64_t q1) {
+    if (!a->causal) return a->nk;
+    const int64_t last_visible = a->q_pos0 + q1 - 1 - a->k_pos0; // key index
+    return last_visible + 1 < 0 ? 0 : last_visible + 1 < a->nk ? last_visible + 1 : a->nk;
+}
+
+// Mask only when some key of [k0, k1) lies after the position of query row q0.
+static int tile_masked(const flash_args *a, int64_t q0, int64_t k1) {
+    return a->causal && a->k_pos0 + k1 - 1 > a->q_pos0 + q0;
 }
 
 // One query tile [q0, q1) of head h: every visible key tile, then normalise and store.
 static void flash_cpu_query_tile(const flash_args *a, flash_cpu_scratch *w, int h, int64_t q0,
                                  int64_t q1) {
-    const int d = a->head_dim;
     const int hk = h / (a->n_heads / a->n_kv_heads);
-    for (int r = 0; r < FLASH_CPU_BQ; r++) { w->m[r] = -INFINITY; w->l[r] = 0.0f; }
-    for (int64_t x = 0; x < (int64_t)FLASH_CPU_BQ * d; x++) w->acc[x] = 0.0f;
-
-    // Causal: keys past the last query's position are invisible to the whole tile.
-    int64_t k_end = a->nk;
-    if (a->causal) {
-        int64_t last_visible = a->q_pos0 + q1 - 1 - a->k_pos0; // key index
-        if (last_visible + 1 < k_end) k_end = last_visible + 1 < 0 ? 0 : last_visible + 1;
-    }
+    const flash_cpu_rows st = rows_at(w, 0, a->head_dim);
+    reset_rows(st, (int)(q1 - q0), a->head_dim);
+    const int64_t k_end = visible_keys(a, q1);
     for (int64_t k0 = 0; k0 < k_end; k0 += FLASH_CPU_BK) {
         int64_t k1 = k0 + FLASH_CPU_BK < k_end ? k0 + FLASH_CPU_BK : k_end;
-        // Mask only when some key of the tile lies after the first query's position.
-        int masked = a->causal && a->k_pos0 + k1 - 1 > a->q_pos0 + q0;
-        flash_cpu_tile(a, w, h, hk, q0, q1, k0, k1, masked);
+        flash_cpu_tile(a, w, st, h, hk, q0, q1, k0, k1, tile_masked(a, q0, k1));
     }
+    store_rows(a, st, h, q0, q1, a->o, a->o_stride, a->lse);
+}
 
-    for (int64_t i = q0; i < q1; i++) {
-        int r = (int)(i - q0);
-        float *o = a->o + i * a->o_stride + (int64_t)h * d;
-        float inv = w->l[r] > 0.0f ? 1.0f / w->l[r] : 0.0f;
-        for (int c = 0; c < d; c++) o[c] = w->acc[(int64_t)r * d + c] * inv;
-        a->lse[(int64_t)h * a->nq + i] = w->l[r] > 0.0f ? w->m[r] + logf(w->l[r]) : -INFINITY;
+// A decode call, split into chunks of FLASH_CPU_CHUNK keys whose partials are merged afterwards,
+// and, when the step's chunks are fewer than the threads, into ranges of KV heads (independent).
+typedef struct {
+    const flash_args *a;
+    int n_chunks, n_ranges;
+    float *parts; // chunks 1..n_chunks-1: (nq, n_heads, head_dim) O, then (n_heads, nq) lse, each
+} decode_call;
+
+typedef struct {
+    const decode_call *c;
+    int chunk, range;
+} decode_job;
+
+static int is_decode(const flash_args *a) { return a->nq > 0 && a->nq <= FLASH_CPU_SPLIT_ROWS; }
+static int64_t part_floats(const flash_args *a) { return (int64_t)a->nq * a->n_heads * (a->head_dim + 1); }
+
+// Chunk c's partial (c >= 1): O rows of n_heads x head_dim floats, then its lse.
+static float *part_o(const decode_call *dc, int c) { return dc->parts + (c - 1) * part_floats(dc->a); }
+static float *part_lse(const decode_call *dc, int c) {
+    return part_o(dc, c) + (int64_t)dc->a->nq * dc->a->n_heads * dc->a->head_dim;
+}
+
+// One chunk of a decode call's keys against all its rows and the heads of one range, tile by
+// tile; its normalised result goes to the call's o and lse (chunk 0) or to the chunk's partial.
+static void flash_cpu_chunk(const decode_job *job, flash_cpu_scratch *w) {
+    const flash_args *a = job->c->a;
+    const int nq = a->nq, d = a->head_dim, group = a->n_heads / a->n_kv_heads;
+    const int hk0 = a->n_kv_heads * job->range / job->c->n_ranges, hk1 = a->n_kv_heads * (job->range + 1) / job->c->n_ranges;
+    const int64_t k_end = visible_keys(a, nq), k0 = (int64_t)job->chunk * FLASH_CPU_CHUNK;
+    const int64_t k1 = k0 + FLASH_CPU_CHUNK < k_end ? k0 + FLASH_CPU_CHUNK : k_end;
+    float *o = a->o, *lse = a->lse;
+    int64_t o_stride = a->o_stride;
+    if (job->chunk > 0)
+        o = part_o(job->c, job->chunk), lse = part_lse(job->c, job->chunk), o_stride = (int64_t)a->n_heads * d;
+    reset_rows(rows_at(w, 0, d), (hk1 - hk0) * group * nq, d);
+    for (int64_t t0 = k0; t0 < k1; t0 += FLASH_CPU_BK) {
+        const int64_t t1 = t0 + FLASH_CPU_BK < k1 ? t0 + FLASH_CPU_BK : k1;
+        // Rows beyond one share each loaded K/V slice (flash_cpu_tile's blocks of 4 rows), which
+        // pays more than reading the tile's rows whole (bench_flash_decode --rows 2 to 8).
+        if (nq == 1) {
+            decode_tile(a, w, t0, t1, tile_masked(a, 0, t1), hk0, hk1);
+            continue;
+        }
+        for (int h = hk0 * group; h < hk1 * group; h++)
+            flash_cpu_tile(a, w, rows_at(w, (h - hk0 * group) * nq, d), h, h / group, 0, nq, t0, t1, tile_masked(a, 0, t1));
     }
+    for (int h = hk0 * group; h < hk1 * group; h++)
+        store_rows(a, rows_at(w, (h - hk0 * group) * nq, d), h, 0, nq, o, o_stride, lse);
 }
 
 void flash_cpu(const flash_args *calls, int n) {
     BURST_ASSERT(n >= 0 && (calls || n == 0));
-    int most_d = 1, bf16 = 0; // the scratch fits every call
+    int most_d = 1, bf16 = 0, most_rows = FLASH_CPU_BQ, n_decode = 0; // the scratch fits every call
+    int64_t n_chunks = 0, n_parts = 0;
+    decode_call *dc = burst_malloc(sizeof *dc * (size_t)(n > 0 ? n : 1));
     for (int j = 0; j < n; j++) {
         const flash_args *a = &calls[j];
         BURST_ASSERT(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0 && "n_heads must be a multiple of n_kv_heads");
@@ -181,17 +380,45 @@ void flash_cpu(const flash_args *calls, int n) {
         BURST_ASSERT((a->kv_dtype == DTYPE_F32 || a->kv_dtype == DTYPE_BF16) && "K/V must be F32 or BF16");
         if (a->head_dim > most_d) most_d = a->head_dim;
         bf16 |= a->kv_dtype == DTYPE_BF16;
+        if (!is_decode(a)) continue;
+        // At least one chunk: a row that sees no key still gets o = 0 and lse = -inf.
+        const int64_t chunks = (visible_keys(a, a->nq) + FLASH_CPU_CHUNK - 1) / FLASH_CPU_CHUNK;
+        dc[n_decode++] = (decode_call){.a = a, .n_chunks = chunks > 1 ? (int)chunks : 1};
+        n_chunks += chunks > 1 ? chunks : 1;
+        n_parts += (chunks > 1 ? chunks - 1 : 0) * part_floats(a);
+        if (a->n_heads * a->nq > most_rows) most_rows = a->n_heads * a->nq;
     }
-    // One parallel region for all calls: their outputs are disjoint, so no barrier between them.
+    // Head ranges only where chunks alone leave threads idle; they change no sum's order.
+    const int64_t want_ranges = n_chunks > 0 ? (omp_get_max_threads() + n_chunks - 1) / n_chunks : 1;
+    float *parts = burst_malloc(sizeof(float) * (size_t)(n_parts > 0 ? n_parts : 1)), *next_part = parts;
+    int64_t n_jobs = 0;
+    for (int i = 0; i < n_decode; i++) {
+        decode_call *c = &dc[i];
+        c->n_ranges = (int)(want_ranges < c->a->n_kv_heads ? want_ranges : c->a->n_kv_heads);
+        c->parts = next_part, next_part += (c->n_chunks - 1) * part_floats(c->a);
+        n_jobs += (int64_t)c->n_chunks * c->n_ranges;
+    }
+    decode_job *jobs = burst_malloc(sizeof *jobs * (size_t)(n_jobs > 0 ? n_jobs : 1));
+    n_jobs = 0;
+    for (int i = 0; i < n_decode; i++)
+        for (int chunk = 0; chunk < dc[i].n_chunks; chunk++)
+            for (int range = 0; range < dc[i].n_ranges; range++) jobs[n_jobs++] = (decode_job){&dc[i], chunk, range};
+    // One parallel region for all calls: their outputs are disjoint, so no barrier between them
+    // but the one before the decode calls' merges.
 #pragma omp parallel
     {
         flash_cpu_scratch w;
-        w.acc = burst_malloc((size_t)FLASH_CPU_BQ * (size_t)most_d * sizeof(float));
-        w.s = burst_malloc((size_t)FLASH_CPU_BQ * FLASH_CPU_BK * sizeof(float));
-        w.kt = bf16 ? burst_malloc((size_t)FLASH_CPU_BK * (size_t)most_d * sizeof(float)) : NULL;
+        w.acc = burst_malloc((size_t)most_rows * (size_t)most_d * sizeof(float));
+        w.m = burst_malloc((size_t)most_rows * sizeof(float));
+        w.l = burst_malloc((size_t)most_rows * sizeof(float));
+        w.s = burst_malloc((size_t)most_rows * FLASH_CPU_BK * sizeof(float));
+        w.kt = burst_malloc((size_t)FLASH_CPU_BK * (size_t)most_d * sizeof(float));
         w.vt = bf16 ? burst_malloc((size_t)FLASH_CPU_BK * (size_t)most_d * sizeof(float)) : NULL;
+#pragma omp for schedule(dynamic, 1) nowait
+        for (int64_t t = 0; t < n_jobs; t++) flash_cpu_chunk(&jobs[t], &w);
         for (int j = 0; j < n; j++) {
             const flash_args *a = &calls[j];
+            if (is_decode(a)) continue;
             const int64_t n_qtiles = ((int64_t)a->nq + FLASH_CPU_BQ - 1) / FLASH_CPU_BQ;
 #pragma omp for schedule(dynamic, 1) nowait
             for (int64_t t = 0; t < n_qtiles * a->n_heads; t++) {
@@ -201,6 +428,21 @@ void flash_cpu(const flash_args *calls, int n) {
                 flash_cpu_query_tile(a, &w, h, q0, q1);
             }
         }
-        free(w.acc), free(w.s), free(w.kt), free(w.vt);
+        free(w.acc), free(w.m), free(w.l), free(w.s), free(w.kt), free(w.vt);
+#pragma omp barrier
+        // Each decode call's later chunks folded into its first, in key order.
+        for (int i = 0; i < n_decode; i++) {
+            const flash_args *a = dc[i].a;
+#pragma omp for schedule(static) nowait
+            for (int64_t row = 0; row < (int64_t)a->nq * a->n_heads; row++)
+                for (int c = 1; c < dc[i].n_chunks; c++) {
+                    const online_softmax_args m = {.o = a->o, .lse = a->lse, .o_b = part_o(&dc[i], c),
+                                                   .lse_b = part_lse(&dc[i], c), .o_stride = a->o_stride,
+                                                   .o_b_stride = (int64_t)a->n_heads * a->head_dim, .n = a->nq,
+                                                   .n_heads = a->n_heads, .head_dim = a->head_dim};
+                    online_softmax_merge_row(&m, row);
+                }
+        }
     }
+    free(dc), free(jobs), free(parts);
 }

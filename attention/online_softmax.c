@@ -9,8 +9,7 @@
 
 #include "common/burst.h"
 
-// Row t of call a: query row t / n_heads, head t % n_heads.
-static void merge_row(const online_softmax_args *a, int64_t t) {
+void online_softmax_merge_row(const online_softmax_args *a, int64_t t) {
     const int d = a->head_dim;
     int64_t i = t / a->n_heads;
     int h = (int)(t % a->n_heads);
@@ -40,6 +39,6 @@ void online_softmax_merge(const online_softmax_args *calls, int n) {
     for (int j = 0; j < n; j++) {
         const int64_t rows = (int64_t)calls[j].n * calls[j].n_heads;
 #pragma omp for schedule(static) nowait
-        for (int64_t t = 0; t < rows; t++) merge_row(&calls[j], t);
+        for (int64_t t = 0; t < rows; t++) online_softmax_merge_row(&calls[j], t);
     }
 }

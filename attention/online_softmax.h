@@ -27,6 +27,10 @@ typedef struct {
 
 void online_softmax_merge(const online_softmax_args *calls, int n);
 
+// One row of one call: query row t / n_heads, head t % n_heads (t < n * n_heads). For a caller
+// that folds several partials into one result from its own parallel region (flash_cpu's decode).
+void online_softmax_merge_row(const online_softmax_args *a, int64_t t);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,6 +6,8 @@
 // Every other case passes K/V in bf16 (a bf16 KV cache), drawn as bf16 values so that the
 // reference sees the same numbers and the fp32 bounds hold.
 #include <math.h>
+#include <omp.h>
+#include <string.h>
 
 #include "attention/flash.h"
 #include "attention/online_softmax.h"
@@ -65,11 +67,11 @@ static int test_merge(const attn_data *t, int G) {
 // them): head_dim, GQA, K/V dtype, causal offsets, one call longer than a tile; each against its
 // float64 reference, as test_flash holds one call.
 static int test_flash_batch(void) {
-    enum { CALLS = 5 };
+    enum { CALLS = 6 };
     static const attn_case cases[CALLS] = {
         {1, 1000, 128, 4, 1, 1, 999, 0, DTYPE_BF16}, {1, 7, 40, 2, 2, 1, 6, 0, DTYPE_F32},
         {100, 1000, 64, 4, 2, 1, 900, 0, DTYPE_F32}, {3, 70, 128, 2, 1, 0, 1000, 1000, DTYPE_BF16},
-        {1, 1, 64, 2, 2, 1, 0, 0, DTYPE_F32},
+        {1, 1, 64, 2, 2, 1, 0, 0, DTYPE_F32}, {2, 1700, 128, 4, 4, 1, 1698, 0, DTYPE_BF16},
     };
     attn_data t[CALLS];
     flash_args calls[CALLS];
@@ -89,6 +91,72 @@ static int test_flash_batch(void) {
         ok &= check(&t[j], what, o[j], lse[j], 1e-10, 2e-6, 1e-5, 1e-9, 4e-6, 1e-6); // test_flash's bounds
         free(o[j]), free(lse[j]), data_free(&t[j]);
     }
+    return ok;
+}
+
+// A decode call whose chunks are fewer than the threads is split into ranges of KV heads too:
+// 5 threads over one chunk of 8 KV heads (ranges of 1 and 2), 7 over three chunks (ranges of 2 and
+// 3), GQA 2 so that a range carries its query heads.
+static int test_flash_head_ranges(void) {
+    static const struct { int threads; attn_case c; } cases[] = {
+        {5, {1, 300, 64, 16, 8, 1, 299, 0, DTYPE_F32}},
+        {7, {2, 1100, 40, 16, 8, 1, 1200, 101, DTYPE_BF16}},
+    };
+    const int threads = omp_get_max_threads();
+    int ok = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        attn_data t;
+        data_init(&t, cases[i].c);
+        reference(&t);
+        omp_set_num_threads(cases[i].threads);
+        char what[160], tag[48];
+        snprintf(tag, sizeof tag, "flash on %d threads", cases[i].threads);
+        describe(what, sizeof what, &t.c, tag);
+        float *o = poisoned((int64_t)t.c.nq * t.o_stride), *lse = poisoned((int64_t)t.c.n_heads * t.c.nq);
+        flash_args a = args_for(&t, o, lse, 0, t.c.nk);
+        flash_cpu(&a, 1);
+        omp_set_num_threads(threads);
+        ok &= check(&t, what, o, lse, 1e-10, 2e-6, 1e-5, 1e-9, 4e-6, 1e-6); // test_flash's bounds
+        free(o), free(lse), data_free(&t);
+    }
+    return ok;
+}
+
+// A decode call's result does not depend on the thread count or on the calls beside it (the
+// chunks of keys are fixed; only head ranges follow the threads): bit for bit the same O and lse
+// on 1, 2 and 5 threads, alone and beside a prefill call and another decode call.
+static int test_flash_deterministic(void) {
+    static const attn_case cases[3] = {{2, 1500, 128, 8, 4, 1, 1600, 101, DTYPE_BF16},
+                                       {1, 900, 64, 4, 4, 1, 899, 0, DTYPE_F32},
+                                       {70, 200, 64, 4, 2, 1, 130, 0, DTYPE_F32}};
+    attn_data t[3];
+    float *o[3], *lse[3], *o1 = NULL, *lse1 = NULL;
+    flash_args calls[3];
+    for (int j = 0; j < 3; j++) {
+        data_init(&t[j], cases[j]);
+        o[j] = poisoned((int64_t)cases[j].nq * t[j].o_stride), lse[j] = poisoned((int64_t)cases[j].n_heads * cases[j].nq);
+        calls[j] = args_for(&t[j], o[j], lse[j], 0, cases[j].nk);
+    }
+    const int64_t n_o = (int64_t)cases[0].nq * t[0].o_stride, n_lse = (int64_t)cases[0].n_heads * cases[0].nq;
+    const int threads = omp_get_max_threads();
+    int ok = 1;
+    static const int runs[4][2] = {{1, 1}, {2, 1}, {5, 1}, {2, 3}}; // (threads, calls)
+    for (int r = 0; r < 4; r++) {
+        omp_set_num_threads(runs[r][0]);
+        flash_cpu(calls, runs[r][1]);
+        if (r == 0) {
+            o1 = burst_malloc(sizeof(float) * (size_t)n_o), lse1 = burst_malloc(sizeof(float) * (size_t)n_lse);
+            memcpy(o1, o[0], sizeof(float) * (size_t)n_o), memcpy(lse1, lse[0], sizeof(float) * (size_t)n_lse);
+            continue;
+        }
+        const int same = !memcmp(o1, o[0], sizeof(float) * (size_t)n_o) && !memcmp(lse1, lse[0], sizeof(float) * (size_t)n_lse);
+        printf("%s flash decode call on %d threads with %d call(s): O and lse bit for bit as on 1 thread alone\n",
+               same ? "ok  " : "FAIL", runs[r][0], runs[r][1]);
+        ok &= same;
+    }
+    omp_set_num_threads(threads);
+    free(o1), free(lse1);
+    for (int j = 0; j < 3; j++) free(o[j]), free(lse[j]), data_free(&t[j]);
     return ok;
 }
 
@@ -148,9 +216,13 @@ int main(void) {
     // GQA pairs (n_heads, n_kv_heads) cycle over the cases: ratios 1, 2, 4.
     static const int gqa[3][2] = {{2, 2}, {4, 2}, {4, 1}};
     static const int dims[3] = {64, 128, 40};
-    // (nq, nk): single rows, sizes below, at and above the 64 tile, and long blocks.
+    // (nq, nk): single rows, sizes below, at and above the 64 tile, and long blocks. Up to 8 rows
+    // a call is a decode call, split into chunks of 512 keys: one key past a chunk, exactly two
+    // chunks, many; 9 rows are not split. Query tiles of more than 8 rows
+    // (64 and the rest) end in 1, 2 and 3 rows past a multiple of 4: 9, 10, 75 = 64 + 11.
     static const int sizes[][2] = {{1, 1}, {7, 7}, {1, 1000}, {7, 100}, {64, 64}, {100, 7},
-                                   {100, 1000}, {1000, 100}, {1000, 1000}, {64, 4097}};
+                                   {100, 1000}, {1000, 100}, {1000, 1000}, {64, 4097},
+                                   {3, 513}, {8, 1024}, {1, 4099}, {9, 700}, {75, 300}, {10, 90}};
     int fails = 0, n = 0, which = 0;
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
         for (int causal = 0; causal <= 1; causal++)
@@ -189,7 +261,9 @@ int main(void) {
     fails += !test_merge(&t, 8);
     fails += !test_merge_batch();
     fails += !test_flash_batch();
-    n += 4;
+    fails += !test_flash_head_ranges();
+    fails += !test_flash_deterministic();
+    n += 6;
     data_free(&t);
     printf("%s: %d of %d checks failed\n", fails ? "FAIL" : "ok", fails, n);
     return fails ? 1 : 0;
