@@ -74,9 +74,9 @@ class Burstd:
     def connect(self, timeout=120):
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
-    def request(self, method, path, body=None, headers=None):
+    def request(self, method, path, body=None, headers=None, timeout=120):
         """(status, headers, parsed JSON or text) of one request; body may be a dict or bytes."""
-        c = self.connect()
+        c = self.connect(timeout)
         if isinstance(body, (dict, list)):
             body = json.dumps(body).encode()
         h = {"Content-Type": "application/json", **(headers or {})}
