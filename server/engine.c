@@ -97,13 +97,13 @@ static void set_gauges(engine *e) {
     metrics_set(e->met, METRIC_WAITING, e->q_len);
 }
 
-// Hands a choice's DONE event over, logs its line and counts it (each choice of a request with
-// n_choices > 1 as one). A cancelled request says where it was (queued, in its prefill with how far
-// it got, or decoding).
+// Logs a choice's line and counts it (each choice of a request with n_choices > 1 as one), then
+// hands its DONE event over: a client that reads /metrics once it has its answer finds it
+// counted. A cancelled request says where it was (queued, in its prefill with how far it got, or
+// decoding).
 static void log_finished(engine *e, burst_request *r, int choice, const request_result *res, char *tail,
                          sampled_logprobs *lp, int n_lp, const char *error, int n_prefilled) {
     finish_reason why = res->finish;
-    request_push_done(r, choice, tail, lp, n_lp, res);
     char what[96], which[24] = "";
     if (r->n_choices > 1) snprintf(which, sizeof which, "choice %d ", choice);
     if (why != FINISH_CANCELLED) snprintf(what, sizeof what, "%s", finish_reason_str(why));
@@ -121,6 +121,7 @@ static void log_finished(engine *e, burst_request *r, int choice, const request_
         c = n_prefilled < 0 ? METRIC_CANCELLED_QUEUED : METRIC_CANCELLED_PREFILL;
     metrics_add(e->met, c, 1);
     metrics_observe(e->met, METRIC_E2E, res->total_s);
+    request_push_done(r, choice, tail, lp, n_lp, res);
 }
 
 // Keeps a generated token's entry until the text it begins comes out (take_logprobs).
@@ -170,15 +171,20 @@ static char *pending_text(engine *e, engine_seq *q, sampled_logprobs **lp, int *
 static void seq_finish(engine *e, int s, finish_reason why, const char *error) {
     engine_seq *q = &e->seq[s];
     burst_request *r = q->req;
-    double q_admit = q->t_admit;
     request_result res = {.n_prompt = r->n_prompt, .n_cached = q->n_cached, .n_gen = q->n_gen, .queue_s = q->t_admit - r->t_accept,
                           .ttft_s = q->n_gen ? q->t_first - r->t_accept : 0, .total_s = burst_now() - r->t_accept,
                           .finish = why};
     sampled_logprobs *lp = NULL;
     int n_lp = 0;
     char *tail = why == FINISH_ERROR ? strdup(error) : why == FINISH_CANCELLED ? NULL : pending_text(e, q, &lp, &n_lp);
-    log_finished(e, r, q->choice, &res, tail, lp, n_lp, error, q->n_prefilled);
     if (q->n_gen) metrics_observe(e->met, METRIC_DECODE, burst_now() - q->t_first);
+    pthread_mutex_lock(&e->mu); // the gauges before the DONE event (log_finished)
+    e->n_running--;
+    e->slot_left_s[s] = 0;
+    if (why != FINISH_CANCELLED && why != FINISH_ERROR) e->request_s = ewma(e->request_s, burst_now() - q->t_admit);
+    set_gauges(e);
+    pthread_mutex_unlock(&e->mu);
+    log_finished(e, r, q->choice, &res, tail, lp, n_lp, error, q->n_prefilled);
     if (why == FINISH_ERROR || !e->prefix_cache) { // a failed forward leaves nothing to trust
         llama_slot_truncate(e->model, s, 0);
         e->held[s].len = 0;
@@ -190,12 +196,6 @@ static void seq_finish(engine *e, int s, finish_reason why, const char *error) {
     free(q->held);
     request_release(r);
     *q = (engine_seq){0};
-    pthread_mutex_lock(&e->mu);
-    e->n_running--;
-    e->slot_left_s[s] = 0;
-    if (why != FINISH_CANCELLED && why != FINISH_ERROR) e->request_s = ewma(e->request_s, burst_now() - q_admit);
-    set_gauges(e);
-    pthread_mutex_unlock(&e->mu);
     // Choices still waiting for this slot's prefill (cancelled or failed) end with it.
     for (int t = 0; t < e->n_slots; t++)
         if (e->seq[t].req && e->seq[t].fork_of == s + 1) seq_finish(e, t, why, error);
