@@ -333,11 +333,12 @@ typedef struct {
 
 static int is_decode(const flash_args *a) { return a->nq > 0 && a->nq <= FLASH_CPU_SPLIT_ROWS; }
 static int64_t part_floats(const flash_args *a) { return (int64_t)a->nq * a->n_heads * (a->head_dim + 1); }
+static int64_t part_o_stride(const flash_args *a) { return (int64_t)a->n_heads * a->head_dim; }
 
 // Chunk c's partial (c >= 1): O rows of n_heads x head_dim floats, then its lse.
 static float *part_o(const decode_call *dc, int c) { return dc->parts + (c - 1) * part_floats(dc->a); }
 static float *part_lse(const decode_call *dc, int c) {
-    return part_o(dc, c) + (int64_t)dc->a->nq * dc->a->n_heads * dc->a->head_dim;
+    return part_o(dc, c) + dc->a->nq * part_o_stride(dc->a);
 }
 
 // One chunk of a decode call's keys against all its rows and the heads of one range, tile by
@@ -351,7 +352,7 @@ static void flash_cpu_chunk(const decode_job *job, flash_cpu_scratch *w) {
     float *o = a->o, *lse = a->lse;
     int64_t o_stride = a->o_stride;
     if (job->chunk > 0)
-        o = part_o(job->c, job->chunk), lse = part_lse(job->c, job->chunk), o_stride = (int64_t)a->n_heads * d;
+        o = part_o(job->c, job->chunk), lse = part_lse(job->c, job->chunk), o_stride = part_o_stride(a);
     reset_rows(rows_at(w, 0, d), (hk1 - hk0) * group * nq, d);
     for (int64_t t0 = k0; t0 < k1; t0 += FLASH_CPU_BK) {
         const int64_t t1 = t0 + FLASH_CPU_BK < k1 ? t0 + FLASH_CPU_BK : k1;
@@ -382,10 +383,11 @@ void flash_cpu(const flash_args *calls, int n) {
         bf16 |= a->kv_dtype == DTYPE_BF16;
         if (!is_decode(a)) continue;
         // At least one chunk: a row that sees no key still gets o = 0 and lse = -inf.
-        const int64_t chunks = (visible_keys(a, a->nq) + FLASH_CPU_CHUNK - 1) / FLASH_CPU_CHUNK;
-        dc[n_decode++] = (decode_call){.a = a, .n_chunks = chunks > 1 ? (int)chunks : 1};
-        n_chunks += chunks > 1 ? chunks : 1;
-        n_parts += (chunks > 1 ? chunks - 1 : 0) * part_floats(a);
+        const int64_t keys = visible_keys(a, a->nq);
+        const int64_t chunks = keys > FLASH_CPU_CHUNK ? (keys + FLASH_CPU_CHUNK - 1) / FLASH_CPU_CHUNK : 1;
+        dc[n_decode++] = (decode_call){.a = a, .n_chunks = (int)chunks};
+        n_chunks += chunks;
+        n_parts += (chunks - 1) * part_floats(a);
         if (a->n_heads * a->nq > most_rows) most_rows = a->n_heads * a->nq;
     }
     // Head ranges only where chunks alone leave threads idle; they change no sum's order.
@@ -438,7 +440,7 @@ void flash_cpu(const flash_args *calls, int n) {
                 for (int c = 1; c < dc[i].n_chunks; c++) {
                     const online_softmax_args m = {.o = a->o, .lse = a->lse, .o_b = part_o(&dc[i], c),
                                                    .lse_b = part_lse(&dc[i], c), .o_stride = a->o_stride,
-                                                   .o_b_stride = (int64_t)a->n_heads * a->head_dim, .n = a->nq,
+                                                   .o_b_stride = part_o_stride(a), .n = a->nq,
                                                    .n_heads = a->n_heads, .head_dim = a->head_dim};
                     online_softmax_merge_row(&m, row);
                 }
