@@ -1,4 +1,4 @@
-// The CPU backend's matmul (model/backend_cpu.c) on LLaMA-7B projection shapes: GFLOP/s for
+// The CPU backend's matmul (model/matmul_cpu.c) on LLaMA-7B projection shapes: GFLOP/s for
 // n tokens against a (rows, cols) weight in F32, F16 or BF16, all threads, best of 3 runs.
 //   bench_matmul_cpu [--threads T]
 #include <stdio.h>

@@ -1,15 +1,16 @@
 // The CPU backend's ops that take an activation dtype (model/backend.h: rmsnorm's output, matmul's
 // input and output and its accumulating form, swiglu), in float32 and bf16, against float64 on
-// fresh random inputs of awkward sizes: token counts across the matmul's 64-token blocks, weight
-// rows that are not multiples of its 16-row tiles, weights stored as F32, F16 and BF16. The bf16
+// fresh random inputs of awkward sizes: token counts on both sides of the matmul's few-token path
+// and across its GEMM's panels and token blocks, weights whose rows and columns are not multiples
+// of the GEMM's register tiles, row blocks and column blocks, stored as F32, F16 and BF16. The bf16
 // forms are the CUDA backend's bf16 mode's specification (tests/test_backend_cuda.c holds it to
 // them). Every output carries guard words after its last element. Every F16 weight value, through
-// embed and both matmul paths (a few tokens convert in registers). And argmax, greedy sampling's
+// embed and both matmul paths (a few tokens convert in registers, the GEMM a block at a time). And argmax, greedy sampling's
 // pick, against a plain scan on rows full of ties.
 #include "model/backend.h"
 #include "tests/test_util.h"
 
-// float32 results: sums in another order than float64's over up to 300 terms.
+// float32 results: sums in another order than float64's over up to 600 terms.
 #define F32_RTOL 1e-5
 // bf16 results: one rounding to nearest even, at most half an ulp (2^-8 of the value), on top.
 #define BF16_RTOL (1.0 / 256 + 1e-5)
@@ -104,12 +105,14 @@ static void test_rmsnorm(burst_backend *be) {
 
 // out = x W^T in every dtype pairing, and out += x W^T.
 static void test_matmul(burst_backend *be) {
-    static const int ns[] = {1, 6, 7, 70}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}}; // W (rows, cols)
+    // 131 rows x 600 columns: register tiles of 14 (AVX-512) or 6 rows, blocks of 112 or 48 rows and
+    // of 256 columns, each with a rest; 300 tokens: panels of 32 or 16, blocks of 256 or 128.
+    static const int ns[] = {1, 6, 7, 16, 70, 300}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}, {131, 600}};
     for (int wi = 0; wi < 3; wi++)
         for (int xi = 0; xi < 2; xi++)
             for (int oi = 0; oi < 3; oi++) // F32, BF16, F32 accumulated
-                for (int si = 0; si < 3; si++)
-                    for (int k = 0; k < 4; k++) {
+                for (int si = 0; si < 4; si++)
+                    for (int k = 0; k < 6; k++) {
                         const int n = ns[k], rows = shapes[si][0], cols = shapes[si][1], acc = oi == 2;
                         test_weight w = weight_random(WEIGHT_DTS[wi], rows, cols, -1, 1);
                         act_buf x = act_random(DTS[xi], (int64_t)n * cols, -1, 1);
@@ -137,7 +140,7 @@ static void test_matmul(burst_backend *be) {
 
 // Every half as an F16 weight: embed gives each exactly (NaN as NaN, signed zeros); matmuls with
 // one-hot rows of x give each finite one, through the path of 2 tokens (converted in registers)
-// and of 32 (through a float32 tile).
+// and of 32 (the GEMM's widened blocks).
 static void test_f16_weights(burst_backend *be) {
     enum { ROWS = 2048, COLS = 32 }; // 65536 halves; the first 63488 are the finite ones of either sign
     uint16_t *h = burst_malloc(sizeof(uint16_t) * ROWS * COLS);

@@ -1,0 +1,21 @@
+// The CPU backend's matmul (model/backend_cpu.c), and the element conversions the backend's
+// other ops share with it.
+#pragma once
+#include "backend.h"
+
+// dst[0..n) = elements [first, first + n) of a weight, as float32.
+void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst);
+
+// out (of out_dtype, F32 or BF16) = x @ W^T, or out (F32) += x @ W^T when accumulate; x (n rows
+// of W->cols) is F32 or BF16. n_threads OpenMP threads.
+void matmul_cpu(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
+                const burst_weight *W, int n, int n_threads);
+
+// Element i of an activation buffer of dtype F32 or BF16, and its store.
+static inline float act_get(const void *p, burst_dtype dt, int64_t i) {
+    return dt == DTYPE_F32 ? ((const float *)p)[i] : bf16_to_f32(((const uint16_t *)p)[i]);
+}
+static inline void act_set(void *p, burst_dtype dt, int64_t i, float v) {
+    if (dt == DTYPE_F32) ((float *)p)[i] = v;
+    else ((uint16_t *)p)[i] = f32_to_bf16(v);
+}
