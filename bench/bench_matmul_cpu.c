@@ -26,7 +26,7 @@ int main(int argc, char **argv) {
     if (argc != 1 && threads < 1) return fprintf(stderr, "usage: bench_matmul_cpu [--threads T]\n"), 2;
     burst_backend *be = backend_cpu_new(threads);
     static const int64_t shapes[][2] = {{4096, 4096}, {11008, 4096}};
-    static const int ns[] = {1, 2, 4, 8, 16, 64, 256};
+    static const int ns[] = {1, 2, 4, 8, 16, 40, 64, 256}; // 40: a part-filled last panel of the GEMM
     printf("CPU matmul, %s threads, GFLOP/s (best of 3)\n", threads ? argv[2] : "all");
     printf("%6s %14s %6s %10s\n", "dtype", "weight", "n", "GFLOP/s");
     static const burst_dtype dtypes[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};

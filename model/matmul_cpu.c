@@ -8,7 +8,7 @@
 // More tokens (prefill): a register-blocked GEMM in the manner of GotoBLAS. It computes
 // out^T = W x^T: a tile of GEMM_MR weight rows x NR tokens (two vector registers a row) stays in
 // registers while KC columns go by, each column one broadcast weight per row times two vectors of
-// x^T, so every load feeds 2 to 28 multiply-adds. The weights are widened to f32 a block of NB
+// x^T (one where a panel's last tokens fit in one). The weights are widened to f32 a block of NB
 // rows x KC columns at a time (in L2, then read by every panel of tokens), x is transposed once
 // per call into panels of NR tokens (a panel's KC columns stay in L1), and the sums of MC tokens
 // gather in a per-thread buffer before they are stored as out_dtype. Broadcasting weights, not
@@ -150,25 +150,33 @@ static void matmul_few(void *out, burst_dtype out_dtype, int accumulate, const f
     }
 }
 
-// c[i * MC + 0..NR) += the sum over k < kn of w[i * KC + k] * xt[k * NR + 0..NR), for i < mr: one
-// register tile of the GEMM. mr is a constant once inlined, so that the sums stay in registers.
+// c[i * MC + 0..nv x GEMM_VL) += the sum over k < kn of w[i * KC + k] * xt[k * NR + 0..nv x GEMM_VL),
+// for i < mr: one register tile of the GEMM, of nv = 2 vectors of tokens, or 1 for a panel's last
+// tokens. mr and nv are constants once inlined, so that the sums stay in registers.
 static inline __attribute__((always_inline)) void gemm_tile(const float *w, const float *xt, int kn, const int mr,
-                                                            float *c) {
+                                                            const int nv, float *c) {
     vec acc[GEMM_MR][2];
-    for (int i = 0; i < mr; i++) acc[i][0] = *(const vec *)(c + i * MC), acc[i][1] = *(const vec *)(c + i * MC + GEMM_VL);
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < nv; v++) acc[i][v] = *(const vec *)(c + i * MC + v * GEMM_VL);
     for (int k = 0; k < kn; k++) {
-        vec x0 = *(const vec *)(xt + k * NR), x1 = *(const vec *)(xt + k * NR + GEMM_VL);
+        vec x[2];
+        for (int v = 0; v < nv; v++) x[v] = *(const vec *)(xt + k * NR + v * GEMM_VL);
         for (int i = 0; i < mr; i++) {
             float wi = w[i * KC + k];
-            acc[i][0] += wi * x0, acc[i][1] += wi * x1;
+            for (int v = 0; v < nv; v++) acc[i][v] += wi * x[v];
         }
     }
-    for (int i = 0; i < mr; i++) *(vec *)(c + i * MC) = acc[i][0], *(vec *)(c + i * MC + GEMM_VL) = acc[i][1];
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < nv; v++) *(vec *)(c + i * MC + v * GEMM_VL) = acc[i][v];
 }
 
-static void gemm_tile_rows(const float *w, const float *xt, int kn, int mr, float *c) {
+static void gemm_tile_rows(const float *w, const float *xt, int kn, int mr, int nv, float *c) {
     switch (mr) {
-#define TILE(m) case m: gemm_tile(w, xt, kn, m, c); break;
+#define TILE(m) \
+    case m: \
+        if (nv == 2) gemm_tile(w, xt, kn, m, 2, c); \
+        else gemm_tile(w, xt, kn, m, 1, c); \
+        break;
     TILE(1) TILE(2) TILE(3) TILE(4) TILE(5) TILE(6)
 #if GEMM_MR > 6
     TILE(7) TILE(8) TILE(9) TILE(10) TILE(11) TILE(12) TILE(13) TILE(14)
@@ -208,7 +216,8 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
                     for (int64_t q = 0; q * NR < mc; q++)
                         for (int64_t s = 0; s < nb; s += GEMM_MR)
                             gemm_tile_rows(wf + s * KC, xt + ((i0 / NR + q) * cols + k0) * NR, kn,
-                                           (int)(nb - s < GEMM_MR ? nb - s : GEMM_MR), c + s * MC + q * NR);
+                                           (int)(nb - s < GEMM_MR ? nb - s : GEMM_MR), mc - q * NR > GEMM_VL ? 2 : 1,
+                                           c + s * MC + q * NR);
                 }
                 store_sums(out, out_dtype, accumulate, rows, i0, mc, r0, nb, c, 1, MC);
             }

@@ -106,13 +106,14 @@ static void test_rmsnorm(burst_backend *be) {
 // out = x W^T in every dtype pairing, and out += x W^T.
 static void test_matmul(burst_backend *be) {
     // 131 rows x 600 columns: register tiles of 14 (AVX-512) or 6 rows, blocks of 112 or 48 rows and
-    // of 256 columns, each with a rest; 300 tokens: panels of 32 or 16, blocks of 256 or 128.
-    static const int ns[] = {1, 6, 7, 16, 70, 300}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}, {131, 600}};
+    // of 256 columns, each with a rest; 300 tokens: panels of 32 or 16, blocks of 256 or 128; a
+    // last panel of one token more than a vector (16 or 8) at 49 and 41 tokens.
+    static const int ns[] = {1, 6, 7, 16, 41, 49, 70, 300}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}, {131, 600}};
     for (int wi = 0; wi < 3; wi++)
         for (int xi = 0; xi < 2; xi++)
             for (int oi = 0; oi < 3; oi++) // F32, BF16, F32 accumulated
                 for (int si = 0; si < 4; si++)
-                    for (int k = 0; k < 6; k++) {
+                    for (int k = 0; k < 8; k++) {
                         const int n = ns[k], rows = shapes[si][0], cols = shapes[si][1], acc = oi == 2;
                         test_weight w = weight_random(WEIGHT_DTS[wi], rows, cols, -1, 1);
                         act_buf x = act_random(DTS[xi], (int64_t)n * cols, -1, 1);
