@@ -44,6 +44,7 @@ typedef float vec __attribute__((vector_size(GEMM_VL * sizeof(float))));
 static inline float w16_to_f32(uint16_t h, int bf16) { return bf16 ? bf16_to_f32(h) : f16_to_f32(h); }
 
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__) // x86-64-v3, and -march=native on any recent x86
+#define HAVE_W16X8 1
 #include <immintrin.h>
 // 8 weights from w, bf16 or f16, as floats. GCC does not vectorize f16_to_f32 into F16C's one
 // instruction, and f16_to_f32's bit operations cost more than the multiply-adds they feed.
@@ -90,7 +91,7 @@ void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst) 
         for (; i < n; i++) dst[i] = bf16_to_f32(h[i]);
         break;
     case DTYPE_F16:
-#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+#ifdef HAVE_W16X8
         for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, w16x8(h + i, 0));
 #endif
         for (; i < n; i++) dst[i] = f16_to_f32(h[i]);
@@ -102,7 +103,7 @@ void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst) 
 // t < nt <= 4: each weight is converted once, in registers, for all nt tokens.
 static void dot_w16(const uint16_t *w, int bf16, const float *x, int64_t x_stride, int nt, int64_t n, float *out,
                     int64_t out_stride) {
-#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+#ifdef HAVE_W16X8
     switch (nt) {
     case 1: dot_w16_nt(w, bf16, x, x_stride, n, 1, out, out_stride); break;
     case 2: dot_w16_nt(w, bf16, x, x_stride, n, 2, out, out_stride); break;

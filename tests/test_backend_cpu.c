@@ -5,8 +5,8 @@
 // of the GEMM's register tiles, row blocks and column blocks, stored as F32, F16 and BF16. The bf16
 // forms are the CUDA backend's bf16 mode's specification (tests/test_backend_cuda.c holds it to
 // them). Every output carries guard words after its last element. Every F16 weight value, through
-// embed and both matmul paths (a few tokens convert in registers, the GEMM a block at a time). And argmax, greedy sampling's
-// pick, against a plain scan on rows full of ties.
+// embed and both matmul paths (a few tokens convert in registers, the GEMM a block at a time).
+// And argmax, greedy sampling's pick, against a plain scan on rows full of ties.
 #include "model/backend.h"
 #include "tests/test_util.h"
 
