@@ -27,6 +27,7 @@ typedef struct {
     int last;           // the last sampled token, fed back at the next decode step
     int draft_len;      // tokens to guess at its next decode step at most (--speculate)
     int n_gen;
+    uint64_t run_at_admit; // the engine's n_run at admission
     double t_admit, t_first, t_last;
     double t_progress;  // when the last progress event went out
     sampler smp;
@@ -73,6 +74,7 @@ struct engine {
     int threads;            // for presample_all
     int *tokens;            // (max_batch)
     uint64_t n_admitted;
+    uint64_t n_run;         // tokens through llama_forward so far, every step's: the engine's work
 
     pthread_t thread;
     pthread_mutex_t mu;     // guards the fields below
@@ -300,7 +302,7 @@ static void share_prefixes(engine *e) {
 // prefill in slot `lead` and copy it (fork_choices). Called with e->mu held.
 static void seq_admit(engine *e, int s, burst_request *r, int reuse, int choice, int lead) {
     engine_seq *q = &e->seq[s];
-    *q = (engine_seq){.req = r, .admitted = e->n_admitted++, .t_admit = burst_now(), .n_prefilled = reuse,
+    *q = (engine_seq){.req = r, .admitted = e->n_admitted++, .run_at_admit = e->n_run, .t_admit = burst_now(), .n_prefilled = reuse,
                       .n_cached = reuse, .choice = choice, .fork_of = choice ? lead + 1 : 0, .draft_len = e->speculate};
     e->held[s].len = reuse;
     e->held[s].used = q->admitted + 1; // 0: never used, the first to go
@@ -463,23 +465,25 @@ static int wants_prefill(const engine *e, int n_segs, int s) {
 }
 
 // A prompt's place in the order of prefills (lowest first): its tokens left to prefill, so that a
-// short prompt is not stuck behind a long one, less half the prefill it has been denied (what the
-// measured speed would have done since its admission, beyond what it got). A long prompt under a
-// steady stream of short ones thus goes first once it has waited about twice as long as its
-// prefill takes; one that is being prefilled keeps its place behind newer short prompts; and a
-// short wait does not undo fewest-left-first among prompts admitted together.
-static double prefill_key(const engine *e, const engine_seq *q, double now) {
-    double denied = (now - q->t_admit) * e->prefill_tok_s - (q->n_prefilled - q->n_cached);
+// short prompt is not stuck behind a long one, less half the prefill it has been denied (the
+// tokens the engine ran since its admission, beyond its own). A long prompt under a steady stream
+// of short ones thus goes first once it has waited about twice as long as its prefill takes; one
+// that is being prefilled keeps its place behind newer short prompts; and a short wait does not
+// undo fewest-left-first among prompts admitted together. Counted in tokens rather than measured
+// in seconds, the order does not depend on how fast the machine happened to run: a wait times the
+// latest speed misjudged the denial whenever the speed changed while the prompt waited.
+static double prefill_key(const engine *e, const engine_seq *q) {
+    double denied = (double)(e->n_run - q->run_at_admit) - (q->n_prefilled - q->n_cached);
     return (q->req->n_prompt - q->n_prefilled) - (denied > 0 ? 0.5 * denied : 0);
 }
 
 // Slot s's place, or that of a prompt waiting for s's prefix if earlier: a source goes as soon as
 // the prompts that wait for it would.
-static double prefill_order(const engine *e, int s, double now) {
-    double key = prefill_key(e, &e->seq[s], now);
+static double prefill_order(const engine *e, int s) {
+    double key = prefill_key(e, &e->seq[s]);
     for (int w = 0; w < e->n_slots; w++) {
         const engine_seq *q = &e->seq[w];
-        if (q->req && q->share_from == s + 1) key = fmin(key, prefill_key(e, q, now));
+        if (q->req && q->share_from == s + 1) key = fmin(key, prefill_key(e, q));
     }
     return key;
 }
@@ -527,12 +531,12 @@ static int build_batch(engine *e) {
         e->seg_seq[n_segs++] = s;
         n_tok += 1 + k, n_rows += 1 + k;
     }
-    for (double now = burst_now();;) {
+    for (;;) {
         int best = -1;
         double best_key = 0;
         for (int s = 0; s < e->n_slots; s++) {
             if (!wants_prefill(e, n_segs, s)) continue;
-            double key = prefill_order(e, s, now);
+            double key = prefill_order(e, s);
             if (best < 0 || key < best_key || (key == best_key && e->seq[s].admitted < e->seq[best].admitted))
                 best = s, best_key = key;
         }
@@ -667,6 +671,7 @@ static void step(engine *e) {
         for (int i = 0; i < n_segs; i++) seq_finish(e, e->seg_seq[i], FINISH_ERROR, err.msg);
         return;
     }
+    for (int i = 0; i < n_segs; i++) e->n_run += (uint64_t)e->segs[i].n;
     hold_tokens(e, n_segs);
     presample_all(e, n_segs);
     double now = burst_now();

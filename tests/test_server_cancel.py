@@ -121,7 +121,10 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # One slot prefills a 3000-token prompt while four clients keep the other slot busy with
     # 64-token prompts, one 64-token chunk per step. Shortest-first alone would finish the long
-    # prompt after every short one; aged, it goes first after about 92 of them.
+    # prompt after every short one; aged, it goes first after at most 92 of them (its 2936 tokens
+    # beyond a short one's 64, less half of 64 per short step), so 107 or more end after it (more
+    # when it got steps alone). The denial is counted in tokens, not timed, so a loaded machine
+    # does not move that. Aging at 0.4 of the denial instead of half gave 90.
     with Burstd(tmp, "--slots", "2", "--batch", "64", "--prefill-chunk", "64") as srv:
         rng = random.Random(7)
         ended = []
@@ -144,7 +147,7 @@ with tempfile.TemporaryDirectory() as tmp:
         names = [n for n, st in ended if st == 200]
         after = len(names) - 1 - names.index("long") if "long" in names else 0
         check(f"a long prompt is not starved by short ones ({after} of 200 end after it)",
-              len(names) == 201 and after >= 40, ended)
+              len(names) == 201 and after >= 100, ended)
 
     # SIGTERM drains: the running stream finishes whole, new requests get 503, /health says
     # draining, then burstd exits 0. With a short --drain-timeout the request is stopped at it
