@@ -1,14 +1,17 @@
 // The CPU twin of the flash-attention forward (contract in attention/flash.h). Written plainly:
-// it is the specification the CUDA kernel is tested against. Its two products (the scores Q Kᵀ
-// and P V) work on 4 rows at a time so that each loaded K or V element serves 4 queries; a query
-// tile of more than 8 rows takes its scores against a transposed K tile.
+// it is the specification the CUDA kernel is tested against. A key tile's scores are held
+// transposed, each key's scores of the tile's query rows side by side, so that the softmax runs
+// along the rows a vector at a time (no max or sum across a vector register). A query tile of
+// more than 8 rows takes its scores against its Q transposed once for all its key tiles: each K
+// element, broadcast, multiplies a vector of queries, a few keys at a time. P V works on 4 query
+// rows at a time, each loaded V element serving the 4.
 //
 // For each (head, tile of FLASH_CPU_BQ queries), walk the key tiles of FLASH_CPU_BK keys that the
 // tile can see, keeping a running row max m, row sum l and unnormalised output acc (online
 // softmax), so the S and P tiles (64x64 floats, 16 KB) stay in L1/L2. Under causal masking a key
 // tile that lies wholly after the last query of the tile is never visited, and only tiles that
 // straddle the diagonal (or run past nk) are masked element by element.
-// Each OpenMP thread owns one scratch block (acc, S, m, l) for the whole parallel region.
+// Each OpenMP thread owns one scratch block (the rows' state, S, Q^T) for the whole parallel region.
 // A bf16 K/V tile is widened to float32 in that scratch once per query tile that reads it
 // (head_dim values per 64 dot products of head_dim: a small share of the work).
 //
@@ -33,12 +36,15 @@
 #include "common/burst.h"
 
 enum { FLASH_CPU_BQ = 64, FLASH_CPU_BK = 64, FLASH_CPU_SPLIT_ROWS = 8, FLASH_CPU_CHUNK = 8 * FLASH_CPU_BK };
-// Floats of running sums the products of 4 rows keep in registers: 16 of AVX-512's 32 vector
-// registers (bench_ring: 1.33 s against 1.51 with 128); with AVX2, 128 (64 took 7.2 s against 1.9).
+// Floats of running sums P V keeps in registers for 4 rows: 16 of AVX-512's 32 vector registers
+// (bench_ring: 1.33 s against 1.51 with 128); with AVX2, 128 (64 took 7.2 s against 1.9).
+// The scores keep SCORE_KEYS x SCORE_QUERIES sums in registers: 16 of AVX-512's registers; with
+// AVX2, 12 of 16, beside the 3 broadcast keys (bench_ring --head-dim 128 4096 built for x86-64-v3:
+// 3.7-4.0 s against 3.8-4.4 with 2 x 64).
 #ifdef __AVX512F__
-enum { FLASH_CPU_SUMS = 256 };
+enum { FLASH_CPU_SUMS = 256, SCORE_KEYS = 4, SCORE_QUERIES = 64 };
 #else
-enum { FLASH_CPU_SUMS = 128 };
+enum { FLASH_CPU_SUMS = 128, SCORE_KEYS = 3, SCORE_QUERIES = 32 };
 #endif
 
 // The online-softmax state of a block of query rows of one head.
@@ -48,9 +54,10 @@ typedef struct {
 } flash_cpu_rows;
 
 typedef struct {
-    float *s;       // (rows, FLASH_CPU_BK): scores, then probabilities, of one key tile
-    float *kt;      // a key tile's K: transposed (head_dim, FLASH_CPU_BK), or bf16 rows widened
-    float *vt;      // (FLASH_CPU_BK, head_dim): a bf16 key tile's V rows, widened
+    float *s;       // (FLASH_CPU_BK, rows): scores, then probabilities, of one key tile, a key's at a time
+    float *qt;      // (head_dim, FLASH_CPU_BQ): a query tile's Q transposed, its rows past nq zero
+    float *kv;      // (FLASH_CPU_BK, head_dim): a bf16 key tile's K or V rows, widened
+    float *mx;      // (rows): a key tile's row maxima, then the factors each row's state is rescaled by
     float *acc, *m, *l; // state of up to max_rows rows: a query tile, or a decode call's heads
 } flash_cpu_scratch;
 
@@ -101,69 +108,54 @@ static const float *kv_tile(const flash_args *a, const void *base, int64_t k0, i
     return buf;
 }
 
-// K rows [k0, k0 + n) of KV head hk, transposed into kt (head_dim rows of FLASH_CPU_BK), bf16
-// widened, the columns past n zero (their products are computed, then ignored): the scores'
-// products then run along the keys with no sum across a vector register (a dot product of
-// head_dim 128 ended in one, which took about as long as its products). Once per query tile.
-static void k_transposed(const flash_args *a, int64_t k0, int n, int hk, float *kt) {
-    const int d = a->head_dim;
-    const int64_t first = k0 * a->kv_stride + (int64_t)hk * d;
-    const float *kf = (const float *)a->k + first;
-    const uint16_t *kh = (const uint16_t *)a->k + first;
-    for (int j = 0; j < n; j++)
-        if (a->kv_dtype == DTYPE_F32)
-            for (int c = 0; c < d; c++) kt[c * FLASH_CPU_BK + j] = kf[j * a->kv_stride + c];
-        else
-            for (int c = 0; c < d; c++) kt[c * FLASH_CPU_BK + j] = bf16_to_f32(kh[j * a->kv_stride + c]);
-    for (int c = 0; c < d; c++)
-        for (int j = n; j < FLASH_CPU_BK; j++) kt[c * FLASH_CPU_BK + j] = 0.0f;
+// Query rows [q0, q0 + n) of head h transposed into qt (head_dim rows of FLASH_CPU_BQ), the
+// columns past n zero (their scores are computed, then ignored), so that the scores' products run
+// along the rows with no sum across a vector register. Once per query tile, for all its key tiles.
+static void q_transposed(const flash_args *a, int h, int64_t q0, int n, float *qt) {
+    for (int r = 0; r < FLASH_CPU_BQ; r++)
+        for (int c = 0; c < a->head_dim; c++) qt[c * FLASH_CPU_BQ + r] = r < n ? q_row(a, q0 + r, h)[c] : 0.0f;
 }
 
-// Scores s (R rows of FLASH_CPU_BK) = q (R rows at q_stride) · kt, R <= 4 a constant once inlined:
-// KEYS at a time, whose R x KEYS sums stay in registers over head_dim, each loaded kt element
-// serving the R rows.
-static inline __attribute__((always_inline)) void scores_rows(float *s, const float *q, int64_t q_stride,
-                                                             const float *kt, int d, const int R) {
-    enum { KEYS = FLASH_CPU_SUMS / 4 };
-    for (int j0 = 0; j0 < FLASH_CPU_BK; j0 += KEYS) {
-        float acc[4][KEYS] = {{0}};
+// The scores of R <= SCORE_KEYS keys (rows of k at k_stride; R a constant once inlined) against
+// the query tile in qt, key r's at s + r x FLASH_CPU_BQ, SCORE_QUERIES queries at a time: their
+// R x SCORE_QUERIES sums stay in registers over head_dim, each broadcast K element multiplying a
+// vector of queries.
+static inline __attribute__((always_inline)) void scores_keys(float *s, const float *k, int64_t k_stride,
+                                                             const float *qt, int d, const int R) {
+    for (int q0 = 0; q0 < FLASH_CPU_BQ; q0 += SCORE_QUERIES) {
+        float acc[SCORE_KEYS][SCORE_QUERIES] = {{0}};
         for (int c = 0; c < d; c++)
             for (int r = 0; r < R; r++) {
-                const float x = q[r * q_stride + c];
-                for (int l = 0; l < KEYS; l++) acc[r][l] += x * kt[c * FLASH_CPU_BK + j0 + l];
+                const float x = k[r * k_stride + c];
+                for (int l = 0; l < SCORE_QUERIES; l++) acc[r][l] += x * qt[c * FLASH_CPU_BQ + q0 + l];
             }
         for (int r = 0; r < R; r++)
-            for (int l = 0; l < KEYS; l++) s[r * FLASH_CPU_BK + j0 + l] = acc[r][l];
+            for (int l = 0; l < SCORE_QUERIES; l++) s[r * FLASH_CPU_BQ + q0 + l] = acc[r][l];
     }
 }
 
-// The same for nq rows: 4 at a time, then the last 1 to 3.
-static void scores(float *s, const float *q, int64_t q_stride, const float *kt, int d, int nq) {
-    int r = 0;
-    for (; r + 4 <= nq; r += 4) scores_rows(s + r * FLASH_CPU_BK, q + r * q_stride, q_stride, kt, d, 4);
-    float *sr = s + r * FLASH_CPU_BK;
-    const float *qr = q + r * q_stride;
-    switch (nq - r) {
-    case 3: scores_rows(sr, qr, q_stride, kt, d, 3); break;
-    case 2: scores_rows(sr, qr, q_stride, kt, d, 2); break;
-    case 1: scores_rows(sr, qr, q_stride, kt, d, 1); break;
-    }
+// The same for nk keys: SCORE_KEYS at a time, then the last ones one by one.
+static void scores(float *s, const float *k, int64_t k_stride, const float *qt, int d, int nk) {
+    int j = 0;
+    for (; j + SCORE_KEYS <= nk; j += SCORE_KEYS)
+        scores_keys(s + j * FLASH_CPU_BQ, k + j * k_stride, k_stride, qt, d, SCORE_KEYS);
+    for (; j < nk; j++) scores_keys(s + j * FLASH_CPU_BQ, k + j * k_stride, k_stride, qt, d, 1);
 }
 
-// Columns [c0, c0 + COLS) of acc (R rows of d) += p (R rows of FLASH_CPU_BK) · v (nk rows at
-// v_stride); R <= 4 and COLS constants once inlined, so that the R x COLS sums stay in registers
-// over all nk keys (acc in memory would be loaded and stored again for every key) and each loaded
-// V element serves the R rows.
-static inline __attribute__((always_inline)) void add_pv_cols(float *acc, const float *p, const float *v,
-                                                             int64_t v_stride, int d, int nk, const int R, int c0,
-                                                             const int COLS) {
+// Columns [c0, c0 + COLS) of acc (R rows of d) += p · v (nk rows at v_stride), where p[j * ld + r]
+// is row r's probability of key j; R <= 4 and COLS constants once inlined, so that the R x COLS
+// sums stay in registers over all nk keys (acc in memory would be loaded and stored again for
+// every key) and each loaded V element serves the R rows.
+static inline __attribute__((always_inline)) void add_pv_cols(float *acc, const float *p, int64_t ld,
+                                                             const float *v, int64_t v_stride, int d, int nk,
+                                                             const int R, int c0, const int COLS) {
     float s[4][128];
     for (int r = 0; r < R; r++)
         for (int l = 0; l < COLS; l++) s[r][l] = acc[r * d + c0 + l];
     for (int j = 0; j < nk; j++) {
         const float *vj = v + j * v_stride + c0;
         for (int r = 0; r < R; r++) {
-            const float x = p[r * FLASH_CPU_BK + j];
+            const float x = p[j * ld + r];
             for (int l = 0; l < COLS; l++) s[r][l] += x * vj[l];
         }
     }
@@ -173,99 +165,107 @@ static inline __attribute__((always_inline)) void add_pv_cols(float *acc, const 
 
 // All d columns of R rows: FLASH_CPU_SUMS / R columns at a time (at most 128), then 32, then what
 // is left one by one.
-static inline __attribute__((always_inline)) void add_pv_rows(float *acc, const float *p, const float *v,
-                                                             int64_t v_stride, int d, int nk, const int R) {
+static inline __attribute__((always_inline)) void add_pv_rows(float *acc, const float *p, int64_t ld,
+                                                             const float *v, int64_t v_stride, int d, int nk,
+                                                             const int R) {
     const int wide = R == 1 ? 128 : R == 2 ? FLASH_CPU_SUMS / 2 : FLASH_CPU_SUMS / 4;
     int c0 = 0;
-    for (; c0 + wide <= d; c0 += wide) add_pv_cols(acc, p, v, v_stride, d, nk, R, c0, wide);
-    for (; c0 + 32 <= d; c0 += 32) add_pv_cols(acc, p, v, v_stride, d, nk, R, c0, 32);
+    for (; c0 + wide <= d; c0 += wide) add_pv_cols(acc, p, ld, v, v_stride, d, nk, R, c0, wide);
+    for (; c0 + 32 <= d; c0 += 32) add_pv_cols(acc, p, ld, v, v_stride, d, nk, R, c0, 32);
     for (int j = 0; c0 < d && j < nk; j++)
         for (int r = 0; r < R; r++)
-            for (int c = c0; c < d; c++) acc[r * d + c] += p[r * FLASH_CPU_BK + j] * v[j * v_stride + c];
+            for (int c = c0; c < d; c++) acc[r * d + c] += p[j * ld + r] * v[j * v_stride + c];
 }
 
 // The same for nq rows: 4 at a time, then the last 1 to 3 (a decode row).
-static void add_pv(float *acc, const float *p, const float *v, int64_t v_stride, int d, int nq, int nk) {
+static void add_pv(float *acc, const float *p, int64_t ld, const float *v, int64_t v_stride, int d, int nq, int nk) {
     int r = 0;
-    for (; r + 4 <= nq; r += 4) add_pv_rows(acc + (int64_t)r * d, p + r * FLASH_CPU_BK, v, v_stride, d, nk, 4);
+    for (; r + 4 <= nq; r += 4) add_pv_rows(acc + (int64_t)r * d, p + r, ld, v, v_stride, d, nk, 4);
     float *a = acc + (int64_t)r * d;
-    const float *pr = p + r * FLASH_CPU_BK;
     switch (nq - r) {
-    case 3: add_pv_rows(a, pr, v, v_stride, d, nk, 3); break;
-    case 2: add_pv_rows(a, pr, v, v_stride, d, nk, 2); break;
-    case 1: add_pv_rows(a, pr, v, v_stride, d, nk, 1); break;
+    case 3: add_pv_rows(a, p + r, ld, v, v_stride, d, nk, 3); break;
+    case 2: add_pv_rows(a, p + r, ld, v, v_stride, d, nk, 2); break;
+    case 1: add_pv_rows(a, p + r, ld, v, v_stride, d, nk, 1); break;
     }
 }
 
-// Row r of st takes the scores s[0, nk) of query row i against keys [k0, k0 + nk): scaling,
-// masking, online softmax; the scores become the probabilities that P V weighs the keys by.
-static void softmax_row(const flash_args *a, float *s, int nk, flash_cpu_rows st, int r, int64_t i, int64_t k0,
-                        int masked) {
-    float mx = -INFINITY;
-    for (int j = 0; j < nk; j++) {
-        s[j] = masked && a->k_pos0 + k0 + j > a->q_pos0 + i ? -INFINITY : s[j] * a->scale;
-        mx = s[j] > mx ? s[j] : mx; // (fmaxf is a call)
+// Rows [0, n) of st take the scores of nk keys in s (key j's at s + j x ld): scaled, masked
+// (with `masked`, row r sees the keys j <= see0 + r x see_step: its query's position less the
+// tile's first key's; see_step is 0 for a decode call's heads, which share one query), online
+// softmax. The scores become the probabilities that P V weighs the keys by. Every loop runs along
+// the rows, a vector of them at a time. mx: n floats of scratch.
+static void softmax_tile(const flash_args *a, float *s, int64_t ld, int n, int nk, flash_cpu_rows st, float *mx,
+                         int masked, int64_t see0, int see_step) {
+    if (masked)
+        for (int j = 0; j < nk; j++)
+            for (int r = 0; r < n; r++)
+                if (j > see0 + (int64_t)r * see_step) s[j * ld + r] = -INFINITY;
+    for (int r = 0; r < n; r++) mx[r] = -INFINITY;
+    for (int j = 0; j < nk; j++)
+        for (int r = 0; r < n; r++) {
+            const float x = s[j * ld + r] *= a->scale;
+            mx[r] = x > mx[r] ? x : mx[r]; // (fmaxf is a call)
+        }
+    for (int r = 0; r < n; r++) { // mx becomes the factor that rescales the row's state
+        const float m_new = fmaxf(st.m[r], mx[r]);
+        // 0 when the old max is -inf; a row that has seen no key keeps its zeros (expf would give NaN)
+        mx[r] = m_new == -INFINITY ? 1.0f : expf(st.m[r] - m_new);
+        st.m[r] = m_new;
+        st.l[r] *= mx[r];
     }
-    const float m_new = fmaxf(st.m[r], mx);
-    if (m_new == -INFINITY) { // nothing visible to this row yet: it adds nothing
-        for (int j = 0; j < nk; j++) s[j] = 0.0f;
-        return;
-    }
-    float alpha = expf(st.m[r] - m_new), sum = 0.0f; // alpha is 0 when the old max is -inf
-    float *acc = st.acc + (int64_t)r * a->head_dim;
-    for (int c = 0; c < a->head_dim; c++) acc[c] *= alpha;
-    for (int j = 0; j < nk; j++) sum += s[j] = exp_nonpositive(s[j] - m_new);
-    st.l[r] = st.l[r] * alpha + sum;
-    st.m[r] = m_new;
+    for (int j = 0; j < nk; j++)
+        for (int r = 0; r < n; r++) { // a row that has seen no key yet adds nothing
+            const float p = st.m[r] == -INFINITY ? 0.0f : exp_nonpositive(s[j * ld + r] - st.m[r]);
+            s[j * ld + r] = p;
+            st.l[r] += p;
+        }
+    for (int r = 0; r < n; r++)
+        for (int c = 0; c < a->head_dim; c++) st.acc[(int64_t)r * a->head_dim + c] *= mx[r];
 }
 
 // One key tile [k0, k1) against the query rows [q0, q1) of head h, whose state is st: scores,
-// online softmax, then acc += P V.
+// online softmax, then acc += P V. Many rows take their scores against w->qt, which holds them
+// transposed (flash_cpu_query_tile); a few (a decode call's) take dot products.
 static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, flash_cpu_rows st, int h, int hk,
                            int64_t q0, int64_t q1, int64_t k0, int64_t k1, int masked) {
     const int d = a->head_dim, nq = (int)(q1 - q0), nk = (int)(k1 - k0);
     int64_t k_stride, v_stride;
-    if (nq > FLASH_CPU_SPLIT_ROWS) { // K transposed once for many rows; a few take dot products
-        k_transposed(a, k0, nk, hk, w->kt);
-        scores(w->s, q_row(a, q0, h), a->q_stride, w->kt, d, nq);
-    } else {
-        const float *k = kv_tile(a, a->k, k0, nk, hk, w->kt, &k_stride);
-        dot_rows(q_row(a, q0, h), a->q_stride, nq, k, k_stride, nk, d, w->s, FLASH_CPU_BK, 1);
-    }
-    for (int r = 0; r < nq; r++) softmax_row(a, w->s + r * FLASH_CPU_BK, nk, st, r, q0 + r, k0, masked);
-    const float *v = kv_tile(a, a->v, k0, nk, hk, w->vt, &v_stride);
-    add_pv(st.acc, w->s, v, v_stride, d, nq, nk);
+    const float *k = kv_tile(a, a->k, k0, nk, hk, w->kv, &k_stride);
+    if (nq > FLASH_CPU_SPLIT_ROWS) scores(w->s, k, k_stride, w->qt, d, nk);
+    else dot_rows(q_row(a, q0, h), a->q_stride, nq, k, k_stride, nk, d, w->s, 1, FLASH_CPU_BQ);
+    softmax_tile(a, w->s, FLASH_CPU_BQ, nq, nk, st, w->mx, masked, a->q_pos0 + q0 - a->k_pos0 - k0, 1);
+    const float *v = kv_tile(a, a->v, k0, nk, hk, w->kv, &v_stride);
+    add_pv(st.acc, w->s, FLASH_CPU_BQ, v, v_stride, d, nq, nk);
 }
 
 // One key tile [k0, k1) of a one-row decode call against the heads of KV heads [hk0, hk1), key
 // by key: a key's cached row holds every KV head, so the tile is read front to back
 // (flash_cpu_tile, one head at a time, jumps kv_stride from key to key). State row t is head
-// hk0 x group + t, its scores at s + t x FLASH_CPU_BK. K/V are read in place, bf16 (kv_bf16, a
+// hk0 x group + t, its score of key j at s[j x rows + t]. K/V are read in place, bf16 (kv_bf16, a
 // constant once inlined) widened in registers: a widened row would push the state out of L1.
 // (Loops over KV heads and their query heads, not t with divisions: a division per head and key
 // cost more than the memory it waits on.)
 static inline __attribute__((always_inline)) void decode_tile_as(const flash_args *a, flash_cpu_scratch *w,
                                                                 int64_t k0, int64_t k1, int masked, int hk0, int hk1,
                                                                 const int kv_bf16) {
-    const int d = a->head_dim, group = a->n_heads / a->n_kv_heads, nk = (int)(k1 - k0);
+    const int d = a->head_dim, group = a->n_heads / a->n_kv_heads, nk = (int)(k1 - k0), rows = (hk1 - hk0) * group;
     const size_t esize = kv_bf16 ? 2 : 4;
     const flash_cpu_rows st = rows_at(w, 0, d);
     for (int j = 0; j < nk; j++) {
         const char *k = (const char *)a->k + (size_t)((k0 + j) * a->kv_stride + (int64_t)hk0 * d) * esize;
-        float *s = w->s + j;
+        float *s = w->s + j * rows;
         for (int hk = hk0; hk < hk1; hk++, k += (size_t)d * esize)
-            for (int h = hk * group; h < (hk + 1) * group; h++, s += FLASH_CPU_BK)
-                *s = dot_1x1_as(q_row(a, 0, h), k, kv_bf16, d);
+            for (int h = hk * group; h < (hk + 1) * group; h++) *s++ = dot_1x1_as(q_row(a, 0, h), k, kv_bf16, d);
     }
-    for (int t = 0; t < (hk1 - hk0) * group; t++) softmax_row(a, w->s + t * FLASH_CPU_BK, nk, st, t, 0, k0, masked);
+    softmax_tile(a, w->s, rows, rows, nk, st, w->mx, masked, a->q_pos0 - a->k_pos0 - k0, 0);
     for (int j = 0; j < nk; j++) {
         const char *v = (const char *)a->v + (size_t)((k0 + j) * a->kv_stride + (int64_t)hk0 * d) * esize;
-        const float *p = w->s + j;
+        const float *p = w->s + j * rows;
         float *acc = st.acc;
         for (int hk = hk0; hk < hk1; hk++, v += (size_t)d * esize) {
             const float *vf = (const float *)v;
             const uint16_t *vh = (const uint16_t *)v;
-            for (int g = 0; g < group; g++, p += FLASH_CPU_BK, acc += d)
+            for (int g = 0; g < group; g++, p++, acc += d)
                 for (int c = 0; c < d; c++) acc[c] += *p * (kv_bf16 ? bf16_to_f32(vh[c]) : vf[c]);
         }
     }
@@ -310,6 +310,7 @@ static void flash_cpu_query_tile(const flash_args *a, flash_cpu_scratch *w, int 
     const int hk = h / (a->n_heads / a->n_kv_heads);
     const flash_cpu_rows st = rows_at(w, 0, a->head_dim);
     reset_rows(st, (int)(q1 - q0), a->head_dim);
+    if (q1 - q0 > FLASH_CPU_SPLIT_ROWS) q_transposed(a, h, q0, (int)(q1 - q0), w->qt); // for flash_cpu_tile
     const int64_t k_end = visible_keys(a, q1);
     for (int64_t k0 = 0; k0 < k_end; k0 += FLASH_CPU_BK) {
         int64_t k1 = k0 + FLASH_CPU_BK < k_end ? k0 + FLASH_CPU_BK : k_end;
@@ -414,8 +415,9 @@ void flash_cpu(const flash_args *calls, int n) {
         w.m = burst_malloc((size_t)most_rows * sizeof(float));
         w.l = burst_malloc((size_t)most_rows * sizeof(float));
         w.s = burst_malloc((size_t)most_rows * FLASH_CPU_BK * sizeof(float));
-        w.kt = burst_malloc((size_t)FLASH_CPU_BK * (size_t)most_d * sizeof(float));
-        w.vt = bf16 ? burst_malloc((size_t)FLASH_CPU_BK * (size_t)most_d * sizeof(float)) : NULL;
+        w.mx = burst_malloc((size_t)most_rows * sizeof(float));
+        w.qt = burst_malloc((size_t)FLASH_CPU_BQ * (size_t)most_d * sizeof(float));
+        w.kv = bf16 ? burst_malloc((size_t)FLASH_CPU_BK * (size_t)most_d * sizeof(float)) : NULL;
 #pragma omp for schedule(dynamic, 1) nowait
         for (int64_t t = 0; t < n_jobs; t++) flash_cpu_chunk(&jobs[t], &w);
         for (int j = 0; j < n; j++) {
@@ -430,7 +432,7 @@ void flash_cpu(const flash_args *calls, int n) {
                 flash_cpu_query_tile(a, &w, h, q0, q1);
             }
         }
-        free(w.acc), free(w.m), free(w.l), free(w.s), free(w.kt), free(w.vt);
+        free(w.acc), free(w.m), free(w.l), free(w.s), free(w.mx), free(w.qt), free(w.kv);
 #pragma omp barrier
         // Each decode call's later chunks folded into its first, in key order.
         for (int i = 0; i < n_decode; i++) {
