@@ -302,8 +302,9 @@ static void share_prefixes(engine *e) {
 // prefill in slot `lead` and copy it (fork_choices). Called with e->mu held.
 static void seq_admit(engine *e, int s, burst_request *r, int reuse, int choice, int lead) {
     engine_seq *q = &e->seq[s];
-    *q = (engine_seq){.req = r, .admitted = e->n_admitted++, .run_at_admit = e->n_run, .t_admit = burst_now(), .n_prefilled = reuse,
-                      .n_cached = reuse, .choice = choice, .fork_of = choice ? lead + 1 : 0, .draft_len = e->speculate};
+    *q = (engine_seq){.req = r, .admitted = e->n_admitted++, .run_at_admit = e->n_run, .t_admit = burst_now(),
+                      .n_prefilled = reuse, .n_cached = reuse, .choice = choice, .fork_of = choice ? lead + 1 : 0,
+                      .draft_len = e->speculate};
     e->held[s].len = reuse;
     e->held[s].used = q->admitted + 1; // 0: never used, the first to go
     sampler_params sp = r->sampling;
