@@ -234,7 +234,11 @@ with tempfile.TemporaryDirectory() as tmp:
         while d.metric("num_requests_waiting") < 2:
             time.sleep(0.01)
         blocker.close()  # both take slots at once: the waiter waits for the source's prefill
-        time.sleep(0.1)
+        while d.metric("num_requests_waiting") > 0:
+            time.sleep(0.01)
+        steps = d.metric("iteration_tokens_total_count")
+        while d.metric("iteration_tokens_total_count") == steps:  # a step with both admitted: a source chunk
+            time.sleep(0.01)
         src.close()  # the source leaves some chunks in (noticed within 0.1 s), far from the shared 1900
         t.join(120)
         gone = d.wait_log(r"cancelled \(client gone\) during prefill at (\d+)/2000 prompt tokens")
