@@ -340,8 +340,10 @@ with Burstd(STORIES, "--max-connections", "1000", preexec_fn=files_limit(256, 40
     check(f"--max-connections 1000 raises a soft limit of 256 open files ({soft})", soft >= 1000 and
           "connections" not in srv.log(), srv.log()[-300:])
     held = [socket.create_connection((srv.host, srv.port)) for _ in range(2)]
-    time.sleep(0.2)  # for burstd to have accepted them
-    check("/metrics counts the open connections (its own too)", srv.metric("http_connections") == 3)
+    deadline = time.time() + 10  # for burstd to have accepted them
+    while (open_now := srv.metric("http_connections")) != 3 and time.time() < deadline:
+        time.sleep(0.05)
+    check("/metrics counts the open connections (its own too)", open_now == 3, open_now)
 with Burstd(STORIES, "--max-connections", "1000", preexec_fn=files_limit(256, 256)) as srv:
     check("... and warns when the hard limit is 256", "this process may open 256 files (ulimit -n), so at most "
           "192 connections" in srv.log(), srv.log()[-300:])
