@@ -29,25 +29,37 @@ static inline void dot_4x4(const float *a, int64_t a_stride, const float *b, int
     o3[0] = s30, o3[out_b] = s31, o3[2 * out_b] = s32, o3[3 * out_b] = s33;
 }
 
-// 16 partial sums, a vector register's worth, spelled out: GCC does not vectorize an omp simd
-// reduction here once it is inlined into dot_rows' loop nest inside an OpenMP region (flash_cpu's
-// one-row decode scores ran scalar). b holds float32, or bf16 when b_bf16 (a constant once
-// inlined: the bf16 widening is a shift in the loop, for a bf16 KV cache read in place).
-static inline __attribute__((always_inline)) float dot_1x1_as(const float *a, const void *b, const int b_bf16,
-                                                            int64_t n) {
+// out[r] = dot(a row r, b) for r < R (R <= 4, a constant once inlined), rows of a at a_stride:
+// each loaded element of b serves the R rows. 16 partial sums a row, a vector register's worth,
+// spelled out: GCC does not vectorize an omp simd reduction here once it is inlined into
+// dot_rows' loop nest inside an OpenMP region (flash_cpu's one-row decode scores ran scalar).
+// b holds float32, or bf16 when b_bf16 (a constant once inlined: the bf16 widening is a shift in
+// the loop, for a bf16 KV cache read in place).
+static inline __attribute__((always_inline)) void dot_rx1_as(const float *a, int64_t a_stride, const int R,
+                                                            const void *b, const int b_bf16, int64_t n, float *out) {
     const float *bf = b;
     const uint16_t *bh = b;
-    float s[16] = {0};
+    float s[4][16] = {{0}};
     int64_t k = 0;
     for (; k + 16 <= n; k += 16)
-        for (int l = 0; l < 16; l++) s[l] += a[k + l] * (b_bf16 ? bf16_to_f32(bh[k + l]) : bf[k + l]);
-    for (int l = 0; k < n; k++, l++) s[l] += a[k] * (b_bf16 ? bf16_to_f32(bh[k]) : bf[k]);
-    float t = 0;
-    for (int l = 0; l < 16; l++) t += s[l];
-    return t;
+        for (int l = 0; l < 16; l++) {
+            const float x = b_bf16 ? bf16_to_f32(bh[k + l]) : bf[k + l];
+            for (int r = 0; r < R; r++) s[r][l] += a[r * a_stride + k + l] * x;
+        }
+    for (int l = 0; k < n; k++, l++)
+        for (int r = 0; r < R; r++) s[r][l] += a[r * a_stride + k] * (b_bf16 ? bf16_to_f32(bh[k]) : bf[k]);
+    for (int r = 0; r < R; r++) { // a tree, not a chain of 16 dependent additions
+        for (int l = 0; l < 8; l++) s[r][l] += s[r][l + 8];
+        for (int l = 0; l < 4; l++) s[r][l] += s[r][l + 4];
+        out[r] = (s[r][0] + s[r][2]) + (s[r][1] + s[r][3]);
+    }
 }
 
-static inline float dot_1x1(const float *a, const float *b, int64_t n) { return dot_1x1_as(a, b, 0, n); }
+static inline float dot_1x1(const float *a, const float *b, int64_t n) {
+    float out;
+    dot_rx1_as(a, 0, 1, b, 0, n, &out);
+    return out;
+}
 
 // out[i * out_a + j * out_b] = dot(a row i, b row j) for i < na, j < nb; rows of n elements.
 static inline void dot_rows(const float *a, int64_t a_stride, int64_t na, const float *b, int64_t b_stride,

@@ -19,8 +19,8 @@
 // a few rows. Walking one head's keys reads head_dim values and then jumps kv_stride to the next
 // key (all KV heads share a cached row), which the hardware prefetchers follow poorly: 11 GB/s on a
 // 2-core EPYC that streams 40 (bench/bench_flash_decode). So a decode call is split into chunks of
-// FLASH_CPU_CHUNK keys, each a thread's work over all heads, tile by tile (one row: key row by key
-// row, so that a thread reads its chunk of the cache front to back); the chunks' partials are then
+// FLASH_CPU_CHUNK keys, each a thread's work over all heads, tile by tile, key row by key row, so
+// that a thread reads its chunk of the cache front to back; the chunks' partials are then
 // merged (attention/online_softmax.h). The chunk length is fixed so that a call's result depends on
 // neither the thread count nor the other calls; only the ranges of KV heads that keep threads busy
 // when chunks are few depend on them, and heads do not mix.
@@ -36,6 +36,7 @@
 #include "common/burst.h"
 
 enum { FLASH_CPU_BQ = 64, FLASH_CPU_BK = 64, FLASH_CPU_SPLIT_ROWS = 8, FLASH_CPU_CHUNK = 8 * FLASH_CPU_BK };
+enum { DECODE_PV_KEYS = 4 }; // keys a decode call's P V adds to its state at once (8: no faster)
 // Floats of running sums P V keeps in registers for 4 rows: 16 of AVX-512's 32 vector registers
 // (bench_ring: 1.33 s against 1.51 with 128); with AVX2, 128 (64 took 7.2 s against 1.9).
 // The scores keep SCORE_KEYS x SCORE_QUERIES sums in registers: 16 of AVX-512's registers; with
@@ -190,16 +191,16 @@ static void add_pv(float *acc, const float *p, int64_t ld, const float *v, int64
 }
 
 // Rows [0, n) of st take the scores of nk keys in s (key j's at s + j x ld): scaled, masked
-// (with `masked`, row r sees the keys j <= see0 + r x see_step: its query's position less the
-// tile's first key's; see_step is 0 for a decode call's heads, which share one query), online
-// softmax. The scores become the probabilities that P V weighs the keys by. Every loop runs along
-// the rows, a vector of them at a time. mx: n floats of scratch.
+// (with `masked`, row r sees the keys j <= see0 + r % period: its query's position less the
+// tile's first key's; a prefill tile's rows are its queries, period n; a decode call's rows are
+// nq queries of each head, period nq), online softmax. The scores become the probabilities that
+// P V weighs the keys by. Every loop runs along the rows, a vector of them at a time. mx: n
+// floats of scratch.
 static void softmax_tile(const flash_args *a, float *s, int64_t ld, int n, int nk, flash_cpu_rows st, float *mx,
-                         int masked, int64_t see0, int see_step) {
+                         int masked, int64_t see0, int period) {
     if (masked)
-        for (int j = 0; j < nk; j++)
-            for (int r = 0; r < n; r++)
-                if (j > see0 + (int64_t)r * see_step) s[j * ld + r] = -INFINITY;
+        for (int r = 0; r < n; r++)
+            for (int64_t j = see0 + r % period + 1 > 0 ? see0 + r % period + 1 : 0; j < nk; j++) s[j * ld + r] = -INFINITY;
     for (int r = 0; r < n; r++) mx[r] = -INFINITY;
     for (int j = 0; j < nk; j++)
         for (int r = 0; r < n; r++) {
@@ -233,40 +234,81 @@ static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, flash_cpu_
     const float *k = kv_tile(a, a->k, k0, nk, hk, w->kv, &k_stride);
     if (nq > FLASH_CPU_SPLIT_ROWS) scores(w->s, k, k_stride, w->qt, d, nk);
     else dot_rows(q_row(a, q0, h), a->q_stride, nq, k, k_stride, nk, d, w->s, 1, FLASH_CPU_BQ);
-    softmax_tile(a, w->s, FLASH_CPU_BQ, nq, nk, st, w->mx, masked, a->q_pos0 + q0 - a->k_pos0 - k0, 1);
+    softmax_tile(a, w->s, FLASH_CPU_BQ, nq, nk, st, w->mx, masked, a->q_pos0 + q0 - a->k_pos0 - k0, nq);
     const float *v = kv_tile(a, a->v, k0, nk, hk, w->kv, &v_stride);
     add_pv(st.acc, w->s, FLASH_CPU_BQ, v, v_stride, d, nq, nk);
 }
 
-// One key tile [k0, k1) of a one-row decode call against the heads of KV heads [hk0, hk1), key
-// by key: a key's cached row holds every KV head, so the tile is read front to back
-// (flash_cpu_tile, one head at a time, jumps kv_stride from key to key). State row t is head
-// hk0 x group + t, its score of key j at s[j x rows + t]. K/V are read in place, bf16 (kv_bf16, a
-// constant once inlined) widened in registers: a widened row would push the state out of L1.
+// The scores of one key (k, its KV head's slice) against nq query rows of head h into s: 4 rows
+// at a time, each loaded K element serving them (dot_rx1_as), then the last 1 to 3.
+static inline __attribute__((always_inline)) void decode_scores(const flash_args *a, int h, const void *k,
+                                                               const int kv_bf16, float *s) {
+    const float *q = q_row(a, 0, h);
+    const int64_t qs = a->q_stride;
+    int i = 0;
+    for (; i + 4 <= a->nq; i += 4) dot_rx1_as(q + i * qs, qs, 4, k, kv_bf16, a->head_dim, s + i);
+    switch (a->nq - i) {
+    case 3: dot_rx1_as(q + i * qs, qs, 3, k, kv_bf16, a->head_dim, s + i); break;
+    case 2: dot_rx1_as(q + i * qs, qs, 2, k, kv_bf16, a->head_dim, s + i); break;
+    case 1: dot_rx1_as(q + i * qs, qs, 1, k, kv_bf16, a->head_dim, s + i); break;
+    }
+}
+
+// acc (n state rows of d) += the probabilities of NB keys (key b's of row t at p[b x ld + t]) times
+// their V rows v[b]: each state row is loaded and stored once for the NB keys, not once a key.
+static inline __attribute__((always_inline)) void decode_pv(float *acc, int n, int d, const float *p, int64_t ld,
+                                                           const float *const *v, const int NB) {
+    for (int t = 0; t < n; t++, acc += d) {
+        float pb[DECODE_PV_KEYS];
+        for (int b = 0; b < NB; b++) pb[b] = p[b * ld + t];
+        for (int c = 0; c < d; c++) {
+            float x = acc[c];
+            for (int b = 0; b < NB; b++) x += pb[b] * v[b][c];
+            acc[c] = x;
+        }
+    }
+}
+
+// One key tile [k0, k1) of a decode call against the heads of KV heads [hk0, hk1), key by key: a
+// key's cached row holds every KV head, so the tile is read front to back (flash_cpu_tile, one
+// head at a time, jumps kv_stride from key to key: with 2 to 6 rows, 1.3-2x the time). State row
+// t is query row t % nq of head hk0 x group + t / nq, its score of key j at s[j x rows + t]. K is
+// read in place, bf16 (kv_bf16, a constant once inlined) widened in registers; P V takes V
+// DECODE_PV_KEYS keys at a time, a bf16 V slice widened into w->kv first.
 // (Loops over KV heads and their query heads, not t with divisions: a division per head and key
 // cost more than the memory it waits on.)
 static inline __attribute__((always_inline)) void decode_tile_as(const flash_args *a, flash_cpu_scratch *w,
                                                                 int64_t k0, int64_t k1, int masked, int hk0, int hk1,
                                                                 const int kv_bf16) {
-    const int d = a->head_dim, group = a->n_heads / a->n_kv_heads, nk = (int)(k1 - k0), rows = (hk1 - hk0) * group;
+    const int d = a->head_dim, group = a->n_heads / a->n_kv_heads, nk = (int)(k1 - k0), nq = a->nq;
+    const int rows = (hk1 - hk0) * group * nq;
     const size_t esize = kv_bf16 ? 2 : 4;
     const flash_cpu_rows st = rows_at(w, 0, d);
     for (int j = 0; j < nk; j++) {
         const char *k = (const char *)a->k + (size_t)((k0 + j) * a->kv_stride + (int64_t)hk0 * d) * esize;
         float *s = w->s + j * rows;
         for (int hk = hk0; hk < hk1; hk++, k += (size_t)d * esize)
-            for (int h = hk * group; h < (hk + 1) * group; h++) *s++ = dot_1x1_as(q_row(a, 0, h), k, kv_bf16, d);
+            for (int h = hk * group; h < (hk + 1) * group; h++, s += nq) decode_scores(a, h, k, kv_bf16, s);
     }
-    softmax_tile(a, w->s, rows, rows, nk, st, w->mx, masked, a->q_pos0 - a->k_pos0 - k0, 0);
-    for (int j = 0; j < nk; j++) {
-        const char *v = (const char *)a->v + (size_t)((k0 + j) * a->kv_stride + (int64_t)hk0 * d) * esize;
-        const float *p = w->s + j * rows;
-        float *acc = st.acc;
-        for (int hk = hk0; hk < hk1; hk++, v += (size_t)d * esize) {
-            const float *vf = (const float *)v;
-            const uint16_t *vh = (const uint16_t *)v;
-            for (int g = 0; g < group; g++, p++, acc += d)
-                for (int c = 0; c < d; c++) acc[c] += *p * (kv_bf16 ? bf16_to_f32(vh[c]) : vf[c]);
+    softmax_tile(a, w->s, rows, rows, nk, st, w->mx, masked, a->q_pos0 - a->k_pos0 - k0, nq);
+    for (int j = 0; j < nk; j += DECODE_PV_KEYS) {
+        const int nb = nk - j < DECODE_PV_KEYS ? nk - j : DECODE_PV_KEYS, head_rows = group * nq;
+        for (int hk = hk0; hk < hk1; hk++) {
+            const float *v[DECODE_PV_KEYS];
+            for (int b = 0; b < nb; b++) {
+                const int64_t at = (k0 + j + b) * a->kv_stride + (int64_t)hk * d;
+                if (!kv_bf16) v[b] = (const float *)a->v + at;
+                else {
+                    float *buf = w->kv + b * d;
+                    for (int c = 0; c < d; c++) buf[c] = bf16_to_f32(((const uint16_t *)a->v)[at + c]);
+                    v[b] = buf;
+                }
+            }
+            float *acc = st.acc + (int64_t)(hk - hk0) * head_rows * d;
+            const float *p = w->s + j * rows + (hk - hk0) * head_rows;
+            if (nb == DECODE_PV_KEYS) decode_pv(acc, head_rows, d, p, rows, v, DECODE_PV_KEYS);
+            else
+                for (int b = 0; b < nb; b++) decode_pv(acc, head_rows, d, p + b * rows, rows, v + b, 1);
         }
     }
 }
@@ -357,14 +399,7 @@ static void flash_cpu_chunk(const decode_job *job, flash_cpu_scratch *w) {
     reset_rows(rows_at(w, 0, d), (hk1 - hk0) * group * nq, d);
     for (int64_t t0 = k0; t0 < k1; t0 += FLASH_CPU_BK) {
         const int64_t t1 = t0 + FLASH_CPU_BK < k1 ? t0 + FLASH_CPU_BK : k1;
-        // Rows beyond one share each loaded K/V slice (flash_cpu_tile's blocks of 4 rows), which
-        // pays more than reading the tile's rows whole (bench_flash_decode --rows 2 to 8).
-        if (nq == 1) {
-            decode_tile(a, w, t0, t1, tile_masked(a, 0, t1), hk0, hk1);
-            continue;
-        }
-        for (int h = hk0 * group; h < hk1 * group; h++)
-            flash_cpu_tile(a, w, rows_at(w, (h - hk0 * group) * nq, d), h, h / group, 0, nq, t0, t1, tile_masked(a, 0, t1));
+        decode_tile(a, w, t0, t1, tile_masked(a, 0, t1), hk0, hk1);
     }
     for (int h = hk0 * group; h < hk1 * group; h++)
         store_rows(a, rows_at(w, (h - hk0 * group) * nq, d), h, 0, nq, o, o_stride, lse);
