@@ -1,7 +1,5 @@
 #include "draft.h"
 
-#include <string.h>
-
 int draft_lookup(const int *tokens, int len, int max_draft, int *out) {
     if (len < 2 || max_draft < 1) return 0;
     int best_end = -1, best_n = 0;
@@ -13,7 +11,9 @@ int draft_lookup(const int *tokens, int len, int max_draft, int *out) {
         if (n > best_n) best_n = n, best_end = i;
     }
     if (best_n < DRAFT_NGRAM_MIN) return 0;
-    int k = len - 1 - best_end < max_draft ? len - 1 - best_end : max_draft;
-    memcpy(out, tokens + best_end + 1, sizeof(int) * (size_t)k);
-    return k;
+    // What followed the match, to the end of the tokens; a match closer to the end than max_draft
+    // (text repeating a short pattern) goes on repeating it: period tokens, again and again.
+    const int period = len - 1 - best_end;
+    for (int k = 0; k < max_draft; k++) out[k] = tokens[best_end + 1 + k % period];
+    return max_draft;
 }

@@ -7,7 +7,9 @@
 
 enum { DRAFT_NGRAM_MIN = 2, DRAFT_NGRAM_MAX = 4 };
 
-// Up to max_draft tokens to follow tokens[0..len) into out: what followed the most recent earlier
-// occurrence of the longest suffix of tokens of DRAFT_NGRAM_MIN to DRAFT_NGRAM_MAX tokens.
-// Returns how many (0: no such occurrence). One pass over tokens.
+// max_draft tokens to follow tokens[0..len) into out: what followed the most recent earlier
+// occurrence of the longest suffix of tokens of DRAFT_NGRAM_MIN to DRAFT_NGRAM_MAX tokens, up to
+// the end of tokens and then again (the end repeats the p tokens after the occurrence, p its
+// distance from the end, so the guesses go on repeating them). Returns how many (0: no such
+// occurrence). One pass over tokens.
 int draft_lookup(const int *tokens, int len, int max_draft, int *out);
