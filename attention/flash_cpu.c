@@ -199,8 +199,10 @@ static void add_pv(float *acc, const float *p, int64_t ld, const float *v, int64
 static void softmax_tile(const flash_args *a, float *s, int64_t ld, int n, int nk, flash_cpu_rows st, float *mx,
                          int masked, int64_t see0, int period) {
     if (masked)
-        for (int r = 0; r < n; r++)
-            for (int64_t j = see0 + r % period + 1 > 0 ? see0 + r % period + 1 : 0; j < nk; j++) s[j * ld + r] = -INFINITY;
+        for (int r = 0; r < n; r++) {
+            const int64_t first_unseen = see0 + r % period + 1;
+            for (int64_t j = first_unseen > 0 ? first_unseen : 0; j < nk; j++) s[j * ld + r] = -INFINITY;
+        }
     for (int r = 0; r < n; r++) mx[r] = -INFINITY;
     for (int j = 0; j < nk; j++)
         for (int r = 0; r < n; r++) {
@@ -255,15 +257,16 @@ static inline __attribute__((always_inline)) void decode_scores(const flash_args
 }
 
 // acc (n state rows of d) += the probabilities of NB keys (key b's of row t at p[b x ld + t]) times
-// their V rows v[b]: each state row is loaded and stored once for the NB keys, not once a key.
+// their V rows (v + b x v_stride): each state row is loaded and stored once for the NB keys, not
+// once a key.
 static inline __attribute__((always_inline)) void decode_pv(float *acc, int n, int d, const float *p, int64_t ld,
-                                                           const float *const *v, const int NB) {
+                                                           const float *v, int64_t v_stride, const int NB) {
     for (int t = 0; t < n; t++, acc += d) {
         float pb[DECODE_PV_KEYS];
         for (int b = 0; b < NB; b++) pb[b] = p[b * ld + t];
         for (int c = 0; c < d; c++) {
             float x = acc[c];
-            for (int b = 0; b < NB; b++) x += pb[b] * v[b][c];
+            for (int b = 0; b < NB; b++) x += pb[b] * v[b * v_stride + c];
             acc[c] = x;
         }
     }
@@ -274,7 +277,7 @@ static inline __attribute__((always_inline)) void decode_pv(float *acc, int n, i
 // head at a time, jumps kv_stride from key to key: with 2 to 6 rows, 1.3-2x the time). State row
 // t is query row t % nq of head hk0 x group + t / nq, its score of key j at s[j x rows + t]. K is
 // read in place, bf16 (kv_bf16, a constant once inlined) widened in registers; P V takes V
-// DECODE_PV_KEYS keys at a time, a bf16 V slice widened into w->kv first.
+// DECODE_PV_KEYS keys at a time, a bf16 V slice widened into w->kv first (kv_tile).
 // (Loops over KV heads and their query heads, not t with divisions: a division per head and key
 // cost more than the memory it waits on.)
 static inline __attribute__((always_inline)) void decode_tile_as(const flash_args *a, flash_cpu_scratch *w,
@@ -294,21 +297,13 @@ static inline __attribute__((always_inline)) void decode_tile_as(const flash_arg
     for (int j = 0; j < nk; j += DECODE_PV_KEYS) {
         const int nb = nk - j < DECODE_PV_KEYS ? nk - j : DECODE_PV_KEYS, head_rows = group * nq;
         for (int hk = hk0; hk < hk1; hk++) {
-            const float *v[DECODE_PV_KEYS];
-            for (int b = 0; b < nb; b++) {
-                const int64_t at = (k0 + j + b) * a->kv_stride + (int64_t)hk * d;
-                if (!kv_bf16) v[b] = (const float *)a->v + at;
-                else {
-                    float *buf = w->kv + b * d;
-                    for (int c = 0; c < d; c++) buf[c] = bf16_to_f32(((const uint16_t *)a->v)[at + c]);
-                    v[b] = buf;
-                }
-            }
+            int64_t v_stride;
+            const float *v = kv_tile(a, a->v, k0 + j, nb, hk, w->kv, &v_stride);
             float *acc = st.acc + (int64_t)(hk - hk0) * head_rows * d;
             const float *p = w->s + j * rows + (hk - hk0) * head_rows;
-            if (nb == DECODE_PV_KEYS) decode_pv(acc, head_rows, d, p, rows, v, DECODE_PV_KEYS);
+            if (nb == DECODE_PV_KEYS) decode_pv(acc, head_rows, d, p, rows, v, v_stride, DECODE_PV_KEYS);
             else
-                for (int b = 0; b < nb; b++) decode_pv(acc, head_rows, d, p + b * rows, rows, v + b, 1);
+                for (int b = 0; b < nb; b++) decode_pv(acc, head_rows, d, p + b * rows, rows, v + b * v_stride, 0, 1);
         }
     }
 }
