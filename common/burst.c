@@ -92,6 +92,12 @@ void *burst_malloc(size_t bytes) {
     return p;
 }
 
+void *burst_malloc_aligned(size_t bytes) {
+    void *p = aligned_alloc(64, bytes ? (bytes + 63) / 64 * 64 : 64);
+    if (!p) burst_abort(__FILE__, __LINE__, __func__, "out of memory allocating %zu bytes", bytes);
+    return p;
+}
+
 void *burst_calloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size ? size : 1);
     if (!p) burst_abort(__FILE__, __LINE__, __func__, "out of memory allocating %zu x %zu bytes", n, size);

@@ -83,6 +83,8 @@ double burst_now(void);
 void *burst_malloc(size_t bytes);
 void *burst_calloc(size_t n, size_t size);
 void *burst_realloc(void *p, size_t bytes);
+// 64-byte aligned (a cache line, an AVX-512 vector, an AMX tile row), size rounded up to 64; free().
+void *burst_malloc_aligned(size_t bytes);
 
 // Reads the whole file at path (at most max_bytes) into *text (malloc'd, NUL-terminated; *len,
 // unless len is NULL: the bytes before the NUL). Errors name the file.

@@ -16,6 +16,8 @@
 // where the weights are widened n / MC times (bench/bench_matmul_cpu.c).
 #include "matmul_cpu.h"
 
+#include "matmul_amx.h"
+
 #include <omp.h>
 #include <stdlib.h>
 
@@ -186,17 +188,11 @@ static void gemm_tile_rows(const float *w, const float *xt, int kn, int mr, int 
     }
 }
 
-// n floats, aligned for gemm_tile's vector loads.
-static float *alloc_floats(size_t n) {
-    void *p = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
-    if (!p) burst_abort(__FILE__, __LINE__, __func__, "out of memory allocating %zu floats", n);
-    return p;
-}
-
 static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                         const burst_weight *W, int n, int n_threads) {
     const int64_t rows = W->rows, cols = W->cols, panels = (n + NR - 1) / NR, groups = (rows + NB - 1) / NB;
-    float *xt = alloc_floats((size_t)(panels * cols * NR)); // [panel][column][token]; tokens past n are 0
+    // [panel][column][token]; tokens past n are 0
+    float *xt = burst_malloc_aligned(sizeof(float) * (size_t)(panels * cols * NR));
     #pragma omp parallel num_threads(n_threads)
     {
         #pragma omp for schedule(static)
@@ -204,7 +200,8 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
             for (int64_t k = 0; k < cols; k++)
                 for (int64_t j = 0, t = q * NR; j < NR; j++, t++)
                     xt[(q * cols + k) * NR + j] = t < n ? act_get(x, x_dtype, t * cols + k) : 0;
-        float *wf = alloc_floats(NB * KC), *c = alloc_floats(NB * MC); // a widened weight block; sums [row][token]
+        float *wf = burst_malloc_aligned(sizeof(float) * NB * KC);   // a widened weight block
+        float *c = burst_malloc_aligned(sizeof(float) * NB * MC);    // sums [row][token]
         #pragma omp for schedule(static)
         for (int64_t g = 0; g < groups; g++) {
             int64_t r0 = g * NB, nb = rows - r0 < NB ? rows - r0 : NB;
@@ -231,7 +228,8 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
 void matmul_cpu(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                 const burst_weight *W, int n, int n_threads) {
     if (n >= MM_FEW_TOKENS) {
-        matmul_gemm(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads);
+        if (!matmul_amx(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads))
+            matmul_gemm(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads);
         return;
     }
     float *xw = NULL; // bf16 inputs widened once (the CPU's own activations are F32)

@@ -5,9 +5,12 @@
 // of the GEMM's register tiles, row blocks and column blocks, stored as F32, F16 and BF16. The bf16
 // forms are the CUDA backend's bf16 mode's specification (tests/test_backend_cuda.c holds it to
 // them). Every output carries guard words after its last element. Every F16 weight value, through
-// embed and both matmul paths (a few tokens convert in registers, the GEMM a block at a time).
+// embed and the matmul's paths (a few tokens convert in registers, the GEMM a block at a time, AMX
+// in bf16 parts), and x's every float32 bit through each. Where the CPU has AMX, ctest runs this
+// twice, the second time with BURST_AMX=0 (the float32 GEMM).
 // And argmax, greedy sampling's pick, against a plain scan on rows full of ties.
 #include "model/backend.h"
+#include "model/matmul_amx.h"
 #include "tests/test_util.h"
 
 // float32 results: sums in another order than float64's over up to 600 terms.
@@ -140,14 +143,15 @@ static void test_matmul(burst_backend *be) {
 }
 
 // Every half as an F16 weight: embed gives each exactly (NaN as NaN, signed zeros); matmuls with
-// one-hot rows of x give each finite one, through the path of 2 tokens (converted in registers)
-// and of 32 (the GEMM's widened blocks).
+// one-hot rows of x give each finite one, through the path of 2 tokens (converted in registers),
+// of 32 (the GEMM's widened blocks) and of 128 (AMX's two bf16 parts, where the CPU has AMX).
 static void test_f16_weights(burst_backend *be) {
     enum { ROWS = 2048, COLS = 32 }; // 65536 halves; the first 63488 are the finite ones of either sign
     uint16_t *h = burst_malloc(sizeof(uint16_t) * ROWS * COLS);
     for (int i = 0; i < ROWS * COLS; i++) h[i] = (uint16_t)(i < 31744 ? i : i < 63488 ? 0x8000 + i - 31744 : i - 31744);
     burst_weight W = {.dtype = DTYPE_F16, .data = h, .rows = ROWS, .cols = COLS};
-    float *got = burst_malloc(sizeof(float) * ROWS * COLS), *x = burst_malloc(sizeof(float) * COLS * COLS);
+    enum { MAX_N = 4 * COLS };
+    float *got = burst_malloc(sizeof(float) * ROWS * COLS), *x = burst_malloc(sizeof(float) * MAX_N * COLS);
     int *tokens = burst_malloc(sizeof(int) * ROWS), bad = 0;
     for (int i = 0; i < ROWS; i++) tokens[i] = i;
     backend_embed(be, got, &W, tokens, ROWS);
@@ -156,22 +160,56 @@ static void test_f16_weights(burst_backend *be) {
         if (isnan(want) ? !isnan(got[i]) : got[i] != want || !signbit(got[i]) != !signbit(want))
             if (bad++ < 3) printf("  embed half 0x%04x: got %.9g want %.9g\n", h[i], got[i], want);
     }
-    float *out = burst_malloc(sizeof(float) * ROWS * COLS);
-    for (int n = 2; n <= COLS; n += COLS - 2) // 2 one-hot rows a call, then all 32 in one
-        for (int j0 = 0; j0 < COLS; j0 += n) {
-            memset(x, 0, sizeof(float) * COLS * COLS);
-            for (int i = 0; i < n; i++) x[i * COLS + j0 + i] = 1;
+    float *out = burst_malloc(sizeof(float) * ROWS * MAX_N);
+    static const int ns[] = {2, COLS, MAX_N}; // 2 one-hot rows a call, then 32 in one, then 128
+    for (int k = 0; k < 3; k++)
+        for (int n = ns[k], j0 = 0; j0 < COLS; j0 += n) {
+            memset(x, 0, sizeof(float) * MAX_N * COLS);
+            for (int i = 0; i < n; i++) x[i * COLS + (j0 + i) % COLS] = 1;
             backend_matmul(be, out, DTYPE_F32, x, DTYPE_F32, &W, n);
             for (int i = 0; i < n; i++)
-                for (int r = 0; r < 63488 / COLS; r++) { // out[i][r] = W[r][j0 + i]
-                    double want = f16_value(h[r * COLS + j0 + i]);
+                for (int r = 0; r < 63488 / COLS; r++) { // out[i][r] = W[r][(j0 + i) % COLS]
+                    double want = f16_value(h[r * COLS + (j0 + i) % COLS]);
                     if (out[i * ROWS + r] != want && bad++ < 3)
-                        printf("  matmul n=%d half 0x%04x: got %.9g want %.9g\n", n, h[r * COLS + j0 + i], out[i * ROWS + r], want);
+                        printf("  matmul n=%d half 0x%04x: got %.9g want %.9g\n", n, h[r * COLS + (j0 + i) % COLS], out[i * ROWS + r], want);
                 }
         }
     printf("%s every F16 weight through embed and matmul\n", bad ? "FAIL" : "ok  ");
     check(!bad);
     free(h), free(got), free(x), free(tokens), free(out);
+}
+
+// x's every float32 bit reaches the sums: weights with one power of two a row (0.5 to 8, either
+// sign) times random float32 x give x times that power exactly, on every path and for every weight
+// dtype (AMX splits x into three bf16 parts; a lost part loses x's low bits).
+static void test_matmul_exact(burst_backend *be) {
+    enum { ROWS = 70, COLS = 333 };
+    static const int ns[] = {3, 40, 300};
+    for (int wi = 0; wi < 3; wi++)
+        for (int k = 0; k < 3; k++) {
+            const int n = ns[k];
+            test_weight w = weight_random(WEIGHT_DTS[wi], ROWS, COLS, 0, 0);
+            int col[ROWS];
+            for (int r = 0; r < ROWS; r++) {
+                col[r] = (int)test_uniform(0, COLS) % COLS;
+                float v = ldexpf(test_uniform(0, 1) < 0.5f ? -1 : 1, (int)test_uniform(-1, 4));
+                w.as_f64[r * COLS + col[r]] = v;
+                if (WEIGHT_DTS[wi] == DTYPE_F32) ((float *)w.w.data)[r * COLS + col[r]] = v;
+                else ((uint16_t *)w.w.data)[r * COLS + col[r]] = WEIGHT_DTS[wi] == DTYPE_F16 ? f16_near(v) : f32_to_bf16(v);
+            }
+            act_buf x = act_random(DTYPE_F32, (int64_t)n * COLS, -4, 4), out = act_random(DTYPE_F32, (int64_t)n * ROWS, 0, 0);
+            backend_matmul(be, out.p, DTYPE_F32, x.p, DTYPE_F32, &w.w, n);
+            int bad = 0;
+            for (int i = 0; i < n; i++)
+                for (int r = 0; r < ROWS; r++) {
+                    double want = x.as_f64[(int64_t)i * COLS + col[r]] * w.as_f64[r * COLS + col[r]];
+                    if (out.p[(int64_t)i * ROWS + r] != want && bad++ < 3)
+                        printf("  token %d row %d: got %.9g want %.9g\n", i, r, out.p[(int64_t)i * ROWS + r], want);
+                }
+            printf("%s matmul of x by powers of two exact: weight %s n=%d\n", bad ? "FAIL" : "ok  ", dtype_name(WEIGHT_DTS[wi]), n);
+            check(!bad);
+            free((void *)w.w.data), free(w.as_f64), act_free(&x), act_free(&out);
+        }
 }
 
 static void test_swiglu(burst_backend *be) {
@@ -223,9 +261,11 @@ static void test_argmax(burst_backend *be) {
 
 int main(void) {
     test_seed("test_backend_cpu");
+    printf("matmul: AMX %s\n", matmul_amx_usable() ? "on" : "off");
     burst_backend *be = backend_cpu_new(3); // a thread count that splits the tiles unevenly
     test_rmsnorm(be);
     test_matmul(be);
+    test_matmul_exact(be);
     test_f16_weights(be);
     test_swiglu(be);
     test_argmax(be);
