@@ -24,6 +24,8 @@ CASES = [  # model shape, prompt length, prefill chunk, ranks, decode steps
     dict(model=dict(dim=64, hidden=172, layers=3, heads=4, kv_heads=4, vocab=257, dtype="bf16", tie=True,
                     shards=3, rope_theta=500000.0), n=150, batch=64, dec=3),
     dict(model=dict(dim=128, hidden=100, layers=2, heads=8, kv_heads=1, vocab=512, dtype="f16"), n=1, batch=512, dec=4),
+    # Chunks of 160 tokens: F16 weights through AMX, where the CPU has it (model/matmul_amx.c).
+    dict(model=dict(dim=128, hidden=100, layers=2, heads=8, kv_heads=1, vocab=512, dtype="f16"), n=200, batch=160, dec=3),
     dict(model=dict(dim=80, hidden=64, layers=1, heads=5, kv_heads=5, vocab=99, dtype="f32"), n=70, batch=1, dec=0),
     dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="bf16"), n=45, batch=16, dec=5, kv="bf16"),
     dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="f32"), n=45, batch=16, ranks=3, dec=5, kv="bf16"),
