@@ -5,8 +5,9 @@
 // It stays a float32 matmul. AMX multiplies bf16, so each float32 x is split into three bf16 parts
 // that add up to it exactly (8 mantissa bits each, truncated) and each F16 weight into two (its 11
 // bits); the products of the parts are summed in float32, as the float32 GEMM sums. The one product
-// left out, an F16 weight's low part times x's lowest, is below 2^-24 of the term. A BF16 weight
-// costs 3 tile products, an F16 one 5; bf16 x needs no split (1 and 2).
+// left out, an F16 weight's low part times x's lowest, is below 2^-24 of the term. (AMX reads bf16
+// subnormals as 0: an x below about 2^-110 keeps fewer than its 24 bits.) A BF16 weight costs 3
+// tile products, an F16 one 5; bf16 x needs no split (1 and 2).
 //
 // AMX computes C (16 x 16) += A (16 x 32) B (32 x 16) with B stored in pairs of rows: 16 rows of
 // 16 (B[2i][j], B[2i+1][j]) pairs. Here A is x (tokens by columns, as x is laid out) and B is W^T,
@@ -142,8 +143,9 @@ static void pack_w(uint16_t *ws, const burst_weight *W, int64_t r0, int64_t mr, 
         }
 }
 
-// The sums of tokens [16 b, 16 b + 32) x rows [16 i, 16 i + 32): c (rows of c_stride floats) +=
-// the tile products of k_tiles column tiles, from xa/xb (x's two token tiles) and wa/wb (W's two).
+// The sums of 32 tokens x 32 weight rows: c (16 x 16 tiles, rows of c_stride floats) += the tile
+// products of k_tiles column tiles, from xa/xb (x's two tiles of 16 tokens) and wa/wb (W's two of
+// 16 rows).
 static void amx_tiles(const uint16_t *xa, const uint16_t *xb, int x_parts, const uint16_t *wa, const uint16_t *wb,
                       int w_parts, int64_t k_tiles, float *c, int64_t c_stride) {
     const size_t cs = (size_t)c_stride * sizeof(float);
