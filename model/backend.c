@@ -133,6 +133,10 @@ backend_transfer_fn backend_transfer(const burst_backend *b) {
     return b->ops->transfer ? b->ops->transfer : host_transfer;
 }
 
+size_t backend_matmul_transient_bytes(burst_backend *b, int n, int64_t cols) {
+    return b->ops->matmul_transient ? b->ops->matmul_transient(b, n, cols) : 0;
+}
+
 void backend_sync(burst_backend *b) {
     if (b->ops->sync) b->ops->sync(b);
 }

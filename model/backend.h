@@ -76,6 +76,9 @@ void backend_matmul(burst_backend *b, void *out, burst_dtype out_dtype, const vo
 // on the GPU), which saves writing and re-reading the product.
 void backend_matmul_add(burst_backend *b, float *out, const void *x, burst_dtype x_dtype,
                         const burst_weight *W, int n);
+// Bytes a matmul of n tokens by a weight of cols columns allocates for the call's duration (the
+// CPU's x transposed or split into tiles, and its threads' blocks), for the memory check at start.
+size_t backend_matmul_transient_bytes(burst_backend *b, int n, int64_t cols);
 // Rotary embedding in place on x (n, n_heads, head_dim), rotate-half layout (Hugging Face);
 // row i has position pos[i]; frequencies and scaling from p (model/rope.h).
 void backend_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads,

@@ -111,6 +111,10 @@ static void cpu_matmul(burst_backend *b, void *out, burst_dtype out_dtype, int a
     matmul_cpu(out, out_dtype, accumulate, x, x_dtype, W, n, nthreads(b));
 }
 
+static size_t cpu_matmul_transient(burst_backend *b, int n, int64_t cols) {
+    return matmul_cpu_transient_bytes(n, cols, nthreads(b));
+}
+
 static void cpu_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads,
                      int head_dim, const rope_params *p) {
     const int half = head_dim / 2;
@@ -187,6 +191,7 @@ static const backend_ops cpu_ops = {
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,
     .matmul = cpu_matmul,
+    .matmul_transient = cpu_matmul_transient,
     .rope = cpu_rope,
     .swiglu = cpu_swiglu,
     .attention = cpu_attention,

@@ -25,6 +25,7 @@ typedef struct {
     // out (of out_dtype) = x @ W^T, or out (F32) += x @ W^T when accumulate
     void (*matmul)(burst_backend *b, void *out, burst_dtype out_dtype, int accumulate, const void *x,
                    burst_dtype x_dtype, const burst_weight *W, int n);
+    size_t (*matmul_transient)(burst_backend *b, int n, int64_t cols); // optional: allocates nothing
     void (*rope)(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads, int head_dim,
                  const rope_params *p);
     void (*swiglu)(burst_backend *b, void *gate, const void *up, burst_dtype dtype, int64_t n);

@@ -230,11 +230,15 @@ static burst_status check_memory(llama_model *m, burst_error *err) {
     kv_cache want = {.n_slots = m->opt.n_slots, .n_layers = c->n_layers, .ctx = (int)m->shard_cap,
                      .kv_dim = c->n_kv_heads * c->head_dim, .dtype = m->opt.kv_dtype};
     // What grows with the context (the cache and the ring's transfer blocks), the same on every
-    // rank, and what --batch sizes (the rest of the scratch; rank 0 holds the logits too).
+    // rank, and what --batch sizes (the rest of the scratch, rank 0 holding the logits too, and
+    // what the widest matmul of a step allocates while it runs).
     size_t ring_blocks = ring_workspace_bytes(m->G, 0, m->shard_cap, c->n_heads, c->n_kv_heads, c->head_dim,
                                               m->opt.kv_dtype);
     size_t ctx_part = kv_cache_bytes(&want) + ring_blocks, batch_part[m->n_local];
-    for (int i = 0; i < m->n_local; i++) batch_part[i] = alloc_scratch(m, &m->ranks[i], true) - ring_blocks;
+    const int64_t widest = c->hidden_dim > c->dim ? c->hidden_dim : c->dim;
+    for (int i = 0; i < m->n_local; i++)
+        batch_part[i] = alloc_scratch(m, &m->ranks[i], true) - ring_blocks +
+                        backend_matmul_transient_bytes(m->ranks[i].be, m->opt.max_batch, widest);
     int pool[m->n_local];
     size_t free_b[m->n_local];
     for (int i = 0; i < m->n_local; i++) free_b[i] = backend_memory_free(m->ranks[i].be, &pool[i]);

@@ -177,19 +177,32 @@ int matmul_amx_usable(void) {
     return amx_on;
 }
 
+// What a call allocates: x's tiles, and each thread's weight block and sums.
+static size_t x_tiles_bytes(int64_t n_pad, int64_t k_tiles, int x_parts) {
+    return sizeof(uint16_t) * (size_t)(n_pad / TILE * k_tiles * x_parts * TILE_ELEMS);
+}
+static size_t w_block_bytes(int w_parts) { return sizeof(uint16_t) * MC * KC * (size_t)w_parts; }
+static size_t sums_bytes(int64_t n_pad) { return sizeof(float) * (size_t)n_pad * MC; } // [token][row of the block]
+
+size_t matmul_amx_transient_bytes(int n, int64_t cols, int n_threads) {
+    const int64_t n_pad = (n + 31) / 32 * 32;
+    return !matmul_amx_usable() ? 0 : x_tiles_bytes(n_pad, (cols + TILE_K - 1) / TILE_K, X_PARTS) +
+                                          (size_t)n_threads * (w_block_bytes(2) + sums_bytes(n_pad));
+}
+
 int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                const burst_weight *W, int n, int n_threads) {
     if (!(W->dtype == DTYPE_BF16 || (W->dtype == DTYPE_F16 && n >= AMX_F16_MIN_TOKENS)) || !matmul_amx_usable()) return 0;
     const int64_t rows = W->rows, cols = W->cols, k_tiles = (cols + TILE_K - 1) / TILE_K, n_pad = (n + 31) / 32 * 32;
     const int x_parts = x_dtype == DTYPE_BF16 ? 1 : X_PARTS, w_parts = W->dtype == DTYPE_BF16 ? 1 : 2;
     const int64_t blocks = (rows + MC - 1) / MC, x_tile_row = k_tiles * x_parts * TILE_ELEMS;
-    uint16_t *xs = burst_malloc_aligned((size_t)(n_pad / TILE * x_tile_row) * sizeof(uint16_t));
+    uint16_t *xs = burst_malloc_aligned(x_tiles_bytes(n_pad, k_tiles, x_parts));
     #pragma omp parallel num_threads(n_threads)
     {
         #pragma omp for schedule(static)
         for (int64_t b = 0; b < n_pad / TILE; b++) split_x(xs, x, x_dtype, n, cols, b, k_tiles, x_parts);
-        uint16_t *ws = burst_malloc_aligned((size_t)MC * KC * w_parts * sizeof(uint16_t));
-        float *c = burst_malloc_aligned((size_t)n_pad * MC * sizeof(float)); // [token][row of the block]
+        uint16_t *ws = burst_malloc_aligned(w_block_bytes(w_parts));
+        float *c = burst_malloc_aligned(sums_bytes(n_pad));
         load_tile_config();
         #pragma omp for schedule(dynamic)
         for (int64_t blk = 0; blk < blocks; blk++) {
@@ -221,6 +234,8 @@ int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, 
 }
 #else
 int matmul_amx_usable(void) { return 0; }
+
+size_t matmul_amx_transient_bytes(int n, int64_t cols, int n_threads) { return 0; }
 
 int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                const burst_weight *W, int n, int n_threads) {

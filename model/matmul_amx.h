@@ -6,6 +6,10 @@
 // 1 where this build, the CPU and the kernel let matmul_amx run and BURST_AMX is not 0.
 int matmul_amx_usable(void);
 
+// The most bytes matmul_amx allocates for a call of n tokens by a weight of cols columns (0 where
+// AMX is not usable).
+size_t matmul_amx_transient_bytes(int n, int64_t cols, int n_threads);
+
 // As matmul_cpu (model/matmul_cpu.h) for BF16 and F16 weights; returns 0, having done nothing,
 // where AMX is not usable, W is F32, or W is F16 and n is below the count where AMX gains.
 int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,

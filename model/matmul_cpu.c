@@ -188,11 +188,15 @@ static void gemm_tile_rows(const float *w, const float *xt, int kn, int mr, int 
     }
 }
 
+// What the GEMM allocates: x^T, [panel][column][token] (tokens past n are 0), and each thread's
+// widened weight block and sums, [row][token].
+static size_t xt_bytes(int64_t n, int64_t cols) { return sizeof(float) * (size_t)((n + NR - 1) / NR * cols * NR); }
+static const size_t wf_bytes = sizeof(float) * NB * KC, c_bytes = sizeof(float) * NB * MC;
+
 static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                         const burst_weight *W, int n, int n_threads) {
     const int64_t rows = W->rows, cols = W->cols, panels = (n + NR - 1) / NR, groups = (rows + NB - 1) / NB;
-    // [panel][column][token]; tokens past n are 0
-    float *xt = burst_malloc_aligned(sizeof(float) * (size_t)(panels * cols * NR));
+    float *xt = burst_malloc_aligned(xt_bytes(n, cols));
     #pragma omp parallel num_threads(n_threads)
     {
         #pragma omp for schedule(static)
@@ -200,8 +204,7 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
             for (int64_t k = 0; k < cols; k++)
                 for (int64_t j = 0, t = q * NR; j < NR; j++, t++)
                     xt[(q * cols + k) * NR + j] = t < n ? act_get(x, x_dtype, t * cols + k) : 0;
-        float *wf = burst_malloc_aligned(sizeof(float) * NB * KC);   // a widened weight block
-        float *c = burst_malloc_aligned(sizeof(float) * NB * MC);    // sums [row][token]
+        float *wf = burst_malloc_aligned(wf_bytes), *c = burst_malloc_aligned(c_bytes);
         #pragma omp for schedule(static)
         for (int64_t g = 0; g < groups; g++) {
             int64_t r0 = g * NB, nb = rows - r0 < NB ? rows - r0 : NB;
@@ -223,6 +226,13 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
         free(wf), free(c);
     }
     free(xt);
+}
+
+size_t matmul_cpu_transient_bytes(int n, int64_t cols, int n_threads) {
+    if (n < MM_FEW_TOKENS) return sizeof(float) * (size_t)(n * cols); // bf16 x widened
+    size_t gemm = xt_bytes(n, cols) + (size_t)n_threads * (wf_bytes + c_bytes);
+    size_t amx = matmul_amx_transient_bytes(n, cols, n_threads);
+    return gemm > amx ? gemm : amx;
 }
 
 void matmul_cpu(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,

@@ -11,6 +11,9 @@ void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst);
 void matmul_cpu(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                 const burst_weight *W, int n, int n_threads);
 
+// The most bytes matmul_cpu allocates for a call of n tokens by a weight of cols columns.
+size_t matmul_cpu_transient_bytes(int n, int64_t cols, int n_threads);
+
 // Element i of an activation buffer of dtype F32 or BF16, and its store.
 static inline float act_get(const void *p, burst_dtype dt, int64_t i) {
     return dt == DTYPE_F32 ? ((const float *)p)[i] : bf16_to_f32(((const uint16_t *)p)[i]);
