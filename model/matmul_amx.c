@@ -20,9 +20,11 @@
 #include "matmul_cpu.h"
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__)
+#include <errno.h>
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -44,7 +46,10 @@ static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
 
 static void amx_init(void) {
     const char *env = getenv("BURST_AMX");
-    amx_on = !(env && !strcmp(env, "0")) && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    if (env && !strcmp(env, "0")) return;
+    amx_on = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    if (amx_on) LOG_I("AMX: matmuls of BF16 and F16 weights run in bf16 tiles, float32-exact (BURST_AMX=0: off)");
+    else LOG_W("AMX: the kernel refused the tile registers (%s); the float32 GEMM runs instead", strerror(errno));
 }
 
 // The tile registers' shapes, loaded by each thread that uses them: 0-3 sums, 4-5 x, 6-7 W.
