@@ -182,6 +182,9 @@ int matmul_amx_usable(void) {
     return amx_on;
 }
 
+// Tokens and weight rows go 32 at a time (a 2 x 2 block of 16 x 16 tiles).
+static int64_t pad_to_tile_pair(int64_t n) { return (n + 2 * TILE - 1) / (2 * TILE) * (2 * TILE); }
+
 // What a call allocates: x's tiles, and each thread's weight block and sums.
 static size_t x_tiles_bytes(int64_t n_pad, int64_t k_tiles, int x_parts) {
     return sizeof(uint16_t) * (size_t)(n_pad / TILE * k_tiles * x_parts * TILE_ELEMS);
@@ -190,7 +193,7 @@ static size_t w_block_bytes(int w_parts) { return sizeof(uint16_t) * MC * KC * (
 static size_t sums_bytes(int64_t n_pad) { return sizeof(float) * (size_t)n_pad * MC; } // [token][row of the block]
 
 size_t matmul_amx_transient_bytes(int n, int64_t cols, int n_threads) {
-    const int64_t n_pad = (n + 31) / 32 * 32;
+    const int64_t n_pad = pad_to_tile_pair(n);
     return !matmul_amx_usable() ? 0 : x_tiles_bytes(n_pad, (cols + TILE_K - 1) / TILE_K, X_PARTS) +
                                           (size_t)n_threads * (w_block_bytes(2) + sums_bytes(n_pad));
 }
@@ -198,7 +201,7 @@ size_t matmul_amx_transient_bytes(int n, int64_t cols, int n_threads) {
 int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                const burst_weight *W, int n, int n_threads) {
     if (!(W->dtype == DTYPE_BF16 || (W->dtype == DTYPE_F16 && n >= AMX_F16_MIN_TOKENS)) || !matmul_amx_usable()) return 0;
-    const int64_t rows = W->rows, cols = W->cols, k_tiles = (cols + TILE_K - 1) / TILE_K, n_pad = (n + 31) / 32 * 32;
+    const int64_t rows = W->rows, cols = W->cols, k_tiles = (cols + TILE_K - 1) / TILE_K, n_pad = pad_to_tile_pair(n);
     const int x_parts = x_dtype == DTYPE_BF16 ? 1 : X_PARTS, w_parts = W->dtype == DTYPE_BF16 ? 1 : 2;
     const int64_t blocks = (rows + MC - 1) / MC, x_tile_row = k_tiles * x_parts * TILE_ELEMS;
     uint16_t *xs = burst_malloc_aligned(x_tiles_bytes(n_pad, k_tiles, x_parts));
@@ -211,8 +214,8 @@ int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, 
         load_tile_config();
         #pragma omp for schedule(dynamic)
         for (int64_t blk = 0; blk < blocks; blk++) {
-            const int64_t r0 = blk * MC, mr = rows - r0 < MC ? rows - r0 : MC, mr_pad = (mr + 31) / 32 * 32;
-            memset(c, 0, (size_t)n_pad * MC * sizeof(float));
+            const int64_t r0 = blk * MC, mr = rows - r0 < MC ? rows - r0 : MC, mr_pad = pad_to_tile_pair(mr);
+            memset(c, 0, sums_bytes(n_pad));
             for (int64_t k0 = 0; k0 < k_tiles * TILE_K; k0 += KC) {
                 const int64_t kn = k_tiles * TILE_K - k0 < KC ? k_tiles * TILE_K - k0 : KC, kt = kn / TILE_K;
                 pack_w(ws, W, r0, mr_pad, k0, kn, w_parts);
