@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "model/backend.h"
-#include "model/matmul_amx.h"
+#include "common/amx.h"
 
 // n elements in [-0.5, 0.5) of dtype; F16 ones have magnitudes in [2^-7, 1/2), none subnormal.
 static void *random_weight(burst_dtype dtype, int64_t n) {
@@ -29,7 +29,7 @@ int main(int argc, char **argv) {
     burst_backend *be = backend_cpu_new(threads);
     static const int64_t shapes[][2] = {{4096, 4096}, {11008, 4096}};
     static const int ns[] = {1, 2, 4, 8, 16, 40, 64, 128, 256}; // 40: a part-filled last panel of the GEMM
-    printf("CPU matmul, %s threads, AMX %s, GFLOP/s (best of 3)\n", threads ? argv[2] : "all", matmul_amx_usable() ? "on" : "off");
+    printf("CPU matmul, %s threads, AMX %s, GFLOP/s (best of 3)\n", threads ? argv[2] : "all", amx_usable() ? "on" : "off");
     printf("%6s %14s %6s %10s\n", "dtype", "weight", "n", "GFLOP/s");
     static const burst_dtype dtypes[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)

@@ -3,9 +3,6 @@
 #pragma once
 #include "backend.h"
 
-// 1 where this build, the CPU and the kernel let matmul_amx run and BURST_AMX is not 0.
-int matmul_amx_usable(void);
-
 // The most bytes matmul_amx allocates for a call of n tokens by a weight of cols columns (0 where
 // AMX is not usable).
 size_t matmul_amx_transient_bytes(int n, int64_t cols, int n_threads);

@@ -9,8 +9,8 @@
 // in bf16 parts), and x's every float32 bit through each. Where the CPU has AMX, ctest runs this
 // twice, the second time with BURST_AMX=0 (the float32 GEMM).
 // And argmax, greedy sampling's pick, against a plain scan on rows full of ties.
+#include "common/amx.h"
 #include "model/backend.h"
-#include "model/matmul_amx.h"
 #include "tests/test_util.h"
 
 // float32 results: sums in another order than float64's over up to 600 terms.
@@ -261,7 +261,7 @@ static void test_argmax(burst_backend *be) {
 
 int main(void) {
     test_seed("test_backend_cpu");
-    printf("matmul: AMX %s\n", matmul_amx_usable() ? "on" : "off");
+    printf("matmul: AMX %s\n", amx_usable() ? "on" : "off");
     burst_backend *be = backend_cpu_new(3); // a thread count that splits the tiles unevenly
     test_rmsnorm(be);
     test_matmul(be);

@@ -1,0 +1,79 @@
+// Intel AMX (Sapphire Rapids and later), shared by the CPU matmul (model/matmul_amx.c) and the CPU
+// attention (attention/flash_amx.c): whether it may run, the tile shapes both use, and the AVX-512
+// pieces that lay float32 data out as bf16 tiles.
+//
+// AMX computes C (16 x 16 float32) += A (16 x 32 bf16) B (32 x 16 bf16), B stored in pairs of rows:
+// 16 rows of 16 (B[2i][j], B[2i+1][j]) pairs. To stay a float32 computation, each float32 operand
+// is split into three bf16 parts that add up to it exactly (8 mantissa bits each, truncated); the
+// parts' products are exact in float32 and are summed in float32. (AMX reads bf16 subnormals as 0:
+// a value below about 2^-110 keeps fewer than its 24 bits.)
+#pragma once
+#include <stdint.h>
+
+// 1 where this build, the CPU and the kernel let AMX run and BURST_AMX is not 0 in the environment.
+// The first call asks Linux for the tile registers and logs the outcome.
+int amx_usable(void);
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__)
+#define BURST_AMX_BUILD 1
+#include <immintrin.h>
+
+// A tile: 16 rows of 32 bf16 (operands) or of 16 floats (sums), 1 KB. A float32 splits into
+// AMX_PARTS bf16 parts.
+enum { AMX_TILE = 16, AMX_TILE_K = 32, AMX_TILE_ELEMS = AMX_TILE * AMX_TILE_K, AMX_PARTS = 3 };
+
+// Every tile register 16 rows of 64 bytes; each thread loads the shapes before its first tile
+// instruction (and _tile_release() when done). A constant: built in a local variable, GCC 12
+// dropped the stores to it inlined here (as if _tile_loadconfig did not read them), and ldtilecfg
+// faulted on the zeros.
+static inline void amx_load_tile_config(void) {
+    static const struct {
+        uint8_t palette, start_row, reserved[14];
+        uint16_t bytes_per_row[16];
+        uint8_t rows[16];
+    } cfg = {.palette = 1,
+             .bytes_per_row = {64, 64, 64, 64, 64, 64, 64, 64},
+             .rows = {AMX_TILE, AMX_TILE, AMX_TILE, AMX_TILE, AMX_TILE, AMX_TILE, AMX_TILE, AMX_TILE}};
+    _tile_loadconfig(&cfg);
+}
+
+// The top 16 bits of v's 16 floats, truncated to bf16 (a NaN kept NaN), and in *v what they leave
+// out (exact in float32; 0 for an infinity or NaN, whose top part carries it).
+static inline __m256i amx_bf16_part(__m512 *v) {
+    const __mmask16 nan = _mm512_fpclass_ps_mask(*v, 0x81), finite = (__mmask16)~_mm512_fpclass_ps_mask(*v, 0x99);
+    __m512i top = _mm512_and_si512(_mm512_castps_si512(*v), _mm512_set1_epi32((int)0xffff0000u));
+    top = _mm512_mask_or_epi32(top, nan, top, _mm512_set1_epi32(0x00400000));
+    *v = _mm512_maskz_sub_ps(finite, *v, _mm512_castsi512_ps(top));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(top, 16));
+}
+
+// The bf16 parts of 32 floats (a, b), as parts rows of 32 at d, d + stride, ... (d 32-byte aligned).
+static inline void amx_split_32(__m512 a, __m512 b, int parts, uint16_t *d, int64_t stride) {
+    for (int p = 0; p < parts; p++, d += stride) {
+        _mm256_store_si256((__m256i *)d, amx_bf16_part(&a));
+        _mm256_store_si256((__m256i *)(d + 16), amx_bf16_part(&b));
+    }
+}
+
+// The mask of the first n (at most 32) of 32 elements, and of 16.
+static inline __mmask32 amx_first32(int64_t n) { return n >= 32 ? ~0u : n <= 0 ? 0 : (1u << n) - 1; }
+static inline __mmask16 amx_first16(int64_t n) { return (__mmask16)amx_first32(n < 16 ? n : 16); }
+
+// 16 rows of 16 32-bit elements, transposed in place: unpacks of 32 and 64 bits make 4 x 4 blocks
+// within each 128-bit lane, two lane shuffles move the blocks.
+static inline void amx_transpose_16x16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 4) {
+        __m512i a = _mm512_unpacklo_epi32(r[i], r[i + 1]), b = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+        __m512i c = _mm512_unpacklo_epi32(r[i + 2], r[i + 3]), d = _mm512_unpackhi_epi32(r[i + 2], r[i + 3]);
+        t[i] = _mm512_unpacklo_epi64(a, c), t[i + 1] = _mm512_unpackhi_epi64(a, c);
+        t[i + 2] = _mm512_unpacklo_epi64(b, d), t[i + 3] = _mm512_unpackhi_epi64(b, d);
+    } // t[4 g + j], lane l: column 4 l + j of rows 4 g .. 4 g + 3
+    for (int j = 0; j < 4; j++) {
+        __m512i b0 = _mm512_shuffle_i32x4(t[j], t[4 + j], 0x44), b1 = _mm512_shuffle_i32x4(t[j], t[4 + j], 0xee);
+        __m512i b2 = _mm512_shuffle_i32x4(t[8 + j], t[12 + j], 0x44), b3 = _mm512_shuffle_i32x4(t[8 + j], t[12 + j], 0xee);
+        r[j] = _mm512_shuffle_i32x4(b0, b2, 0x88), r[4 + j] = _mm512_shuffle_i32x4(b0, b2, 0xdd);
+        r[8 + j] = _mm512_shuffle_i32x4(b1, b3, 0x88), r[12 + j] = _mm512_shuffle_i32x4(b1, b3, 0xdd);
+    }
+}
+#endif
