@@ -13,7 +13,9 @@
 // straddle the diagonal (or run past nk) are masked element by element.
 // Each OpenMP thread owns one scratch block (the rows' state, S, Q^T) for the whole parallel region.
 // A bf16 K/V tile is widened to float32 in that scratch once per query tile that reads it
-// (head_dim values per 64 dot products of head_dim: a small share of the work).
+// (head_dim values per 64 dot products of head_dim: a small share of the work). On a CPU with AMX,
+// a bf16 K/V tile's scores and P V run in bf16 tiles instead (attention/flash_amx.h), in place of
+// these loops; the softmax between them is the same.
 //
 // Decode calls (up to FLASH_CPU_SPLIT_ROWS query rows) are memory-bound: each K/V element serves
 // a few rows. Walking one head's keys reads head_dim values and then jumps kv_stride to the next
@@ -32,10 +34,12 @@
 #include <string.h>
 
 #include "attention/dot_cpu.h"
+#include "attention/flash_amx.h"
 #include "attention/online_softmax.h"
 #include "common/burst.h"
 
 enum { FLASH_CPU_BQ = 64, FLASH_CPU_BK = 64, FLASH_CPU_SPLIT_ROWS = 8, FLASH_CPU_CHUNK = 8 * FLASH_CPU_BK };
+_Static_assert((int)FLASH_CPU_BQ == (int)FLASH_AMX_ROWS && (int)FLASH_CPU_BK == (int)FLASH_AMX_ROWS, "AMX takes whole tiles");
 enum { DECODE_PV_KEYS = 4 }; // keys a decode call's P V adds to its state at once (8: no faster)
 // Floats of running sums P V keeps in registers for 4 rows: 16 of AVX-512's 32 vector registers
 // (bench_ring: 1.33 s against 1.51 with 128); with AVX2, 128 (64 took 7.2 s against 1.9).
@@ -60,6 +64,7 @@ typedef struct {
     float *kv;      // (FLASH_CPU_BK, head_dim): a bf16 key tile's K or V rows, widened
     float *mx;      // (rows): a key tile's row maxima, then the factors each row's state is rescaled by
     float *acc, *m, *l; // state of up to max_rows rows: a query tile, or a decode call's heads
+    flash_amx_scratch amx; // where a call takes the AMX path
 } flash_cpu_scratch;
 
 // The thread's state from row r0 on; rows of head_dim d.
@@ -226,19 +231,31 @@ static void softmax_tile(const flash_args *a, float *s, int64_t ld, int n, int n
         for (int c = 0; c < a->head_dim; c++) st.acc[(int64_t)r * a->head_dim + c] *= mx[r];
 }
 
+// Row k0 of KV head hk of bf16 K or V (base), as stored.
+static const uint16_t *bf16_rows(const flash_args *a, const void *base, int64_t k0, int hk) {
+    return (const uint16_t *)base + k0 * a->kv_stride + (int64_t)hk * a->head_dim;
+}
+
 // One key tile [k0, k1) against the query rows [q0, q1) of head h, whose state is st: scores,
 // online softmax, then acc += P V. Many rows take their scores against w->qt, which holds them
-// transposed (flash_cpu_query_tile); a few (a decode call's) take dot products.
+// transposed (flash_cpu_query_tile); a few (a decode call's) take dot products; with amx, both
+// products run on AMX.
 static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, flash_cpu_rows st, int h, int hk,
-                           int64_t q0, int64_t q1, int64_t k0, int64_t k1, int masked) {
+                           int64_t q0, int64_t q1, int64_t k0, int64_t k1, int masked, int amx) {
     const int d = a->head_dim, nq = (int)(q1 - q0), nk = (int)(k1 - k0);
     int64_t k_stride, v_stride;
-    const float *k = kv_tile(a, a->k, k0, nk, hk, w->kv, &k_stride);
-    if (nq > FLASH_CPU_SPLIT_ROWS) scores(w->s, k, k_stride, w->qt, d, nk);
-    else dot_rows(q_row(a, q0, h), a->q_stride, nq, k, k_stride, nk, d, w->s, 1, FLASH_CPU_BQ);
+    if (amx) flash_amx_scores(&w->amx, w->s, FLASH_CPU_BQ, bf16_rows(a, a->k, k0, hk), a->kv_stride, nk, nq, d);
+    else {
+        const float *k = kv_tile(a, a->k, k0, nk, hk, w->kv, &k_stride);
+        if (nq > FLASH_CPU_SPLIT_ROWS) scores(w->s, k, k_stride, w->qt, d, nk);
+        else dot_rows(q_row(a, q0, h), a->q_stride, nq, k, k_stride, nk, d, w->s, 1, FLASH_CPU_BQ);
+    }
     softmax_tile(a, w->s, FLASH_CPU_BQ, nq, nk, st, w->mx, masked, a->q_pos0 + q0 - a->k_pos0 - k0, nq);
-    const float *v = kv_tile(a, a->v, k0, nk, hk, w->kv, &v_stride);
-    add_pv(st.acc, w->s, FLASH_CPU_BQ, v, v_stride, d, nq, nk);
+    if (amx) flash_amx_pv(&w->amx, st.acc, w->s, FLASH_CPU_BQ, bf16_rows(a, a->v, k0, hk), a->kv_stride, nq, nk, d);
+    else {
+        const float *v = kv_tile(a, a->v, k0, nk, hk, w->kv, &v_stride);
+        add_pv(st.acc, w->s, FLASH_CPU_BQ, v, v_stride, d, nq, nk);
+    }
 }
 
 // The scores of one key (k, its KV head's slice) against nq query rows of head h into s: 4 rows
@@ -344,14 +361,15 @@ static int tile_masked(const flash_args *a, int64_t q0, int64_t k1) {
 // One query tile [q0, q1) of head h: every visible key tile, then normalise and store.
 static void flash_cpu_query_tile(const flash_args *a, flash_cpu_scratch *w, int h, int64_t q0,
                                  int64_t q1) {
-    const int hk = h / (a->n_heads / a->n_kv_heads);
+    const int hk = h / (a->n_heads / a->n_kv_heads), amx = flash_amx_applies(a->head_dim, a->kv_dtype);
     const flash_cpu_rows st = rows_at(w, 0, a->head_dim);
-    reset_rows(st, (int)(q1 - q0), a->head_dim);
-    if (q1 - q0 > FLASH_CPU_SPLIT_ROWS) q_transposed(a, h, q0, (int)(q1 - q0), w->qt); // for flash_cpu_tile
+    reset_rows(st, FLASH_CPU_BQ, a->head_dim); // every row: AMX's P V carries rows past q1 (zeros) too
+    if (amx) flash_amx_queries(&w->amx, q_row(a, q0, h), a->q_stride, (int)(q1 - q0), a->head_dim);
+    else if (q1 - q0 > FLASH_CPU_SPLIT_ROWS) q_transposed(a, h, q0, (int)(q1 - q0), w->qt); // for flash_cpu_tile
     const int64_t k_end = visible_keys(a, q1);
     for (int64_t k0 = 0; k0 < k_end; k0 += FLASH_CPU_BK) {
         int64_t k1 = k0 + FLASH_CPU_BK < k_end ? k0 + FLASH_CPU_BK : k_end;
-        flash_cpu_tile(a, w, st, h, hk, q0, q1, k0, k1, tile_masked(a, q0, k1));
+        flash_cpu_tile(a, w, st, h, hk, q0, q1, k0, k1, tile_masked(a, q0, k1), amx);
     }
     store_rows(a, st, h, q0, q1, a->o, a->o_stride, a->lse);
 }
@@ -402,7 +420,7 @@ static void flash_cpu_chunk(const decode_job *job, flash_cpu_scratch *w) {
 
 void flash_cpu(const flash_args *calls, int n) {
     BURST_ASSERT(n >= 0 && (calls || n == 0));
-    int most_d = 1, bf16 = 0, most_rows = FLASH_CPU_BQ, n_decode = 0; // the scratch fits every call
+    int most_d = 1, bf16 = 0, amx = 0, most_rows = FLASH_CPU_BQ, n_decode = 0; // the scratch fits every call
     int64_t n_chunks = 0, n_parts = 0;
     decode_call *dc = burst_malloc(sizeof *dc * (size_t)(n > 0 ? n : 1));
     for (int j = 0; j < n; j++) {
@@ -412,7 +430,10 @@ void flash_cpu(const flash_args *calls, int n) {
         BURST_ASSERT((a->kv_dtype == DTYPE_F32 || a->kv_dtype == DTYPE_BF16) && "K/V must be F32 or BF16");
         if (a->head_dim > most_d) most_d = a->head_dim;
         bf16 |= a->kv_dtype == DTYPE_BF16;
-        if (!is_decode(a)) continue;
+        if (!is_decode(a)) {
+            amx |= flash_amx_applies(a->head_dim, a->kv_dtype);
+            continue;
+        }
         // At least one chunk: a row that sees no key still gets o = 0 and lse = -inf.
         const int64_t keys = visible_keys(a, a->nq);
         const int64_t chunks = keys > FLASH_CPU_CHUNK ? (keys + FLASH_CPU_CHUNK - 1) / FLASH_CPU_CHUNK : 1;
@@ -448,6 +469,7 @@ void flash_cpu(const flash_args *calls, int n) {
         w.mx = burst_malloc((size_t)most_rows * sizeof(float));
         w.qt = burst_malloc((size_t)FLASH_CPU_BQ * (size_t)most_d * sizeof(float));
         w.kv = bf16 ? burst_malloc((size_t)FLASH_CPU_BK * (size_t)most_d * sizeof(float)) : NULL;
+        if (amx) flash_amx_thread_begin(&w.amx, most_d);
 #pragma omp for schedule(dynamic, 1) nowait
         for (int64_t t = 0; t < n_jobs; t++) flash_cpu_chunk(&jobs[t], &w);
         for (int j = 0; j < n; j++) {
@@ -462,6 +484,7 @@ void flash_cpu(const flash_args *calls, int n) {
                 flash_cpu_query_tile(a, &w, h, q0, q1);
             }
         }
+        if (amx) flash_amx_thread_end(&w.amx);
         free(w.acc), free(w.m), free(w.l), free(w.s), free(w.mx), free(w.qt), free(w.kv);
 #pragma omp barrier
         // Each decode call's later chunks folded into its first, in key order.

@@ -2,7 +2,8 @@
 // compute and waiting for the K/V transfer, to show that the transfer hides behind compute. The
 // ranks talk through the in-process transport, or with --tcp 1 over loopback TCP (comm_tcp.c,
 // the transport of CPU ranks on several machines). --kv-bf16 1 holds K/V in bf16, as a bf16 KV
-// cache does (half the bytes on the ring; the CPU widens each tile).
+// cache does (half the bytes on the ring; the CPU widens each tile, or, with AMX, multiplies it
+// as stored: BURST_AMX=0 times the vector loops).
 //   bench_ring [--ranks G] [--heads H] [--kv-heads K] [--head-dim D] [--tcp 0|1] [--kv-bf16 0|1] N [N ...]
 // Causal, zigzag partition, random inputs; one run per N (no warm-up: one step is seconds long).
 #include <omp.h>

@@ -4,13 +4,16 @@
 // online-softmax merge: attention over G uneven key blocks merged equals attention over all keys.
 // Both also take several calls at once (a step's sequences), each held to its own reference.
 // Every other case passes K/V in bf16 (a bf16 KV cache), drawn as bf16 values so that the
-// reference sees the same numbers and the fp32 bounds hold.
+// reference sees the same numbers and the fp32 bounds hold. Where the CPU has AMX, the bf16 cases
+// of more than 8 query rows and head_dim 64 or 128 take it (attention/flash_amx.h); ctest runs
+// this twice, the second time with BURST_AMX=0.
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
 #include "attention/flash.h"
 #include "attention/online_softmax.h"
+#include "common/amx.h"
 #include "common/burst.h"
 #include "tests/attention_ref.h"
 
@@ -265,6 +268,7 @@ int main(void) {
     fails += !test_flash_deterministic();
     n += 6;
     data_free(&t);
+    printf("flash: AMX %s\n", amx_usable() ? "on (bf16 K/V, head_dim 64 and 128)" : "off");
     printf("%s: %d of %d checks failed\n", fails ? "FAIL" : "ok", fails, n);
     return fails ? 1 : 0;
 }

@@ -29,6 +29,8 @@ CASES = [  # model shape, prompt length, prefill chunk, ranks, decode steps
     dict(model=dict(dim=80, hidden=64, layers=1, heads=5, kv_heads=5, vocab=99, dtype="f32"), n=70, batch=1, dec=0),
     dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="bf16"), n=45, batch=16, dec=5, kv="bf16"),
     dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="f32"), n=45, batch=16, ranks=3, dec=5, kv="bf16"),
+    # head_dim 64 with a bf16 cache: query tiles through AMX, where the CPU has it (attention/flash_amx.c).
+    dict(model=dict(dim=128, hidden=100, layers=2, heads=2, kv_heads=1, vocab=300, dtype="bf16"), n=150, batch=100, ranks=2, dec=3, kv="bf16"),
     # rope_scaling. YaRN over an original context of 64 with head_dim 16: pairs 0..3 ramp from
     # kept to divided by 8 (the others divided), cos and sin scaled by 1.21.
     dict(model=dict(dim=64, hidden=100, layers=2, heads=4, kv_heads=2, vocab=300, dtype="f32",

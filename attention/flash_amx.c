@@ -1,0 +1,176 @@
+// The AMX tiles of flash_cpu's query tiles (contract in attention/flash_amx.h).
+//
+// Scores: C = S^T (keys by queries, as flash_cpu's softmax holds a tile's scores), A = K rows as
+// stored (keys by dims: no transpose), B = Q^T in pairs, three parts, made once per query tile.
+// P V: C = the output sums (queries by dims, as flash_cpu's state holds them), A = P (queries by
+// keys: the 16 x 16 transposes of S^T's blocks, split into three parts), B = V in pairs of keys.
+// Each runs 2 x 2 blocks of sum tiles: tiles 0-3 sums, 4-5 A, 6-7 B.
+#include "attention/flash_amx.h"
+
+#include "common/amx.h"
+
+#ifdef BURST_AMX_BUILD
+#include "common/burst.h"
+
+enum { T = AMX_TILE, TK = AMX_TILE_K, TE = AMX_TILE_ELEMS, PARTS = AMX_PARTS, ROWS = FLASH_AMX_ROWS };
+
+static int pad32(int n) { return (n + 2 * T - 1) / (2 * T) * (2 * T); }
+
+int flash_amx_applies(int head_dim, burst_dtype kv_dtype) {
+    return kv_dtype == DTYPE_BF16 && head_dim % TK == 0 && amx_usable();
+}
+
+// Buffers, for kt = d / 32 column tiles of 32 dims:
+//   q: part p of queries [16 g, 16 g + 16) x dims [32 c, 32 c + 32) at q[((g * kt + c) * PARTS + p) * TE],
+//      row i holding (Q[r][32 c + 2 i], Q[r][32 c + 2 i + 1]) at 2 r
+//   k: K rows, ROWS x d, zeros past nk
+//   p: part p of P, queries [16 g, ...) x keys [32 c, 32 c + 32) at p[((g * 2 + c) * PARTS + p) * TE]
+//   v: keys [32 c, ...) x dims [16 e, 16 e + 16) at v[(c * d / 16 + e) * TE], row i holding
+//      (V[32 c + 2 i][16 e + j], V[32 c + 2 i + 1][16 e + j]) at 2 j
+void flash_amx_thread_begin(flash_amx_scratch *w, int max_d) {
+    const size_t q = (size_t)ROWS / T * (size_t)(max_d / TK) * PARTS * TE, k = (size_t)ROWS * max_d;
+    const size_t p = (size_t)ROWS / T * (ROWS / TK) * PARTS * TE, v = (size_t)ROWS / TK * (size_t)(max_d / T) * TE;
+    w->q = burst_malloc_aligned(q * 2), w->k = burst_malloc_aligned(k * 2);
+    w->p = burst_malloc_aligned(p * 2), w->v = burst_malloc_aligned(v * 2);
+    amx_load_tile_config();
+}
+
+void flash_amx_thread_end(flash_amx_scratch *w) {
+    _tile_release();
+    free(w->q), free(w->k), free(w->p), free(w->v);
+}
+
+void flash_amx_queries(flash_amx_scratch *w, const float *q, int64_t q_stride, int n, int d) {
+    const int kt = d / TK;
+    for (int g = 0; g < pad32(n) / T; g++)
+        for (int c = 0; c < kt; c++) {
+            _Alignas(64) uint16_t rows[PARTS][TE]; // the parts of 16 queries x 32 dims, a query a row
+            for (int r = 0; r < T; r++) {
+                const int i = g * T + r;
+                const float *src = q + (i < n ? (int64_t)i * q_stride : 0) + c * TK;
+                const __mmask16 m = i < n ? 0xffff : 0;
+                amx_split_32(_mm512_maskz_loadu_ps(m, src), _mm512_maskz_loadu_ps(m, src + 16), PARTS, rows[0] + r * TK,
+                             TE);
+            }
+            for (int p = 0; p < PARTS; p++) { // a query's row of 16 dim pairs becomes column r of the tile
+                __m512i t[T];
+                for (int r = 0; r < T; r++) t[r] = _mm512_load_si512(rows[p] + r * TK);
+                amx_transpose_16x16(t);
+                uint16_t *dst = w->q + ((g * kt + c) * PARTS + p) * TE;
+                for (int r = 0; r < T; r++) _mm512_store_si512(dst + r * TK, t[r]);
+            }
+        }
+}
+
+void flash_amx_scores(flash_amx_scratch *w, float *s, int64_t ld, const uint16_t *k, int64_t kv_stride, int nk,
+                      int nq, int d) {
+    const int kt = d / TK, nkp = pad32(nk), nqp = pad32(nq);
+    for (int j = 0; j < nkp; j++) // a tile reads 16 whole rows: the last ones zeros
+        for (int c = 0; c < kt; c++)
+            _mm512_store_si512(w->k + j * d + c * TK,
+                               _mm512_maskz_loadu_epi16(j < nk ? ~0u : 0, k + (j < nk ? j * kv_stride : 0) + c * TK));
+    const size_t ks = (size_t)d * sizeof(uint16_t), ss = (size_t)ld * sizeof(float);
+    for (int j = 0; j < nkp; j += 2 * T)
+        for (int r = 0; r < nqp; r += 2 * T) {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (int c = 0; c < kt; c++) {
+                _tile_loadd(4, w->k + j * d + c * TK, ks);
+                _tile_loadd(5, w->k + (j + T) * d + c * TK, ks);
+                for (int p = 0; p < PARTS; p++) {
+                    _tile_loadd(6, w->q + ((r / T * kt + c) * PARTS + p) * TE, 64);
+                    _tile_loadd(7, w->q + (((r / T + 1) * kt + c) * PARTS + p) * TE, 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+            }
+            _tile_stored(0, s + j * ld + r, ss);
+            _tile_stored(1, s + j * ld + r + T, ss);
+            _tile_stored(2, s + (j + T) * ld + r, ss);
+            _tile_stored(3, s + (j + T) * ld + r + T, ss);
+        }
+}
+
+// P's parts, queries by keys, from p (keys by queries): 16 x 16 transposes; zeros past nq and nk.
+static void split_p(flash_amx_scratch *w, const float *p, int64_t ld, int nq, int nk) {
+    for (int g = 0; g < pad32(nq) / T; g++)
+        for (int c = 0; c < pad32(nk) / TK; c++) {
+            __m512i lo[T], hi[T]; // keys [32 c, 32 c + 16) and the next 16, then (transposed) queries
+            const __mmask16 m = amx_first16(nq - g * T);
+            for (int j = 0; j < T; j++) {
+                const int k0 = c * TK + j, k1 = k0 + T;
+                lo[j] = _mm512_castps_si512(_mm512_maskz_loadu_ps(k0 < nk ? m : 0, p + (k0 < nk ? k0 * ld : 0) + g * T));
+                hi[j] = _mm512_castps_si512(_mm512_maskz_loadu_ps(k1 < nk ? m : 0, p + (k1 < nk ? k1 * ld : 0) + g * T));
+            }
+            amx_transpose_16x16(lo), amx_transpose_16x16(hi);
+            uint16_t *dst = w->p + (g * 2 + c) * PARTS * TE;
+            for (int r = 0; r < T; r++)
+                amx_split_32(_mm512_castsi512_ps(lo[r]), _mm512_castsi512_ps(hi[r]), PARTS, dst + r * TK, TE);
+        }
+}
+
+// V in pairs of keys (two rows' elements side by side as one 32-bit pair); zeros past nk.
+static void pair_v(flash_amx_scratch *w, const uint16_t *v, int64_t kv_stride, int nk, int d) {
+    for (int c = 0; c < pad32(nk) / TK; c++)
+        for (int e = 0; e < d / T; e++)
+            for (int i = 0; i < T; i++) {
+                const int k0 = c * TK + 2 * i, k1 = k0 + 1;
+                const __m256i a = _mm256_maskz_loadu_epi16(k0 < nk ? 0xffff : 0, v + (k0 < nk ? k0 * kv_stride : 0) + e * T);
+                const __m256i b = _mm256_maskz_loadu_epi16(k1 < nk ? 0xffff : 0, v + (k1 < nk ? k1 * kv_stride : 0) + e * T);
+                _mm512_store_si512(w->v + (c * (d / T) + e) * TE + i * TK,
+                                   _mm512_or_si512(_mm512_cvtepu16_epi32(a), _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
+            }
+}
+
+void flash_amx_pv(flash_amx_scratch *w, float *acc, const float *p, int64_t ld, const uint16_t *v, int64_t kv_stride,
+                  int nq, int nk, int d) {
+    split_p(w, p, ld, nq, nk);
+    pair_v(w, v, kv_stride, nk, d);
+    const int kc = pad32(nk) / TK, eg = d / T;
+    const size_t as = (size_t)d * sizeof(float);
+    for (int r = 0; r < pad32(nq); r += 2 * T)
+        for (int e = 0; e < eg; e += 2) {
+            float *c0 = acc + (int64_t)r * d + e * T;
+            _tile_loadd(0, c0, as);
+            _tile_loadd(1, c0 + T, as);
+            _tile_loadd(2, c0 + T * d, as);
+            _tile_loadd(3, c0 + T * d + T, as);
+            for (int c = 0; c < kc; c++) {
+                _tile_loadd(6, w->v + (c * eg + e) * TE, 64);
+                _tile_loadd(7, w->v + (c * eg + e + 1) * TE, 64);
+                for (int q = 0; q < PARTS; q++) {
+                    _tile_loadd(4, w->p + ((r / T * 2 + c) * PARTS + q) * TE, 64);
+                    _tile_loadd(5, w->p + (((r / T + 1) * 2 + c) * PARTS + q) * TE, 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+            }
+            _tile_stored(0, c0, as);
+            _tile_stored(1, c0 + T, as);
+            _tile_stored(2, c0 + T * d, as);
+            _tile_stored(3, c0 + T * d + T, as);
+        }
+}
+#else // flash_amx_applies is 0: nothing else here is called
+#include "common/burst.h"
+
+#define NOT_BUILT burst_abort(__FILE__, __LINE__, __func__, "this build has no AMX")
+int flash_amx_applies(int head_dim, burst_dtype kv_dtype) { return 0; }
+void flash_amx_thread_begin(flash_amx_scratch *w, int max_d) { NOT_BUILT; }
+void flash_amx_thread_end(flash_amx_scratch *w) { NOT_BUILT; }
+void flash_amx_queries(flash_amx_scratch *w, const float *q, int64_t q_stride, int n, int d) { NOT_BUILT; }
+void flash_amx_scores(flash_amx_scratch *w, float *s, int64_t ld, const uint16_t *k, int64_t kv_stride, int nk,
+                      int nq, int d) {
+    NOT_BUILT;
+}
+void flash_amx_pv(flash_amx_scratch *w, float *acc, const float *p, int64_t ld, const uint16_t *v, int64_t kv_stride,
+                  int nq, int nk, int d) {
+    NOT_BUILT;
+}
+#endif
