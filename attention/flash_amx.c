@@ -4,7 +4,7 @@
 // stored (keys by dims: no transpose), B = Q^T in pairs, three parts, made once per query tile.
 // P V: C = the output sums (queries by dims, as flash_cpu's state holds them), A = P (queries by
 // keys: the 16 x 16 transposes of S^T's blocks, split into three parts), B = V in pairs of keys.
-// Each runs 2 x 2 blocks of sum tiles: tiles 0-3 sums, 4-5 A, 6-7 B.
+// Each runs 2 x 2 blocks of sum tiles (amx_block, common/amx.h).
 #include "attention/flash_amx.h"
 
 #include "common/amx.h"
@@ -69,30 +69,11 @@ void flash_amx_scores(flash_amx_scratch *w, float *s, int64_t ld, const uint16_t
         for (int c = 0; c < kt; c++)
             _mm512_store_si512(w->k + j * d + c * TK,
                                _mm512_maskz_loadu_epi16(j < nk ? ~0u : 0, k + (j < nk ? j * kv_stride : 0) + c * TK));
-    const size_t ks = (size_t)d * sizeof(uint16_t), ss = (size_t)ld * sizeof(float);
-    for (int j = 0; j < nkp; j += 2 * T)
-        for (int r = 0; r < nqp; r += 2 * T) {
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-            for (int c = 0; c < kt; c++) {
-                _tile_loadd(4, w->k + j * d + c * TK, ks);
-                _tile_loadd(5, w->k + (j + T) * d + c * TK, ks);
-                for (int p = 0; p < PARTS; p++) {
-                    _tile_loadd(6, w->q + ((r / T * kt + c) * PARTS + p) * TE, 64);
-                    _tile_loadd(7, w->q + (((r / T + 1) * kt + c) * PARTS + p) * TE, 64);
-                    _tile_dpbf16ps(0, 4, 6);
-                    _tile_dpbf16ps(1, 4, 7);
-                    _tile_dpbf16ps(2, 5, 6);
-                    _tile_dpbf16ps(3, 5, 7);
-                }
-            }
-            _tile_stored(0, s + j * ld + r, ss);
-            _tile_stored(1, s + j * ld + r + T, ss);
-            _tile_stored(2, s + (j + T) * ld + r, ss);
-            _tile_stored(3, s + (j + T) * ld + r + T, ss);
-        }
+    for (int j = 0; j < nkp; j += 2 * T) // keys j.. by queries r..: K's rows by Q's pairs
+        for (int r = 0; r < nqp; r += 2 * T)
+            amx_block(s + j * ld + r, ld, 1, (amx_operand){w->k + j * d, w->k + (j + T) * d, TK, d * 2, 1},
+                      (amx_operand){w->q + r / T * kt * PARTS * TE, w->q + (r / T + 1) * kt * PARTS * TE, PARTS * TE, 64, PARTS},
+                      kt);
 }
 
 // P's parts, queries by keys, from p (keys by queries): 16 x 16 transposes; zeros past nq and nk.
@@ -131,31 +112,11 @@ void flash_amx_pv(flash_amx_scratch *w, float *acc, const float *p, int64_t ld, 
     split_p(w, p, ld, nq, nk);
     pair_v(w, v, kv_stride, nk, d);
     const int kc = pad32(nk) / TK, eg = d / T;
-    const size_t as = (size_t)d * sizeof(float);
-    for (int r = 0; r < pad32(nq); r += 2 * T)
-        for (int e = 0; e < eg; e += 2) {
-            float *c0 = acc + (int64_t)r * d + e * T;
-            _tile_loadd(0, c0, as);
-            _tile_loadd(1, c0 + T, as);
-            _tile_loadd(2, c0 + T * d, as);
-            _tile_loadd(3, c0 + T * d + T, as);
-            for (int c = 0; c < kc; c++) {
-                _tile_loadd(6, w->v + (c * eg + e) * TE, 64);
-                _tile_loadd(7, w->v + (c * eg + e + 1) * TE, 64);
-                for (int q = 0; q < PARTS; q++) {
-                    _tile_loadd(4, w->p + ((r / T * 2 + c) * PARTS + q) * TE, 64);
-                    _tile_loadd(5, w->p + (((r / T + 1) * 2 + c) * PARTS + q) * TE, 64);
-                    _tile_dpbf16ps(0, 4, 6);
-                    _tile_dpbf16ps(1, 4, 7);
-                    _tile_dpbf16ps(2, 5, 6);
-                    _tile_dpbf16ps(3, 5, 7);
-                }
-            }
-            _tile_stored(0, c0, as);
-            _tile_stored(1, c0 + T, as);
-            _tile_stored(2, c0 + T * d, as);
-            _tile_stored(3, c0 + T * d + T, as);
-        }
+    for (int r = 0; r < pad32(nq); r += 2 * T) // queries r.. by dims 16 e..: P's parts by V's pairs
+        for (int e = 0; e < eg; e += 2)
+            amx_block(acc + (int64_t)r * d + e * T, d, 0,
+                      (amx_operand){w->p + r / T * 2 * PARTS * TE, w->p + (r / T + 1) * 2 * PARTS * TE, PARTS * TE, 64, PARTS},
+                      (amx_operand){w->v + e * TE, w->v + (e + 1) * TE, eg * TE, 64, 1}, kc);
 }
 #else // flash_amx_applies is 0: nothing else here is called
 #include "common/burst.h"

@@ -243,9 +243,9 @@ static const uint16_t *bf16_rows(const flash_args *a, const void *base, int64_t 
 static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, flash_cpu_rows st, int h, int hk,
                            int64_t q0, int64_t q1, int64_t k0, int64_t k1, int masked, int amx) {
     const int d = a->head_dim, nq = (int)(q1 - q0), nk = (int)(k1 - k0);
-    int64_t k_stride, v_stride;
     if (amx) flash_amx_scores(&w->amx, w->s, FLASH_CPU_BQ, bf16_rows(a, a->k, k0, hk), a->kv_stride, nk, nq, d);
     else {
+        int64_t k_stride;
         const float *k = kv_tile(a, a->k, k0, nk, hk, w->kv, &k_stride);
         if (nq > FLASH_CPU_SPLIT_ROWS) scores(w->s, k, k_stride, w->qt, d, nk);
         else dot_rows(q_row(a, q0, h), a->q_stride, nq, k, k_stride, nk, d, w->s, 1, FLASH_CPU_BQ);
@@ -253,6 +253,7 @@ static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, flash_cpu_
     softmax_tile(a, w->s, FLASH_CPU_BQ, nq, nk, st, w->mx, masked, a->q_pos0 + q0 - a->k_pos0 - k0, nq);
     if (amx) flash_amx_pv(&w->amx, st.acc, w->s, FLASH_CPU_BQ, bf16_rows(a, a->v, k0, hk), a->kv_stride, nq, nk, d);
     else {
+        int64_t v_stride;
         const float *v = kv_tile(a, a->v, k0, nk, hk, w->kv, &v_stride);
         add_pv(st.acc, w->s, FLASH_CPU_BQ, v, v_stride, d, nq, nk);
     }

@@ -76,4 +76,51 @@ static inline void amx_transpose_16x16(__m512i r[16]) {
         r[8 + j] = _mm512_shuffle_i32x4(b1, b3, 0x88), r[12 + j] = _mm512_shuffle_i32x4(b1, b3, 0xdd);
     }
 }
+
+// One operand of amx_block: its two tiles (rows 0-15 and 16-31 of the block's A, or columns of its
+// B), step k's part p at first + k * step + p * AMX_TILE_ELEMS and second likewise, rows `stride`
+// bytes apart.
+typedef struct {
+    const uint16_t *first, *second;
+    int64_t step, stride;
+    int parts;
+} amx_operand;
+
+// c (a 2 x 2 block of 16 x 16 float sums, rows c_stride floats apart; from zeros where zero) +=
+// the tile products of k_tiles steps of a's parts by b's, those with p + q < AMX_PARTS (the
+// products below 2^-24 of their term are left out). Tiles 0-3 hold the sums, 4-5 a, 6-7 b; a
+// one-part a is loaded once a step, not once per part of b.
+static inline void amx_block(float *c, int64_t c_stride, int zero, amx_operand a, amx_operand b, int64_t k_tiles) {
+    const size_t cs = (size_t)c_stride * sizeof(float);
+    if (zero) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    } else {
+        _tile_loadd(0, c, cs);
+        _tile_loadd(1, c + AMX_TILE, cs);
+        _tile_loadd(2, c + AMX_TILE * c_stride, cs);
+        _tile_loadd(3, c + AMX_TILE * c_stride + AMX_TILE, cs);
+    }
+    for (int64_t k = 0; k < k_tiles; k++)
+        for (int q = 0; q < b.parts; q++) {
+            _tile_loadd(6, b.first + k * b.step + q * AMX_TILE_ELEMS, b.stride);
+            _tile_loadd(7, b.second + k * b.step + q * AMX_TILE_ELEMS, b.stride);
+            for (int p = 0; p < a.parts && p + q < AMX_PARTS; p++) {
+                if (q == 0 || a.parts > 1) {
+                    _tile_loadd(4, a.first + k * a.step + p * AMX_TILE_ELEMS, a.stride);
+                    _tile_loadd(5, a.second + k * a.step + p * AMX_TILE_ELEMS, a.stride);
+                }
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+        }
+    _tile_stored(0, c, cs);
+    _tile_stored(1, c + AMX_TILE, cs);
+    _tile_stored(2, c + AMX_TILE * c_stride, cs);
+    _tile_stored(3, c + AMX_TILE * c_stride + AMX_TILE, cs);
+}
 #endif

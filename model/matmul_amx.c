@@ -73,35 +73,6 @@ static void pack_w(uint16_t *ws, const burst_weight *W, int64_t r0, int64_t mr, 
         }
 }
 
-// The sums of 32 tokens x 32 weight rows: c (16 x 16 tiles, rows of c_stride floats) += the tile
-// products of k_tiles column tiles, from xa/xb (x's two tiles of 16 tokens) and wa/wb (W's two of
-// 16 rows).
-static void amx_tiles(const uint16_t *xa, const uint16_t *xb, int x_parts, const uint16_t *wa, const uint16_t *wb,
-                      int w_parts, int64_t k_tiles, float *c, int64_t c_stride) {
-    const size_t cs = (size_t)c_stride * sizeof(float);
-    _tile_loadd(0, c, cs);
-    _tile_loadd(1, c + TILE, cs);
-    _tile_loadd(2, c + TILE * c_stride, cs);
-    _tile_loadd(3, c + TILE * c_stride + TILE, cs);
-    for (int64_t k = 0; k < k_tiles; k++)
-        for (int q = 0; q < w_parts; q++) {
-            _tile_loadd(6, wa + (k * w_parts + q) * TILE_ELEMS, 64);
-            _tile_loadd(7, wb + (k * w_parts + q) * TILE_ELEMS, 64);
-            for (int p = 0; p < x_parts && p + q < X_PARTS; p++) {
-                _tile_loadd(4, xa + (k * x_parts + p) * TILE_ELEMS, 64);
-                _tile_loadd(5, xb + (k * x_parts + p) * TILE_ELEMS, 64);
-                _tile_dpbf16ps(0, 4, 6);
-                _tile_dpbf16ps(1, 4, 7);
-                _tile_dpbf16ps(2, 5, 6);
-                _tile_dpbf16ps(3, 5, 7);
-            }
-        }
-    _tile_stored(0, c, cs);
-    _tile_stored(1, c + TILE, cs);
-    _tile_stored(2, c + TILE * c_stride, cs);
-    _tile_stored(3, c + TILE * c_stride + TILE, cs);
-}
-
 // Tokens and weight rows go 32 at a time (a 2 x 2 block of 16 x 16 tiles).
 static int64_t pad_to_tile_pair(int64_t n) { return (n + 2 * TILE - 1) / (2 * TILE) * (2 * TILE); }
 
@@ -143,8 +114,10 @@ int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, 
                     for (int64_t r = 0; r < mr_pad; r += 2 * TILE) {
                         const uint16_t *xa = xs + (t / TILE) * x_tile_row + k0 / TILE_K * x_parts * TILE_ELEMS;
                         const uint16_t *wa = ws + r / TILE * kt * w_parts * TILE_ELEMS;
-                        amx_tiles(xa, xa + x_tile_row, x_parts, wa, wa + kt * w_parts * TILE_ELEMS, w_parts, kt,
-                                  c + t * MC + r, MC);
+                        // 32 tokens x 32 weight rows of the sums: x's two tiles of 16 tokens by W's two of 16 rows
+                        amx_block(c + t * MC + r, MC, 0,
+                                  (amx_operand){xa, xa + x_tile_row, x_parts * TILE_ELEMS, 64, x_parts},
+                                  (amx_operand){wa, wa + kt * w_parts * TILE_ELEMS, w_parts * TILE_ELEMS, 64, w_parts}, kt);
                     }
             }
             for (int64_t t = 0; t < n; t++)
