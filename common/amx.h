@@ -14,7 +14,9 @@
 // The first call asks Linux for the tile registers and logs the outcome.
 int amx_usable(void);
 
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__)
+// Compiled where the compiler targets AMX-BF16 (-march=native on such a CPU); clang 14 names the
+// features __AMXTILE__ and __AMXBF16__, GCC __AMX_TILE__ and __AMX_BF16__.
+#if (defined(__AMX_TILE__) || defined(__AMXTILE__)) && (defined(__AMX_BF16__) || defined(__AMXBF16__)) && defined(__AVX512F__)
 #define BURST_AMX_BUILD 1
 #include <immintrin.h>
 
