@@ -14,8 +14,6 @@
 
 enum { T = AMX_TILE, TK = AMX_TILE_K, TE = AMX_TILE_ELEMS, PARTS = AMX_PARTS, ROWS = FLASH_AMX_ROWS };
 
-static int pad32(int n) { return (n + 2 * T - 1) / (2 * T) * (2 * T); }
-
 int flash_amx_applies(int head_dim, burst_dtype kv_dtype) {
     return kv_dtype == DTYPE_BF16 && head_dim % TK == 0 && amx_usable();
 }
@@ -42,7 +40,7 @@ void flash_amx_thread_end(flash_amx_scratch *w) {
 
 void flash_amx_queries(flash_amx_scratch *w, const float *q, int64_t q_stride, int n, int d) {
     const int kt = d / TK;
-    for (int g = 0; g < pad32(n) / T; g++)
+    for (int g = 0; g < amx_pad_to_block(n) / T; g++)
         for (int c = 0; c < kt; c++) {
             _Alignas(64) uint16_t rows[PARTS][TE]; // the parts of 16 queries x 32 dims, a query a row
             for (int r = 0; r < T; r++) {
@@ -64,7 +62,7 @@ void flash_amx_queries(flash_amx_scratch *w, const float *q, int64_t q_stride, i
 
 void flash_amx_scores(flash_amx_scratch *w, float *s, int64_t ld, const uint16_t *k, int64_t kv_stride, int nk,
                       int nq, int d) {
-    const int kt = d / TK, nkp = pad32(nk), nqp = pad32(nq);
+    const int kt = d / TK, nkp = amx_pad_to_block(nk), nqp = amx_pad_to_block(nq);
     for (int j = 0; j < nkp; j++) // a tile reads 16 whole rows: the last ones zeros
         for (int c = 0; c < kt; c++)
             _mm512_store_si512(w->k + j * d + c * TK,
@@ -78,8 +76,8 @@ void flash_amx_scores(flash_amx_scratch *w, float *s, int64_t ld, const uint16_t
 
 // P's parts, queries by keys, from p (keys by queries): 16 x 16 transposes; zeros past nq and nk.
 static void split_p(flash_amx_scratch *w, const float *p, int64_t ld, int nq, int nk) {
-    for (int g = 0; g < pad32(nq) / T; g++)
-        for (int c = 0; c < pad32(nk) / TK; c++) {
+    for (int g = 0; g < amx_pad_to_block(nq) / T; g++)
+        for (int c = 0; c < amx_pad_to_block(nk) / TK; c++) {
             __m512i lo[T], hi[T]; // keys [32 c, 32 c + 16) and the next 16, then (transposed) queries
             const __mmask16 m = amx_first16(nq - g * T);
             for (int j = 0; j < T; j++) {
@@ -96,7 +94,7 @@ static void split_p(flash_amx_scratch *w, const float *p, int64_t ld, int nq, in
 
 // V in pairs of keys (two rows' elements side by side as one 32-bit pair); zeros past nk.
 static void pair_v(flash_amx_scratch *w, const uint16_t *v, int64_t kv_stride, int nk, int d) {
-    for (int c = 0; c < pad32(nk) / TK; c++)
+    for (int c = 0; c < amx_pad_to_block(nk) / TK; c++)
         for (int e = 0; e < d / T; e++)
             for (int i = 0; i < T; i++) {
                 const int k0 = c * TK + 2 * i, k1 = k0 + 1;
@@ -111,8 +109,8 @@ void flash_amx_pv(flash_amx_scratch *w, float *acc, const float *p, int64_t ld, 
                   int nq, int nk, int d) {
     split_p(w, p, ld, nq, nk);
     pair_v(w, v, kv_stride, nk, d);
-    const int kc = pad32(nk) / TK, eg = d / T;
-    for (int r = 0; r < pad32(nq); r += 2 * T) // queries r.. by dims 16 e..: P's parts by V's pairs
+    const int kc = amx_pad_to_block(nk) / TK, eg = d / T;
+    for (int r = 0; r < amx_pad_to_block(nq); r += 2 * T) // queries r.. by dims 16 e..: P's parts by V's pairs
         for (int e = 0; e < eg; e += 2)
             amx_block(acc + (int64_t)r * d + e * T, d, 0,
                       (amx_operand){w->p + r / T * 2 * PARTS * TE, w->p + (r / T + 1) * 2 * PARTS * TE, PARTS * TE, 64, PARTS},

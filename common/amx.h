@@ -79,6 +79,9 @@ static inline void amx_transpose_16x16(__m512i r[16]) {
     }
 }
 
+// n rounded up to amx_block's 32 rows (or columns): two tiles.
+static inline int64_t amx_pad_to_block(int64_t n) { return (n + 2 * AMX_TILE - 1) / (2 * AMX_TILE) * (2 * AMX_TILE); }
+
 // One operand of amx_block: its two tiles (rows 0-15 and 16-31 of the block's A, or columns of its
 // B), step k's part p at first + k * step + p * AMX_TILE_ELEMS and second likewise, rows `stride`
 // bytes apart.

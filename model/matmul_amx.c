@@ -44,7 +44,7 @@ static void split_x(uint16_t *xs, const void *x, burst_dtype x_dtype, int64_t n,
             } else {
                 const float *src = (const float *)x + (token < n ? token * cols + k * TILE_K : 0);
                 amx_split_32(_mm512_maskz_loadu_ps(amx_first16(left), src), _mm512_maskz_loadu_ps(amx_first16(left - 16), src + 16),
-                         parts, d, TILE_ELEMS);
+                             parts, d, TILE_ELEMS);
             }
         }
 }
@@ -69,12 +69,9 @@ static void pack_w(uint16_t *ws, const burst_weight *W, int64_t r0, int64_t mr, 
             for (int r = 0; r < TILE; r++)
                 if (parts == 1) _mm512_store_si512(d + r * TILE_K, t[r]);
                 else amx_split_32(_mm512_cvtph_ps(_mm512_castsi512_si256(t[r])), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(t[r], 1)),
-                              2, d + r * TILE_K, TILE_ELEMS);
+                                  2, d + r * TILE_K, TILE_ELEMS);
         }
 }
-
-// Tokens and weight rows go 32 at a time (a 2 x 2 block of 16 x 16 tiles).
-static int64_t pad_to_tile_pair(int64_t n) { return (n + 2 * TILE - 1) / (2 * TILE) * (2 * TILE); }
 
 // What a call allocates: x's tiles, and each thread's weight block and sums.
 static size_t x_tiles_bytes(int64_t n_pad, int64_t k_tiles, int x_parts) {
@@ -84,15 +81,15 @@ static size_t w_block_bytes(int w_parts) { return sizeof(uint16_t) * MC * KC * (
 static size_t sums_bytes(int64_t n_pad) { return sizeof(float) * (size_t)n_pad * MC; } // [token][row of the block]
 
 size_t matmul_amx_transient_bytes(int n, int64_t cols, int n_threads) {
-    const int64_t n_pad = pad_to_tile_pair(n);
+    const int64_t n_pad = amx_pad_to_block(n);
     return !amx_usable() ? 0 : x_tiles_bytes(n_pad, (cols + TILE_K - 1) / TILE_K, X_PARTS) +
-                                          (size_t)n_threads * (w_block_bytes(2) + sums_bytes(n_pad));
+                                   (size_t)n_threads * (w_block_bytes(2) + sums_bytes(n_pad));
 }
 
 int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                const burst_weight *W, int n, int n_threads) {
     if (!(W->dtype == DTYPE_BF16 || (W->dtype == DTYPE_F16 && n >= AMX_F16_MIN_TOKENS)) || !amx_usable()) return 0;
-    const int64_t rows = W->rows, cols = W->cols, k_tiles = (cols + TILE_K - 1) / TILE_K, n_pad = pad_to_tile_pair(n);
+    const int64_t rows = W->rows, cols = W->cols, k_tiles = (cols + TILE_K - 1) / TILE_K, n_pad = amx_pad_to_block(n);
     const int x_parts = x_dtype == DTYPE_BF16 ? 1 : X_PARTS, w_parts = W->dtype == DTYPE_BF16 ? 1 : 2;
     const int64_t blocks = (rows + MC - 1) / MC, x_tile_row = k_tiles * x_parts * TILE_ELEMS;
     uint16_t *xs = burst_malloc_aligned(x_tiles_bytes(n_pad, k_tiles, x_parts));
@@ -105,7 +102,7 @@ int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, 
         amx_load_tile_config();
         #pragma omp for schedule(dynamic)
         for (int64_t blk = 0; blk < blocks; blk++) {
-            const int64_t r0 = blk * MC, mr = rows - r0 < MC ? rows - r0 : MC, mr_pad = pad_to_tile_pair(mr);
+            const int64_t r0 = blk * MC, mr = rows - r0 < MC ? rows - r0 : MC, mr_pad = amx_pad_to_block(mr);
             memset(c, 0, sums_bytes(n_pad));
             for (int64_t k0 = 0; k0 < k_tiles * TILE_K; k0 += KC) {
                 const int64_t kn = k_tiles * TILE_K - k0 < KC ? k_tiles * TILE_K - k0 : KC, kt = kn / TILE_K;
