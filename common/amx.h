@@ -91,10 +91,21 @@ typedef struct {
     int parts;
 } amx_operand;
 
+// Loads step k's part p of an operand of amx_block into tiles 4-5 (a) or 6-7 (b).
+static inline void amx_load_a(const amx_operand *a, int64_t k, int p) {
+    _tile_loadd(4, a->first + k * a->step + p * AMX_TILE_ELEMS, a->stride);
+    _tile_loadd(5, a->second + k * a->step + p * AMX_TILE_ELEMS, a->stride);
+}
+static inline void amx_load_b(const amx_operand *b, int64_t k, int p) {
+    _tile_loadd(6, b->first + k * b->step + p * AMX_TILE_ELEMS, b->stride);
+    _tile_loadd(7, b->second + k * b->step + p * AMX_TILE_ELEMS, b->stride);
+}
+
 // c (a 2 x 2 block of 16 x 16 float sums, rows c_stride floats apart; from zeros where zero) +=
 // the tile products of k_tiles steps of a's parts by b's, those with p + q < AMX_PARTS (the
-// products below 2^-24 of their term are left out). Tiles 0-3 hold the sums, 4-5 a, 6-7 b; a
-// one-part a is loaded once a step, not once per part of b.
+// products below 2^-24 of their term are left out). Tiles 0-3 hold the sums, 4-5 a, 6-7 b. The
+// operand of fewer parts goes round the outer loop, so that each of its parts is loaded once a
+// step, and the other's parts once for each (once in all where it has one).
 static inline void amx_block(float *c, int64_t c_stride, int zero, amx_operand a, amx_operand b, int64_t k_tiles) {
     const size_t cs = (size_t)c_stride * sizeof(float);
     if (zero) {
@@ -108,14 +119,15 @@ static inline void amx_block(float *c, int64_t c_stride, int zero, amx_operand a
         _tile_loadd(2, c + AMX_TILE * c_stride, cs);
         _tile_loadd(3, c + AMX_TILE * c_stride + AMX_TILE, cs);
     }
+    const int a_outer = a.parts <= b.parts, outer_parts = a_outer ? a.parts : b.parts, inner_parts = a_outer ? b.parts : a.parts;
     for (int64_t k = 0; k < k_tiles; k++)
-        for (int q = 0; q < b.parts; q++) {
-            _tile_loadd(6, b.first + k * b.step + q * AMX_TILE_ELEMS, b.stride);
-            _tile_loadd(7, b.second + k * b.step + q * AMX_TILE_ELEMS, b.stride);
-            for (int p = 0; p < a.parts && p + q < AMX_PARTS; p++) {
-                if (q == 0 || a.parts > 1) {
-                    _tile_loadd(4, a.first + k * a.step + p * AMX_TILE_ELEMS, a.stride);
-                    _tile_loadd(5, a.second + k * a.step + p * AMX_TILE_ELEMS, a.stride);
+        for (int o = 0; o < outer_parts; o++) {
+            if (a_outer) amx_load_a(&a, k, o);
+            else amx_load_b(&b, k, o);
+            for (int i = 0; i < inner_parts && o + i < AMX_PARTS; i++) {
+                if (o == 0 || inner_parts > 1) {
+                    if (a_outer) amx_load_b(&b, k, i);
+                    else amx_load_a(&a, k, i);
                 }
                 _tile_dpbf16ps(0, 4, 6);
                 _tile_dpbf16ps(1, 4, 7);
