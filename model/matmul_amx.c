@@ -1,6 +1,6 @@
-// The CPU matmul's many-token path on Intel AMX (Sapphire Rapids and later): out (n, rows) =
-// x (n, cols) @ W^T for BF16 and F16 weights, in 16 x 32 bf16 tiles multiplied into 16 x 16
-// float32 sums (TDPBF16PS), several times the float32 GEMM's multiply-adds a cycle.
+// The CPU matmul on Intel AMX (Sapphire Rapids and later): out (n, rows) = x (n, cols) @ W^T for
+// BF16 and F16 weights, in 16 x 32 bf16 tiles multiplied into 16 x 16 float32 sums (TDPBF16PS),
+// several times the float32 GEMM's multiply-adds a cycle.
 //
 // It stays a float32 matmul (common/amx.h): each float32 x is split into three bf16 parts and each
 // F16 weight into two (its 11 bits); the products of the parts are summed in float32, as the
@@ -8,69 +8,77 @@
 // 2^-24 of the term. A BF16 weight costs 3 tile products, an F16 one 5; bf16 x needs no split (1
 // and 2).
 //
-// A is x (tokens by columns, as x is laid out) and B is W^T, so a tile of C holds 16 tokens x 16
-// weight rows, stored as out's rows are. x is split into tiles once per call; W is widened and
-// transposed in pairs a block of MC rows x KC columns at a time, into L2, where every 32 tokens
-// read it; a block's sums for all tokens gather in a per-thread buffer and are stored as out_dtype
-// once its last columns are in.
+// A is W (rows by columns, as W is laid out) and B is x^T, so a tile of C holds 16 weight rows x 16
+// tokens. x is split and transposed into tiles once per call. W is read a block of MC rows x KC
+// columns at a time: BF16 rows where they lie when one or two blocks of 32 tokens read them (a
+// decode step's few tokens: each weight is used once or twice, and copying it would cost as much
+// as its tile products), otherwise copied into L2 (F16 ones widened and split), where every 32
+// tokens read them; copies of rows that AMX reads 16 rows at a time, 8 KB apart, would fall into
+// one cache set. A block's sums for all tokens gather in a per-thread buffer and are stored as
+// out_dtype once its last columns are in.
 #include "matmul_amx.h"
 
 #include "common/amx.h"
 #include "matmul_cpu.h"
 
 #ifdef BURST_AMX_BUILD
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/burst.h"
 
-// MC and KC: the weight block widened at a time (128 KB of bf16 parts for F16, in L2).
+// MC and KC: the weight block copied at a time (128 KB of bf16 parts for F16, in L2).
 enum { TILE = AMX_TILE, TILE_K = AMX_TILE_K, TILE_ELEMS = AMX_TILE_ELEMS, MC = 128, KC = 256, X_PARTS = AMX_PARTS };
-// Below this many tokens an F16 weight's split costs more than its 5 tile products save against
-// the float32 GEMM (bench/bench_matmul_cpu.c; even at 64 to 128, 1.2x faster at 256 and more).
-enum { AMX_F16_MIN_TOKENS = 128 };
+// Below these many tokens the vector paths of matmul_cpu.c are as fast (bench/bench_matmul_cpu.c):
+// an F16 weight's split costs more than its 5 tile products save against the float32 GEMM (even at
+// 64 to 128, 1.2x faster at 256 and more); a BF16 one's 3 would run on 32 tokens of which at most 7
+// are there. Up to DIRECT_MAX_TOKENS (padded), BF16 rows are read where they lie.
+enum { AMX_F16_MIN_TOKENS = 128, AMX_BF16_MIN_TOKENS = 8, DIRECT_MAX_TOKENS = 64 };
 
-// x's n tokens split into tiles: xs[((b * k_tiles + k) * parts + p) * TILE_ELEMS] is part p of tokens
-// [16 b, 16 b + 16) x columns [32 k, 32 k + 32); zeros past n and past cols.
+// x's n tokens split into B tiles: xs[((b * k_tiles + k) * parts + p) * TILE_ELEMS] is part p of tokens
+// [16 b, 16 b + 16) x columns [32 k, 32 k + 32), whose row c / 2 holds (x[t][c], x[t][c + 1]) at 2 t:
+// the 16 x 16 transpose of the tokens' pairs of parts. Zeros past n and past cols.
 static void split_x(uint16_t *xs, const void *x, burst_dtype x_dtype, int64_t n, int64_t cols, int64_t b,
                     int64_t k_tiles, int parts) {
-    for (int64_t t = 0; t < TILE; t++)
-        for (int64_t k = 0; k < k_tiles; k++) {
+    for (int64_t k = 0; k < k_tiles; k++) {
+        uint16_t *d = xs + (b * k_tiles + k) * parts * TILE_ELEMS;
+        for (int64_t t = 0; t < TILE; t++) {
             const int64_t token = b * TILE + t, left = token < n ? cols - k * TILE_K : 0;
-            uint16_t *d = xs + (b * k_tiles + k) * parts * TILE_ELEMS + t * TILE_K;
             if (x_dtype == DTYPE_BF16) {
                 const uint16_t *src = (const uint16_t *)x + (token < n ? token * cols + k * TILE_K : 0);
-                _mm512_store_si512(d, _mm512_maskz_loadu_epi16(amx_first32(left), src));
+                _mm512_store_si512(d + t * TILE_K, _mm512_maskz_loadu_epi16(amx_first32(left), src));
             } else {
                 const float *src = (const float *)x + (token < n ? token * cols + k * TILE_K : 0);
                 amx_split_32(_mm512_maskz_loadu_ps(amx_first16(left), src), _mm512_maskz_loadu_ps(amx_first16(left - 16), src + 16),
-                             parts, d, TILE_ELEMS);
+                             parts, d + t * TILE_K, TILE_ELEMS);
             }
         }
+        for (int p = 0; p < parts; p++) {
+            __m512i r[TILE];
+            for (int t = 0; t < TILE; t++) r[t] = _mm512_load_si512(d + p * TILE_ELEMS + t * TILE_K);
+            amx_transpose_16x16(r);
+            for (int t = 0; t < TILE; t++) _mm512_store_si512(d + p * TILE_ELEMS + t * TILE_K, r[t]);
+        }
+    }
 }
 
 // Rows [r0, r0 + mr) x columns [k0, k0 + kn) of W (mr and kn multiples of 32; zeros past W's edges)
-// as tiles of pairs: ws[((i * (kn / 32) + k) * parts + p) * TILE_ELEMS] is part p of rows
-// [16 i, 16 i + 16) x columns [32 k, 32 k + 32), whose row c / 2 holds (W[r][c], W[r][c + 1]) at 2 r:
-// a row of 32 16-bit weights is 16 such pairs, so the tile is the 16 x 16 transpose of the rows'
-// pairs. F16 weights are split after the transpose, which moves pairs and leaves them whole.
-static void pack_w(uint16_t *ws, const burst_weight *W, int64_t r0, int64_t mr, int64_t k0, int64_t kn, int parts) {
+// as A tiles: ws[((i * (kn / 32) + k) * parts + p) * TILE_ELEMS] is part p of rows [16 i, 16 i + 16)
+// x columns [32 k, 32 k + 32), as W lays them out; F16 weights split into two bf16 parts.
+static void copy_w(uint16_t *ws, const burst_weight *W, int64_t r0, int64_t mr, int64_t k0, int64_t kn, int parts) {
     const int64_t k_tiles = kn / TILE_K;
     for (int64_t i = 0; i < mr / TILE; i++)
-        for (int64_t k = 0; k < k_tiles; k++) {
-            __m512i t[TILE];
+        for (int64_t k = 0; k < k_tiles; k++)
             for (int64_t r = 0; r < TILE; r++) {
                 const int64_t row = r0 + i * TILE + r, col = k0 + k * TILE_K;
                 const __mmask32 m = row < W->rows ? amx_first32(W->cols - col) : 0;
-                t[r] = _mm512_maskz_loadu_epi16(m, (const uint16_t *)W->data + (row < W->rows ? row * W->cols + col : 0));
+                const __m512i w = _mm512_maskz_loadu_epi16(m, (const uint16_t *)W->data + (row < W->rows ? row * W->cols + col : 0));
+                uint16_t *d = ws + (i * k_tiles + k) * parts * TILE_ELEMS + r * TILE_K;
+                if (parts == 1) _mm512_store_si512(d, w);
+                else amx_split_32(_mm512_cvtph_ps(_mm512_castsi512_si256(w)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(w, 1)), 2, d,
+                                  TILE_ELEMS);
             }
-            amx_transpose_16x16(t);
-            uint16_t *d = ws + (i * k_tiles + k) * parts * TILE_ELEMS;
-            for (int r = 0; r < TILE; r++)
-                if (parts == 1) _mm512_store_si512(d + r * TILE_K, t[r]);
-                else amx_split_32(_mm512_cvtph_ps(_mm512_castsi512_si256(t[r])), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(t[r], 1)),
-                                  2, d + r * TILE_K, TILE_ELEMS);
-        }
 }
 
 // What a call allocates: x's tiles, and each thread's weight block and sums.
@@ -78,7 +86,7 @@ static size_t x_tiles_bytes(int64_t n_pad, int64_t k_tiles, int x_parts) {
     return sizeof(uint16_t) * (size_t)(n_pad / TILE * k_tiles * x_parts * TILE_ELEMS);
 }
 static size_t w_block_bytes(int w_parts) { return sizeof(uint16_t) * MC * KC * (size_t)w_parts; }
-static size_t sums_bytes(int64_t n_pad) { return sizeof(float) * (size_t)n_pad * MC; } // [token][row of the block]
+static size_t sums_bytes(int64_t n_pad) { return sizeof(float) * (size_t)n_pad * MC; } // [row of the block][token]
 
 size_t matmul_amx_transient_bytes(int n, int64_t cols, int n_threads) {
     const int64_t n_pad = amx_pad_to_block(n);
@@ -88,7 +96,8 @@ size_t matmul_amx_transient_bytes(int n, int64_t cols, int n_threads) {
 
 int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                const burst_weight *W, int n, int n_threads) {
-    if (!(W->dtype == DTYPE_BF16 || (W->dtype == DTYPE_F16 && n >= AMX_F16_MIN_TOKENS)) || !amx_usable()) return 0;
+    const int min_tokens = W->dtype == DTYPE_BF16 ? AMX_BF16_MIN_TOKENS : W->dtype == DTYPE_F16 ? AMX_F16_MIN_TOKENS : INT_MAX;
+    if (n < min_tokens || !amx_usable()) return 0;
     const int64_t rows = W->rows, cols = W->cols, k_tiles = (cols + TILE_K - 1) / TILE_K, n_pad = amx_pad_to_block(n);
     const int x_parts = x_dtype == DTYPE_BF16 ? 1 : X_PARTS, w_parts = W->dtype == DTYPE_BF16 ? 1 : 2;
     const int64_t blocks = (rows + MC - 1) / MC, x_tile_row = k_tiles * x_parts * TILE_ELEMS;
@@ -103,25 +112,33 @@ int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, 
         #pragma omp for schedule(dynamic)
         for (int64_t blk = 0; blk < blocks; blk++) {
             const int64_t r0 = blk * MC, mr = rows - r0 < MC ? rows - r0 : MC, mr_pad = amx_pad_to_block(mr);
-            memset(c, 0, sums_bytes(n_pad));
+            const int direct = W->dtype == DTYPE_BF16 && n_pad <= DIRECT_MAX_TOKENS && r0 + mr_pad <= rows && cols % TILE_K == 0;
             for (int64_t k0 = 0; k0 < k_tiles * TILE_K; k0 += KC) {
                 const int64_t kn = k_tiles * TILE_K - k0 < KC ? k_tiles * TILE_K - k0 : KC, kt = kn / TILE_K;
-                pack_w(ws, W, r0, mr_pad, k0, kn, w_parts);
-                for (int64_t t = 0; t < n_pad; t += 2 * TILE)
-                    for (int64_t r = 0; r < mr_pad; r += 2 * TILE) {
-                        const uint16_t *xa = xs + (t / TILE) * x_tile_row + k0 / TILE_K * x_parts * TILE_ELEMS;
-                        const uint16_t *wa = ws + r / TILE * kt * w_parts * TILE_ELEMS;
-                        // 32 tokens x 32 weight rows of the sums: x's two tiles of 16 tokens by W's two of 16 rows
-                        amx_block(c + t * MC + r, MC, 0,
-                                  (amx_operand){xa, xa + x_tile_row, x_parts * TILE_ELEMS, 64, x_parts},
-                                  (amx_operand){wa, wa + kt * w_parts * TILE_ELEMS, w_parts * TILE_ELEMS, 64, w_parts}, kt);
+                if (!direct) copy_w(ws, W, r0, mr_pad, k0, kn, w_parts);
+                for (int64_t r = 0; r < mr_pad; r += 2 * TILE) {
+                    const uint16_t *wd = (const uint16_t *)W->data + (r0 + r) * cols + k0; // in place
+                    const uint16_t *wc = ws + r / TILE * kt * w_parts * TILE_ELEMS;           // copied
+                    const amx_operand a = direct ? (amx_operand){wd, wd + TILE * cols, TILE_K, cols * 2, 1}
+                                                 : (amx_operand){wc, wc + kt * w_parts * TILE_ELEMS, w_parts * TILE_ELEMS, 64, w_parts};
+                    // the next columns of these 32 rows, from memory: the tile loads alone wait on it (half the
+                    // speed at 11008 columns)
+                    for (int64_t i = 0; direct && i < 2 * TILE; i++)
+                        for (int64_t j = k0 + KC; j < k0 + 2 * KC && j < cols; j += 64 / sizeof(uint16_t))
+                            _mm_prefetch((const char *)((const uint16_t *)W->data + (r0 + r + i) * cols + j), _MM_HINT_T0);
+                    for (int64_t t = 0; t < n_pad; t += 2 * TILE) {
+                        const uint16_t *xb = xs + (t / TILE) * x_tile_row + k0 / TILE_K * x_parts * TILE_ELEMS;
+                        // 32 weight rows x 32 tokens of the sums: W's two tiles of 16 rows by x's two of 16 tokens
+                        amx_block(c + r * n_pad + t, n_pad, k0 == 0, a,
+                                  (amx_operand){xb, xb + x_tile_row, x_parts * TILE_ELEMS, 64, x_parts}, kt);
                     }
+                }
             }
             for (int64_t t = 0; t < n; t++)
                 for (int64_t r = 0; r < mr; r++) {
                     int64_t o = t * rows + r0 + r;
-                    if (accumulate) ((float *)out)[o] += c[t * MC + r];
-                    else act_set(out, out_dtype, o, c[t * MC + r]);
+                    if (accumulate) ((float *)out)[o] += c[r * n_pad + t];
+                    else act_set(out, out_dtype, o, c[r * n_pad + t]);
                 }
         }
         _tile_release();

@@ -14,6 +14,8 @@
 // gather in a per-thread buffer before they are stored as out_dtype. Broadcasting weights, not
 // tokens, keeps the widening a contiguous loop and leaves the transpose to x, which is read once
 // where the weights are widened n / MC times (bench/bench_matmul_cpu.c).
+//
+// Where the CPU has AMX, matmul_amx.c takes BF16 weights from 8 tokens on and F16 ones from 128.
 #include "matmul_cpu.h"
 
 #include "matmul_amx.h"
@@ -229,17 +231,17 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
 }
 
 size_t matmul_cpu_transient_bytes(int n, int64_t cols, int n_threads) {
-    if (n < MM_FEW_TOKENS) return sizeof(float) * (size_t)(n * cols); // bf16 x widened
-    size_t gemm = xt_bytes(n, cols) + (size_t)n_threads * (wf_bytes + c_bytes);
+    size_t vector = n < MM_FEW_TOKENS ? sizeof(float) * (size_t)(n * cols) // bf16 x widened
+                                      : xt_bytes(n, cols) + (size_t)n_threads * (wf_bytes + c_bytes);
     size_t amx = matmul_amx_transient_bytes(n, cols, n_threads);
-    return gemm > amx ? gemm : amx;
+    return vector > amx ? vector : amx;
 }
 
 void matmul_cpu(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                 const burst_weight *W, int n, int n_threads) {
+    if (matmul_amx(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads)) return;
     if (n >= MM_FEW_TOKENS) {
-        if (!matmul_amx(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads))
-            matmul_gemm(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads);
+        matmul_gemm(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads);
         return;
     }
     float *xw = NULL; // bf16 inputs widened once (the CPU's own activations are F32)

@@ -110,12 +110,13 @@ static void test_rmsnorm(burst_backend *be) {
 static void test_matmul(burst_backend *be) {
     // 131 rows x 600 columns: register tiles of 14 (AVX-512) or 6 rows, blocks of 112 or 48 rows and
     // of 256 columns, each with a rest; 300 tokens: panels of 32 or 16, blocks of 256 or 128; a
-    // last panel of one token more than a vector (16 or 8) at 49 and 41 tokens.
-    static const int ns[] = {1, 6, 7, 16, 41, 49, 70, 300}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}, {131, 600}};
+    // last panel of one token more than a vector (16 or 8) at 49 and 41 tokens. With AMX, 150 x 96
+    // BF16: a block of 128 rows read in place (16 to 49 tokens), then 22 rows copied.
+    static const int ns[] = {1, 6, 7, 16, 41, 49, 70, 300}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}, {131, 600}, {150, 96}};
     for (int wi = 0; wi < 3; wi++)
         for (int xi = 0; xi < 2; xi++)
             for (int oi = 0; oi < 3; oi++) // F32, BF16, F32 accumulated
-                for (int si = 0; si < 4; si++)
+                for (int si = 0; si < 5; si++)
                     for (int k = 0; k < 8; k++) {
                         const int n = ns[k], rows = shapes[si][0], cols = shapes[si][1], acc = oi == 2;
                         test_weight w = weight_random(WEIGHT_DTS[wi], rows, cols, -1, 1);
@@ -183,33 +184,35 @@ static void test_f16_weights(burst_backend *be) {
 // sign) times random float32 x give x times that power exactly, on every path and for every weight
 // dtype (AMX splits x into three bf16 parts; a lost part loses x's low bits).
 static void test_matmul_exact(burst_backend *be) {
-    enum { ROWS = 70, COLS = 333 };
-    static const int ns[] = {3, 40, 300};
+    enum { MAX_ROWS = 150 };
+    static const int ns[] = {3, 40, 300}, shapes[][2] = {{70, 333}, {MAX_ROWS, 96}}; // 150 x 96: as in test_matmul
     for (int wi = 0; wi < 3; wi++)
-        for (int k = 0; k < 3; k++) {
-            const int n = ns[k];
-            test_weight w = weight_random(WEIGHT_DTS[wi], ROWS, COLS, 0, 0);
-            int col[ROWS];
-            for (int r = 0; r < ROWS; r++) {
-                col[r] = (int)test_uniform(0, COLS) % COLS;
-                float v = ldexpf(test_uniform(0, 1) < 0.5f ? -1 : 1, (int)test_uniform(-1, 4));
-                w.as_f64[r * COLS + col[r]] = v;
-                if (WEIGHT_DTS[wi] == DTYPE_F32) ((float *)w.w.data)[r * COLS + col[r]] = v;
-                else ((uint16_t *)w.w.data)[r * COLS + col[r]] = WEIGHT_DTS[wi] == DTYPE_F16 ? f16_near(v) : f32_to_bf16(v);
-            }
-            act_buf x = act_random(DTYPE_F32, (int64_t)n * COLS, -4, 4), out = act_random(DTYPE_F32, (int64_t)n * ROWS, 0, 0);
-            backend_matmul(be, out.p, DTYPE_F32, x.p, DTYPE_F32, &w.w, n);
-            int bad = 0;
-            for (int i = 0; i < n; i++)
-                for (int r = 0; r < ROWS; r++) {
-                    double want = x.as_f64[(int64_t)i * COLS + col[r]] * w.as_f64[r * COLS + col[r]];
-                    if (out.p[(int64_t)i * ROWS + r] != want && bad++ < 3)
-                        printf("  token %d row %d: got %.9g want %.9g\n", i, r, out.p[(int64_t)i * ROWS + r], want);
+        for (int si = 0; si < 2; si++)
+            for (int k = 0; k < 3; k++) {
+                const int n = ns[k], rows = shapes[si][0], cols = shapes[si][1];
+                test_weight w = weight_random(WEIGHT_DTS[wi], rows, cols, 0, 0);
+                int col[MAX_ROWS];
+                for (int r = 0; r < rows; r++) {
+                    col[r] = (int)test_uniform(0, cols) % cols;
+                    float v = ldexpf(test_uniform(0, 1) < 0.5f ? -1 : 1, (int)test_uniform(-1, 4));
+                    w.as_f64[r * cols + col[r]] = v;
+                    if (WEIGHT_DTS[wi] == DTYPE_F32) ((float *)w.w.data)[r * cols + col[r]] = v;
+                    else ((uint16_t *)w.w.data)[r * cols + col[r]] = WEIGHT_DTS[wi] == DTYPE_F16 ? f16_near(v) : f32_to_bf16(v);
                 }
-            printf("%s matmul of x by powers of two exact: weight %s n=%d\n", bad ? "FAIL" : "ok  ", dtype_name(WEIGHT_DTS[wi]), n);
-            check(!bad);
-            free((void *)w.w.data), free(w.as_f64), act_free(&x), act_free(&out);
-        }
+                act_buf x = act_random(DTYPE_F32, (int64_t)n * cols, -4, 4), out = act_random(DTYPE_F32, (int64_t)n * rows, 0, 0);
+                backend_matmul(be, out.p, DTYPE_F32, x.p, DTYPE_F32, &w.w, n);
+                int bad = 0;
+                for (int i = 0; i < n; i++)
+                    for (int r = 0; r < rows; r++) {
+                        double want = x.as_f64[(int64_t)i * cols + col[r]] * w.as_f64[r * cols + col[r]];
+                        if (out.p[(int64_t)i * rows + r] != want && bad++ < 3)
+                            printf("  token %d row %d: got %.9g want %.9g\n", i, r, out.p[(int64_t)i * rows + r], want);
+                    }
+                printf("%s matmul of x by powers of two exact: weight %s n=%d W=(%d,%d)\n", bad ? "FAIL" : "ok  ",
+                       dtype_name(WEIGHT_DTS[wi]), n, rows, cols);
+                check(!bad);
+                free((void *)w.w.data), free(w.as_f64), act_free(&x), act_free(&out);
+            }
 }
 
 static void test_swiglu(burst_backend *be) {
