@@ -110,9 +110,10 @@ static void test_rmsnorm(burst_backend *be) {
 static void test_matmul(burst_backend *be) {
     // 131 rows x 600 columns: register tiles of 14 (AVX-512) or 6 rows, blocks of 112 or 48 rows and
     // of 256 columns, each with a rest; 300 tokens: panels of 32 or 16, blocks of 256 or 128; a
-    // last panel of one token more than a vector (16 or 8) at 49 and 41 tokens. With AMX, 150 x 96
-    // BF16: a block of 128 rows read in place (16 to 49 tokens), then 22 rows copied.
-    static const int ns[] = {1, 6, 7, 16, 41, 49, 70, 300}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}, {131, 600}, {150, 96}};
+    // last panel of one token more than a vector (16 or 8) at 49 and 41 tokens. Below 32 tokens,
+    // tiles of 3 (or 2) rows, each by 8 (or 6) tokens at a time: 19 = 8 + 8 + 3 (6 + 6 + 6 + 1). With
+    // AMX, 150 x 96 BF16: a block of 128 rows read in place (19 to 49 tokens), then 22 rows copied.
+    static const int ns[] = {1, 6, 7, 19, 41, 49, 70, 300}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}, {131, 600}, {150, 96}};
     for (int wi = 0; wi < 3; wi++)
         for (int xi = 0; xi < 2; xi++)
             for (int oi = 0; oi < 3; oi++) // F32, BF16, F32 accumulated
