@@ -32,9 +32,10 @@
 enum { TILE = AMX_TILE, TILE_K = AMX_TILE_K, TILE_ELEMS = AMX_TILE_ELEMS, MC = 128, KC = 256, X_PARTS = AMX_PARTS };
 // Below these many tokens the vector paths of matmul_cpu.c are as fast (bench/bench_matmul_cpu.c):
 // an F16 weight's split costs more than its 5 tile products save against the float32 GEMM (even at
-// 64 to 128, 1.2x faster at 256 and more); a BF16 one's 3 would run on 32 tokens of which at most 7
-// are there. Up to DIRECT_MAX_TOKENS (padded), BF16 rows are read where they lie.
-enum { AMX_F16_MIN_TOKENS = 128, AMX_BF16_MIN_TOKENS = 8, DIRECT_MAX_TOKENS = 64 };
+// 64 to 128, 1.2x faster at 256 and more); a BF16 one's 3 run on 32 tokens, of which fewer than 16
+// leave the few-token path ahead (2x at 8 tokens, even at 16, AMX 1.5x at 24). Up to
+// DIRECT_MAX_TOKENS (padded), BF16 rows are read where they lie.
+enum { AMX_F16_MIN_TOKENS = 128, AMX_BF16_MIN_TOKENS = 16, DIRECT_MAX_TOKENS = 64 };
 
 // x's n tokens split into B tiles: xs[((b * k_tiles + k) * parts + p) * TILE_ELEMS] is part p of tokens
 // [16 b, 16 b + 16) x columns [32 k, 32 k + 32), whose row c / 2 holds (x[t][c], x[t][c + 1]) at 2 t:
