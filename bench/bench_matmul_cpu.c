@@ -1,6 +1,6 @@
 // The CPU backend's matmul (model/matmul_cpu.c) on LLaMA-7B projection shapes: GFLOP/s for
 // n tokens against a (rows, cols) weight in F32, F16 or BF16, all threads, best of 3 runs. Where
-// the CPU has AMX, BURST_AMX=0 times the float32 GEMM instead (model/matmul_amx.h).
+// the CPU has AMX, BURST_AMX=0 times the vector paths instead (model/matmul_amx.h).
 //   bench_matmul_cpu [--threads T]
 #include <stdio.h>
 #include <stdlib.h>

@@ -58,7 +58,9 @@ typedef float vec __attribute__((vector_size(GEMM_VL * sizeof(float))));
 
 // One weight of a row w of dtype dt as float32.
 static inline float w_at(const void *w, burst_dtype dt, int64_t i) {
-    return dt == DTYPE_F32 ? ((const float *)w)[i] : dt == DTYPE_BF16 ? bf16_to_f32(((const uint16_t *)w)[i]) : f16_to_f32(((const uint16_t *)w)[i]);
+    if (dt == DTYPE_F32) return ((const float *)w)[i];
+    const uint16_t h = ((const uint16_t *)w)[i];
+    return dt == DTYPE_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
 }
 
 // GEMM_VL weights of a row w of dtype dt from column i, as floats. GCC does not vectorize
