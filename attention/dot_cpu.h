@@ -1,5 +1,5 @@
-// Every dot product of na rows of a with nb rows of b, for the CPU matmul's few-token path on f32
-// weights (model/matmul_cpu.c) and the CPU flash attention's scores (attention/flash_cpu.c).
+// Every dot product of na rows of a with nb rows of b, for the CPU flash attention's scores
+// (attention/flash_cpu.c).
 // Blocks of 4 rows by 4 rows share their loads: each element of a serves 4 rows of b and each of
 // b 4 rows of a, with the 16 sums in registers, about twice the speed of separate dot products.
 #pragma once
