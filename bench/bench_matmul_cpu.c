@@ -28,7 +28,8 @@ int main(int argc, char **argv) {
     if (argc != 1 && threads < 1) return fprintf(stderr, "usage: bench_matmul_cpu [--threads T]\n"), 2;
     burst_backend *be = backend_cpu_new(threads);
     static const int64_t shapes[][2] = {{4096, 4096}, {11008, 4096}};
-    static const int ns[] = {1, 2, 4, 8, 16, 40, 64, 128, 256}; // 40: a part-filled last panel of the GEMM
+    // 24: the few-token tiles; 32: the GEMM's first; 40: a part-filled last panel of the GEMM
+    static const int ns[] = {1, 2, 4, 8, 16, 24, 32, 40, 64, 128, 256};
     printf("CPU matmul, %s threads, AMX %s, GFLOP/s (best of 3)\n", threads ? argv[2] : "all", amx_usable() ? "on" : "off");
     printf("%6s %14s %6s %10s\n", "dtype", "weight", "n", "GFLOP/s");
     static const burst_dtype dtypes[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
