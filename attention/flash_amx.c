@@ -39,25 +39,7 @@ void flash_amx_thread_end(flash_amx_scratch *w) {
 }
 
 void flash_amx_queries(flash_amx_scratch *w, const float *q, int64_t q_stride, int n, int d) {
-    const int kt = d / TK;
-    for (int g = 0; g < amx_pad_to_block(n) / T; g++)
-        for (int c = 0; c < kt; c++) {
-            _Alignas(64) uint16_t rows[PARTS][TE]; // the parts of 16 queries x 32 dims, a query a row
-            for (int r = 0; r < T; r++) {
-                const int i = g * T + r;
-                const float *src = q + (i < n ? (int64_t)i * q_stride : 0) + c * TK;
-                const __mmask16 m = i < n ? 0xffff : 0;
-                amx_split_32(_mm512_maskz_loadu_ps(m, src), _mm512_maskz_loadu_ps(m, src + 16), PARTS, rows[0] + r * TK,
-                             TE);
-            }
-            for (int p = 0; p < PARTS; p++) { // a query's row of 16 dim pairs becomes column r of the tile
-                __m512i t[T];
-                for (int r = 0; r < T; r++) t[r] = _mm512_load_si512(rows[p] + r * TK);
-                amx_transpose_16x16(t);
-                uint16_t *dst = w->q + ((g * kt + c) * PARTS + p) * TE;
-                for (int r = 0; r < T; r++) _mm512_store_si512(dst + r * TK, t[r]);
-            }
-        }
+    for (int g = 0; g < amx_pad_to_block(n) / T; g++) amx_rows_to_b(w->q, q, 0, q_stride, n, d, g, d / TK, PARTS);
 }
 
 void flash_amx_scores(flash_amx_scratch *w, float *s, int64_t ld, const uint16_t *k, int64_t kv_stride, int nk,

@@ -9,10 +9,10 @@
 // and 2).
 //
 // A is W (rows by columns, as W is laid out) and B is x^T, so a tile of C holds 16 weight rows x 16
-// tokens. x is split and transposed into tiles once per call. W is read a block of MC rows x KC
-// columns at a time: BF16 rows where they lie when one or two blocks of 32 tokens read them (a
-// decode step's few tokens: each weight is used once or twice, and copying it would cost as much
-// as its tile products), otherwise copied into L2 (F16 ones widened and split), where every 32
+// tokens. x is split and transposed into tiles once per call (amx_rows_to_b). W is read a block of
+// MC rows x KC columns at a time: BF16 rows where they lie when one or two blocks of 32 tokens read
+// them (a decode step's few tokens: each weight is used once or twice, and copying it would cost as
+// much as its tile products), otherwise copied into L2 (F16 ones widened and split), where every 32
 // tokens read them; copies of rows that AMX reads 16 rows at a time, 8 KB apart, would fall into
 // one cache set. A block's sums for all tokens gather in a per-thread buffer and are stored as
 // out_dtype once its last columns are in.
@@ -24,7 +24,6 @@
 #ifdef BURST_AMX_BUILD
 #include <limits.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "common/burst.h"
 
@@ -36,33 +35,6 @@ enum { TILE = AMX_TILE, TILE_K = AMX_TILE_K, TILE_ELEMS = AMX_TILE_ELEMS, MC = 1
 // leave the few-token path ahead (2x at 8 tokens, even at 16, AMX 1.5x at 24). Up to
 // DIRECT_MAX_TOKENS (padded), BF16 rows are read where they lie.
 enum { AMX_F16_MIN_TOKENS = 128, AMX_BF16_MIN_TOKENS = 16, DIRECT_MAX_TOKENS = 64 };
-
-// x's n tokens split into B tiles: xs[((b * k_tiles + k) * parts + p) * TILE_ELEMS] is part p of tokens
-// [16 b, 16 b + 16) x columns [32 k, 32 k + 32), whose row c / 2 holds (x[t][c], x[t][c + 1]) at 2 t:
-// the 16 x 16 transpose of the tokens' pairs of parts. Zeros past n and past cols.
-static void split_x(uint16_t *xs, const void *x, burst_dtype x_dtype, int64_t n, int64_t cols, int64_t b,
-                    int64_t k_tiles, int parts) {
-    for (int64_t k = 0; k < k_tiles; k++) {
-        uint16_t *d = xs + (b * k_tiles + k) * parts * TILE_ELEMS;
-        for (int64_t t = 0; t < TILE; t++) {
-            const int64_t token = b * TILE + t, left = token < n ? cols - k * TILE_K : 0;
-            if (x_dtype == DTYPE_BF16) {
-                const uint16_t *src = (const uint16_t *)x + (token < n ? token * cols + k * TILE_K : 0);
-                _mm512_store_si512(d + t * TILE_K, _mm512_maskz_loadu_epi16(amx_first32(left), src));
-            } else {
-                const float *src = (const float *)x + (token < n ? token * cols + k * TILE_K : 0);
-                amx_split_32(_mm512_maskz_loadu_ps(amx_first16(left), src), _mm512_maskz_loadu_ps(amx_first16(left - 16), src + 16),
-                             parts, d + t * TILE_K, TILE_ELEMS);
-            }
-        }
-        for (int p = 0; p < parts; p++) {
-            __m512i r[TILE];
-            for (int t = 0; t < TILE; t++) r[t] = _mm512_load_si512(d + p * TILE_ELEMS + t * TILE_K);
-            amx_transpose_16x16(r);
-            for (int t = 0; t < TILE; t++) _mm512_store_si512(d + p * TILE_ELEMS + t * TILE_K, r[t]);
-        }
-    }
-}
 
 // Rows [r0, r0 + mr) x columns [k0, k0 + kn) of W (mr and kn multiples of 32; zeros past W's edges)
 // as A tiles: ws[((i * (kn / 32) + k) * parts + p) * TILE_ELEMS] is part p of rows [16 i, 16 i + 16)
@@ -106,7 +78,8 @@ int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, 
     #pragma omp parallel num_threads(n_threads)
     {
         #pragma omp for schedule(static)
-        for (int64_t b = 0; b < n_pad / TILE; b++) split_x(xs, x, x_dtype, n, cols, b, k_tiles, x_parts);
+        for (int64_t b = 0; b < n_pad / TILE; b++)
+            amx_rows_to_b(xs, x, x_dtype == DTYPE_BF16, cols, n, cols, b, k_tiles, x_parts);
         uint16_t *ws = burst_malloc_aligned(w_block_bytes(w_parts));
         float *c = burst_malloc_aligned(sums_bytes(n_pad));
         amx_load_tile_config();
@@ -125,8 +98,8 @@ int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, 
                     // the next columns of these 32 rows, from memory: the tile loads alone wait on it (half the
                     // speed at 11008 columns)
                     for (int64_t i = 0; direct && i < 2 * TILE; i++)
-                        for (int64_t j = k0 + KC; j < k0 + 2 * KC && j < cols; j += 64 / sizeof(uint16_t))
-                            _mm_prefetch((const char *)((const uint16_t *)W->data + (r0 + r + i) * cols + j), _MM_HINT_T0);
+                        for (int64_t j = KC; j < 2 * KC && k0 + j < cols; j += 64 / sizeof(uint16_t))
+                            _mm_prefetch((const char *)(wd + i * cols + j), _MM_HINT_T0);
                     for (int64_t t = 0; t < n_pad; t += 2 * TILE) {
                         const uint16_t *xb = xs + (t / TILE) * x_tile_row + k0 / TILE_K * x_parts * TILE_ELEMS;
                         // 32 weight rows x 32 tokens of the sums: W's two tiles of 16 rows by x's two of 16 tokens
