@@ -72,15 +72,14 @@ static inline vec w_vec(const void *w, burst_dtype dt, int64_t i) {
         memcpy(&v, (const float *)w + i, sizeof v);
         return v;
     }
-    const uint16_t *h = (const uint16_t *)w + i;
 #if defined(__AVX512F__)
-    __m256i b = _mm256_loadu_si256((const __m256i *)h);
+    __m256i b = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i));
     v = (vec)(dt == DTYPE_BF16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)) : _mm512_cvtph_ps(b));
 #elif defined(__AVX2__) && defined(__F16C__)
-    __m128i b = _mm_loadu_si128((const __m128i *)h);
+    __m128i b = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + i));
     v = (vec)(dt == DTYPE_BF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16)) : _mm256_cvtph_ps(b));
 #else
-    for (int l = 0; l < GEMM_VL; l++) v[l] = dt == DTYPE_BF16 ? bf16_to_f32(h[l]) : f16_to_f32(h[l]);
+    for (int l = 0; l < GEMM_VL; l++) v[l] = w_at(w, dt, i + l);
 #endif
     return v;
 }
