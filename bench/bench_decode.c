@@ -5,7 +5,7 @@
 //
 //   bench_decode DIR S1,S2,... N [STEPS] [BACKEND] [KV_DTYPE] [THREADS] [RANKS]
 // DIR is a Hugging Face LLaMA directory (tests/make_random_model.py writes one of any shape);
-// BACKEND cpu (default), cuda or cuda-fp32; KV_DTYPE f32 (default) or bf16; STEPS 20; RANKS 1 (G:
+// BACKEND cpu (default), cpu-bf16, cuda or cuda-fp32; KV_DTYPE f32 (default) or bf16; STEPS 20; RANKS 1 (G:
 // each sequence sharded over G ranks, decode attention merged across them). Prints a table of ms
 // per step and per token, and per step with argmax, each the median of STEPS steps after 3
 // untimed ones.
@@ -48,7 +48,7 @@ static double median_step(llama_model *m, int S, int N, int steps, int argmax, l
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: bench_decode DIR S1,S2,... N [STEPS] [cpu|cuda|cuda-fp32] [f32|bf16] [THREADS] [RANKS]\n");
+        fprintf(stderr, "usage: bench_decode DIR S1,S2,... N [STEPS] [cpu|cpu-bf16|cuda|cuda-fp32] [f32|bf16] [THREADS] [RANKS]\n");
         return 2;
     }
     enum { MAX_LIST = 16 };

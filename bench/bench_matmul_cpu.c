@@ -1,12 +1,15 @@
 // The CPU backend's matmul (model/matmul_cpu.c) on LLaMA-7B projection shapes: GFLOP/s for
 // n tokens against a (rows, cols) weight in F32, F16 or BF16, all threads, best of 3 runs. Where
-// the CPU has AMX, BURST_AMX=0 times the vector paths instead (model/matmul_amx.h).
-//   bench_matmul_cpu [--threads T]
+// the CPU has AMX, BURST_AMX=0 times the vector paths instead (model/matmul_amx.h). The inputs x
+// are float32 (the cpu backend), or bf16 with --x-dtype bf16 (the cpu-bf16 backend).
+//   bench_matmul_cpu [--threads T] [--x-dtype f32|bf16]
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/backend.h"
+#include "model/matmul_cpu.h"
 #include "common/amx.h"
 
 // n elements in [-0.5, 0.5) of dtype; F16 ones have magnitudes in [2^-7, 1/2), none subnormal.
@@ -24,13 +27,20 @@ static void *random_weight(burst_dtype dtype, int64_t n) {
 }
 
 int main(int argc, char **argv) {
-    int threads = argc == 3 && !strcmp(argv[1], "--threads") ? atoi(argv[2]) : 0;
-    if (argc != 1 && threads < 1) return fprintf(stderr, "usage: bench_matmul_cpu [--threads T]\n"), 2;
-    burst_backend *be = backend_cpu_new(threads);
+    int threads = 0, ok = 1;
+    burst_dtype x_dtype = DTYPE_F32;
+    for (int i = 1; ok && i < argc; i += 2)
+        ok = i + 1 < argc && (!strcmp(argv[i], "--threads")  ? (threads = atoi(argv[i + 1])) > 0
+                              : !strcmp(argv[i], "--x-dtype") ? dtype_parse(argv[i + 1], &x_dtype) &&
+                                                                    (x_dtype == DTYPE_F32 || x_dtype == DTYPE_BF16)
+                                                              : 0);
+    if (!ok) return fprintf(stderr, "usage: bench_matmul_cpu [--threads T] [--x-dtype f32|bf16]\n"), 2;
+    burst_backend *be = backend_cpu_new(threads, 0);
     static const int64_t shapes[][2] = {{4096, 4096}, {11008, 4096}};
     // 24: the few-token tiles; 32: the GEMM's first; 40: a part-filled last panel of the GEMM
     static const int ns[] = {1, 2, 4, 8, 16, 24, 32, 40, 64, 128, 256};
-    printf("CPU matmul, %s threads, AMX %s, GFLOP/s (best of 3)\n", threads ? argv[2] : "all", amx_usable() ? "on" : "off");
+    printf("CPU matmul, %d threads, AMX %s, x %s, GFLOP/s (best of 3)\n", threads ? threads : omp_get_max_threads(),
+           amx_usable() ? "on" : "off", dtype_name(x_dtype));
     printf("%6s %14s %6s %10s\n", "dtype", "weight", "n", "GFLOP/s");
     static const burst_dtype dtypes[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
@@ -39,13 +49,13 @@ int main(int argc, char **argv) {
             burst_weight W = {.dtype = dtypes[d], .data = random_weight(dtypes[d], rows * cols), .rows = rows, .cols = cols};
             for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
                 int n = ns[k];
-                float *x = backend_alloc(be, sizeof(float) * (size_t)(n * cols));
+                void *x = backend_alloc(be, dtype_size(x_dtype) * (size_t)(n * cols));
                 float *out = backend_alloc(be, sizeof(float) * (size_t)(n * rows));
-                for (int64_t i = 0; i < n * cols; i++) x[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+                for (int64_t i = 0; i < n * cols; i++) act_set(x, x_dtype, i, (float)rand() / (float)RAND_MAX - 0.5f);
                 double best = 1e30;
                 for (int rep = 0; rep < 3; rep++) {
                     double t0 = burst_now();
-                    backend_matmul(be, out, DTYPE_F32, x, DTYPE_F32, &W, n);
+                    backend_matmul(be, out, DTYPE_F32, x, x_dtype, &W, n);
                     double t = burst_now() - t0;
                     if (t < best) best = t;
                 }

@@ -1,7 +1,9 @@
 // Public wrappers over a backend's function table: argument checks live here, once.
+#include <stdatomic.h>
 #include <string.h>
 
 #include "backend_impl.h"
+#include "common/amx.h"
 #ifdef BURST_WITH_CUDA
 #include "backend_cuda.h"
 #endif
@@ -9,8 +11,15 @@
 burst_status backend_new(const char *name, int device, int n_threads, burst_backend **out,
                          burst_error *err) {
     *out = NULL;
-    if (!strcmp(name, "cpu")) {
-        *out = backend_cpu_new(n_threads);
+    if (backend_on_host(name)) {
+        int bf16 = !strcmp(name, "cpu-bf16");
+        // Without AMX the matmuls widen bf16 inputs back to float32: no faster, only rounded. Said once,
+        // not once a rank.
+        static atomic_flag warned = ATOMIC_FLAG_INIT;
+        if (bf16 && !amx_usable() && !atomic_flag_test_and_set(&warned))
+            LOG_W("backend cpu-bf16: AMX is off (not in this build or CPU, refused by the kernel, or BURST_AMX=0), so bf16 "
+                  "activations only lose precision: cpu is as fast");
+        *out = backend_cpu_new(n_threads, bf16);
         return BURST_OK;
     }
     if (!strcmp(name, "cuda") || !strcmp(name, "cuda-fp32")) {
@@ -20,8 +29,10 @@ burst_status backend_new(const char *name, int device, int n_threads, burst_back
         return BURST_FAIL(err, BURST_ERR_INVALID, "backend %s: this build has no CUDA (configure with -DBURST_CUDA=ON)", name);
 #endif
     }
-    return BURST_FAIL(err, BURST_ERR_INVALID, "backend '%s' unknown (want cpu, cuda or cuda-fp32)", name);
+    return BURST_FAIL(err, BURST_ERR_INVALID, "backend '%s' unknown (want cpu, cpu-bf16, cuda or cuda-fp32)", name);
 }
+
+int backend_on_host(const char *name) { return !strcmp(name, "cpu") || !strcmp(name, "cpu-bf16"); }
 
 void backend_free(burst_backend *b) {
     if (b) b->ops->free(b);

@@ -24,16 +24,20 @@ typedef struct {
     int64_t rows, cols;
 } burst_weight;
 
-// Creates a backend by name: "cpu", or, when built with CUDA, "cuda" (bf16 weights and GEMMs)
-// or "cuda-fp32" (float32 throughout, for exactness tests) on GPU `device` (model/backend_cuda.h).
+// Creates a backend by name: "cpu" (float32 activations) or "cpu-bf16" (bf16 matmul inputs,
+// model/backend_cpu.c), or, when built with CUDA, "cuda" (bf16 weights and GEMMs) or "cuda-fp32"
+// (float32 throughout, for exactness tests) on GPU `device` (model/backend_cuda.h).
 burst_status backend_new(const char *name, int device, int n_threads, burst_backend **out,
                          burst_error *err);
-burst_backend *backend_cpu_new(int n_threads);
+burst_backend *backend_cpu_new(int n_threads, int bf16);
+// 1 for the backends that compute in host memory on the mapped weights: "cpu" and "cpu-bf16".
+int backend_on_host(const char *name);
 void backend_free(burst_backend *b);
 const char *backend_name(const burst_backend *b);
 // The dtype a backend wants for matmul inputs: DTYPE_BF16 where its GEMMs round their inputs to
 // bf16 anyway (the CUDA backend), so that rmsnorm and swiglu write them in bf16 once instead of
-// float32 that every matmul re-reads and rounds; DTYPE_F32 otherwise. Every backend takes both
+// float32 that every matmul re-reads and rounds, or where bf16 inputs make its matmuls faster
+// (cpu-bf16); DTYPE_F32 otherwise. Every backend takes both
 // dtypes wherever an op has a dtype argument; this one is the cheaper.
 burst_dtype backend_act_dtype(const burst_backend *b);
 

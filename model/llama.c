@@ -157,7 +157,7 @@ static burst_status load_tensors(llama_model *m, llama_rank *R, burst_error *err
             (st = get_weight(m, R, &L->w_down, dim, hid, err, "model.layers.%d.mlp.down_proj.weight", l)))
             return st;
         // Uploading a large checkpoint to a device takes a while: say how far it got.
-        if (weights_bytes(m->w) > ((size_t)256 << 20) && (l + 1) % 8 == 0 && strcmp(m->opt.backend, "cpu"))
+        if (weights_bytes(m->w) > ((size_t)256 << 20) && (l + 1) % 8 == 0 && !backend_on_host(m->opt.backend))
             LOG_I("rank %d: %d of %d layers on the %s backend", R->rank, l + 1, c->n_layers, m->opt.backend);
     }
     return BURST_OK;
@@ -337,7 +337,8 @@ static burst_status open_comm(llama_model *m, burst_error *err) {
     }
     double stall_s = m->opt.node_timeout_s > 0 ? m->opt.node_timeout_s : 600;
     if (!strcmp(name, "tcp")) {
-        if (strcmp(be, "cpu")) return BURST_FAIL(err, BURST_ERR_INVALID, "comm tcp moves host memory: it needs the cpu backend (not %s)", be);
+        if (!backend_on_host(be))
+            return BURST_FAIL(err, BURST_ERR_INVALID, "comm tcp moves host memory: it needs a cpu backend (not %s)", be);
         return comm_tcp_group_new(m->cl, m->G, stall_s, &m->comm, err);
     }
     if (!strcmp(name, "nccl")) {
@@ -399,7 +400,7 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
     for (int i = 0; i < m->n_local; i++)
         if ((st = load_rank(m, i, err))) goto fail;
     if ((st = check_memory(m, err))) goto fail;
-    if (!strcmp(m->opt.backend, "cpu")) weights_read_all(m->w); // the CPU computes on the mapping in place
+    if (backend_on_host(m->opt.backend)) weights_read_all(m->w); // the CPU computes on the mapping in place
     for (int i = 0; i < m->n_local; i++) {
         llama_rank *R = &m->ranks[i];
         alloc_scratch(m, R, false);

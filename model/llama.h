@@ -27,7 +27,7 @@ typedef struct {
                     // least n_slots and 64, at most max_batch (0: the least)
     int n_threads; // CPU threads in all (0: all cores), shared out among the ranks
     int n_ranks;   // G: ranks sharing each sequence (0: 1)
-    const char *backend; // "cpu" (NULL: cpu), "cuda" or "cuda-fp32"
+    const char *backend; // "cpu" (NULL: cpu), "cpu-bf16", "cuda" or "cuda-fp32"
     burst_dtype kv_dtype; // KV cache rows: DTYPE_F32 (the default) or DTYPE_BF16 (half the memory)
     const char *comm;    // how ranks talk: "threads" (one process), "tcp" (host memory, any
                          // processes) or "nccl" (one GPU per rank); NULL: threads alone, in a

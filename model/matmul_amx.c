@@ -31,10 +31,12 @@
 enum { TILE = AMX_TILE, TILE_K = AMX_TILE_K, TILE_ELEMS = AMX_TILE_ELEMS, MC = 128, KC = 256, X_PARTS = AMX_PARTS };
 // Below these many tokens the vector paths of matmul_cpu.c are as fast (bench/bench_matmul_cpu.c):
 // an F16 weight's split costs more than its 5 tile products save against the float32 GEMM (even at
-// 64 to 128, 1.2x faster at 256 and more); a BF16 one's 3 run on 32 tokens, of which fewer than 16
-// leave the few-token path ahead (2x at 8 tokens, even at 16, AMX 1.5x at 24). Up to
-// DIRECT_MAX_TOKENS (padded), BF16 rows are read where they lie.
-enum { AMX_F16_MIN_TOKENS = 128, AMX_BF16_MIN_TOKENS = 16, DIRECT_MAX_TOKENS = 64 };
+// 64 to 128, 1.2x faster at 256 and more); with bf16 x, 2 products, it pays from 48 (1.9 / 1.0x at
+// 40, 2.1 / 1.6x at 64 on 4096 / 11008 rows); a BF16 one's 3 run on 32 tokens, of which fewer than 16
+// leave the few-token path ahead (2x at 8 tokens, even at 16, AMX 1.5x at 24; with bf16 x, 1
+// product, 0.9x at 8, 1.3 / 1.9x at 16). Up to DIRECT_MAX_TOKENS (padded), BF16 rows are read
+// where they lie.
+enum { AMX_F16_MIN_TOKENS = 128, AMX_F16_BF16_X_MIN_TOKENS = 48, AMX_BF16_MIN_TOKENS = 16, DIRECT_MAX_TOKENS = 64 };
 
 // Rows [r0, r0 + mr) x columns [k0, k0 + kn) of W (mr and kn multiples of 32; zeros past W's edges)
 // as A tiles: ws[((i * (kn / 32) + k) * parts + p) * TILE_ELEMS] is part p of rows [16 i, 16 i + 16)
@@ -69,7 +71,10 @@ size_t matmul_amx_transient_bytes(int n, int64_t cols, int n_threads) {
 
 int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                const burst_weight *W, int n, int n_threads) {
-    const int min_tokens = W->dtype == DTYPE_BF16 ? AMX_BF16_MIN_TOKENS : W->dtype == DTYPE_F16 ? AMX_F16_MIN_TOKENS : INT_MAX;
+    const int min_tokens = W->dtype == DTYPE_BF16                             ? AMX_BF16_MIN_TOKENS
+                           : W->dtype == DTYPE_F16 && x_dtype == DTYPE_BF16 ? AMX_F16_BF16_X_MIN_TOKENS
+                           : W->dtype == DTYPE_F16                          ? AMX_F16_MIN_TOKENS
+                                                                            : INT_MAX;
     if (n < min_tokens || !amx_usable()) return 0;
     const int64_t rows = W->rows, cols = W->cols, k_tiles = (cols + TILE_K - 1) / TILE_K, n_pad = amx_pad_to_block(n);
     const int x_parts = x_dtype == DTYPE_BF16 ? 1 : X_PARTS, w_parts = W->dtype == DTYPE_BF16 ? 1 : 2;

@@ -254,7 +254,7 @@ void matmul_cpu(void *out, burst_dtype out_dtype, int accumulate, const void *x,
         matmul_gemm(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads);
         return;
     }
-    float *xw = NULL; // bf16 inputs widened once (the CPU's own activations are F32)
+    float *xw = NULL; // bf16 inputs (cpu-bf16's activations) widened once
     if (x_dtype != DTYPE_F32) {
         xw = burst_malloc((size_t)n * W->cols * sizeof(float));
         for (int64_t i = 0; i < n * W->cols; i++) xw[i] = act_get(x, x_dtype, i);

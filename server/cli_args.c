@@ -72,7 +72,9 @@ int cli_parse_on_off(const char *prog, const char *flag, const char *s, int *out
 
 int cli_step_default(const char *backend, int cpu) { return backend && !strncmp(backend, "cuda", 4) ? 8192 : cpu; }
 
-const char *cli_kv_dtype_default(const char *backend) { return backend && !strcmp(backend, "cuda") ? "bf16" : "f32"; }
+const char *cli_kv_dtype_default(const char *backend) {
+    return backend && (!strcmp(backend, "cuda") || !strcmp(backend, "cpu-bf16")) ? "bf16" : "f32";
+}
 
 const char *cli_api_key(const char *given) {
     const char *env = getenv("BURST_API_KEY");

@@ -23,7 +23,8 @@ int cli_parse_on_off(const char *prog, const char *flag, const char *s, int *out
 // 8192 on a cuda backend, where large steps keep the GPU busy.
 int cli_step_default(const char *backend, int cpu);
 // The KV cache dtype by default on a backend: "bf16" on cuda (bf16 mode: attention reads the cache
-// in place, and it is faster and half the memory), "f32" on cpu and cuda-fp32 (exact float32).
+// in place, and it is faster and half the memory) and cpu-bf16 (rounded activations anyway; with
+// AMX the attention is faster), "f32" on cpu and cuda-fp32 (exact float32).
 const char *cli_kv_dtype_default(const char *backend);
 // The API key: --api-key's value when given, else $BURST_API_KEY when set and not empty (a key
 // on the command line can be read by every user of the machine in ps), else NULL.

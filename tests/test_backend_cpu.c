@@ -266,7 +266,7 @@ static void test_argmax(burst_backend *be) {
 int main(void) {
     test_seed("test_backend_cpu");
     printf("matmul: AMX %s\n", amx_usable() ? "on" : "off");
-    burst_backend *be = backend_cpu_new(3); // a thread count that splits the tiles unevenly
+    burst_backend *be = backend_cpu_new(3, 0); // a thread count that splits the tiles unevenly
     test_rmsnorm(be);
     test_matmul(be);
     test_matmul_exact(be);

@@ -629,7 +629,7 @@ int main(void) {
     }
     test_seed("test_backend_cuda");
     for (int fp32 = 1; fp32 >= 0; fp32--) {
-        backends B = {.cpu = backend_cpu_new(0), .fp32 = fp32};
+        backends B = {.cpu = backend_cpu_new(0, 0), .fp32 = fp32};
         burst_error err;
         if (backend_new(fp32 ? "cuda-fp32" : "cuda", 0, 0, &B.gpu, &err)) {
             printf("FAIL backend_new: %s\n", err.msg);
