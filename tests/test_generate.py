@@ -30,6 +30,12 @@ for extra in ([], ["--batch", "1"], ["--batch", "3", "--threads", "1"]):
     check(f"float32 KV cache by default on the cpu {extra}", "(KV F32)" in r.stderr, r.stderr[-300:])
 r = run("generate", "--model", STORIES, "--prompt", "Once", "--max-tokens", "3", "--kv-dtype", "bf16")
 check("--kv-dtype bf16 named on stderr", r.returncode == 0 and "(KV BF16)" in r.stderr, r.stderr[-300:])
+# cpu-bf16 rounds the matmuls' inputs to bf16 (its logits move by ~1e-3 here; these 40 tokens hold
+# no near tie), with a bf16 KV cache by default; on 3 ranks, in chunks of 3 tokens.
+r = run("generate", "--model", STORIES, "--prompt", "Once upon a time", "--max-tokens", "40", "--temperature", "0",
+        "--backend", "cpu-bf16", "--ranks", "3", "--batch", "3")
+check("cpu-bf16: the greedy continuation, a bf16 KV cache by default",
+      r.returncode == 0 and r.stdout.startswith(EXPECT) and "(KV BF16)" in r.stderr, f"{r.stdout!r} {r.stderr[-300:]!r}")
 
 # The same seed gives the same sampled text, with and without top-k/top-p filtering; the seed is printed.
 for extra in ([], ["--top-p", "0.9", "--top-k", "40"]):
