@@ -34,6 +34,10 @@ typedef struct {
     int causal;
     float scale;        // usually 1/sqrt(head_dim)
     burst_dtype kv_dtype; // DTYPE_F32 (0) or DTYPE_BF16
+    // 1: where flash_cpu runs a query tile on AMX (attention/flash_amx.h), Q and the probabilities
+    // are rounded to bf16 (one tile product a block instead of three), as the GPU's bf16 kernels
+    // round them; elsewhere it changes nothing. The cpu-bf16 backend sets it.
+    int qp_bf16;
 } flash_args;
 
 void flash_cpu(const flash_args *calls, int n);

@@ -1,9 +1,10 @@
 // The AMX tiles of flash_cpu's query tiles (contract in attention/flash_amx.h).
 //
 // Scores: C = S^T (keys by queries, as flash_cpu's softmax holds a tile's scores), A = K rows as
-// stored (keys by dims: no transpose), B = Q^T in pairs, three parts, made once per query tile.
-// P V: C = the output sums (queries by dims, as flash_cpu's state holds them), A = P (queries by
-// keys: the 16 x 16 transposes of S^T's blocks, split into three parts), B = V in pairs of keys.
+// stored (keys by dims: no transpose), B = Q^T in pairs, in w->parts parts (three, or one: rounded),
+// made once per query tile. P V: C = the output sums (queries by dims, as flash_cpu's state holds
+// them), A = P (queries by keys: the 16 x 16 transposes of S^T's blocks, in w->parts parts), B = V
+// in pairs of keys.
 // Each runs 2 x 2 blocks of sum tiles (amx_block, common/amx.h).
 #include "attention/flash_amx.h"
 
@@ -19,10 +20,11 @@ int flash_amx_applies(int head_dim, burst_dtype kv_dtype) {
 }
 
 // Buffers, for kt = d / 32 column tiles of 32 dims:
-//   q: part p of queries [16 g, 16 g + 16) x dims [32 c, 32 c + 32) at q[((g * kt + c) * PARTS + p) * TE],
+//   q: part p of queries [16 g, 16 g + 16) x dims [32 c, 32 c + 32) at q[((g * kt + c) * parts + p) * TE],
 //      row i holding (Q[r][32 c + 2 i], Q[r][32 c + 2 i + 1]) at 2 r
 //   k: K rows, ROWS x d, zeros past nk
-//   p: part p of P, queries [16 g, ...) x keys [32 c, 32 c + 32) at p[((g * 2 + c) * PARTS + p) * TE]
+//   p: part p of P, queries [16 g, ...) x keys [32 c, 32 c + 32) at p[((g * 2 + c) * parts + p) * TE]
+// (sized for PARTS parts; parts is w->parts)
 //   v: keys [32 c, ...) x dims [16 e, 16 e + 16) at v[(c * d / 16 + e) * TE], row i holding
 //      (V[32 c + 2 i][16 e + j], V[32 c + 2 i + 1][16 e + j]) at 2 j
 void flash_amx_thread_begin(flash_amx_scratch *w, int max_d) {
@@ -38,13 +40,14 @@ void flash_amx_thread_end(flash_amx_scratch *w) {
     free(w->q), free(w->k), free(w->p), free(w->v);
 }
 
-void flash_amx_queries(flash_amx_scratch *w, const float *q, int64_t q_stride, int n, int d) {
-    for (int g = 0; g < amx_pad_to_block(n) / T; g++) amx_rows_to_b(w->q, q, 0, q_stride, n, d, g, d / TK, PARTS);
+void flash_amx_queries(flash_amx_scratch *w, const float *q, int64_t q_stride, int n, int d, int round_bf16) {
+    w->parts = round_bf16 ? 1 : PARTS;
+    for (int g = 0; g < amx_pad_to_block(n) / T; g++) amx_rows_to_b(w->q, q, 0, q_stride, n, d, g, d / TK, w->parts);
 }
 
 void flash_amx_scores(flash_amx_scratch *w, float *s, int64_t ld, const uint16_t *k, int64_t kv_stride, int nk,
                       int nq, int d) {
-    const int kt = d / TK, nkp = amx_pad_to_block(nk), nqp = amx_pad_to_block(nq);
+    const int kt = d / TK, nkp = amx_pad_to_block(nk), nqp = amx_pad_to_block(nq), parts = w->parts;
     for (int j = 0; j < nkp; j++) // a tile reads 16 whole rows: the last ones zeros
         for (int c = 0; c < kt; c++)
             _mm512_store_si512(w->k + j * d + c * TK,
@@ -52,7 +55,7 @@ void flash_amx_scores(flash_amx_scratch *w, float *s, int64_t ld, const uint16_t
     for (int j = 0; j < nkp; j += 2 * T) // keys j.. by queries r..: K's rows by Q's pairs
         for (int r = 0; r < nqp; r += 2 * T)
             amx_block(s + j * ld + r, ld, 1, (amx_operand){w->k + j * d, w->k + (j + T) * d, TK, d * 2, 1},
-                      (amx_operand){w->q + r / T * kt * PARTS * TE, w->q + (r / T + 1) * kt * PARTS * TE, PARTS * TE, 64, PARTS},
+                      (amx_operand){w->q + r / T * kt * parts * TE, w->q + (r / T + 1) * kt * parts * TE, parts * TE, 64, parts},
                       kt);
 }
 
@@ -68,9 +71,9 @@ static void split_p(flash_amx_scratch *w, const float *p, int64_t ld, int nq, in
                 hi[j] = _mm512_castps_si512(_mm512_maskz_loadu_ps(k1 < nk ? m : 0, p + (k1 < nk ? k1 * ld : 0) + g * T));
             }
             amx_transpose_16x16(lo), amx_transpose_16x16(hi);
-            uint16_t *dst = w->p + (g * 2 + c) * PARTS * TE;
+            uint16_t *dst = w->p + (g * 2 + c) * w->parts * TE;
             for (int r = 0; r < T; r++)
-                amx_split_32(_mm512_castsi512_ps(lo[r]), _mm512_castsi512_ps(hi[r]), PARTS, dst + r * TK, TE);
+                amx_split_32(_mm512_castsi512_ps(lo[r]), _mm512_castsi512_ps(hi[r]), w->parts, dst + r * TK, TE);
         }
 }
 
@@ -91,11 +94,11 @@ void flash_amx_pv(flash_amx_scratch *w, float *acc, const float *p, int64_t ld, 
                   int nq, int nk, int d) {
     split_p(w, p, ld, nq, nk);
     pair_v(w, v, kv_stride, nk, d);
-    const int kc = amx_pad_to_block(nk) / TK, eg = d / T;
+    const int kc = amx_pad_to_block(nk) / TK, eg = d / T, parts = w->parts;
     for (int r = 0; r < amx_pad_to_block(nq); r += 2 * T) // queries r.. by dims 16 e..: P's parts by V's pairs
         for (int e = 0; e < eg; e += 2)
             amx_block(acc + (int64_t)r * d + e * T, d, 0,
-                      (amx_operand){w->p + r / T * 2 * PARTS * TE, w->p + (r / T + 1) * 2 * PARTS * TE, PARTS * TE, 64, PARTS},
+                      (amx_operand){w->p + r / T * 2 * parts * TE, w->p + (r / T + 1) * 2 * parts * TE, parts * TE, 64, parts},
                       (amx_operand){w->v + e * TE, w->v + (e + 1) * TE, eg * TE, 64, 1}, kc);
 }
 #else // flash_amx_applies is 0: nothing else here is called
@@ -105,7 +108,7 @@ void flash_amx_pv(flash_amx_scratch *w, float *acc, const float *p, int64_t ld, 
 int flash_amx_applies(int head_dim, burst_dtype kv_dtype) { return 0; }
 void flash_amx_thread_begin(flash_amx_scratch *w, int max_d) { NOT_BUILT; }
 void flash_amx_thread_end(flash_amx_scratch *w) { NOT_BUILT; }
-void flash_amx_queries(flash_amx_scratch *w, const float *q, int64_t q_stride, int n, int d) { NOT_BUILT; }
+void flash_amx_queries(flash_amx_scratch *w, const float *q, int64_t q_stride, int n, int d, int round_bf16) { NOT_BUILT; }
 void flash_amx_scores(flash_amx_scratch *w, float *s, int64_t ld, const uint16_t *k, int64_t kv_stride, int nk,
                       int nq, int d) {
     NOT_BUILT;

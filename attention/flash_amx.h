@@ -3,7 +3,9 @@
 // queries by up to 64 keys, in bf16 tiles summed in float32. K and V are bf16 as stored; Q and the
 // probabilities P are split into three bf16 parts each, so the sums are those of float32 arithmetic
 // on the same K/V (3 tile products per 32 x 16 x 16 block, against one float32 multiply-add per
-// element pair in flash_cpu's loops). The softmax between them stays flash_cpu's.
+// element pair in flash_cpu's loops); or, for a call that asks (flash_args.qp_bf16), rounded to
+// bf16, one tile product a block, as the GPU's bf16 attention kernels do. The softmax between them
+// stays flash_cpu's.
 #pragma once
 #include <stdint.h>
 
@@ -15,6 +17,7 @@ enum { FLASH_AMX_ROWS = 64 }; // the most queries, and keys, of a tile
 // key tile's K, P and V, laid out as tiles.
 typedef struct {
     uint16_t *q, *k, *p, *v;
+    int parts; // of Q and P in the current query tile: 3, or 1 (rounded to bf16)
 } flash_amx_scratch;
 
 // 1 where a call with this head_dim and K/V dtype takes the AMX path (amx_usable() too).
@@ -25,8 +28,9 @@ void flash_amx_thread_begin(flash_amx_scratch *w, int max_d);
 void flash_amx_thread_end(flash_amx_scratch *w);
 
 // Query rows [0, n) (n <= 64; row r at q + r * q_stride, d floats) made ready for the scores of
-// every key tile the query tile sees.
-void flash_amx_queries(flash_amx_scratch *w, const float *q, int64_t q_stride, int n, int d);
+// every key tile the query tile sees; with round_bf16, Q and (in flash_amx_pv) P are rounded to
+// bf16 instead of split.
+void flash_amx_queries(flash_amx_scratch *w, const float *q, int64_t q_stride, int n, int d, int round_bf16);
 
 // s[j * ld + r] = K row j (j < nk <= 64; rows at k + j * kv_stride, bf16) · the query row r of
 // flash_amx_queries, for r < nq rounded up to 32 (ld >= that).

@@ -365,7 +365,7 @@ static void flash_cpu_query_tile(const flash_args *a, flash_cpu_scratch *w, int 
     const int hk = h / (a->n_heads / a->n_kv_heads), amx = flash_amx_applies(a->head_dim, a->kv_dtype);
     const flash_cpu_rows st = rows_at(w, 0, a->head_dim);
     reset_rows(st, FLASH_CPU_BQ, a->head_dim); // every row: AMX's P V carries rows past q1 (zeros) too
-    if (amx) flash_amx_queries(&w->amx, q_row(a, q0, h), a->q_stride, (int)(q1 - q0), a->head_dim);
+    if (amx) flash_amx_queries(&w->amx, q_row(a, q0, h), a->q_stride, (int)(q1 - q0), a->head_dim, a->qp_bf16);
     else if (q1 - q0 > FLASH_CPU_SPLIT_ROWS) q_transposed(a, h, q0, (int)(q1 - q0), w->qt); // for flash_cpu_tile
     const int64_t k_end = visible_keys(a, q1);
     for (int64_t k0 = 0; k0 < k_end; k0 += FLASH_CPU_BK) {

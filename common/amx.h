@@ -49,8 +49,23 @@ static inline __m256i amx_bf16_part(__m512 *v) {
     return _mm512_cvtepi32_epi16(_mm512_srli_epi32(top, 16));
 }
 
+// v's 16 floats rounded to the nearest bf16 (ties to even; a NaN kept NaN), as f32_to_bf16.
+static inline __m256i amx_bf16_nearest(__m512 v) {
+    const __m512i u = _mm512_castps_si512(v), lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
+    r = _mm512_mask_or_epi32(r, _mm512_fpclass_ps_mask(v, 0x81), u, _mm512_set1_epi32(0x00400000));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+}
+
 // The bf16 parts of 32 floats (a, b), as parts rows of 32 at d, d + stride, ... (d 32-byte aligned).
+// One part is the floats rounded to bf16 (an operand rounded, not split); more are truncated
+// parts that add up to them.
 static inline void amx_split_32(__m512 a, __m512 b, int parts, uint16_t *d, int64_t stride) {
+    if (parts == 1) {
+        _mm256_store_si256((__m256i *)d, amx_bf16_nearest(a));
+        _mm256_store_si256((__m256i *)(d + 16), amx_bf16_nearest(b));
+        return;
+    }
     for (int p = 0; p < parts; p++, d += stride) {
         _mm256_store_si256((__m256i *)d, amx_bf16_part(&a));
         _mm256_store_si256((__m256i *)(d + 16), amx_bf16_part(&b));
@@ -79,8 +94,8 @@ static inline void amx_transpose_16x16(__m512i r[16]) {
     }
 }
 
-// Rows [16 b, 16 b + 16) of x (n rows of cols float32, or bf16 where parts is 1; rows stride
-// elements apart) as B tiles: part p of those rows x columns [32 k, 32 k + 32) at
+// Rows [16 b, 16 b + 16) of x (n rows of cols float32 in parts bf16 parts as amx_split_32 makes
+// them, or bf16 with x_bf16 and one part; rows stride elements apart) as B tiles: part p of those rows x columns [32 k, 32 k + 32) at
 // dst[((b * k_tiles + k) * parts + p) * AMX_TILE_ELEMS], whose row c / 2 holds (x[r][c], x[r][c + 1])
 // at 2 r (the 16 x 16 transpose of the rows' pairs of parts); zeros past n and past cols.
 void amx_rows_to_b(uint16_t *dst, const void *x, int x_bf16, int64_t stride, int64_t n, int64_t cols, int64_t b,

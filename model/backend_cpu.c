@@ -151,17 +151,21 @@ static void cpu_swiglu(burst_backend *b, void *gate, const void *up, burst_dtype
     for (int64_t i = 0; i < n; i++) act_set(gate, dtype, i, silu_mul(act_get(gate, dtype, i), act_get(up, dtype, i)));
 }
 
-static void cpu_attention(burst_backend *b, const flash_args *a) {
-    (void)b;
-    flash_cpu(a, 1);
+// A step's sequences in one OpenMP region: for many short decode calls the region's start and
+// end cost about as much as the attention itself. cpu-bf16 rounds Q and P to bf16 where a call
+// runs on AMX (flash_args.qp_bf16).
+static void cpu_attention_batch(burst_backend *b, const flash_args *calls, int n) {
+    if (b->ops->act_dtype == DTYPE_F32) {
+        flash_cpu(calls, n);
+        return;
+    }
+    flash_args *rounded = burst_malloc(sizeof *rounded * (size_t)n);
+    for (int i = 0; i < n; i++) rounded[i] = calls[i], rounded[i].qp_bf16 = 1;
+    flash_cpu(rounded, n);
+    free(rounded);
 }
 
-// A step's sequences in one OpenMP region: for many short decode calls the region's start and
-// end cost about as much as the attention itself.
-static void cpu_attention_batch(burst_backend *b, const flash_args *calls, int n) {
-    (void)b;
-    flash_cpu(calls, n);
-}
+static void cpu_attention(burst_backend *b, const flash_args *a) { cpu_attention_batch(b, a, 1); }
 
 static void cpu_merge(burst_backend *b, const online_softmax_args *calls, int n) {
     (void)b;

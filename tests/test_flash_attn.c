@@ -5,8 +5,9 @@
 // Both also take several calls at once (a step's sequences), each held to its own reference.
 // Every other case passes K/V in bf16 (a bf16 KV cache), drawn as bf16 values so that the
 // reference sees the same numbers and the fp32 bounds hold. Where the CPU has AMX, the bf16 cases
-// of more than 8 query rows and head_dim 64 or 128 take it (attention/flash_amx.h); ctest runs
-// this twice, the second time with BURST_AMX=0.
+// of more than 8 query rows and head_dim 64 or 128 take it (attention/flash_amx.h), and run again
+// with Q and P rounded to bf16 (flash_args.qp_bf16, cpu-bf16's); ctest runs this twice, the second
+// time with BURST_AMX=0.
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -16,6 +17,37 @@
 #include "common/amx.h"
 #include "common/burst.h"
 #include "tests/attention_ref.h"
+
+// flash_args.qp_bf16 (cpu-bf16): where the call runs on AMX (more than 8 query rows, head_dim a
+// multiple of 32), Q and P rounded to bf16 move O and lse by ~2^-9 of the scores (seen up to 4e-3;
+// bounds as the GPU's bf16 attention's), and they must move where some key is visible; elsewhere
+// the same bits as without it (o_exact, lse_exact).
+static int test_flash_qp_bf16(const attn_data *t, const float *o_exact, const float *lse_exact) {
+    const attn_case c = t->c;
+    const int64_t n_o = (int64_t)c.nq * t->o_stride, n_lse = (int64_t)c.n_heads * c.nq;
+    float *o = poisoned(n_o), *lse = poisoned(n_lse);
+    flash_args a = args_for(t, o, lse, 0, c.nk);
+    a.qp_bf16 = 1;
+    flash_cpu(&a, 1);
+    char what[160];
+    describe(what, sizeof what, &c, "flash qp_bf16");
+    double moved = 0;
+    for (int64_t i = 0; i < c.nq; i++)
+        for (int64_t x = 0; x < (int64_t)c.n_heads * c.head_dim; x++)
+            moved = fmax(moved, fabs((double)o[i * t->o_stride + x] - o_exact[i * t->o_stride + x]));
+    int ok;
+    if (amx_usable() && c.head_dim % 32 == 0 && c.nq > 8) {
+        ok = check(t, what, o, lse, 1e-4, 2e-2, 2e-2, 1e-4, 2e-2, 2e-2);
+        const int some_visible = !c.causal || c.k_pos0 < c.q_pos0 + c.nq;
+        if (some_visible && moved == 0) printf("FAIL %s: O the same as with float32 Q and P (not rounded)\n", what);
+        ok &= !some_visible || moved > 0;
+    } else {
+        ok = memcmp(o, o_exact, sizeof(float) * (size_t)n_o) == 0 && memcmp(lse, lse_exact, sizeof(float) * (size_t)n_lse) == 0;
+        if (!ok) printf("FAIL %s: off AMX, not the bits of float32 Q and P (O moved by %.3g)\n", what, moved);
+    }
+    free(o); free(lse);
+    return ok;
+}
 
 // flash_cpu over all keys at once.
 static int test_flash(const attn_data *t) {
@@ -31,6 +63,7 @@ static int test_flash(const attn_data *t) {
     // fp32 rounding of its terms gives ~1e-6. Its nmse bound is loose (1e-9) because lse can be
     // near 0 (one key, a small score: seen 3.7e-12 at |lse| = 0.02); the atol carries the check.
     int ok = check(t, what, o, lse, 1e-10, 2e-6, 1e-5, 1e-9, 4e-6, 1e-6);
+    if (c.kv_dtype == DTYPE_BF16) ok &= test_flash_qp_bf16(t, o, lse);
     free(o); free(lse);
     return ok;
 }

@@ -20,8 +20,9 @@ MAX_REL = 1e-4
 # conversion bug costs O(1). Near-ties of the greedy choice get the same allowance.
 MAX_REL_BF16, TIE_BF16 = 5e-3, 1e-2
 # cpu-bf16 rounds every matmul input, so one element that rounds the other way moves the rows after
-# it by ~2^-9, and their roundings scatter: runs land from 2e-7 (no such element) to 3e-3, where the
-# reference without the rounding lands at 3e-3 to 5e-3 (checked too: above float32's MAX_REL).
+# it by ~2^-9, and their roundings scatter: 60 runs landed from 2e-7 (no such element) to 4.3e-3
+# (the case whose attention also rounds Q and P), where the reference without the rounding lands at
+# 3e-3 to 5e-3 (checked too: above float32's MAX_REL).
 MAX_REL_ACT_BF16, TIE_ACT_BF16 = 1e-2, 3e-2
 CASES = [  # model shape, prompt length, prefill chunk, ranks, decode steps
     dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="f32"), n=37, batch=8, dec=5),
@@ -48,8 +49,10 @@ CASES = [  # model shape, prompt length, prefill chunk, ranks, decode steps
                                   "beta_slow": 2, "attention_factor": 1.1}), n=100, batch=32, ranks=2, dec=3),
     # cpu-bf16: the matmuls' inputs in bf16. Chunks of 64 and 24 tokens: BF16 weights through AMX
     # from 16 tokens, F16 ones from 48 (where the CPU has it), the rest and decode through the
-    # vector paths; F32 weights through the GEMM.
-    dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="bf16"), n=150, batch=64, dec=4,
+    # vector paths; F32 weights through the GEMM. head_dim 32 with a bf16 cache: the prompt's
+    # attention on AMX with Q and P rounded to bf16 too (not mirrored by the reference: within
+    # the bound).
+    dict(model=dict(dim=96, hidden=200, layers=2, heads=3, kv_heads=1, vocab=300, dtype="bf16"), n=150, batch=64, dec=4,
          backend="cpu-bf16", kv="bf16"),
     dict(model=dict(dim=128, hidden=100, layers=2, heads=8, kv_heads=1, vocab=512, dtype="f16"), n=120, batch=48, ranks=3,
          dec=3, backend="cpu-bf16", kv="bf16"),
