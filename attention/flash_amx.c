@@ -19,12 +19,11 @@ int flash_amx_applies(int head_dim, burst_dtype kv_dtype) {
     return kv_dtype == DTYPE_BF16 && head_dim % TK == 0 && amx_usable();
 }
 
-// Buffers, for kt = d / 32 column tiles of 32 dims:
+// Buffers, for kt = d / 32 column tiles of 32 dims and parts = w->parts (sized for PARTS):
 //   q: part p of queries [16 g, 16 g + 16) x dims [32 c, 32 c + 32) at q[((g * kt + c) * parts + p) * TE],
 //      row i holding (Q[r][32 c + 2 i], Q[r][32 c + 2 i + 1]) at 2 r
 //   k: K rows, ROWS x d, zeros past nk
 //   p: part p of P, queries [16 g, ...) x keys [32 c, 32 c + 32) at p[((g * 2 + c) * parts + p) * TE]
-// (sized for PARTS parts; parts is w->parts)
 //   v: keys [32 c, ...) x dims [16 e, 16 e + 16) at v[(c * d / 16 + e) * TE], row i holding
 //      (V[32 c + 2 i][16 e + j], V[32 c + 2 i + 1][16 e + j]) at 2 j
 void flash_amx_thread_begin(flash_amx_scratch *w, int max_d) {

@@ -94,10 +94,11 @@ static inline void amx_transpose_16x16(__m512i r[16]) {
     }
 }
 
-// Rows [16 b, 16 b + 16) of x (n rows of cols float32 in parts bf16 parts as amx_split_32 makes
-// them, or bf16 with x_bf16 and one part; rows stride elements apart) as B tiles: part p of those rows x columns [32 k, 32 k + 32) at
-// dst[((b * k_tiles + k) * parts + p) * AMX_TILE_ELEMS], whose row c / 2 holds (x[r][c], x[r][c + 1])
-// at 2 r (the 16 x 16 transpose of the rows' pairs of parts); zeros past n and past cols.
+// Rows [16 b, 16 b + 16) of x (n rows of cols float32, in `parts` bf16 parts as amx_split_32 makes
+// them; or bf16 with x_bf16, one part; rows stride elements apart) as B tiles: part p of those rows
+// x columns [32 k, 32 k + 32) at dst[((b * k_tiles + k) * parts + p) * AMX_TILE_ELEMS], whose row
+// c / 2 holds (x[r][c], x[r][c + 1]) at 2 r (the 16 x 16 transpose of the rows' pairs of parts);
+// zeros past n and past cols.
 void amx_rows_to_b(uint16_t *dst, const void *x, int x_bf16, int64_t stride, int64_t n, int64_t cols, int64_t b,
                    int64_t k_tiles, int parts);
 

@@ -37,8 +37,8 @@ const char *backend_name(const burst_backend *b);
 // The dtype a backend wants for matmul inputs: DTYPE_BF16 where its GEMMs round their inputs to
 // bf16 anyway (the CUDA backend), so that rmsnorm and swiglu write them in bf16 once instead of
 // float32 that every matmul re-reads and rounds, or where bf16 inputs make its matmuls faster
-// (cpu-bf16); DTYPE_F32 otherwise. Every backend takes both
-// dtypes wherever an op has a dtype argument; this one is the cheaper.
+// (cpu-bf16); DTYPE_F32 otherwise. Every backend takes both dtypes wherever an op has a dtype
+// argument; this one is the cheaper.
 burst_dtype backend_act_dtype(const burst_backend *b);
 
 void *backend_alloc(burst_backend *b, size_t bytes);
