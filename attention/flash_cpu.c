@@ -37,6 +37,7 @@
 #include "attention/flash_amx.h"
 #include "attention/online_softmax.h"
 #include "common/burst.h"
+#include "common/exp_nonpositive.h"
 
 enum { FLASH_CPU_BQ = 64, FLASH_CPU_BK = 64, FLASH_CPU_SPLIT_ROWS = 8, FLASH_CPU_CHUNK = 8 * FLASH_CPU_BK };
 _Static_assert((int)FLASH_CPU_BQ == (int)FLASH_AMX_ROWS && (int)FLASH_CPU_BK == (int)FLASH_AMX_ROWS, "AMX takes whole tiles");
@@ -76,23 +77,6 @@ static flash_cpu_rows rows_at(const flash_cpu_scratch *w, int r0, int d) {
 static void reset_rows(flash_cpu_rows st, int n, int d) {
     for (int r = 0; r < n; r++) st.m[r] = -INFINITY, st.l[r] = 0.0f;
     for (int64_t x = 0; x < (int64_t)n * d; x++) st.acc[x] = 0.0f;
-}
-
-// e^x for x <= 0 (a score less its row's maximum), 0 below -87 (and for -inf: masked keys). Plain
-// arithmetic, so that a loop of it vectorizes (libm's expf is a call per element, which took as
-// long as the scores' dot products): x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so that
-// n ln2 is exact), e^r by its Taylor series to r^7 (error below 1e-8 of the value), times 2^n.
-static inline float exp_nonpositive(float x) {
-    const float xc = x < -87.0f ? -87.0f : x;
-    const float n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f; // round to nearest: 1.5 x 2^23
-    const float r = (xc - n * 0.693145752f) - n * 1.42860682e-6f;
-    float p = 1.0f / 5040;
-    p = p * r + 1.0f / 720, p = p * r + 1.0f / 120, p = p * r + 1.0f / 24;
-    p = p * r + 1.0f / 6, p = p * r + 0.5f, p = p * r + 1.0f, p = p * r + 1.0f;
-    const uint32_t bits = (uint32_t)((int32_t)n + 127) << 23; // 2^n: n >= -126 for xc >= -87
-    float two_n;
-    memcpy(&two_n, &bits, 4);
-    return x < -87.0f ? 0.0f : p * two_n;
 }
 
 static inline const float *q_row(const flash_args *a, int64_t i, int h) {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/exp_nonpositive.h"
 #include "common/host_memory.h"
 #include "backend_impl.h"
 #include "matmul_cpu.h"
@@ -137,18 +138,26 @@ static void cpu_rope(burst_backend *b, float *x, const int64_t *pos, int n, int 
     }
 }
 
-static inline float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+// silu(g) u = g sigmoid(g) u, with e = e^-|g| <= 1: sigmoid(g) = 1 / (1 + e) for g >= 0, e / (1 + e)
+// below (so that no exponent overflows).
+static inline float silu_mul(float g, float u) {
+    const float e = exp_nonpositive(-fabsf(g));
+    return g * ((g >= 0 ? 1.0f : e) / (1.0f + e)) * u;
+}
 
+// A plain loop for each dtype, for the vectoriser.
 static void cpu_swiglu(burst_backend *b, void *gate, const void *up, burst_dtype dtype, int64_t n) {
-    float *gf = gate;
-    const float *uf = up;
-    if (dtype == DTYPE_F32) { // the loop the CPU runs: kept plain for the vectoriser
+    if (dtype == DTYPE_F32) {
+        float *gf = gate;
+        const float *uf = up;
         #pragma omp parallel for num_threads(nthreads(b)) schedule(static)
         for (int64_t i = 0; i < n; i++) gf[i] = silu_mul(gf[i], uf[i]);
         return;
     }
+    uint16_t *gh = gate;
+    const uint16_t *uh = up;
     #pragma omp parallel for num_threads(nthreads(b)) schedule(static)
-    for (int64_t i = 0; i < n; i++) act_set(gate, dtype, i, silu_mul(act_get(gate, dtype, i), act_get(up, dtype, i)));
+    for (int64_t i = 0; i < n; i++) gh[i] = f32_to_bf16(silu_mul(bf16_to_f32(gh[i]), bf16_to_f32(uh[i])));
 }
 
 // A step's sequences in one OpenMP region: for many short decode calls the region's start and
