@@ -121,9 +121,10 @@ with tempfile.TemporaryDirectory() as tmp:
             results = list(pool.map(one, range(12)))
         ok = [r for r in results if r[0] == 200]
         busy = [r for r in results if r[0] == 429]
-        # At least one running and 3 queued are accepted (a second slot fills only at the next step).
+        # The 3 queue places are accepted at least; more where the engine took queued requests into
+        # its slots before the flood ended (under load all 12 can arrive first: seen, 3 accepted).
         check(f"flood: {len(ok)} served, {len(busy)} got 429, nothing else", len(ok) + len(busy) == 12 and len(busy) >= 1
-              and len(ok) >= 4, [r[0] for r in results])
+              and len(ok) >= 3, [r[0] for r in results])
         check("every 429 has Retry-After and an OpenAI error", all(int(h.get("Retry-After", "0")) >= 1
               and b["error"]["code"] == "queue_full" for _, h, b in busy), busy[:1])
         check("every accepted request has its full output", all(b["usage"]["completion_tokens"] == 8
