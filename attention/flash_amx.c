@@ -13,7 +13,7 @@
 #ifdef BURST_AMX_BUILD
 #include "common/burst.h"
 
-enum { T = AMX_TILE, TK = AMX_TILE_K, TE = AMX_TILE_ELEMS, PARTS = AMX_PARTS, ROWS = FLASH_AMX_ROWS };
+enum { T = AMX_TILE, TK = AMX_TILE_K, TE = AMX_TILE_ELEMS, PARTS = AMX_PARTS, QROWS = FLASH_AMX_QUERIES, KROWS = FLASH_AMX_KEYS, PK = KROWS / TK };
 
 int flash_amx_applies(int head_dim, burst_dtype kv_dtype) {
     return kv_dtype == DTYPE_BF16 && head_dim % TK == 0 && amx_usable();
@@ -22,13 +22,14 @@ int flash_amx_applies(int head_dim, burst_dtype kv_dtype) {
 // Buffers, for kt = d / 32 column tiles of 32 dims and parts = w->parts (sized for PARTS):
 //   q: part p of queries [16 g, 16 g + 16) x dims [32 c, 32 c + 32) at q[((g * kt + c) * parts + p) * TE],
 //      row i holding (Q[r][32 c + 2 i], Q[r][32 c + 2 i + 1]) at 2 r
-//   k: K rows, ROWS x d, zeros past nk
-//   p: part p of P, queries [16 g, ...) x keys [32 c, 32 c + 32) at p[((g * 2 + c) * parts + p) * TE]
+//   k: K rows, KROWS x d, zeros past nk
+//   p: part p of P, queries [16 g, ...) x keys [32 c, 32 c + 32) at p[((g * PK + c) * parts + p) * TE],
+//      PK = KROWS / 32 key tiles
 //   v: keys [32 c, ...) x dims [16 e, 16 e + 16) at v[(c * d / 16 + e) * TE], row i holding
 //      (V[32 c + 2 i][16 e + j], V[32 c + 2 i + 1][16 e + j]) at 2 j
 void flash_amx_thread_begin(flash_amx_scratch *w, int max_d) {
-    const size_t q = (size_t)ROWS / T * (size_t)(max_d / TK) * PARTS * TE, k = (size_t)ROWS * max_d;
-    const size_t p = (size_t)ROWS / T * (ROWS / TK) * PARTS * TE, v = (size_t)ROWS / TK * (size_t)(max_d / T) * TE;
+    const size_t q = (size_t)QROWS / T * (size_t)(max_d / TK) * PARTS * TE, k = (size_t)KROWS * max_d;
+    const size_t p = (size_t)QROWS / T * (KROWS / TK) * PARTS * TE, v = (size_t)KROWS / TK * (size_t)(max_d / T) * TE;
     w->q = burst_malloc_aligned(q * 2), w->k = burst_malloc_aligned(k * 2);
     w->p = burst_malloc_aligned(p * 2), w->v = burst_malloc_aligned(v * 2);
     amx_load_tile_config();
@@ -70,7 +71,7 @@ static void split_p(flash_amx_scratch *w, const float *p, int64_t ld, int nq, in
                 hi[j] = _mm512_castps_si512(_mm512_maskz_loadu_ps(k1 < nk ? m : 0, p + (k1 < nk ? k1 * ld : 0) + g * T));
             }
             amx_transpose_16x16(lo), amx_transpose_16x16(hi);
-            uint16_t *dst = w->p + (g * 2 + c) * w->parts * TE;
+            uint16_t *dst = w->p + (g * PK + c) * w->parts * TE;
             for (int r = 0; r < T; r++)
                 amx_split_32(_mm512_castsi512_ps(lo[r]), _mm512_castsi512_ps(hi[r]), w->parts, dst + r * TK, TE);
         }
@@ -97,7 +98,7 @@ void flash_amx_pv(flash_amx_scratch *w, float *acc, const float *p, int64_t ld, 
     for (int r = 0; r < amx_pad_to_block(nq); r += 2 * T) // queries r.. by dims 16 e..: P's parts by V's pairs
         for (int e = 0; e < eg; e += 2)
             amx_block(acc + (int64_t)r * d + e * T, d, 0,
-                      (amx_operand){w->p + r / T * 2 * parts * TE, w->p + (r / T + 1) * 2 * parts * TE, parts * TE, 64, parts},
+                      (amx_operand){w->p + r / T * PK * parts * TE, w->p + (r / T + 1) * PK * parts * TE, parts * TE, 64, parts},
                       (amx_operand){w->v + e * TE, w->v + (e + 1) * TE, eg * TE, 64, 1}, kc);
 }
 #else // flash_amx_applies is 0: nothing else here is called

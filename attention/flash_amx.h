@@ -11,7 +11,9 @@
 
 #include "common/dtype.h"
 
-enum { FLASH_AMX_ROWS = 64 }; // the most queries, and keys, of a tile
+// The most queries, and keys, of a tile: 128 queries read each K/V tile half as often as 64 (the
+// attention 1.1x faster at 4K and 8K tokens), whose Q and P tiles still fit L1.
+enum { FLASH_AMX_QUERIES = 128, FLASH_AMX_KEYS = 64 };
 
 // One thread's buffers, for head_dim up to the max_d they were made for: a query tile's Q, and a
 // key tile's K, P and V, laid out as tiles.
@@ -27,7 +29,7 @@ int flash_amx_applies(int head_dim, burst_dtype kv_dtype);
 void flash_amx_thread_begin(flash_amx_scratch *w, int max_d);
 void flash_amx_thread_end(flash_amx_scratch *w);
 
-// Query rows [0, n) (n <= 64; row r at q + r * q_stride, d floats) made ready for the scores of
+// Query rows [0, n) (n <= 128; row r at q + r * q_stride, d floats) made ready for the scores of
 // every key tile the query tile sees; with round_bf16, Q and (in flash_amx_pv) P are rounded to
 // bf16 instead of split.
 void flash_amx_queries(flash_amx_scratch *w, const float *q, int64_t q_stride, int n, int d, int round_bf16);

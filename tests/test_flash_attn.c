@@ -255,10 +255,11 @@ int main(void) {
     // (nq, nk): single rows, sizes below, at and above the 64 tile, and long blocks. Up to 8 rows
     // a call is a decode call, split into chunks of 512 keys: one key past a chunk, exactly two
     // chunks, many; 9 rows are not split. Query tiles of more than 8 rows
-    // (64 and the rest) end in 1, 2 and 3 rows past a multiple of 4: 9, 10, 75 = 64 + 11.
+    // (64 and the rest) end in 1, 2 and 3 rows past a multiple of 4: 9, 10, 75 = 64 + 11. AMX's
+    // query tiles of 128: 1000 = 7 x 128 + 104, 130 = 128 + 2.
     static const int sizes[][2] = {{1, 1}, {7, 7}, {1, 1000}, {7, 100}, {64, 64}, {100, 7},
                                    {100, 1000}, {1000, 100}, {1000, 1000}, {64, 4097},
-                                   {3, 513}, {8, 1024}, {1, 4099}, {9, 700}, {75, 300}, {10, 90}};
+                                   {3, 513}, {8, 1024}, {1, 4099}, {9, 700}, {75, 300}, {10, 90}, {130, 200}};
     int fails = 0, n = 0, which = 0;
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
         for (int causal = 0; causal <= 1; causal++)
