@@ -1,8 +1,9 @@
 // The CPU backend: activations in host memory, weights read from the mmap in their stored dtype
 // (the matmul is model/matmul_cpu.c). "cpu" keeps the matmuls' inputs in float32 (an exact float32
-// computation); "cpu-bf16" keeps them in bf16, as the CUDA backend's bf16 mode does: with AMX a
-// matmul then needs one tile product per weight tile instead of three (or two instead of five for
-// F16 weights), and a prompt runs about 1.5x faster. Both take either dtype wherever an op has a
+// computation); "cpu-bf16" keeps those in the backend's act dtype (the normed rows and the MLP's;
+// model/llama.c) in bf16, as the CUDA backend's bf16 mode does: with AMX such a matmul needs one
+// tile product per weight tile instead of three (or two instead of five for F16 weights), and a
+// prompt runs about 1.5x faster. Both take either dtype wherever an op has a
 // dtype argument (the tests of the CUDA backend's bf16 mode use that).
 // Threads: OpenMP, n_threads per call.
 #define _GNU_SOURCE // malloc_usable_size
@@ -168,10 +169,10 @@ static void cpu_attention_batch(burst_backend *b, const flash_args *calls, int n
         flash_cpu(calls, n);
         return;
     }
-    flash_args *rounded = burst_malloc(sizeof *rounded * (size_t)n);
+    flash_args one, *rounded = n == 1 ? &one : burst_malloc(sizeof *rounded * (size_t)n); // 1: a ring step's call
     for (int i = 0; i < n; i++) rounded[i] = calls[i], rounded[i].qp_bf16 = 1;
     flash_cpu(rounded, n);
-    free(rounded);
+    if (rounded != &one) free(rounded);
 }
 
 static void cpu_attention(burst_backend *b, const flash_args *a) { cpu_attention_batch(b, a, 1); }
