@@ -61,6 +61,7 @@ void flash_amx_scores(flash_amx_scratch *w, float *s, int64_t ld, const uint16_t
 
 // P's parts, queries by keys, from p (keys by queries): 16 x 16 transposes; zeros past nq and nk.
 static void split_p(flash_amx_scratch *w, const float *p, int64_t ld, int nq, int nk) {
+    const int parts = w->parts;
     for (int g = 0; g < amx_pad_to_block(nq) / T; g++)
         for (int c = 0; c < amx_pad_to_block(nk) / TK; c++) {
             __m512i lo[T], hi[T]; // keys [32 c, 32 c + 16) and the next 16, then (transposed) queries
@@ -71,9 +72,9 @@ static void split_p(flash_amx_scratch *w, const float *p, int64_t ld, int nq, in
                 hi[j] = _mm512_castps_si512(_mm512_maskz_loadu_ps(k1 < nk ? m : 0, p + (k1 < nk ? k1 * ld : 0) + g * T));
             }
             amx_transpose_16x16(lo), amx_transpose_16x16(hi);
-            uint16_t *dst = w->p + (g * PK + c) * w->parts * TE;
+            uint16_t *dst = w->p + (g * PK + c) * parts * TE;
             for (int r = 0; r < T; r++)
-                amx_split_32(_mm512_castsi512_ps(lo[r]), _mm512_castsi512_ps(hi[r]), w->parts, dst + r * TK, TE);
+                amx_split_32(_mm512_castsi512_ps(lo[r]), _mm512_castsi512_ps(hi[r]), parts, dst + r * TK, TE);
         }
 }
 

@@ -6,7 +6,8 @@
 // 16 rows of 16 (B[2i][j], B[2i+1][j]) pairs. To stay a float32 computation, each float32 operand
 // is split into three bf16 parts that add up to it exactly (8 mantissa bits each, truncated); the
 // parts' products are exact in float32 and are summed in float32. (AMX reads bf16 subnormals as 0:
-// a value below about 2^-110 keeps fewer than its 24 bits.)
+// a value below about 2^-110 keeps fewer than its 24 bits.) Where bf16 precision is asked for
+// (the cpu-bf16 backend), an operand is one part instead: rounded to the nearest bf16.
 #pragma once
 #include <stdint.h>
 

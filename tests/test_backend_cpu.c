@@ -8,7 +8,8 @@
 // embed and the matmul's paths (a few tokens convert in registers, the GEMM a block at a time, AMX
 // in bf16 parts), and x's every float32 bit through each. Where the CPU has AMX, ctest runs this
 // twice, the second time with BURST_AMX=0 (the float32 GEMM).
-// And argmax, greedy sampling's pick, against a plain scan on rows full of ties.
+// And argmax, greedy sampling's pick, against a plain scan on rows full of ties; and AMX's rounding of
+// float32 to bf16 against the scalar one.
 #include "common/amx.h"
 #include "model/backend.h"
 #include "tests/test_util.h"
@@ -265,8 +266,36 @@ static void test_argmax(burst_backend *be) {
         }
 }
 
+// AMX's rounding of an operand to one bf16 part (cpu-bf16's, amx_bf16_nearest) gives f32_to_bf16's
+// bits: ties either way, the largest finite values (which round to infinity), subnormals, infinities,
+// NaNs, and random bit patterns. Where this build has no AMX there is nothing to check.
+static void test_bf16_nearest(void) {
+#ifdef BURST_AMX_BUILD
+    enum { N = 1 << 16 };
+    static const uint32_t edges[] = {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u,
+                                     0x00000001u, 0x80008000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u,
+                                     0xffffffffu, 0x00000000u, 0x80000000u, 0x3f80ffffu};
+    static uint32_t u[N];
+    int bad = 0;
+    for (int i = 0; i < N; i++) u[i] = i < 16 ? edges[i] : (uint32_t)test_rand_u64();
+    for (int i = 0; i < N; i += 16) {
+        uint16_t got[16];
+        _mm256_storeu_si256((__m256i *)got, amx_bf16_nearest(_mm512_loadu_ps((const float *)&u[i])));
+        for (int j = 0; j < 16; j++) {
+            float f;
+            memcpy(&f, &u[i + j], 4);
+            if (got[j] != f32_to_bf16(f) && bad++ < 3)
+                printf("  0x%08x: got 0x%04x want 0x%04x\n", u[i + j], got[j], f32_to_bf16(f));
+        }
+    }
+    printf("%s amx_bf16_nearest = f32_to_bf16 on %d values\n", bad ? "FAIL" : "ok  ", N);
+    check(!bad);
+#endif
+}
+
 int main(void) {
     test_seed("test_backend_cpu");
+    test_bf16_nearest();
     printf("matmul: AMX %s\n", amx_usable() ? "on" : "off");
     burst_backend *be = backend_cpu_new(3, 0); // a thread count that splits the tiles unevenly
     test_rmsnorm(be);

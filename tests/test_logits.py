@@ -19,11 +19,11 @@ MAX_REL = 1e-4
 # relative. Most runs land near 2e-7; 25 runs saw up to 1.6e-4, one earlier 6.6e-4. A stride or
 # conversion bug costs O(1). Near-ties of the greedy choice get the same allowance.
 MAX_REL_BF16, TIE_BF16 = 5e-3, 1e-2
-# cpu-bf16 rounds every matmul input, so one element that rounds the other way moves the rows after
+# cpu-bf16 rounds most matmul inputs, so one element that rounds the other way moves the rows after
 # it by ~2^-9, and their roundings scatter: 60 runs landed from 2e-7 (no such element) to 4.3e-3
 # (the case whose attention also rounds Q and P), where the reference without the rounding lands at
-# 3e-3 to 5e-3 (checked too: above float32's MAX_REL).
-MAX_REL_ACT_BF16, TIE_ACT_BF16 = 1e-2, 3e-2
+# 2.8e-3 to 5e-3: checked to be above MIN_REL_UNROUNDED, which float32 with a bf16 cache stays below.
+MAX_REL_ACT_BF16, TIE_ACT_BF16, MIN_REL_UNROUNDED = 1e-2, 3e-2, 1e-3
 CASES = [  # model shape, prompt length, prefill chunk, ranks, decode steps
     dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="f32"), n=37, batch=8, dec=5),
     dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="f32"), n=37, batch=16, ranks=3, dec=5),
@@ -47,14 +47,14 @@ CASES = [  # model shape, prompt length, prefill chunk, ranks, decode steps
     dict(model=dict(dim=64, hidden=100, layers=2, heads=4, kv_heads=2, vocab=300, dtype="bf16", rope_theta=500000.0,
                     rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128, "beta_fast": 16,
                                   "beta_slow": 2, "attention_factor": 1.1}), n=100, batch=32, ranks=2, dec=3),
-    # cpu-bf16: the matmuls' inputs in bf16. Chunks of 64 and 24 tokens: BF16 weights through AMX
-    # from 16 tokens, F16 ones from 48 (where the CPU has it), the rest and decode through the
-    # vector paths; F32 weights through the GEMM. head_dim 32 with a bf16 cache: the prompt's
-    # attention on AMX with Q and P rounded to bf16 too (not mirrored by the reference: within
-    # the bound).
-    dict(model=dict(dim=96, hidden=200, layers=2, heads=3, kv_heads=1, vocab=300, dtype="bf16"), n=150, batch=64, dec=4,
-         backend="cpu-bf16", kv="bf16"),
-    dict(model=dict(dim=128, hidden=100, layers=2, heads=8, kv_heads=1, vocab=512, dtype="f16"), n=120, batch=48, ranks=3,
+    # cpu-bf16: the normed and MLP rows in bf16. BF16 weights through AMX from 16 tokens (chunks of
+    # 64 on 2 ranks: 32 rows each), F16 ones from 48 (chunks of 64 and 56 on one rank), where the
+    # CPU has it; the rest and decode through the vector paths; F32 weights through the GEMM
+    # (chunks of 24). head_dim 32 with a bf16 cache: the prompt's attention on AMX with Q and P
+    # rounded to bf16 too (not mirrored by the reference: within the bound).
+    dict(model=dict(dim=96, hidden=200, layers=2, heads=3, kv_heads=1, vocab=300, dtype="bf16"), n=150, batch=64, ranks=2,
+         dec=4, backend="cpu-bf16", kv="bf16"),
+    dict(model=dict(dim=128, hidden=100, layers=2, heads=8, kv_heads=1, vocab=512, dtype="f16"), n=120, batch=64,
          dec=3, backend="cpu-bf16", kv="bf16"),
     dict(model=dict(dim=64, hidden=172, layers=3, heads=4, kv_heads=4, vocab=257, dtype="f32", tie=True), n=70, batch=24,
          dec=3, backend="cpu-bf16"),
@@ -86,11 +86,11 @@ for i, case in enumerate(CASES):
         ok = got.shape == ref.shape and rel < bound and \
             np.array_equal(got.argmax(-1)[clear], ref.argmax(-1)[clear])
         note = ""
-        if backend == "cpu-bf16":  # it must round: float32 activations would land within float32 rounding
+        if backend == "cpu-bf16":  # it must round: float32 activations would land near the unrounded reference
             ref32 = llama_ref.forward(cfg, w, toks, kv_bf16=kv == "bf16")[case["n"] - 1:]
             rel32 = np.linalg.norm(got - ref32) / np.linalg.norm(ref32)
-            ok = ok and rel32 > MAX_REL
-            note = f"; {rel32:.2e} from the reference without bf16 activations (min {MAX_REL:g})"
+            ok = ok and rel32 > MIN_REL_UNROUNDED
+            note = f"; {rel32:.2e} from the reference without bf16 activations (min {MIN_REL_UNROUNDED:g})"
         failures += not ok
         print(f"{'ok  ' if ok else 'FAIL'} case {i} {case['model']} {backend} G={case.get('ranks', 1)} KV {kv}: {got.shape[0]} logit rows, rel err {rel:.2e} "
               f"(max {bound:g}), max abs err {np.abs(got - ref).max():.2e}{note}")
