@@ -9,9 +9,9 @@
 // For each (head, tile of FLASH_CPU_BQ queries, or FLASH_AMX_QUERIES on AMX), walk the key tiles
 // of FLASH_CPU_BK keys that the tile can see, keeping a running row max m, row sum l and
 // unnormalised output acc (online softmax), so the S and P tiles (64x64 floats, 16 KB; 32 KB on
-// AMX) stay in L1/L2. Under causal masking a key
-// tile that lies wholly after the last query of the tile is never visited, and only tiles that
-// straddle the diagonal (or run past nk) are masked element by element.
+// AMX) stay in L1/L2. Under causal masking a key tile that lies wholly after the last query of the
+// tile is never visited, and only tiles that straddle the diagonal (or run past nk) are masked
+// element by element.
 // Each OpenMP thread owns one scratch block (the rows' state, S, Q^T) for the whole parallel region.
 // A bf16 K/V tile is widened to float32 in that scratch once per query tile that reads it
 // (head_dim values per 64 dot products of head_dim: a small share of the work). On a CPU with AMX,
@@ -42,6 +42,10 @@
 
 enum { FLASH_CPU_BQ = 64, FLASH_CPU_BK = 64, FLASH_CPU_SPLIT_ROWS = 8, FLASH_CPU_CHUNK = 8 * FLASH_CPU_BK };
 _Static_assert((int)FLASH_CPU_BQ <= (int)FLASH_AMX_QUERIES && (int)FLASH_CPU_BK == (int)FLASH_AMX_KEYS, "AMX takes whole tiles");
+
+// The rows of a query tile: AMX's take 128 (each K/V tile read half as often), the vector loops' 64
+// (they ran slower with 128). Also the row stride of w->s and the rows of state a tile resets.
+static int query_tile_rows(int amx) { return amx ? FLASH_AMX_QUERIES : FLASH_CPU_BQ; }
 enum { DECODE_PV_KEYS = 4 }; // keys a decode call's P V adds to its state at once (8: no faster)
 // Floats of running sums P V keeps in registers for 4 rows: 16 of AVX-512's 32 vector registers
 // (bench_ring: 1.33 s against 1.51 with 128); with AVX2, 128 (64 took 7.2 s against 1.9).
@@ -228,7 +232,7 @@ static const uint16_t *bf16_rows(const flash_args *a, const void *base, int64_t 
 static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, flash_cpu_rows st, int h, int hk,
                            int64_t q0, int64_t q1, int64_t k0, int64_t k1, int masked, int amx) {
     const int d = a->head_dim, nq = (int)(q1 - q0), nk = (int)(k1 - k0);
-    const int ld = amx ? FLASH_AMX_QUERIES : FLASH_CPU_BQ; // of w->s
+    const int ld = query_tile_rows(amx); // of w->s
     if (amx) flash_amx_scores(&w->amx, w->s, ld, bf16_rows(a, a->k, k0, hk), a->kv_stride, nk, nq, d);
     else {
         int64_t k_stride;
@@ -350,7 +354,7 @@ static void flash_cpu_query_tile(const flash_args *a, flash_cpu_scratch *w, int 
                                  int64_t q1) {
     const int hk = h / (a->n_heads / a->n_kv_heads), amx = flash_amx_applies(a->head_dim, a->kv_dtype);
     const flash_cpu_rows st = rows_at(w, 0, a->head_dim);
-    reset_rows(st, amx ? FLASH_AMX_QUERIES : FLASH_CPU_BQ, a->head_dim); // every row: AMX's P V carries rows past q1 (zeros) too
+    reset_rows(st, query_tile_rows(amx), a->head_dim); // every row: AMX's P V carries rows past q1 (zeros) too
     if (amx) flash_amx_queries(&w->amx, q_row(a, q0, h), a->q_stride, (int)(q1 - q0), a->head_dim, a->qp_bf16);
     else if (q1 - q0 > FLASH_CPU_SPLIT_ROWS) q_transposed(a, h, q0, (int)(q1 - q0), w->qt); // for flash_cpu_tile
     const int64_t k_end = visible_keys(a, q1);
@@ -419,7 +423,7 @@ void flash_cpu(const flash_args *calls, int n) {
         bf16 |= a->kv_dtype == DTYPE_BF16;
         if (!is_decode(a)) {
             amx |= flash_amx_applies(a->head_dim, a->kv_dtype);
-            if (amx && most_rows < FLASH_AMX_QUERIES) most_rows = FLASH_AMX_QUERIES;
+            if (query_tile_rows(amx) > most_rows) most_rows = query_tile_rows(amx);
             continue;
         }
         // At least one chunk: a row that sees no key still gets o = 0 and lse = -inf.
@@ -463,7 +467,7 @@ void flash_cpu(const flash_args *calls, int n) {
         for (int j = 0; j < n; j++) {
             const flash_args *a = &calls[j];
             if (is_decode(a)) continue;
-            const int bq = flash_amx_applies(a->head_dim, a->kv_dtype) ? FLASH_AMX_QUERIES : FLASH_CPU_BQ;
+            const int bq = query_tile_rows(flash_amx_applies(a->head_dim, a->kv_dtype));
             const int64_t n_qtiles = ((int64_t)a->nq + bq - 1) / bq;
 #pragma omp for schedule(dynamic, 1) nowait
             for (int64_t t = 0; t < n_qtiles * a->n_heads; t++) {
