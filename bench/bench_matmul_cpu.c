@@ -29,11 +29,13 @@ static void *random_weight(burst_dtype dtype, int64_t n) {
 int main(int argc, char **argv) {
     int threads = 0, ok = 1;
     burst_dtype x_dtype = DTYPE_F32;
-    for (int i = 1; ok && i < argc; i += 2)
-        ok = i + 1 < argc && (!strcmp(argv[i], "--threads")  ? (threads = atoi(argv[i + 1])) > 0
-                              : !strcmp(argv[i], "--x-dtype") ? dtype_parse(argv[i + 1], &x_dtype) &&
-                                                                    (x_dtype == DTYPE_F32 || x_dtype == DTYPE_BF16)
-                                                              : 0);
+    for (int i = 1; ok && i < argc; i += 2) {
+        const char *flag = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!value) ok = 0;
+        else if (!strcmp(flag, "--threads")) ok = (threads = atoi(value)) > 0;
+        else if (!strcmp(flag, "--x-dtype")) ok = dtype_parse(value, &x_dtype) && (x_dtype == DTYPE_F32 || x_dtype == DTYPE_BF16);
+        else ok = 0;
+    }
     if (!ok) return fprintf(stderr, "usage: bench_matmul_cpu [--threads T] [--x-dtype f32|bf16]\n"), 2;
     burst_backend *be = backend_cpu_new(threads, 0);
     static const int64_t shapes[][2] = {{4096, 4096}, {11008, 4096}};
