@@ -4,10 +4,10 @@
 #include <stdint.h>
 #include <string.h>
 
-// e^x for x <= 0, 0 below -87 (and for -inf: the attention's masked keys), NaN for NaN. Plain arithmetic, so
-// that a loop of it vectorizes (libm's expf is a call per element, which took as long as the
-// attention's dot products): x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so that n ln2 is
-// exact), e^r by its Taylor series to r^7 (error below 1e-8 of the value), times 2^n.
+// e^x for x <= 0, 0 below -87 (and for -inf: the attention's masked keys), NaN for NaN. Plain
+// arithmetic, so that a loop of it vectorizes (libm's expf is a call per element, which took as
+// long as the attention's dot products): x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so
+// that n ln2 is exact), e^r by its Taylor series to r^7 (error below 1e-8 of the value), times 2^n.
 static inline float exp_nonpositive(float x) {
     const float xc = x >= -87.0f ? x : -87.0f; // NaN too: n must stay a number (the cast below)
     const float n = (xc * 1.44269504f + 12582912.0f) - 12582912.0f; // round to nearest: 1.5 x 2^23

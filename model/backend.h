@@ -25,8 +25,9 @@ typedef struct {
 } burst_weight;
 
 // Creates a backend by name: "cpu" (float32 activations) or "cpu-bf16" (the normed and MLP rows,
-// most matmuls' inputs, in bf16: model/backend_cpu.c), or, when built with CUDA, "cuda" (bf16 weights and GEMMs) or "cuda-fp32"
-// (float32 throughout, for exactness tests) on GPU `device` (model/backend_cuda.h).
+// most matmuls' inputs, in bf16: model/backend_cpu.c), or, when built with CUDA, "cuda" (bf16
+// weights and GEMMs) or "cuda-fp32" (float32 throughout, for exactness tests) on GPU `device`
+// (model/backend_cuda.h).
 burst_status backend_new(const char *name, int device, int n_threads, burst_backend **out,
                          burst_error *err);
 burst_backend *backend_cpu_new(int n_threads, int bf16);

@@ -3,8 +3,8 @@
 // computation); "cpu-bf16" keeps those in the backend's act dtype (the normed rows and the MLP's;
 // model/llama.c) in bf16, as the CUDA backend's bf16 mode does: with AMX such a matmul needs one
 // tile product per weight tile instead of three (or two instead of five for F16 weights), and a
-// prompt runs about 1.5x faster. Both take either dtype wherever an op has a
-// dtype argument (the tests of the CUDA backend's bf16 mode use that).
+// prompt runs about 1.5x faster. Both take either dtype wherever an op has a dtype argument (the
+// tests of the CUDA backend's bf16 mode use that).
 // Threads: OpenMP, n_threads per call.
 #define _GNU_SOURCE // malloc_usable_size
 #include <malloc.h>
