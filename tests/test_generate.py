@@ -57,6 +57,8 @@ with tempfile.TemporaryDirectory() as tmp:
         (["generate", "--model", STORIES, "--prompt", "x", "--temperature", "hot"], "--temperature hot"),
         (["generate", "--model", STORIES, "--prompt", "x", "--bogus", "1"], "--bogus"),
         (["generate", "--model", STORIES, "--prompt", "x", "--kv-dtype", "f16"], "--kv-dtype f16: want f32 or bf16"),
+        (["generate", "--model", STORIES, "--prompt", "x", "--backend", "cpu-bf17"],
+         "backend 'cpu-bf17' unknown (want cpu, cpu-bf16, cuda or cuda-fp32)"),
         (["generate", "--model", STORIES, "--prompt", "Once upon a time", "--ctx", "3"], "exceeds the context"),
         (["frobnicate"], "unknown command"),
     ]
