@@ -40,7 +40,7 @@ int main(int argc, char **argv) {
     burst_backend *be = backend_cpu_new(threads, 0);
     static const int64_t shapes[][2] = {{4096, 4096}, {11008, 4096}};
     // 24: the few-token tiles; 32: the GEMM's first; 40: a part-filled last panel of the GEMM
-    static const int ns[] = {1, 2, 4, 8, 16, 24, 32, 40, 64, 128, 256};
+    static const int ns[] = {1, 2, 4, 8, 16, 24, 32, 40, 64, 128, 256, 512, 2048};
     printf("CPU matmul, %d threads, AMX %s, x %s, GFLOP/s (best of 3)\n", threads ? threads : omp_get_max_threads(),
            amx_usable() ? "on" : "off", dtype_name(x_dtype));
     printf("%6s %14s %6s %10s\n", "dtype", "weight", "n", "GFLOP/s");

@@ -9,13 +9,16 @@
 // and 2).
 //
 // A is W (rows by columns, as W is laid out) and B is x^T, so a tile of C holds 16 weight rows x 16
-// tokens. x is split and transposed into tiles once per call (amx_rows_to_b). W is read a block of
-// MC rows x KC columns at a time: BF16 rows where they lie when one or two blocks of 32 tokens read
+// tokens. x is split and transposed into tiles once per call (amx_rows_to_b). Each thread takes MC
+// weight rows at a time: BF16 rows are read where they lie when one or two blocks of 32 tokens read
 // them (a decode step's few tokens: each weight is used once or twice, and copying it would cost as
-// much as its tile products), otherwise copied into L2 (F16 ones widened and split), where every 32
-// tokens read them; copies of rows that AMX reads 16 rows at a time, 8 KB apart, would fall into
-// one cache set. A block's sums for all tokens gather in a per-thread buffer and are stored as
-// out_dtype once its last columns are in.
+// much as its tile products); otherwise copied into tiles (F16 ones widened and split), KC columns
+// at a time as the first NC tokens need them (the copy still in L2 for those), and read from the
+// copy for each further NC tokens: copies of rows that AMX reads 16 rows at a time, 8 KB apart,
+// would fall into one cache set, and each NC tokens copying them again would read W from memory again.
+// The sums of MC rows x NC tokens stay in L2 while KC columns at a time are added to them (the 32
+// rows' KC columns in L1, NC tokens' KC columns in L2), and are stored as out_dtype, 16 x 16
+// transposed in registers, once the last columns are in.
 #include "matmul_amx.h"
 
 #include "common/amx.h"
@@ -27,8 +30,9 @@
 
 #include "common/burst.h"
 
-// MC and KC: the weight block copied at a time (128 KB of bf16 parts for F16, in L2).
-enum { TILE = AMX_TILE, TILE_K = AMX_TILE_K, TILE_ELEMS = AMX_TILE_ELEMS, MC = 128, KC = 256, X_PARTS = AMX_PARTS };
+enum { TILE = AMX_TILE, TILE_K = AMX_TILE_K, TILE_ELEMS = AMX_TILE_ELEMS, X_PARTS = AMX_PARTS };
+// MC weight rows x NC tokens of sums (256 KB), KC columns added at a time.
+enum { MC = 128, NC = 512, KC = 256 };
 // Below these many tokens the vector paths of matmul_cpu.c are as fast (bench/bench_matmul_cpu.c):
 // an F16 weight's split costs more than its 5 tile products save against the float32 GEMM (even at
 // 64 to 128, 1.2x faster at 256 and more); with bf16 x, 2 products, it pays from 48 (1.9 / 1.0x at
@@ -39,34 +43,55 @@ enum { TILE = AMX_TILE, TILE_K = AMX_TILE_K, TILE_ELEMS = AMX_TILE_ELEMS, MC = 1
 enum { AMX_F16_MIN_TOKENS = 128, AMX_F16_BF16_X_MIN_TOKENS = 48, AMX_BF16_MIN_TOKENS = 16, DIRECT_MAX_TOKENS = 64 };
 
 // Rows [r0, r0 + mr) x columns [k0, k0 + kn) of W (mr and kn multiples of 32; zeros past W's edges)
-// as A tiles: ws[((i * (kn / 32) + k) * parts + p) * TILE_ELEMS] is part p of rows [16 i, 16 i + 16)
-// x columns [32 k, 32 k + 32), as W lays them out; F16 weights split into two bf16 parts.
-static void copy_w(uint16_t *ws, const burst_weight *W, int64_t r0, int64_t mr, int64_t k0, int64_t kn, int parts) {
-    const int64_t k_tiles = kn / TILE_K;
+// as A tiles: ws[i * i_stride + (k * parts + p) * TILE_ELEMS] is part p of rows [16 i, 16 i + 16) x
+// columns [k0 + 32 k, k0 + 32 k + 32), as W lays them out; F16 weights split into two bf16 parts.
+static void copy_w(uint16_t *ws, int64_t i_stride, const burst_weight *W, int64_t r0, int64_t mr, int64_t k0,
+                   int64_t kn, int parts) {
     for (int64_t i = 0; i < mr / TILE; i++)
-        for (int64_t k = 0; k < k_tiles; k++)
+        for (int64_t k = 0; k < kn / TILE_K; k++)
             for (int64_t r = 0; r < TILE; r++) {
                 const int64_t row = r0 + i * TILE + r, col = k0 + k * TILE_K;
                 const __mmask32 m = row < W->rows ? amx_first32(W->cols - col) : 0;
                 const __m512i w = _mm512_maskz_loadu_epi16(m, (const uint16_t *)W->data + (row < W->rows ? row * W->cols + col : 0));
-                uint16_t *d = ws + (i * k_tiles + k) * parts * TILE_ELEMS + r * TILE_K;
+                uint16_t *d = ws + i * i_stride + k * parts * TILE_ELEMS + r * TILE_K;
                 if (parts == 1) _mm512_store_si512(d, w);
                 else amx_split_32(_mm512_cvtph_ps(_mm512_castsi512_si256(w)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(w, 1)), 2, d,
                                   TILE_ELEMS);
             }
 }
 
-// What a call allocates: x's tiles, and each thread's weight block and sums.
+// What a call allocates: x's tiles, and each thread's copy of MC weight rows and its sums.
 static size_t x_tiles_bytes(int64_t n_pad, int64_t k_tiles, int x_parts) {
     return sizeof(uint16_t) * (size_t)(n_pad / TILE * k_tiles * x_parts * TILE_ELEMS);
 }
-static size_t w_block_bytes(int w_parts) { return sizeof(uint16_t) * MC * KC * (size_t)w_parts; }
-static size_t sums_bytes(int64_t n_pad) { return sizeof(float) * (size_t)n_pad * MC; } // [row of the block][token]
+static size_t w_copy_bytes(int64_t w_k, int w_parts) { return sizeof(uint16_t) * MC * (size_t)(w_k * TILE_K * w_parts); }
+static size_t sums_bytes(int64_t nc) { return sizeof(float) * (size_t)nc * MC; } // [row of the block][token]
 
 size_t matmul_amx_transient_bytes(int n, int64_t cols, int n_threads) {
-    const int64_t n_pad = amx_pad_to_block(n);
-    return !amx_usable() ? 0 : x_tiles_bytes(n_pad, (cols + TILE_K - 1) / TILE_K, X_PARTS) +
-                                   (size_t)n_threads * (w_block_bytes(2) + sums_bytes(n_pad));
+    const int64_t n_pad = amx_pad_to_block(n), k_tiles = (cols + TILE_K - 1) / TILE_K;
+    const size_t per_thread = w_copy_bytes(n_pad > NC ? k_tiles : KC / TILE_K, 2) + sums_bytes(n_pad < NC ? n_pad : NC);
+    return !amx_usable() ? 0 : x_tiles_bytes(n_pad, k_tiles, X_PARTS) + (size_t)n_threads * per_thread;
+}
+
+// c[r * nc + t] (r < mr rows, t < nt tokens; whole tiles of 16 x 16 in c) into out (n, rows) at rows
+// r0 + r of tokens t0 + t, as out_dtype (rounded to nearest) or added to it.
+static void store_sums(void *out, burst_dtype out_dtype, int accumulate, int64_t rows, const float *c, int64_t nc,
+                       int64_t r0, int64_t mr, int64_t t0, int64_t nt) {
+    for (int64_t t = 0; t < nt; t += TILE) // a token at a time: its rows lie together in out
+        for (int64_t r = 0; r < mr; r += TILE) {
+            __m512i v[TILE];
+            for (int i = 0; i < TILE; i++) v[i] = _mm512_load_si512(c + (r + i) * nc + t);
+            amx_transpose_16x16(v); // v[j]: token t + j's 16 rows
+            const __mmask16 m = amx_first16(mr - r);
+            for (int64_t j = 0; j < TILE && t + j < nt; j++) {
+                const int64_t o = (t0 + t + j) * rows + r0 + r;
+                const __m512 s = _mm512_castsi512_ps(v[j]);
+                float *of = (float *)out + o;
+                if (accumulate) _mm512_mask_storeu_ps(of, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, of), s));
+                else if (out_dtype == DTYPE_F32) _mm512_mask_storeu_ps(of, m, s);
+                else _mm256_mask_storeu_epi16((uint16_t *)out + o, m, amx_bf16_nearest(s));
+            }
+        }
 }
 
 int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
@@ -79,46 +104,49 @@ int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, 
     const int64_t rows = W->rows, cols = W->cols, k_tiles = (cols + TILE_K - 1) / TILE_K, n_pad = amx_pad_to_block(n);
     const int x_parts = x_dtype == DTYPE_BF16 ? 1 : X_PARTS, w_parts = W->dtype == DTYPE_BF16 ? 1 : 2;
     const int64_t blocks = (rows + MC - 1) / MC, x_tile_row = k_tiles * x_parts * TILE_ELEMS;
+    const int64_t nc = n_pad < NC ? n_pad : NC;
+    // the copy of a block's weights: KC columns at a time, or all of them where several NC tokens read them
+    const int64_t w_k = n_pad > NC ? k_tiles : KC / TILE_K;
     uint16_t *xs = burst_malloc_aligned(x_tiles_bytes(n_pad, k_tiles, x_parts));
     #pragma omp parallel num_threads(n_threads)
     {
         #pragma omp for schedule(static)
         for (int64_t b = 0; b < n_pad / TILE; b++)
             amx_rows_to_b(xs, x, x_dtype == DTYPE_BF16, cols, n, cols, b, k_tiles, x_parts);
-        uint16_t *ws = burst_malloc_aligned(w_block_bytes(w_parts));
-        float *c = burst_malloc_aligned(sums_bytes(n_pad));
+        uint16_t *ws = burst_malloc_aligned(w_copy_bytes(w_k, w_parts));
+        float *c = burst_malloc_aligned(sums_bytes(nc));
         amx_load_tile_config();
         #pragma omp for schedule(dynamic)
         for (int64_t blk = 0; blk < blocks; blk++) {
             const int64_t r0 = blk * MC, mr = rows - r0 < MC ? rows - r0 : MC, mr_pad = amx_pad_to_block(mr);
             const int direct = W->dtype == DTYPE_BF16 && n_pad <= DIRECT_MAX_TOKENS && r0 + mr_pad <= rows && cols % TILE_K == 0;
-            for (int64_t k0 = 0; k0 < k_tiles * TILE_K; k0 += KC) {
-                const int64_t kn = k_tiles * TILE_K - k0 < KC ? k_tiles * TILE_K - k0 : KC, kt = kn / TILE_K;
-                if (!direct) copy_w(ws, W, r0, mr_pad, k0, kn, w_parts);
-                for (int64_t r = 0; r < mr_pad; r += 2 * TILE) {
-                    const uint16_t *wd = (const uint16_t *)W->data + (r0 + r) * cols + k0; // in place
-                    const uint16_t *wc = ws + r / TILE * kt * w_parts * TILE_ELEMS;           // copied
-                    const amx_operand a = direct ? (amx_operand){wd, wd + TILE * cols, TILE_K, cols * 2, 1}
-                                                 : (amx_operand){wc, wc + kt * w_parts * TILE_ELEMS, w_parts * TILE_ELEMS, 64, w_parts};
-                    // the next columns of these 32 rows, from memory: the tile loads alone wait on it (half the
-                    // speed at 11008 columns)
-                    for (int64_t i = 0; direct && i < 2 * TILE; i++)
-                        for (int64_t j = KC; j < 2 * KC && k0 + j < cols; j += 64 / sizeof(uint16_t))
-                            _mm_prefetch((const char *)(wd + i * cols + j), _MM_HINT_T0);
-                    for (int64_t t = 0; t < n_pad; t += 2 * TILE) {
-                        const uint16_t *xb = xs + (t / TILE) * x_tile_row + k0 / TILE_K * x_parts * TILE_ELEMS;
-                        // 32 weight rows x 32 tokens of the sums: W's two tiles of 16 rows by x's two of 16 tokens
-                        amx_block(c + r * n_pad + t, n_pad, k0 == 0, a,
-                                  (amx_operand){xb, xb + x_tile_row, x_parts * TILE_ELEMS, 64, x_parts}, kt);
+            for (int64_t t0 = 0; t0 < n_pad; t0 += nc) {
+                const int64_t nt = n_pad - t0 < nc ? n_pad - t0 : nc;
+                for (int64_t k0 = 0; k0 < k_tiles * TILE_K; k0 += KC) {
+                    const int64_t kn = k_tiles * TILE_K - k0 < KC ? k_tiles * TILE_K - k0 : KC, kt = kn / TILE_K;
+                    uint16_t *wk = ws + (w_k == k_tiles ? k0 / TILE_K : 0) * w_parts * TILE_ELEMS;
+                    if (!direct && t0 == 0) copy_w(wk, w_k * w_parts * TILE_ELEMS, W, r0, mr_pad, k0, kn, w_parts);
+                    for (int64_t r = 0; r < mr_pad; r += 2 * TILE) {
+                        const uint16_t *wd = (const uint16_t *)W->data + (r0 + r) * cols + k0; // in place
+                        const uint16_t *wc = wk + r / TILE * w_k * w_parts * TILE_ELEMS;        // copied
+                        const int64_t wc_i = w_k * w_parts * TILE_ELEMS;
+                        const amx_operand a = direct ? (amx_operand){wd, wd + TILE * cols, TILE_K, cols * 2, 1}
+                                                     : (amx_operand){wc, wc + wc_i, w_parts * TILE_ELEMS, 64, w_parts};
+                        // the next columns of these 32 rows, from memory: the tile loads alone wait on it (half the
+                        // speed at 11008 columns)
+                        for (int64_t i = 0; direct && i < 2 * TILE; i++)
+                            for (int64_t j = KC; j < 2 * KC && k0 + j < cols; j += 64 / sizeof(uint16_t))
+                                _mm_prefetch((const char *)(wd + i * cols + j), _MM_HINT_T0);
+                        for (int64_t t = t0; t < t0 + nt; t += 2 * TILE) {
+                            const uint16_t *xb = xs + (t / TILE) * x_tile_row + k0 / TILE_K * x_parts * TILE_ELEMS;
+                            // 32 weight rows x 32 tokens of the sums: W's two tiles of 16 rows by x's two of 16 tokens
+                            amx_block(c + r * nc + t - t0, nc, k0 == 0, a,
+                                      (amx_operand){xb, xb + x_tile_row, x_parts * TILE_ELEMS, 64, x_parts}, kt);
+                        }
                     }
                 }
+                store_sums(out, out_dtype, accumulate, rows, c, nc, r0, mr, t0, n - t0 < nt ? n - t0 : nt);
             }
-            for (int64_t t = 0; t < n; t++)
-                for (int64_t r = 0; r < mr; r++) {
-                    int64_t o = t * rows + r0 + r;
-                    if (accumulate) ((float *)out)[o] += c[r * n_pad + t];
-                    else act_set(out, out_dtype, o, c[r * n_pad + t]);
-                }
         }
         _tile_release();
         free(ws), free(c);
