@@ -32,7 +32,7 @@ typedef struct {
     int n_heads, n_kv_heads, head_dim;
     int64_t q_pos0, k_pos0;
     int causal;
-    float scale;        // usually 1/sqrt(head_dim)
+    float scale;        // > 0, usually 1/sqrt(head_dim)
     burst_dtype kv_dtype; // DTYPE_F32 (0) or DTYPE_BF16
     // 1: where flash_cpu runs a query tile on AMX (attention/flash_amx.h), Q and the probabilities
     // are rounded to bf16 (one tile product a block instead of three), as the GPU's bf16 kernels

@@ -7,11 +7,11 @@
 // rows at a time, each loaded V element serving the 4.
 //
 // For each (head, tile of FLASH_CPU_BQ queries, or FLASH_AMX_QUERIES on AMX), walk the key tiles
-// of FLASH_CPU_BK keys that the tile can see, keeping a running row max m, row sum l and
-// unnormalised output acc (online softmax), so the S and P tiles (64x64 floats, 16 KB; 32 KB on
-// AMX) stay in L1/L2. Under causal masking a key tile that lies wholly after the last query of the
-// tile is never visited, and only tiles that straddle the diagonal (or run past nk) are masked
-// element by element.
+// of FLASH_CPU_BK keys (FLASH_AMX_KEYS on AMX) that the tile can see, keeping a running row max m,
+// row sum l and unnormalised output acc (online softmax), so the S and P tiles (64x64 floats, 16
+// KB; 64 KB on AMX) stay in L1/L2. Under causal masking a key tile that lies wholly after the last
+// query of the tile is never visited, and only tiles that straddle the diagonal (or run past nk)
+// are masked element by element.
 // Each OpenMP thread owns one scratch block (the rows' state, S, Q^T) for the whole parallel region.
 // A bf16 K/V tile is widened to float32 in that scratch once per query tile that reads it
 // (head_dim values per 64 dot products of head_dim: a small share of the work). On a CPU with AMX,
@@ -41,11 +41,13 @@
 #include "common/exp_nonpositive.h"
 
 enum { FLASH_CPU_BQ = 64, FLASH_CPU_BK = 64, FLASH_CPU_SPLIT_ROWS = 8, FLASH_CPU_CHUNK = 8 * FLASH_CPU_BK };
-_Static_assert((int)FLASH_CPU_BQ <= (int)FLASH_AMX_QUERIES && (int)FLASH_CPU_BK == (int)FLASH_AMX_KEYS, "AMX takes whole tiles");
+_Static_assert((int)FLASH_CPU_BQ <= (int)FLASH_AMX_QUERIES && (int)FLASH_CPU_BK <= (int)FLASH_AMX_KEYS, "w->s holds AMX tiles");
 
 // The rows of a query tile: AMX's take 128 (each K/V tile read half as often), the vector loops' 64
-// (they ran slower with 128). Also the row stride of w->s and the rows of state a tile resets.
+// (they ran slower with 128). Also the row stride of w->s and the rows of state a tile resets. And
+// the keys of a key tile (attention/flash_amx.h).
 static int query_tile_rows(int amx) { return amx ? FLASH_AMX_QUERIES : FLASH_CPU_BQ; }
+static int key_tile_keys(int amx) { return amx ? FLASH_AMX_KEYS : FLASH_CPU_BK; }
 enum { DECODE_PV_KEYS = 4 }; // keys a decode call's P V adds to its state at once (8: no faster)
 // Floats of running sums P V keeps in registers for 4 rows: 16 of AVX-512's 32 vector registers
 // (bench_ring: 1.33 s against 1.51 with 128); with AVX2, 128 (64 took 7.2 s against 1.9).
@@ -65,7 +67,7 @@ typedef struct {
 } flash_cpu_rows;
 
 typedef struct {
-    float *s;       // (FLASH_CPU_BK, rows): scores, then probabilities, of one key tile, a key's at a time
+    float *s;       // (keys, rows): scores, then probabilities, of one key tile, a key's at a time
     float *qt;      // (head_dim, FLASH_CPU_BQ): a query tile's Q transposed, its rows past nq zero
     float *kv;      // (FLASH_CPU_BK, head_dim): a bf16 key tile's K or V rows, widened
     float *mx;      // (rows): a key tile's row maxima, then the factors each row's state is rescaled by
@@ -197,14 +199,18 @@ static void softmax_tile(const flash_args *a, float *s, int64_t ld, int n, int n
             const int64_t first_unseen = see0 + r % period + 1;
             for (int64_t j = first_unseen > 0 ? first_unseen : 0; j < nk; j++) s[j * ld + r] = -INFINITY;
         }
+    // The row maxima of the unscaled scores (scale > 0 keeps their order): the scaling rides in the
+    // exponent below instead of a pass that stores every score scaled. (A local: a->scale could
+    // alias s for all the compiler knows, and the loops would not vectorize.)
+    const float scale = a->scale;
     for (int r = 0; r < n; r++) mx[r] = -INFINITY;
     for (int j = 0; j < nk; j++)
         for (int r = 0; r < n; r++) {
-            const float x = s[j * ld + r] *= a->scale;
+            const float x = s[j * ld + r];
             mx[r] = x > mx[r] ? x : mx[r]; // (fmaxf is a call)
         }
     for (int r = 0; r < n; r++) { // mx becomes the factor that rescales the row's state
-        const float m_new = fmaxf(st.m[r], mx[r]);
+        const float m_new = fmaxf(st.m[r], mx[r] * scale);
         // 0 when the old max is -inf; a row that has seen no key keeps its zeros (expf would give NaN)
         mx[r] = m_new == -INFINITY ? 1.0f : expf(st.m[r] - m_new);
         st.m[r] = m_new;
@@ -212,12 +218,13 @@ static void softmax_tile(const flash_args *a, float *s, int64_t ld, int n, int n
     }
     for (int j = 0; j < nk; j++)
         for (int r = 0; r < n; r++) { // a row that has seen no key yet adds nothing
-            const float p = st.m[r] == -INFINITY ? 0.0f : exp_nonpositive(s[j * ld + r] - st.m[r]);
+            const float p = st.m[r] == -INFINITY ? 0.0f : exp_nonpositive(s[j * ld + r] * scale - st.m[r]);
             s[j * ld + r] = p;
             st.l[r] += p;
         }
-    for (int r = 0; r < n; r++)
-        for (int c = 0; c < a->head_dim; c++) st.acc[(int64_t)r * a->head_dim + c] *= mx[r];
+    for (int r = 0; r < n; r++) // once a row's max settles, most key tiles leave it alone
+        if (mx[r] != 1.0f)
+            for (int c = 0; c < a->head_dim; c++) st.acc[(int64_t)r * a->head_dim + c] *= mx[r];
 }
 
 // Row k0 of KV head hk of bf16 K or V (base), as stored.
@@ -358,8 +365,9 @@ static void flash_cpu_query_tile(const flash_args *a, flash_cpu_scratch *w, int 
     if (amx) flash_amx_queries(&w->amx, q_row(a, q0, h), a->q_stride, (int)(q1 - q0), a->head_dim, a->qp_bf16);
     else if (q1 - q0 > FLASH_CPU_SPLIT_ROWS) q_transposed(a, h, q0, (int)(q1 - q0), w->qt); // for flash_cpu_tile
     const int64_t k_end = visible_keys(a, q1);
-    for (int64_t k0 = 0; k0 < k_end; k0 += FLASH_CPU_BK) {
-        int64_t k1 = k0 + FLASH_CPU_BK < k_end ? k0 + FLASH_CPU_BK : k_end;
+    const int bk = key_tile_keys(amx);
+    for (int64_t k0 = 0; k0 < k_end; k0 += bk) {
+        int64_t k1 = k0 + bk < k_end ? k0 + bk : k_end;
         flash_cpu_tile(a, w, st, h, hk, q0, q1, k0, k1, tile_masked(a, q0, k1), amx);
     }
     store_rows(a, st, h, q0, q1, a->o, a->o_stride, a->lse);
@@ -457,7 +465,7 @@ void flash_cpu(const flash_args *calls, int n) {
         w.acc = burst_malloc((size_t)most_rows * (size_t)most_d * sizeof(float));
         w.m = burst_malloc((size_t)most_rows * sizeof(float));
         w.l = burst_malloc((size_t)most_rows * sizeof(float));
-        w.s = burst_malloc((size_t)most_rows * FLASH_CPU_BK * sizeof(float));
+        w.s = burst_malloc((size_t)most_rows * FLASH_AMX_KEYS * sizeof(float));
         w.mx = burst_malloc((size_t)most_rows * sizeof(float));
         w.qt = burst_malloc((size_t)FLASH_CPU_BQ * (size_t)most_d * sizeof(float));
         w.kv = bf16 ? burst_malloc((size_t)FLASH_CPU_BK * (size_t)most_d * sizeof(float)) : NULL;
