@@ -8,8 +8,8 @@
 // embed and the matmul's paths (a few tokens convert in registers, the GEMM a block at a time, AMX
 // in bf16 parts), and x's every float32 bit through each. Where the CPU has AMX, ctest runs this
 // twice, the second time with BURST_AMX=0 (the float32 GEMM).
-// And argmax, greedy sampling's pick, against a plain scan on rows full of ties; and AMX's rounding of
-// float32 to bf16 against the scalar one.
+// And rope against float64 angles; argmax, greedy sampling's pick, against a plain scan on rows full
+// of ties; and AMX's rounding of float32 to bf16 against the scalar one.
 #include "common/amx.h"
 #include "model/backend.h"
 #include "tests/test_util.h"
@@ -237,6 +237,37 @@ static void test_swiglu(burst_backend *be) {
         }
 }
 
+// Rotary embedding in place, against float64 angles of the same frequencies: head_dims whose pairs
+// are fewer than, as many as and more than the angles cpu_rope works out at a time (64), positions
+// past float32's exact angles, plain and scaled frequencies (a ramp, an mscale).
+static void test_rope(burst_backend *be) {
+    static const int head_dims[] = {2, 6, 128, 300}, n_heads[] = {3, 1, 2, 3};
+    static const rope_params params[] = {{10000, 1, 0, 1, 1.0f}, {500000, 8, 10, 40, 1.25f}};
+    static const int64_t pos[] = {0, 1, 17, 4095, 100003};
+    const int n = (int)(sizeof pos / sizeof pos[0]);
+    for (int pi = 0; pi < 2; pi++)
+        for (int k = 0; k < 4; k++) {
+            const int d = head_dims[k], h = n_heads[k], half = d / 2;
+            const rope_params *p = &params[pi];
+            act_buf x = act_random(DTYPE_F32, (int64_t)n * h * d, -2, 2);
+            double *ref = burst_malloc((size_t)n * h * d * sizeof(double));
+            for (int i = 0; i < n; i++)
+                for (int j = 0; j < half; j++) {
+                    const double a = (double)pos[i] * rope_inv_freq(p, j, d), c = cos(a) * p->mscale, sn = sin(a) * p->mscale;
+                    for (int hh = 0; hh < h; hh++) {
+                        const int64_t o = ((int64_t)i * h + hh) * d + j;
+                        ref[o] = x.as_f64[o] * c - x.as_f64[o + half] * sn;
+                        ref[o + half] = x.as_f64[o + half] * c + x.as_f64[o] * sn;
+                    }
+                }
+            backend_rope(be, x.p, pos, n, h, d, p);
+            char what[64];
+            snprintf(what, sizeof what, "rope head_dim=%d heads=%d %s", d, h, pi ? "scaled" : "plain");
+            act_check(what, &x, ref, 1e-6);
+            free(ref), act_free(&x);
+        }
+}
+
 // backend_argmax against a plain scan on test_fill_argmax_rows' rows (ties, a row of -INFINITY:
 // index 0, one whose largest value is its last).
 static void test_argmax(burst_backend *be) {
@@ -304,6 +335,7 @@ int main(void) {
     test_matmul_exact(be);
     test_f16_weights(be);
     test_swiglu(be);
+    test_rope(be);
     test_argmax(be);
     backend_free(be);
     printf("%d failures\n", failures);
