@@ -12,9 +12,9 @@
 #include "common/dtype.h"
 
 // The most queries, and keys, of a tile: 128 queries read each K/V tile half as often as 64 (the
-// attention 1.1x faster at 4K and 8K tokens), whose Q and P tiles still fit L1; 128 keys give each
-// P V sum tile, loaded and stored once a key tile, 4 steps of 32 keys instead of 2 (1.1x at 4K
-// tokens; 256: no faster).
+// attention 1.1x faster at 4K and 8K tokens); 128 keys give each P V sum tile, loaded and stored
+// once a key tile, 4 steps of 32 keys instead of 2 (1.1x at 4K tokens; 256: no faster). Q's and
+// P's tiles, 32 KB each (96 KB in three parts), stay in L2.
 enum { FLASH_AMX_QUERIES = 128, FLASH_AMX_KEYS = 128 };
 
 // One thread's buffers, for head_dim up to the max_d they were made for: a query tile's Q, and a

@@ -41,12 +41,12 @@
 #include "common/exp_nonpositive.h"
 
 enum { FLASH_CPU_BQ = 64, FLASH_CPU_BK = 64, FLASH_CPU_SPLIT_ROWS = 8, FLASH_CPU_CHUNK = 8 * FLASH_CPU_BK };
-_Static_assert((int)FLASH_CPU_BQ <= (int)FLASH_AMX_QUERIES && (int)FLASH_CPU_BK <= (int)FLASH_AMX_KEYS, "w->s holds AMX tiles");
+_Static_assert((int)FLASH_CPU_BQ <= (int)FLASH_AMX_QUERIES && (int)FLASH_CPU_BK <= (int)FLASH_AMX_KEYS, "AMX tiles are the larger");
 
 // The rows of a query tile: AMX's take 128 (each K/V tile read half as often), the vector loops' 64
-// (they ran slower with 128). Also the row stride of w->s and the rows of state a tile resets. And
-// the keys of a key tile (attention/flash_amx.h).
+// (they ran slower with 128). Also the row stride of w->s and the rows of state a tile resets.
 static int query_tile_rows(int amx) { return amx ? FLASH_AMX_QUERIES : FLASH_CPU_BQ; }
+// The keys of a key tile: 128 on AMX (attention/flash_amx.h), 64 in the vector loops.
 static int key_tile_keys(int amx) { return amx ? FLASH_AMX_KEYS : FLASH_CPU_BK; }
 enum { DECODE_PV_KEYS = 4 }; // keys a decode call's P V adds to its state at once (8: no faster)
 // Floats of running sums P V keeps in registers for 4 rows: 16 of AVX-512's 32 vector registers
@@ -426,6 +426,7 @@ void flash_cpu(const flash_args *calls, int n) {
         const flash_args *a = &calls[j];
         BURST_ASSERT(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0 && "n_heads must be a multiple of n_kv_heads");
         BURST_ASSERT(a->nq >= 0 && a->nk >= 0 && a->head_dim > 0 && "negative sizes");
+        BURST_ASSERT(a->scale > 0 && "the softmax takes row maxima before scaling");
         BURST_ASSERT((a->kv_dtype == DTYPE_F32 || a->kv_dtype == DTYPE_BF16) && "K/V must be F32 or BF16");
         if (a->head_dim > most_d) most_d = a->head_dim;
         bf16 |= a->kv_dtype == DTYPE_BF16;
@@ -465,7 +466,7 @@ void flash_cpu(const flash_args *calls, int n) {
         w.acc = burst_malloc((size_t)most_rows * (size_t)most_d * sizeof(float));
         w.m = burst_malloc((size_t)most_rows * sizeof(float));
         w.l = burst_malloc((size_t)most_rows * sizeof(float));
-        w.s = burst_malloc((size_t)most_rows * FLASH_AMX_KEYS * sizeof(float));
+        w.s = burst_malloc((size_t)most_rows * key_tile_keys(amx) * sizeof(float));
         w.mx = burst_malloc((size_t)most_rows * sizeof(float));
         w.qt = burst_malloc((size_t)FLASH_CPU_BQ * (size_t)most_d * sizeof(float));
         w.kv = bf16 ? burst_malloc((size_t)FLASH_CPU_BK * (size_t)most_d * sizeof(float)) : NULL;

@@ -4,7 +4,8 @@
 #include <stdint.h>
 #include <string.h>
 
-// e^x for x <= 0, 0 below -87 (and for -inf: the attention's masked keys), NaN for NaN. Plain
+// e^x for x <= 0 (and a few ulps above: the softmax's s * scale - max, fused, may land there), 0
+// below -87 (and for -inf: the attention's masked keys), NaN for NaN. Plain
 // arithmetic, so that a loop of it vectorizes (libm's expf is a call per element, which took as
 // long as the attention's dot products): x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so
 // that n ln2 is exact), e^r by its Taylor series to r^7 (error below 1e-8 of the value), times 2^n.

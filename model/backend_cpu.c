@@ -120,8 +120,9 @@ static size_t cpu_matmul_transient(burst_backend *b, int n, int64_t cols) {
     return matmul_cpu_transient_bytes(n, cols, nthreads(b));
 }
 
-// A row's angles are worked out ROPE_PAIRS at a time, then turn those pairs of every head (a
-// loop the vectoriser takes: one angle a head each, as before, went element by element).
+// A row's angles are worked out ROPE_PAIRS at a time, then turn those pairs of every head: the
+// inner loop runs along a head's pairs, which the vectoriser takes (along the heads, head_dim
+// floats apart, it would go element by element).
 enum { ROPE_PAIRS = 64 };
 
 static void cpu_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads,

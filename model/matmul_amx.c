@@ -22,7 +22,6 @@
 #include "matmul_amx.h"
 
 #include "common/amx.h"
-#include "matmul_cpu.h"
 
 #ifdef BURST_AMX_BUILD
 #include <limits.h>
@@ -67,9 +66,15 @@ static size_t x_tiles_bytes(int64_t n_pad, int64_t k_tiles, int x_parts) {
 static size_t w_copy_bytes(int64_t w_k, int w_parts) { return sizeof(uint16_t) * MC * (size_t)(w_k * TILE_K * w_parts); }
 static size_t sums_bytes(int64_t nc) { return sizeof(float) * (size_t)nc * MC; } // [row of the block][token]
 
+// The tokens whose sums a thread holds at a time, and the column tiles its copy of a weight block
+// keeps: KC columns at a time, or all of them where several NC tokens read them (MC x cols x 2 to 4
+// bytes: 5.6 MB for F16 at 11008 columns).
+static int64_t sums_tokens(int64_t n_pad) { return n_pad < NC ? n_pad : NC; }
+static int64_t copy_k_tiles(int64_t n_pad, int64_t k_tiles) { return n_pad > NC ? k_tiles : KC / TILE_K; }
+
 size_t matmul_amx_transient_bytes(int n, int64_t cols, int n_threads) {
     const int64_t n_pad = amx_pad_to_block(n), k_tiles = (cols + TILE_K - 1) / TILE_K;
-    const size_t per_thread = w_copy_bytes(n_pad > NC ? k_tiles : KC / TILE_K, 2) + sums_bytes(n_pad < NC ? n_pad : NC);
+    const size_t per_thread = w_copy_bytes(copy_k_tiles(n_pad, k_tiles), 2) + sums_bytes(sums_tokens(n_pad));
     return !amx_usable() ? 0 : x_tiles_bytes(n_pad, k_tiles, X_PARTS) + (size_t)n_threads * per_thread;
 }
 
@@ -104,9 +109,7 @@ int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, 
     const int64_t rows = W->rows, cols = W->cols, k_tiles = (cols + TILE_K - 1) / TILE_K, n_pad = amx_pad_to_block(n);
     const int x_parts = x_dtype == DTYPE_BF16 ? 1 : X_PARTS, w_parts = W->dtype == DTYPE_BF16 ? 1 : 2;
     const int64_t blocks = (rows + MC - 1) / MC, x_tile_row = k_tiles * x_parts * TILE_ELEMS;
-    const int64_t nc = n_pad < NC ? n_pad : NC;
-    // the copy of a block's weights: KC columns at a time, or all of them where several NC tokens read them
-    const int64_t w_k = n_pad > NC ? k_tiles : KC / TILE_K;
+    const int64_t nc = sums_tokens(n_pad), w_k = copy_k_tiles(n_pad, k_tiles), w_i = w_k * w_parts * TILE_ELEMS;
     uint16_t *xs = burst_malloc_aligned(x_tiles_bytes(n_pad, k_tiles, x_parts));
     #pragma omp parallel num_threads(n_threads)
     {
@@ -124,14 +127,14 @@ int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, 
                 const int64_t nt = n_pad - t0 < nc ? n_pad - t0 : nc;
                 for (int64_t k0 = 0; k0 < k_tiles * TILE_K; k0 += KC) {
                     const int64_t kn = k_tiles * TILE_K - k0 < KC ? k_tiles * TILE_K - k0 : KC, kt = kn / TILE_K;
+                    // these columns' place in the copy: after the earlier ones where it keeps them all
                     uint16_t *wk = ws + (w_k == k_tiles ? k0 / TILE_K : 0) * w_parts * TILE_ELEMS;
-                    if (!direct && t0 == 0) copy_w(wk, w_k * w_parts * TILE_ELEMS, W, r0, mr_pad, k0, kn, w_parts);
+                    if (!direct && t0 == 0) copy_w(wk, w_i, W, r0, mr_pad, k0, kn, w_parts);
                     for (int64_t r = 0; r < mr_pad; r += 2 * TILE) {
                         const uint16_t *wd = (const uint16_t *)W->data + (r0 + r) * cols + k0; // in place
-                        const uint16_t *wc = wk + r / TILE * w_k * w_parts * TILE_ELEMS;        // copied
-                        const int64_t wc_i = w_k * w_parts * TILE_ELEMS;
+                        const uint16_t *wc = wk + r / TILE * w_i;                               // copied
                         const amx_operand a = direct ? (amx_operand){wd, wd + TILE * cols, TILE_K, cols * 2, 1}
-                                                     : (amx_operand){wc, wc + wc_i, w_parts * TILE_ELEMS, 64, w_parts};
+                                                     : (amx_operand){wc, wc + w_i, w_parts * TILE_ELEMS, 64, w_parts};
                         // the next columns of these 32 rows, from memory: the tile loads alone wait on it (half the
                         // speed at 11008 columns)
                         for (int64_t i = 0; direct && i < 2 * TILE; i++)

@@ -114,7 +114,8 @@ static void test_matmul(burst_backend *be) {
     // last panel of one token more than a vector (16 or 8) at 49 and 41 tokens. Below 32 tokens,
     // tiles of 3 (or 2) rows, each by 8 (or 6) tokens at a time: 19 = 8 + 8 + 3 (6 + 6 + 6 + 1). With
     // AMX, 150 x 96 BF16: a block of 128 rows read in place (19 to 49 tokens), then 22 rows copied;
-    // 600 tokens: AMX's sums for 512 tokens, then for 88.
+    // 600 tokens: AMX's sums for 512 tokens, then for 88, the weights copied for the first 512 and
+    // kept for the rest (131 x 600: three slices of 256 columns kept side by side).
     static const int ns[] = {1, 6, 7, 19, 41, 49, 70, 300, 600}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}, {131, 600}, {150, 96}};
     for (int wi = 0; wi < 3; wi++)
         for (int xi = 0; xi < 2; xi++)

@@ -256,7 +256,8 @@ int main(void) {
     // a call is a decode call, split into chunks of 512 keys: one key past a chunk, exactly two
     // chunks, many; 9 rows are not split. Query tiles of more than 8 rows
     // (64 and the rest) end in 1, 2 and 3 rows past a multiple of 4: 9, 10, 75 = 64 + 11. AMX's
-    // query tiles of 128: 1000 = 7 x 128 + 104, 130 = 128 + 2.
+    // query tiles of 128: 1000 = 7 x 128 + 104, 130 = 128 + 2; its key tiles of 128 (bf16 cases):
+    // 1000, 4097, 700, 300 and 200 keys end in part-filled ones, 100, 90 and 7 fill one in part.
     static const int sizes[][2] = {{1, 1}, {7, 7}, {1, 1000}, {7, 100}, {64, 64}, {100, 7},
                                    {100, 1000}, {1000, 100}, {1000, 1000}, {64, 4097},
                                    {3, 513}, {8, 1024}, {1, 4099}, {9, 700}, {75, 300}, {10, 90}, {130, 200}};
