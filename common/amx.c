@@ -22,8 +22,8 @@ static void amx_init(void) {
     if (env && !strcmp(env, "0")) return;
     amx_on = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
     if (amx_on)
-        LOG_I("AMX: matmuls of BF16 and F16 weights, and prefill attention to a bf16 KV cache, run in bf16 tiles, "
-              "float32-exact (BURST_AMX=0: off)");
+        LOG_I("AMX: matmuls of BF16 and F16 weights, and prefill attention to a bf16 KV cache, run in bf16 tiles "
+              "(float32-exact, but for cpu-bf16's bf16 inputs; BURST_AMX=0: off)");
     else LOG_W("AMX: the kernel refused the tile registers (%s); the float32 loops run instead", strerror(errno));
 }
 
