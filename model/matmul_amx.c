@@ -36,10 +36,13 @@ enum { MC = 128, NC = 512, KC = 256 };
 // an F16 weight's split costs more than its 5 tile products save against the float32 GEMM (even at
 // 64 to 128, 1.2x faster at 256 and more); with bf16 x, 2 products, it pays from 48 (1.9 / 1.0x at
 // 40, 2.1 / 1.6x at 64 on 4096 / 11008 rows); a BF16 one's 3 run on 32 tokens, of which fewer than 16
-// leave the few-token path ahead (2x at 8 tokens, even at 16, AMX 1.5x at 24; with bf16 x, 1
-// product, 0.9x at 8, 1.3 / 1.9x at 16). Up to DIRECT_MAX_TOKENS (padded), BF16 rows are read
-// where they lie.
-enum { AMX_F16_MIN_TOKENS = 128, AMX_F16_BF16_X_MIN_TOKENS = 48, AMX_BF16_MIN_TOKENS = 16, DIRECT_MAX_TOKENS = 64 };
+// leave the few-token path ahead (2x at 8 tokens, even at 16, AMX 1.5x at 24). With bf16 x, 1
+// product, AMX reads weights from memory (as decode steps do: a model is larger than L3) at 15-18
+// GB/s from 9 tokens on, where the few-token path falls from 13-16 GB/s at 9 to 11-13 at 12; at 8
+// they are even (few-token 1.1x on 4096 x 4096, AMX 1.2x on 2048 x 5632). Up to DIRECT_MAX_TOKENS
+// (padded), BF16 rows are read where they lie.
+enum { AMX_F16_MIN_TOKENS = 128, AMX_F16_BF16_X_MIN_TOKENS = 48, AMX_BF16_MIN_TOKENS = 16, AMX_BF16_BF16_X_MIN_TOKENS = 9,
+       DIRECT_MAX_TOKENS = 64 };
 
 // Rows [r0, r0 + mr) x columns [k0, k0 + kn) of W (mr and kn multiples of 32; zeros past W's edges)
 // as A tiles: ws[i * i_stride + (k * parts + p) * TILE_ELEMS] is part p of rows [16 i, 16 i + 16) x
@@ -101,7 +104,8 @@ static void store_sums(void *out, burst_dtype out_dtype, int accumulate, int64_t
 
 int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                const burst_weight *W, int n, int n_threads) {
-    const int min_tokens = W->dtype == DTYPE_BF16                             ? AMX_BF16_MIN_TOKENS
+    const int min_tokens = W->dtype == DTYPE_BF16 && x_dtype == DTYPE_BF16 ? AMX_BF16_BF16_X_MIN_TOKENS
+                           : W->dtype == DTYPE_BF16                         ? AMX_BF16_MIN_TOKENS
                            : W->dtype == DTYPE_F16 && x_dtype == DTYPE_BF16 ? AMX_F16_BF16_X_MIN_TOKENS
                            : W->dtype == DTYPE_F16                          ? AMX_F16_MIN_TOKENS
                                                                             : INT_MAX;

@@ -115,13 +115,14 @@ static void test_matmul(burst_backend *be) {
     // tiles of 3 (or 2) rows, each by 8 (or 6) tokens at a time: 19 = 8 + 8 + 3 (6 + 6 + 6 + 1). With
     // AMX, 150 x 96 BF16: a block of 128 rows read in place (19 to 49 tokens), then 22 rows copied;
     // 600 tokens: AMX's sums for 512 tokens, then for 88, the weights copied for the first 512 and
-    // kept for the rest (131 x 600: three slices of 256 columns kept side by side).
-    static const int ns[] = {1, 6, 7, 19, 41, 49, 70, 300, 600}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}, {131, 600}, {150, 96}};
+    // kept for the rest (131 x 600: three slices of 256 columns kept side by side). 12 tokens: AMX for
+    // BF16 weights by bf16 x (from 9), the few-token tiles otherwise.
+    static const int ns[] = {1, 6, 7, 12, 19, 41, 49, 70, 300, 600}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}, {131, 600}, {150, 96}};
     for (int wi = 0; wi < 3; wi++)
         for (int xi = 0; xi < 2; xi++)
             for (int oi = 0; oi < 3; oi++) // F32, BF16, F32 accumulated
                 for (int si = 0; si < 5; si++)
-                    for (int k = 0; k < 9; k++) {
+                    for (int k = 0; k < (int)(sizeof ns / sizeof ns[0]); k++) {
                         const int n = ns[k], rows = shapes[si][0], cols = shapes[si][1], acc = oi == 2;
                         test_weight w = weight_random(WEIGHT_DTS[wi], rows, cols, -1, 1);
                         act_buf x = act_random(DTS[xi], (int64_t)n * cols, -1, 1);
