@@ -25,13 +25,14 @@ typedef struct {
 } burst_weight;
 
 // Creates a backend by name: "cpu" (float32 activations) or "cpu-bf16" (the normed and MLP rows,
-// most matmuls' inputs, in bf16: model/backend_cpu.c), or, when built with CUDA, "cuda" (bf16
+// most matmuls' inputs, and F16 weights in bf16: model/backend_cpu.c), or, when built with CUDA, "cuda" (bf16
 // weights and GEMMs) or "cuda-fp32" (float32 throughout, for exactness tests) on GPU `device`
 // (model/backend_cuda.h).
 burst_status backend_new(const char *name, int device, int n_threads, burst_backend **out,
                          burst_error *err);
 burst_backend *backend_cpu_new(int n_threads, int bf16);
-// 1 for the backends that compute in host memory on the mapped weights: "cpu" and "cpu-bf16".
+// 1 for the backends that compute in host memory, on the mapped weights (or cpu-bf16's copies of
+// F16 ones): "cpu" and "cpu-bf16". A process's host ranks share one set of weights.
 int backend_on_host(const char *name);
 void backend_free(burst_backend *b);
 const char *backend_name(const burst_backend *b);

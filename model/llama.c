@@ -135,6 +135,7 @@ static burst_status get_weight(llama_model *m, llama_rank *R, burst_weight *out,
 
 static burst_status load_tensors(llama_model *m, llama_rank *R, burst_error *err) {
     const llama_config *c = &m->cfg;
+    const double t0 = burst_now();
     int64_t dim = c->dim, kv_dim = (int64_t)c->n_kv_heads * c->head_dim, hid = c->hidden_dim;
     burst_status st;
     if ((st = get_weight(m, R, &R->embed, c->vocab_size, dim, err, "model.embed_tokens.weight")) ||
@@ -156,8 +157,9 @@ static burst_status load_tensors(llama_model *m, llama_rank *R, burst_error *err
             (st = get_weight(m, R, &L->w_up, hid, dim, err, "model.layers.%d.mlp.up_proj.weight", l)) ||
             (st = get_weight(m, R, &L->w_down, dim, hid, err, "model.layers.%d.mlp.down_proj.weight", l)))
             return st;
-        // Uploading a large checkpoint to a device takes a while: say how far it got.
-        if (weights_bytes(m->w) > ((size_t)256 << 20) && (l + 1) % 8 == 0 && !backend_on_host(m->opt.backend))
+        // Uploading a large checkpoint to a device, or rounding it to bf16 (cpu-bf16), takes a while:
+        // say how far it got.
+        if (weights_bytes(m->w) > ((size_t)256 << 20) && (l + 1) % 8 == 0 && burst_now() - t0 > 1.0)
             LOG_I("rank %d: %d of %d layers on the %s backend", R->rank, l + 1, c->n_layers, m->opt.backend);
     }
     return BURST_OK;
@@ -269,14 +271,21 @@ static burst_status check_memory(llama_model *m, burst_error *err) {
     return BURST_OK;
 }
 
-// Loads this process's i-th rank (rank first + i) on its device i: backend and weights.
+// Loads this process's i-th rank (rank first + i) on its device i: backend and weights. Ranks in
+// host memory compute on the same weights: the first rank's (its backend owns any copies it made,
+// as cpu-bf16's bf16 ones of F16 weights).
 static burst_status load_rank(llama_model *m, int i, burst_error *err) {
     llama_rank *R = &m->ranks[i];
     R->rank = m->first + i;
     burst_status st = backend_new(m->opt.backend, i, m->threads_per_rank, &R->be, err);
     if (st) return st;
     R->ops = (attn_ops){.attend = ops_attend, .merge = ops_merge, .copy = ops_copy, .sync = ops_sync, .ctx = R->be};
-    return load_tensors(m, R, err);
+    if (i == 0 || !backend_on_host(m->opt.backend)) return load_tensors(m, R, err);
+    const llama_rank *first = &m->ranks[0];
+    R->embed = first->embed, R->final_norm = first->final_norm, R->lm_head = first->lm_head;
+    R->layers = burst_malloc(sizeof(llama_layer) * (size_t)m->cfg.n_layers);
+    memcpy(R->layers, first->layers, sizeof(llama_layer) * (size_t)m->cfg.n_layers);
+    return BURST_OK;
 }
 
 static void set_name(char *dst, size_t cap, const char **opt_field, const char *value) {

@@ -239,6 +239,34 @@ static void test_swiglu(burst_backend *be) {
         }
 }
 
+// backend_weight on every half: "cpu" hands back the mapping itself, "cpu-bf16" a copy rounded to
+// bf16 (to nearest even, from the half's exact value; NaN stays NaN), as the CUDA backend uploads it.
+static void test_weight_bf16_copy(void) {
+    enum { ROWS = 2048, COLS = 32 };
+    uint16_t *h = burst_malloc(sizeof(uint16_t) * ROWS * COLS);
+    for (int i = 0; i < ROWS * COLS; i++) h[i] = (uint16_t)i;
+    const weights_tensor t = {.name = "every half", .dtype = DTYPE_F16, .ndim = 2, .shape = {ROWS, COLS},
+                              .numel = ROWS * COLS, .nbytes = sizeof(uint16_t) * ROWS * COLS, .data = h};
+    int bad = 0;
+    for (int bf16 = 0; bf16 <= 1; bf16++) {
+        burst_backend *be = backend_cpu_new(2, bf16);
+        burst_weight w;
+        burst_error err;
+        check(backend_weight(be, &t, &w, &err) == BURST_OK);
+        bad += w.rows != ROWS || w.cols != COLS || w.dtype != (bf16 ? DTYPE_BF16 : DTYPE_F16) || (w.data == h) == bf16;
+        for (int i = 0; bf16 && i < ROWS * COLS; i++) {
+            const double want = f16_value(h[i]);
+            const float got = bf16_to_f32(((const uint16_t *)w.data)[i]);
+            const int same = isnan(want) ? isnan(got) : got == (float)bf16_to_f32(f32_to_bf16((float)want)) && !signbit(got) == !signbit(want);
+            if (!same && bad++ < 3) printf("  half 0x%04x: got %.9g want %.9g rounded\n", h[i], got, want);
+        }
+        backend_free(be);
+    }
+    printf("%s F16 weights: the mapping on cpu, rounded to bf16 on cpu-bf16\n", bad ? "FAIL" : "ok  ");
+    check(!bad);
+    free(h);
+}
+
 // Rotary embedding in place, against float64 angles of the same frequencies: head_dims whose pairs
 // are fewer than, as many as and more than the angles cpu_rope works out at a time (64), positions
 // past float32's exact angles, plain and scaled frequencies (a ramp, an mscale).
@@ -330,6 +358,7 @@ static void test_bf16_nearest(void) {
 int main(void) {
     test_seed("test_backend_cpu");
     test_bf16_nearest();
+    test_weight_bf16_copy();
     printf("matmul: AMX %s\n", amx_usable() ? "on" : "off");
     burst_backend *be = backend_cpu_new(3, 0); // a thread count that splits the tiles unevenly
     test_rmsnorm(be);

@@ -47,9 +47,10 @@ CASES = [  # model shape, prompt length, prefill chunk, ranks, decode steps
     dict(model=dict(dim=64, hidden=100, layers=2, heads=4, kv_heads=2, vocab=300, dtype="bf16", rope_theta=500000.0,
                     rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128, "beta_fast": 16,
                                   "beta_slow": 2, "attention_factor": 1.1}), n=100, batch=32, ranks=2, dec=3),
-    # cpu-bf16: the normed and MLP rows in bf16. BF16 weights through AMX from 16 tokens (chunks of
-    # 64 on 2 ranks: 32 rows each), F16 ones from 48 (chunks of 64 and 56 on one rank), where the
-    # CPU has it; the rest and decode through the vector paths; F32 weights through the GEMM
+    # cpu-bf16: the normed and MLP rows in bf16. BF16 weights through AMX from 9 tokens (chunks of
+    # 64 on 2 ranks: 32 rows each), F16 ones rounded to bf16 at load and then the same (chunks of 64
+    # and 56 on one rank), where the CPU has it; the rest and decode through the vector paths
+    # (decode steps of one token); F32 weights through the GEMM
     # (chunks of 24). head_dim 32 with a bf16 cache: the prompt's attention on AMX with Q and P
     # rounded to bf16 too (not mirrored by the reference: within the bound).
     dict(model=dict(dim=96, hidden=200, layers=2, heads=3, kv_heads=1, vocab=300, dtype="bf16"), n=150, batch=64, ranks=2,
@@ -77,7 +78,9 @@ for i, case in enumerate(CASES):
             failures += 1
             continue
         got = np.fromfile(out, dtype=np.float32).reshape(-1, cfg["vocab_size"]).astype(np.float64)
-        ref = llama_ref.forward(cfg, w, toks, kv_bf16=kv == "bf16", act_bf16=backend == "cpu-bf16")[case["n"] - 1:]
+        # cpu-bf16 rounds F16 weights to bf16 at load, as the CUDA backend does at upload.
+        w_used = {k: llama_ref.bf16(v) for k, v in w.items()} if backend == "cpu-bf16" and case["model"]["dtype"] == "f16" else w
+        ref = llama_ref.forward(cfg, w_used, toks, kv_bf16=kv == "bf16", act_bf16=backend == "cpu-bf16")[case["n"] - 1:]
         rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
         # Greedy choices must agree wherever the reference's top two are not a near tie.
         top2 = np.sort(ref, -1)[:, -2:]
