@@ -3,9 +3,11 @@
 //
 // Activation buffers come from backend_alloc and live in the backend's memory (host memory for
 // the CPU backend, device memory for CUDA), zeroed, in float32, except the matmuls' inputs and the
-// SwiGLU between them, which may be in the backend's activation dtype (backend_act_dtype). Weights keep their stored dtype (F32/F16/BF16); the CPU backend
-// points into the weights' mmap and converts tiles inside the matmul. A backend instance is used
-// by one thread at a time (each rank owns its own).
+// SwiGLU between them, which may be in the backend's activation dtype (backend_act_dtype). Weights
+// keep their stored dtype (F32/F16/BF16) where the backend computes on them as stored: the CPU
+// backend points into the weights' mmap and converts tiles inside the matmul (cpu-bf16 keeps bf16
+// copies of F16 weights instead). A backend instance is used by one thread at a time (each rank
+// owns its own).
 #pragma once
 #ifdef __cplusplus // the CUDA backend implements it in CUDA C++; weights.h has no guards of its own
 extern "C" {
@@ -66,7 +68,9 @@ typedef struct {
 } convert_job;
 void backend_convert_batch(burst_backend *b, burst_dtype to, const convert_job *jobs, int n);
 
-// Makes a weights tensor usable by the backend (the CPU backend only borrows the mapping).
+// Makes a weights tensor usable by the backend: the CPU backend borrows the mapping (cpu-bf16
+// copies F16 tensors, rounded to bf16), the CUDA backend uploads it. out->data == t->data where the
+// backend borrows it.
 burst_status backend_weight(burst_backend *b, const weights_tensor *t, burst_weight *out,
                             burst_error *err);
 

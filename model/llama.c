@@ -76,6 +76,7 @@ struct llama_model {
     llama_options opt;
     char backend[16], comm_name[16]; // opt.backend and opt.comm point here
     weights *w;
+    size_t mapped_bytes; // of the weights that rank 0's backend computes on where they are mapped
     int G;
     int first, n_local;   // the ranks this process runs: first .. first + n_local - 1
     int threads_per_rank; // CPU threads of each rank's OpenMP team and backend
@@ -130,7 +131,9 @@ static burst_status get_weight(llama_model *m, llama_rank *R, burst_weight *out,
     const weights_tensor *t;
     burst_status st = rows ? weights_get(m->w, name, 2, shape, &t, err)
                            : weights_get(m->w, name, 1, shape + 1, &t, err);
-    return st ? st : backend_weight(R->be, t, out, err);
+    if (st || (st = backend_weight(R->be, t, out, err))) return st;
+    if (out->data == t->data && R->rank == m->first) m->mapped_bytes += t->nbytes;
+    return BURST_OK;
 }
 
 static burst_status load_tensors(llama_model *m, llama_rank *R, burst_error *err) {
@@ -409,7 +412,8 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
     for (int i = 0; i < m->n_local; i++)
         if ((st = load_rank(m, i, err))) goto fail;
     if ((st = check_memory(m, err))) goto fail;
-    if (backend_on_host(m->opt.backend)) weights_read_all(m->w); // the CPU computes on the mapping in place
+    // The CPU computes on the mapping in place: paged in now (not where cpu-bf16 copied most of it).
+    if (backend_on_host(m->opt.backend) && 2 * m->mapped_bytes > weights_bytes(m->w)) weights_read_all(m->w);
     for (int i = 0; i < m->n_local; i++) {
         llama_rank *R = &m->ranks[i];
         alloc_scratch(m, R, false);
