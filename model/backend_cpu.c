@@ -1,10 +1,10 @@
 // The CPU backend: activations in host memory, weights read from the mmap in their stored dtype
-// but for cpu-bf16's F16 ones (the matmul is model/matmul_cpu.c). "cpu" keeps the matmuls' inputs in float32 (an exact float32
-// computation); "cpu-bf16" keeps those in the backend's act dtype (the normed rows and the MLP's;
-// model/llama.c) in bf16, and F16 weights rounded to bf16 at load, as the CUDA backend's bf16 mode
-// does: with AMX such a matmul needs one tile product per weight tile instead of three (or five
-// for F16 weights), and a prompt runs about 1.7x faster. Both take either dtype wherever an op has
-// a dtype argument (the tests of the CUDA backend's bf16 mode use that).
+// but for cpu-bf16's F16 ones (the matmul is model/matmul_cpu.c). "cpu" keeps the matmuls' inputs
+// in float32 (an exact float32 computation); "cpu-bf16" keeps those in the backend's act dtype (the
+// normed rows and the MLP's; model/llama.c) in bf16, and F16 weights rounded to bf16 at load, as
+// the CUDA backend's bf16 mode does: with AMX such a matmul needs one tile product per weight tile
+// instead of three (or five for F16 weights), and a prompt runs about 1.7x faster. Both take either
+// dtype wherever an op has a dtype argument (the tests of the CUDA backend's bf16 mode use that).
 // Threads: OpenMP, n_threads per call.
 #define _GNU_SOURCE // malloc_usable_size
 #include <malloc.h>
@@ -92,8 +92,9 @@ static burst_status cpu_weight(burst_backend *b, const weights_tensor *t, burst_
     const size_t bytes = sizeof(uint16_t) * (size_t)t->numel, avail = host_memory_free("");
     uint16_t *w = avail && bytes > avail ? NULL : aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!w)
-        return BURST_FAIL(err, BURST_ERR_NOMEM, "cpu-bf16: %s: its bf16 copy (%.3f GB) does not fit in the %.3f GB "
-                          "free (--backend cpu computes on the F16 weights as mapped)", t->name, bytes / 1e9, avail / 1e9);
+        return BURST_FAIL(err, BURST_ERR_NOMEM,
+                          "cpu-bf16: %s: its bf16 copy (%.3f GB) does not fit in the %.3f GB free (--backend cpu "
+                          "computes on the F16 weights as mapped)", t->name, bytes / 1e9, avail / 1e9);
     const uint16_t *h = t->data;
     #pragma omp parallel for num_threads(c->n_threads) schedule(static)
     for (int64_t i = 0; i < t->numel; i++) w[i] = f32_to_bf16(f16_to_f32(h[i]));
