@@ -1,7 +1,8 @@
 // The CPU backend's matmul (model/matmul_cpu.c) on LLaMA-7B projection shapes: GFLOP/s for
 // n tokens against a (rows, cols) weight in F32, F16 or BF16, all threads, best of 3 runs. Where
 // the CPU has AMX, BURST_AMX=0 times the vector paths instead (model/matmul_amx.h). The inputs x
-// are float32 (the cpu backend), or bf16 with --x-dtype bf16 (the cpu-bf16 backend).
+// are float32 (the cpu backend), or bf16 with --x-dtype bf16: the cpu-bf16 backend, which takes the
+// weights as backend_weight hands them to it (in AMX tiles where the CPU has AMX, model/matmul_amx.h).
 //   bench_matmul_cpu [--threads T] [--x-dtype f32|bf16]
 #include <omp.h>
 #include <stdio.h>
@@ -37,7 +38,7 @@ int main(int argc, char **argv) {
         else ok = 0;
     }
     if (!ok) return fprintf(stderr, "usage: bench_matmul_cpu [--threads T] [--x-dtype f32|bf16]\n"), 2;
-    burst_backend *be = backend_cpu_new(threads, 0);
+    burst_backend *be = backend_cpu_new(threads, x_dtype == DTYPE_BF16);
     static const int64_t shapes[][2] = {{4096, 4096}, {11008, 4096}};
     // 24: the few-token tiles; 32: the GEMM's first; 40: a part-filled last panel of the GEMM;
     // 512 and 2048: one and four of AMX's blocks of tokens (a prefill step, the default and larger)
@@ -49,7 +50,11 @@ int main(int argc, char **argv) {
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             int64_t rows = shapes[s][0], cols = shapes[s][1];
-            burst_weight W = {.dtype = dtypes[d], .data = random_weight(dtypes[d], rows * cols), .rows = rows, .cols = cols};
+            const weights_tensor t = {.name = "random", .dtype = dtypes[d], .ndim = 2, .shape = {rows, cols}, .numel = rows * cols,
+                                      .nbytes = (size_t)(rows * cols) * dtype_size(dtypes[d]), .data = random_weight(dtypes[d], rows * cols)};
+            burst_weight W;
+            burst_error err;
+            if (backend_weight(be, &t, &W, &err)) return fprintf(stderr, "bench_matmul_cpu: %s\n", err.msg), 1;
             for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
                 int n = ns[k];
                 void *x = backend_alloc(be, dtype_size(x_dtype) * (size_t)(n * cols));
@@ -62,11 +67,11 @@ int main(int argc, char **argv) {
                     double t = burst_now() - t0;
                     if (t < best) best = t;
                 }
-                printf("%6s %6lldx%-7lld %6d %10.1f\n", dtype_name(W.dtype), (long long)rows, (long long)cols, n,
+                printf("%6s %6lldx%-7lld %6d %10.1f\n", dtype_name(t.dtype), (long long)rows, (long long)cols, n,
                        2.0 * n * rows * cols / best / 1e9);
                 backend_release(be, x), backend_release(be, out);
             }
-            free((void *)W.data);
+            free((void *)t.data);
         }
     backend_free(be);
     return 0;

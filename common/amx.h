@@ -15,15 +15,19 @@
 // The first call asks Linux for the tile registers and logs the outcome.
 int amx_usable(void);
 
+// A tile: 16 rows of 32 bf16 (operands) or of 16 floats (sums), 1 KB. A float32 splits into
+// AMX_PARTS bf16 parts.
+enum { AMX_TILE = 16, AMX_TILE_K = 32, AMX_TILE_ELEMS = AMX_TILE * AMX_TILE_K, AMX_PARTS = 3 };
+
+// n rounded up to amx_block's 32 rows (or columns): two tiles.
+static inline int64_t amx_pad_to_block(int64_t n) { return (n + 2 * AMX_TILE - 1) / (2 * AMX_TILE) * (2 * AMX_TILE); }
+
 // Compiled where the compiler targets AMX-BF16 (-march=native on such a CPU); clang 14 names the
 // features __AMXTILE__ and __AMXBF16__, GCC __AMX_TILE__ and __AMX_BF16__.
 #if (defined(__AMX_TILE__) || defined(__AMXTILE__)) && (defined(__AMX_BF16__) || defined(__AMXBF16__)) && defined(__AVX512F__)
 #define BURST_AMX_BUILD 1
 #include <immintrin.h>
 
-// A tile: 16 rows of 32 bf16 (operands) or of 16 floats (sums), 1 KB. A float32 splits into
-// AMX_PARTS bf16 parts.
-enum { AMX_TILE = 16, AMX_TILE_K = 32, AMX_TILE_ELEMS = AMX_TILE * AMX_TILE_K, AMX_PARTS = 3 };
 
 // Every tile register 16 rows of 64 bytes; each thread loads the shapes before its first tile
 // instruction (and _tile_release() when done). A constant: built in a local variable, GCC 12
@@ -103,12 +107,10 @@ static inline void amx_transpose_16x16(__m512i r[16]) {
 void amx_rows_to_b(uint16_t *dst, const void *x, int x_bf16, int64_t stride, int64_t n, int64_t cols, int64_t b,
                    int64_t k_tiles, int parts);
 
-// n rounded up to amx_block's 32 rows (or columns): two tiles.
-static inline int64_t amx_pad_to_block(int64_t n) { return (n + 2 * AMX_TILE - 1) / (2 * AMX_TILE) * (2 * AMX_TILE); }
 
 // One operand of amx_block: its two tiles (rows 0-15 and 16-31 of the block's A, or columns of its
 // B), step k's part p at first + k * step + p * AMX_TILE_ELEMS and second likewise, rows `stride`
-// bytes apart.
+// bytes apart. B's second may be NULL: columns 16-31 would be zeros (tokens past the last).
 typedef struct {
     const uint16_t *first, *second;
     int64_t step, stride;
@@ -122,26 +124,32 @@ static inline void amx_load_a(const amx_operand *a, int64_t k, int p) {
 }
 static inline void amx_load_b(const amx_operand *b, int64_t k, int p) {
     _tile_loadd(6, b->first + k * b->step + p * AMX_TILE_ELEMS, b->stride);
-    _tile_loadd(7, b->second + k * b->step + p * AMX_TILE_ELEMS, b->stride);
+    if (b->second) _tile_loadd(7, b->second + k * b->step + p * AMX_TILE_ELEMS, b->stride);
 }
 
 // c (a 2 x 2 block of 16 x 16 float sums, rows c_stride floats apart; from zeros where zero) +=
 // the tile products of k_tiles steps of a's parts by b's, those with p + q < AMX_PARTS (the
 // products below 2^-24 of their term are left out). Tiles 0-3 hold the sums, 4-5 a, 6-7 b. The
 // operand of fewer parts goes round the outer loop, so that each of its parts is loaded once a
-// step, and the other's parts once for each (once in all where it has one).
+// step, and the other's parts once for each (once in all where it has one). Without b.second, half
+// the products: c's columns 16-31 are left as they are.
 static inline void amx_block(float *c, int64_t c_stride, int zero, amx_operand a, amx_operand b, int64_t k_tiles) {
     const size_t cs = (size_t)c_stride * sizeof(float);
+    const int two = b.second != NULL;
     if (zero) {
         _tile_zero(0);
-        _tile_zero(1);
         _tile_zero(2);
-        _tile_zero(3);
+        if (two) {
+            _tile_zero(1);
+            _tile_zero(3);
+        }
     } else {
         _tile_loadd(0, c, cs);
-        _tile_loadd(1, c + AMX_TILE, cs);
         _tile_loadd(2, c + AMX_TILE * c_stride, cs);
-        _tile_loadd(3, c + AMX_TILE * c_stride + AMX_TILE, cs);
+        if (two) {
+            _tile_loadd(1, c + AMX_TILE, cs);
+            _tile_loadd(3, c + AMX_TILE * c_stride + AMX_TILE, cs);
+        }
     }
     const int a_outer = a.parts <= b.parts, outer_parts = a_outer ? a.parts : b.parts, inner_parts = a_outer ? b.parts : a.parts;
     for (int64_t k = 0; k < k_tiles; k++)
@@ -154,14 +162,18 @@ static inline void amx_block(float *c, int64_t c_stride, int zero, amx_operand a
                     else amx_load_a(&a, k, i);
                 }
                 _tile_dpbf16ps(0, 4, 6);
-                _tile_dpbf16ps(1, 4, 7);
                 _tile_dpbf16ps(2, 5, 6);
-                _tile_dpbf16ps(3, 5, 7);
+                if (two) {
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
             }
         }
     _tile_stored(0, c, cs);
-    _tile_stored(1, c + AMX_TILE, cs);
     _tile_stored(2, c + AMX_TILE * c_stride, cs);
-    _tile_stored(3, c + AMX_TILE * c_stride + AMX_TILE, cs);
+    if (two) {
+        _tile_stored(1, c + AMX_TILE, cs);
+        _tile_stored(3, c + AMX_TILE * c_stride + AMX_TILE, cs);
+    }
 }
 #endif

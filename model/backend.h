@@ -24,6 +24,7 @@ typedef struct {
     burst_dtype dtype;
     const void *data;
     int64_t rows, cols;
+    int amx_tiles; // data holds bf16 AMX tiles, not rows (model/matmul_amx.h): cpu-bf16 on AMX
 } burst_weight;
 
 // Creates a backend by name: "cpu" (float32 activations) or "cpu-bf16" (the normed and MLP rows,
@@ -69,8 +70,8 @@ typedef struct {
 void backend_convert_batch(burst_backend *b, burst_dtype to, const convert_job *jobs, int n);
 
 // Makes a weights tensor usable by the backend: the CPU backend borrows the mapping (cpu-bf16
-// copies F16 tensors, rounded to bf16), the CUDA backend uploads it. out->data == t->data where the
-// backend borrows it.
+// copies matrices into AMX tiles, or F16 ones rounded to bf16: model/backend_cpu.c), the CUDA
+// backend uploads it. out->data == t->data where the backend borrows it.
 burst_status backend_weight(burst_backend *b, const weights_tensor *t, burst_weight *out,
                             burst_error *err);
 

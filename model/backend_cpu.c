@@ -1,6 +1,6 @@
 // The CPU backend: activations in host memory, weights read from the mmap in their stored dtype
-// but for cpu-bf16's F16 ones (the matmul is model/matmul_cpu.c). "cpu" keeps the matmuls' inputs
-// in float32 (an exact float32 computation); "cpu-bf16" keeps those in the backend's act dtype (the
+// but for cpu-bf16's copies (the matmul is model/matmul_cpu.c). "cpu" keeps the matmuls' inputs in
+// float32 (an exact float32 computation); "cpu-bf16" keeps those in the backend's act dtype (the
 // normed rows and the MLP's; model/llama.c) in bf16, and F16 weights rounded to bf16 at load, as
 // the CUDA backend's bf16 mode does: with AMX such a matmul needs one tile product per weight tile
 // instead of three (or five for F16 weights), and a prompt runs about 1.7x faster. Both take either
@@ -18,6 +18,8 @@
 #include "common/exp_nonpositive.h"
 #include "common/host_memory.h"
 #include "backend_impl.h"
+#include "common/amx.h"
+#include "matmul_amx.h"
 #include "matmul_cpu.h"
 
 typedef struct {
@@ -79,28 +81,35 @@ static void cpu_convert(burst_backend *b, void *dst, burst_dtype to, const float
     for (int64_t i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
 }
 
-// The tensor where it lies in the mapping; but cpu-bf16 rounds F16 weights to bf16 once here, as
-// the CUDA backend rounds every weight at upload, so that its matmuls take BF16's paths: one AMX
-// tile product a tile instead of two, no split into parts at every call, AMX from 9 tokens.
+// The tensor where it lies in the mapping; but cpu-bf16 copies it once here where its matmuls gain:
+// on AMX, BF16 and F16 matrices as AMX tiles in bf16 (matmul_amx.h: every matmul reads its weight's
+// tiles in order and copies nothing, from one token on), elsewhere F16 ones rounded to bf16. Either
+// rounds F16 weights as the CUDA backend rounds every weight at upload: one AMX tile product a tile
+// instead of two, and no split into parts at every call.
 static burst_status cpu_weight(burst_backend *b, const weights_tensor *t, burst_weight *out,
                                burst_error *err) {
     *out = (burst_weight){.dtype = t->dtype, .data = t->data,
                           .rows = t->ndim == 2 ? t->shape[0] : 1, .cols = t->shape[t->ndim - 1]};
-    if (t->dtype != DTYPE_F16 || backend_act_dtype(b) != DTYPE_BF16) return BURST_OK;
+    const int tiles = t->ndim == 2 && t->dtype != DTYPE_F32 && amx_usable();
+    if (backend_act_dtype(b) != DTYPE_BF16 || !(tiles || t->dtype == DTYPE_F16)) return BURST_OK;
     cpu_ctx *c = b->ctx;
     // Checked first: Linux grants a large malloc and would kill the process only as the copy fills it.
-    const size_t bytes = sizeof(uint16_t) * (size_t)t->numel, avail = host_memory_free("");
+    const size_t bytes = tiles ? amx_tiles_bytes(out->rows, out->cols) : sizeof(uint16_t) * (size_t)t->numel;
+    const size_t avail = host_memory_free("");
     uint16_t *w = avail && bytes > avail ? NULL : aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!w)
         return BURST_FAIL(err, BURST_ERR_NOMEM,
                           "cpu-bf16: %s: its bf16 copy (%.3f GB) does not fit in the %.3f GB free (--backend cpu "
-                          "computes on the F16 weights as mapped)", t->name, bytes / 1e9, avail / 1e9);
+                          "computes on the weights as mapped)", t->name, bytes / 1e9, avail / 1e9);
     const uint16_t *h = t->data;
-    #pragma omp parallel for num_threads(c->n_threads) schedule(static)
-    for (int64_t i = 0; i < t->numel; i++) w[i] = f32_to_bf16(f16_to_f32(h[i]));
+    if (tiles) amx_tiles_from(w, out, c->n_threads);
+    else {
+        #pragma omp parallel for num_threads(c->n_threads) schedule(static)
+        for (int64_t i = 0; i < t->numel; i++) w[i] = f32_to_bf16(f16_to_f32(h[i]));
+    }
     c->weights = burst_realloc(c->weights, sizeof *c->weights * (size_t)(c->n_weights + 1));
     c->weights[c->n_weights++] = w;
-    out->dtype = DTYPE_BF16, out->data = w;
+    out->dtype = DTYPE_BF16, out->data = w, out->amx_tiles = tiles;
     return BURST_OK;
 }
 

@@ -8,41 +8,75 @@
 // 2^-24 of the term. A BF16 weight costs 3 tile products, an F16 one 5; bf16 x needs no split (1
 // and 2).
 //
-// A is W (rows by columns, as W is laid out) and B is x^T, so a tile of C holds 16 weight rows x 16
-// tokens. x is split and transposed into tiles once per call (amx_rows_to_b). Each thread takes MC
-// weight rows at a time: BF16 rows are read where they lie when one or two blocks of 32 tokens read
-// them (a decode step's few tokens: each weight is used once or twice, and copying it would cost as
-// much as its tile products); otherwise copied into tiles (F16 ones widened and split), KC columns
-// at a time as the first NC tokens need them (the copy still in L2 for those), and read from the
-// copy for each further NC tokens: copies of rows that AMX reads 16 rows at a time, 8 KB apart,
-// would fall into one cache set, and each NC tokens copying them again would read W from memory again.
-// The sums of MC rows x NC tokens stay in L2 while KC columns at a time are added to them (the 32
-// rows' KC columns in L1, NC tokens' KC columns in L2), and are stored as out_dtype, 16 x 16
-// transposed in registers, once the last columns are in.
+// A is W and B is x^T, so a tile of C holds 16 weight rows x 16 tokens. x is split and transposed
+// into tiles once per call (amx_rows_to_b). cpu-bf16's weights are laid out as tiles at load
+// (amx_tiles_from), so that every call reads them contiguously, with no copy, from one token on.
+// A weight as stored (the cpu backend's, rows as W lays them out) is read in place where it is
+// BF16 and one or two blocks of 32 tokens read it (a decode step's few tokens: each weight is used
+// once or twice, and copying it would cost as much as its tile products); otherwise copied into
+// tiles (F16 ones widened and split), KC columns at a time as the first NC tokens need them (the
+// copy still in L2 for those), and read from the copy for each further NC tokens: copies of rows
+// that AMX reads 16 rows at a time, 8 KB apart, would fall into one cache set, and each NC tokens
+// copying them again would read W from memory again.
+// Each thread takes MC weight rows at a time. The sums of MC rows x NC tokens stay in L2 while KC
+// columns at a time are added to them (the 32 rows' KC columns in L1, NC tokens' KC columns in L2),
+// and are stored as out_dtype, 16 x 16 transposed in registers, once the last columns are in. Where
+// a few tokens read tiles, each 32 rows take all the columns at once, the sums in tile registers.
 #include "matmul_amx.h"
 
 #include "common/amx.h"
 
-#ifdef BURST_AMX_BUILD
-#include <limits.h>
-#include <stdlib.h>
-
 #include "common/burst.h"
 
 enum { TILE = AMX_TILE, TILE_K = AMX_TILE_K, TILE_ELEMS = AMX_TILE_ELEMS, X_PARTS = AMX_PARTS };
+
+static int64_t tiles_k(int64_t cols) { return (cols + TILE_K - 1) / TILE_K; }
+
+size_t amx_tiles_bytes(int64_t rows, int64_t cols) {
+    return sizeof(uint16_t) * (size_t)(amx_pad_to_block(rows) * tiles_k(cols) * TILE_K);
+}
+
+// Where W's element (row, col) lies in its tiles.
+static int64_t tiles_at(int64_t k_tiles, int64_t row, int64_t col) {
+    return (row / TILE * k_tiles + col / TILE_K) * TILE_ELEMS + row % TILE * TILE_K + col % TILE_K;
+}
+
+void amx_tiles_from(uint16_t *dst, const burst_weight *W, int n_threads) {
+    const int64_t k_tiles = tiles_k(W->cols), rows_pad = amx_pad_to_block(W->rows);
+    const uint16_t *w = W->data;
+    #pragma omp parallel for num_threads(n_threads) schedule(static)
+    for (int64_t r = 0; r < rows_pad; r++)
+        for (int64_t k = 0; k < k_tiles; k++) { // a row of tile (r / 16, k)
+            uint16_t *d = dst + tiles_at(k_tiles, r, k * TILE_K);
+            for (int64_t c = 0, col = k * TILE_K; c < TILE_K; c++, col++)
+                d[c] = r >= W->rows || col >= W->cols ? 0
+                       : W->dtype == DTYPE_BF16       ? w[r * W->cols + col]
+                                                      : f32_to_bf16(f16_to_f32(w[r * W->cols + col]));
+        }
+}
+
+void amx_tiles_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst) {
+    const int64_t k_tiles = tiles_k(w->cols);
+    const uint16_t *tiles = w->data;
+    for (int64_t i = first; i < first + n;) { // a row's elements at a time
+        const int64_t row = i / w->cols, col0 = i % w->cols, end = w->cols - col0 < first + n - i ? w->cols : col0 + first + n - i;
+        const uint16_t *in_row = tiles + tiles_at(k_tiles, row, 0);
+        for (int64_t col = col0; col < end; col++) *dst++ = bf16_to_f32(in_row[col / TILE_K * TILE_ELEMS + col % TILE_K]);
+        i += end - col0;
+    }
+}
+
+#ifdef BURST_AMX_BUILD
+#include <limits.h>
+#include <stdlib.h>
 // MC weight rows x NC tokens of sums (256 KB), KC columns added at a time.
 enum { MC = 128, NC = 512, KC = 256 };
-// Below these many tokens the vector paths of matmul_cpu.c are as fast (bench/bench_matmul_cpu.c):
-// an F16 weight's split costs more than its 5 tile products save against the float32 GEMM (even at
-// 64 to 128, 1.2x faster at 256 and more); with bf16 x, 2 products, it pays from 48 (1.9 / 1.0x at
-// 40, 2.1 / 1.6x at 64 on 4096 / 11008 rows); a BF16 one's 3 run on 32 tokens, of which fewer than 16
-// leave the few-token path ahead (2x at 8 tokens, even at 16, AMX 1.5x at 24). With bf16 x, 1
-// product, AMX reads weights from memory (as decode steps do: a model is larger than L3) at 15-18
-// GB/s from 9 tokens on, where the few-token path falls from 13-16 GB/s at 9 to 11-13 at 12; at 8
-// they are even (few-token 1.1x on 4096 x 4096, AMX 1.2x on 2048 x 5632). Up to DIRECT_MAX_TOKENS
-// (padded), BF16 rows are read where they lie.
-enum { AMX_F16_MIN_TOKENS = 128, AMX_F16_BF16_X_MIN_TOKENS = 48, AMX_BF16_MIN_TOKENS = 16, AMX_BF16_BF16_X_MIN_TOKENS = 9,
-       DIRECT_MAX_TOKENS = 64 };
+// Below these many tokens the vector paths of matmul_cpu.c are as fast for weights as stored
+// (bench/bench_matmul_cpu.c): an F16 weight's split costs more than its 5 tile products save
+// against the float32 GEMM (even at 64 to 128, 1.2x faster at 256 and more); a BF16 one's 3 run on
+// 32 tokens, of which fewer than 16 leave the few-token path ahead (2x at 8 tokens, even at 16, AMX
+// 1.5x at 24). Up to DIRECT_MAX_TOKENS (padded), BF16 rows are read where they lie.
+enum { AMX_F16_MIN_TOKENS = 128, AMX_BF16_MIN_TOKENS = 16, DIRECT_MAX_TOKENS = 64 };
 
 // Rows [r0, r0 + mr) x columns [k0, k0 + kn) of W (mr and kn multiples of 32; zeros past W's edges)
 // as A tiles: ws[i * i_stride + (k * parts + p) * TILE_ELEMS] is part p of rows [16 i, 16 i + 16) x
@@ -104,14 +138,13 @@ static void store_sums(void *out, burst_dtype out_dtype, int accumulate, int64_t
 
 int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                const burst_weight *W, int n, int n_threads) {
-    const int min_tokens = W->dtype == DTYPE_BF16 && x_dtype == DTYPE_BF16 ? AMX_BF16_BF16_X_MIN_TOKENS
-                           : W->dtype == DTYPE_BF16                         ? AMX_BF16_MIN_TOKENS
-                           : W->dtype == DTYPE_F16 && x_dtype == DTYPE_BF16 ? AMX_F16_BF16_X_MIN_TOKENS
-                           : W->dtype == DTYPE_F16                          ? AMX_F16_MIN_TOKENS
-                                                                            : INT_MAX;
+    const int min_tokens = W->amx_tiles ? 1
+                           : W->dtype == DTYPE_BF16 ? AMX_BF16_MIN_TOKENS
+                           : W->dtype == DTYPE_F16  ? AMX_F16_MIN_TOKENS
+                                                    : INT_MAX;
     if (n < min_tokens || !amx_usable()) return 0;
     const int64_t rows = W->rows, cols = W->cols, k_tiles = (cols + TILE_K - 1) / TILE_K, n_pad = amx_pad_to_block(n);
-    const int x_parts = x_dtype == DTYPE_BF16 ? 1 : X_PARTS, w_parts = W->dtype == DTYPE_BF16 ? 1 : 2;
+    const int x_parts = x_dtype == DTYPE_BF16 ? 1 : X_PARTS, w_parts = W->dtype == DTYPE_BF16 || W->amx_tiles ? 1 : 2;
     const int64_t blocks = (rows + MC - 1) / MC, x_tile_row = k_tiles * x_parts * TILE_ELEMS;
     const int64_t nc = sums_tokens(n_pad), w_k = copy_k_tiles(n_pad, k_tiles), w_i = w_k * w_parts * TILE_ELEMS;
     uint16_t *xs = burst_malloc_aligned(x_tiles_bytes(n_pad, k_tiles, x_parts));
@@ -120,25 +153,29 @@ int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, 
         #pragma omp for schedule(static)
         for (int64_t b = 0; b < n_pad / TILE; b++)
             amx_rows_to_b(xs, x, x_dtype == DTYPE_BF16, cols, n, cols, b, k_tiles, x_parts);
-        uint16_t *ws = burst_malloc_aligned(w_copy_bytes(w_k, w_parts));
+        uint16_t *ws = W->amx_tiles ? NULL : burst_malloc_aligned(w_copy_bytes(w_k, w_parts));
         float *c = burst_malloc_aligned(sums_bytes(nc));
         amx_load_tile_config();
         #pragma omp for schedule(dynamic)
         for (int64_t blk = 0; blk < blocks; blk++) {
             const int64_t r0 = blk * MC, mr = rows - r0 < MC ? rows - r0 : MC, mr_pad = amx_pad_to_block(mr);
-            const int direct = W->dtype == DTYPE_BF16 && n_pad <= DIRECT_MAX_TOKENS && r0 + mr_pad <= rows && cols % TILE_K == 0;
+            const int direct = !W->amx_tiles && W->dtype == DTYPE_BF16 && n_pad <= DIRECT_MAX_TOKENS && r0 + mr_pad <= rows &&
+                               cols % TILE_K == 0;
+            const int64_t kc = W->amx_tiles && n_pad <= DIRECT_MAX_TOKENS ? k_tiles * TILE_K : KC;
             for (int64_t t0 = 0; t0 < n_pad; t0 += nc) {
                 const int64_t nt = n_pad - t0 < nc ? n_pad - t0 : nc;
-                for (int64_t k0 = 0; k0 < k_tiles * TILE_K; k0 += KC) {
-                    const int64_t kn = k_tiles * TILE_K - k0 < KC ? k_tiles * TILE_K - k0 : KC, kt = kn / TILE_K;
+                for (int64_t k0 = 0; k0 < k_tiles * TILE_K; k0 += kc) {
+                    const int64_t kn = k_tiles * TILE_K - k0 < kc ? k_tiles * TILE_K - k0 : kc, kt = kn / TILE_K;
                     // these columns' place in the copy: after the earlier ones where it keeps them all
                     uint16_t *wk = ws + (w_k == k_tiles ? k0 / TILE_K : 0) * w_parts * TILE_ELEMS;
-                    if (!direct && t0 == 0) copy_w(wk, w_i, W, r0, mr_pad, k0, kn, w_parts);
+                    if (!direct && !W->amx_tiles && t0 == 0) copy_w(wk, w_i, W, r0, mr_pad, k0, kn, w_parts);
                     for (int64_t r = 0; r < mr_pad; r += 2 * TILE) {
                         const uint16_t *wd = (const uint16_t *)W->data + (r0 + r) * cols + k0; // in place
                         const uint16_t *wc = wk + r / TILE * w_i;                               // copied
-                        const amx_operand a = direct ? (amx_operand){wd, wd + TILE * cols, TILE_K, cols * 2, 1}
-                                                     : (amx_operand){wc, wc + w_i, w_parts * TILE_ELEMS, 64, w_parts};
+                        const uint16_t *wt = (const uint16_t *)W->data + ((r0 + r) / TILE * k_tiles + k0 / TILE_K) * TILE_ELEMS;
+                        const amx_operand a = W->amx_tiles ? (amx_operand){wt, wt + k_tiles * TILE_ELEMS, TILE_ELEMS, 64, 1}
+                                              : direct     ? (amx_operand){wd, wd + TILE * cols, TILE_K, cols * 2, 1}
+                                                           : (amx_operand){wc, wc + w_i, w_parts * TILE_ELEMS, 64, w_parts};
                         // the next columns of these 32 rows, from memory: the tile loads alone wait on it (half the
                         // speed at 11008 columns)
                         for (int64_t i = 0; direct && i < 2 * TILE; i++)
@@ -146,9 +183,10 @@ int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, 
                                 _mm_prefetch((const char *)(wd + i * cols + j), _MM_HINT_T0);
                         for (int64_t t = t0; t < t0 + nt; t += 2 * TILE) {
                             const uint16_t *xb = xs + (t / TILE) * x_tile_row + k0 / TILE_K * x_parts * TILE_ELEMS;
-                            // 32 weight rows x 32 tokens of the sums: W's two tiles of 16 rows by x's two of 16 tokens
+                            // 32 weight rows x 32 tokens of the sums: W's two tiles of 16 rows by x's two of 16 tokens (one
+                            // where the second would hold no token)
                             amx_block(c + r * nc + t - t0, nc, k0 == 0, a,
-                                      (amx_operand){xb, xb + x_tile_row, x_parts * TILE_ELEMS, 64, x_parts}, kt);
+                                      (amx_operand){xb, t + TILE < n ? xb + x_tile_row : NULL, x_parts * TILE_ELEMS, 64, x_parts}, kt);
                         }
                     }
                 }

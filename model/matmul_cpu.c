@@ -1,5 +1,5 @@
 // The CPU backend's matmul: out (n, rows) = x (n, cols) @ W^T, W in its stored dtype (F32, F16 or
-// BF16, read from the mmap in place; never widened whole).
+// BF16, read from the mmap in place; never widened whole), or cpu-bf16's AMX tiles (matmul_amx.c).
 //
 // A few tokens (decode steps, n < MM_FEW_TOKENS): each weight row is read once for all of them,
 // a tile of FEW_ROWS rows at a time, widened in registers once for up to FEW_TOKENS tokens whose
@@ -15,8 +15,8 @@
 // tokens, keeps the widening a contiguous loop and leaves the transpose to x, which is read once
 // where the weights are widened n / MC times (bench/bench_matmul_cpu.c).
 //
-// Where the CPU has AMX, matmul_amx.c takes BF16 weights from 16 tokens on and F16 ones from 128
-// (by bf16 x: from 9 and 48).
+// Where the CPU has AMX, matmul_amx.c takes BF16 weights from 16 tokens on, F16 ones from 128, and
+// weights in tiles at every token count.
 #include "matmul_cpu.h"
 
 #include "matmul_amx.h"
@@ -86,6 +86,10 @@ static inline vec w_vec(const void *w, burst_dtype dt, int64_t i) {
 }
 
 void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst) {
+    if (w->amx_tiles) {
+        amx_tiles_to_f32(w, first, n, dst);
+        return;
+    }
     const void *row = (const char *)w->data + first * dtype_size(w->dtype);
     int64_t i = 0;
     for (; i + GEMM_VL <= n; i += GEMM_VL) {

@@ -12,6 +12,7 @@
 // of ties; and AMX's rounding of float32 to bf16 against the scalar one.
 #include "common/amx.h"
 #include "model/backend.h"
+#include "model/matmul_cpu.h"
 #include "tests/test_util.h"
 
 // float32 results: sums in another order than float64's over up to 600 terms.
@@ -107,24 +108,42 @@ static void test_rmsnorm(burst_backend *be) {
             }
 }
 
-// out = x W^T in every dtype pairing, and out += x W^T.
-static void test_matmul(burst_backend *be) {
+// w as the cpu-bf16 backend wbe holds it (backend_weight: AMX tiles where the CPU has AMX, F16
+// rounded to bf16), as_f64 rounded with it.
+static burst_weight weight_held(burst_backend *wbe, test_weight *w) {
+    const int64_t rows = w->w.rows, cols = w->w.cols;
+    const weights_tensor t = {.name = "random", .dtype = w->w.dtype, .ndim = 2, .shape = {rows, cols}, .numel = rows * cols,
+                              .nbytes = (size_t)(rows * cols) * dtype_size(w->w.dtype), .data = w->w.data};
+    burst_weight held;
+    burst_error err;
+    check(backend_weight(wbe, &t, &held, &err) == BURST_OK);
+    check(held.amx_tiles == amx_usable() && (held.data != t.data) == (held.amx_tiles || t.dtype == DTYPE_F16));
+    for (int64_t i = 0; held.dtype != t.dtype && i < rows * cols; i++) w->as_f64[i] = bf16_to_f32(f32_to_bf16((float)w->as_f64[i]));
+    return held;
+}
+
+// out = x W^T in every dtype pairing, and out += x W^T; with held, the BF16 and F16 weights as
+// cpu-bf16 holds them (weight_held), where every token count reads AMX tiles.
+static void test_matmul(burst_backend *be, int held) {
     // 131 rows x 600 columns: register tiles of 14 (AVX-512) or 6 rows, blocks of 112 or 48 rows and
     // of 256 columns, each with a rest; 300 tokens: panels of 32 or 16, blocks of 256 or 128; a
     // last panel of one token more than a vector (16 or 8) at 49 and 41 tokens. Below 32 tokens,
     // tiles of 3 (or 2) rows, each by 8 (or 6) tokens at a time: 19 = 8 + 8 + 3 (6 + 6 + 6 + 1). With
     // AMX, 150 x 96 BF16: a block of 128 rows read in place (19 to 49 tokens), then 22 rows copied;
     // 600 tokens: AMX's sums for 512 tokens, then for 88, the weights copied for the first 512 and
-    // kept for the rest (131 x 600: three slices of 256 columns kept side by side). 12 tokens: AMX for
-    // BF16 weights by bf16 x (from 9), the few-token tiles otherwise.
+    // kept for the rest (131 x 600: three slices of 256 columns kept side by side). In tiles, rows and
+    // columns padded to 32 (1 x 1 to 32 x 32); 70 tokens: three blocks of 32 tokens, 41: two (a
+    // few tokens: all the columns at once), 300 tokens by 600 columns: three slices of 256.
     static const int ns[] = {1, 6, 7, 12, 19, 41, 49, 70, 300, 600}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}, {131, 600}, {150, 96}};
-    for (int wi = 0; wi < 3; wi++)
+    for (int wi = held; wi < 3; wi++)
         for (int xi = 0; xi < 2; xi++)
             for (int oi = 0; oi < 3; oi++) // F32, BF16, F32 accumulated
                 for (int si = 0; si < 5; si++)
                     for (int k = 0; k < (int)(sizeof ns / sizeof ns[0]); k++) {
                         const int n = ns[k], rows = shapes[si][0], cols = shapes[si][1], acc = oi == 2;
                         test_weight w = weight_random(WEIGHT_DTS[wi], rows, cols, -1, 1);
+                        burst_backend *wbe = held ? backend_cpu_new(3, 1) : NULL;
+                        const burst_weight W = held ? weight_held(wbe, &w) : w.w;
                         act_buf x = act_random(DTS[xi], (int64_t)n * cols, -1, 1);
                         act_buf out = act_random(oi == 1 ? DTYPE_BF16 : DTYPE_F32, (int64_t)n * rows, -1, 1);
                         double *ref = burst_malloc((size_t)n * rows * sizeof(double)), terms = 0;
@@ -138,13 +157,15 @@ static void test_matmul(burst_backend *be) {
                                 ref[(int64_t)i * rows + r] = s;
                                 if (abs_sum > terms) terms = abs_sum;
                             }
-                        if (acc) backend_matmul_add(be, out.p, x.p, x.dt, &w.w, n);
-                        else backend_matmul(be, out.p, out.dt, x.p, x.dt, &w.w, n);
+                        if (acc) backend_matmul_add(be, out.p, x.p, x.dt, &W, n);
+                        else backend_matmul(be, out.p, out.dt, x.p, x.dt, &W, n);
                         char what[128];
-                        snprintf(what, sizeof what, "matmul weight %s x %s %s %s n=%d W=(%d,%d)", dtype_name(WEIGHT_DTS[wi]),
-                                 dtype_name(x.dt), acc ? "+=" : "to", dtype_name(out.dt), n, rows, cols);
+                        snprintf(what, sizeof what, "matmul weight %s%s x %s %s %s n=%d W=(%d,%d)", dtype_name(WEIGHT_DTS[wi]),
+                                 W.amx_tiles ? " in tiles" : W.dtype != w.w.dtype ? " as bf16" : "", dtype_name(x.dt),
+                                 acc ? "+=" : "to", dtype_name(out.dt), n, rows, cols);
                         act_check(what, &out, ref, F32_RTOL * (terms + 1)); // float32 sums: relative to sum |x w|
                         free(ref), free((void *)w.w.data), free(w.as_f64), act_free(&x), act_free(&out);
+                        if (wbe) backend_free(wbe);
                     }
 }
 
@@ -240,31 +261,40 @@ static void test_swiglu(burst_backend *be) {
 }
 
 // backend_weight on every half: "cpu" hands back the mapping itself, "cpu-bf16" a copy rounded to
-// bf16 (to nearest even, from the half's exact value; NaN stays NaN), as the CUDA backend uploads it.
+// bf16 (to nearest even, from the half's exact value; NaN stays NaN), as the CUDA backend uploads it,
+// laid out as AMX tiles where the CPU has AMX; embed reads every value back (in tiles: 1000 x 67,
+// rows and columns past a whole tile), and weight_to_f32 a span across rows.
 static void test_weight_bf16_copy(void) {
-    enum { ROWS = 2048, COLS = 32 };
+    enum { ROWS = 1000, COLS = 67 };
     uint16_t *h = burst_malloc(sizeof(uint16_t) * ROWS * COLS);
     for (int i = 0; i < ROWS * COLS; i++) h[i] = (uint16_t)i;
     const weights_tensor t = {.name = "every half", .dtype = DTYPE_F16, .ndim = 2, .shape = {ROWS, COLS},
                               .numel = ROWS * COLS, .nbytes = sizeof(uint16_t) * ROWS * COLS, .data = h};
-    int bad = 0;
+    float *got = burst_malloc(sizeof(float) * ROWS * COLS);
+    int *tokens = burst_malloc(sizeof(int) * ROWS), bad = 0;
+    for (int i = 0; i < ROWS; i++) tokens[i] = i;
     for (int bf16 = 0; bf16 <= 1; bf16++) {
         burst_backend *be = backend_cpu_new(2, bf16);
         burst_weight w;
         burst_error err;
         check(backend_weight(be, &t, &w, &err) == BURST_OK);
-        bad += w.rows != ROWS || w.cols != COLS || w.dtype != (bf16 ? DTYPE_BF16 : DTYPE_F16) || (w.data == h) == bf16;
-        for (int i = 0; bf16 && i < ROWS * COLS; i++) {
-            const double want = f16_value(h[i]);
-            const float got = bf16_to_f32(((const uint16_t *)w.data)[i]);
-            const int same = isnan(want) ? isnan(got) : got == (float)bf16_to_f32(f32_to_bf16((float)want)) && !signbit(got) == !signbit(want);
-            if (!same && bad++ < 3) printf("  half 0x%04x: got %.9g want %.9g rounded\n", h[i], got, want);
+        bad += w.rows != ROWS || w.cols != COLS || w.dtype != (bf16 ? DTYPE_BF16 : DTYPE_F16) || (w.data == h) == bf16 ||
+               w.amx_tiles != (bf16 && amx_usable());
+        backend_embed(be, got, &w, tokens, ROWS);
+        float span[300]; // elements across rows, from within one, as weight_to_f32 may be asked for them
+        weight_to_f32(&w, 12345, 300, span);
+        bad += memcmp(span, got + 12345, sizeof span) != 0;
+        for (int i = 0; i < ROWS * COLS; i++) {
+            const double want = f16_value(h[i]), rounded = bf16 ? bf16_to_f32(f32_to_bf16((float)want)) : want;
+            const int same = isnan(want) ? isnan(got[i]) : got[i] == (float)rounded && !signbit(got[i]) == !signbit(want);
+            if (!same && bad++ < 3) printf("  half 0x%04x: got %.9g want %.9g%s\n", h[i], got[i], rounded, bf16 ? " rounded" : "");
         }
         backend_free(be);
     }
-    printf("%s F16 weights: the mapping on cpu, rounded to bf16 on cpu-bf16\n", bad ? "FAIL" : "ok  ");
+    printf("%s F16 weights: the mapping on cpu, rounded to bf16%s on cpu-bf16\n", bad ? "FAIL" : "ok  ",
+           amx_usable() ? " in AMX tiles" : "");
     check(!bad);
-    free(h);
+    free(h), free(got), free(tokens);
 }
 
 // Rotary embedding in place, against float64 angles of the same frequencies: head_dims whose pairs
@@ -362,7 +392,8 @@ int main(void) {
     printf("matmul: AMX %s\n", amx_usable() ? "on" : "off");
     burst_backend *be = backend_cpu_new(3, 0); // a thread count that splits the tiles unevenly
     test_rmsnorm(be);
-    test_matmul(be);
+    test_matmul(be, 0);
+    test_matmul(be, 1);
     test_matmul_exact(be);
     test_f16_weights(be);
     test_swiglu(be);
