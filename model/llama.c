@@ -132,7 +132,10 @@ static burst_status get_weight(llama_model *m, llama_rank *R, burst_weight *out,
     burst_status st = rows ? weights_get(m->w, name, 2, shape, &t, err)
                            : weights_get(m->w, name, 1, shape + 1, &t, err);
     if (st || (st = backend_weight(R->be, t, out, err))) return st;
+    // Host ranks share the first one's weights; device ranks each upload theirs.
+    const int last_reader = R->rank == (backend_on_host(m->opt.backend) ? m->first : m->first + m->n_local - 1);
     if (out->data == t->data && R->rank == m->first) m->mapped_bytes += t->nbytes;
+    else if (out->data != t->data && last_reader) weights_release(t); // the backend's copy is all it reads
     return BURST_OK;
 }
 

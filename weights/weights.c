@@ -1,8 +1,10 @@
 // Opens a checkpoint directory: config.json, then model.safetensors or the shards listed in
 // model.safetensors.index.json, then one name-sorted table of every tensor for weights_get.
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE // madvise
 #include "weights.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -156,6 +158,12 @@ void weights_read_all(const weights *w) {
     }
     (void)sink;
     if (total > WEIGHTS_LOG_BYTES) LOG_I("read %.1f GB of weights in %.1f s", total / 1e9, burst_now() - t0);
+}
+
+void weights_release(const weights_tensor *t) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), start = ((uintptr_t)t->data + page - 1) / page * page,
+                    end = ((uintptr_t)t->data + t->nbytes) / page * page;
+    if (end > start && madvise((void *)start, end - start, MADV_DONTNEED)) LOG_W("%s: madvise: %s", t->name, strerror(errno));
 }
 
 static burst_status sort_tensors(weights *w, burst_error *err) {

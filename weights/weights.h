@@ -65,6 +65,10 @@ size_t weights_bytes(const weights *w);
 // warning.
 void weights_read_all(const weights *w);
 
+// Hands t's pages back (a backend keeps its own copy of t): the whole pages within it leave the
+// process's resident memory and stay in the page cache, where a later read would find them again.
+void weights_release(const weights_tensor *t);
+
 // Finds a tensor by name and checks its shape (ndim entries of shape; -1 matches any size).
 // Errors name the tensor and what was expected.
 burst_status weights_get(const weights *w, const char *name, int ndim, const int64_t *shape,
