@@ -41,20 +41,6 @@ static int64_t tiles_at(int64_t k_tiles, int64_t row, int64_t col) {
     return (row / TILE * k_tiles + col / TILE_K) * TILE_ELEMS + row % TILE * TILE_K + col % TILE_K;
 }
 
-void amx_tiles_from(uint16_t *dst, const burst_weight *W, int n_threads) {
-    const int64_t k_tiles = tiles_k(W->cols), rows_pad = amx_pad_to_block(W->rows);
-    const uint16_t *w = W->data;
-    #pragma omp parallel for num_threads(n_threads) schedule(static)
-    for (int64_t r = 0; r < rows_pad; r++)
-        for (int64_t k = 0; k < k_tiles; k++) { // a row of tile (r / 16, k)
-            uint16_t *d = dst + tiles_at(k_tiles, r, k * TILE_K);
-            for (int64_t c = 0, col = k * TILE_K; c < TILE_K; c++, col++)
-                d[c] = r >= W->rows || col >= W->cols ? 0
-                       : W->dtype == DTYPE_BF16       ? w[r * W->cols + col]
-                                                      : f32_to_bf16(f16_to_f32(w[r * W->cols + col]));
-        }
-}
-
 void amx_tiles_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst) {
     const int64_t k_tiles = tiles_k(w->cols);
     const uint16_t *tiles = w->data;
@@ -80,7 +66,8 @@ enum { AMX_F16_MIN_TOKENS = 128, AMX_BF16_MIN_TOKENS = 16, DIRECT_MAX_TOKENS = 6
 
 // Rows [r0, r0 + mr) x columns [k0, k0 + kn) of W (mr and kn multiples of 32; zeros past W's edges)
 // as A tiles: ws[i * i_stride + (k * parts + p) * TILE_ELEMS] is part p of rows [16 i, 16 i + 16) x
-// columns [k0 + 32 k, k0 + 32 k + 32), as W lays them out; F16 weights split into two bf16 parts.
+// columns [k0 + 32 k, k0 + 32 k + 32), as W lays them out; F16 weights split into two bf16 parts,
+// or with one part rounded to bf16.
 static void copy_w(uint16_t *ws, int64_t i_stride, const burst_weight *W, int64_t r0, int64_t mr, int64_t k0,
                    int64_t kn, int parts) {
     for (int64_t i = 0; i < mr / TILE; i++)
@@ -90,10 +77,17 @@ static void copy_w(uint16_t *ws, int64_t i_stride, const burst_weight *W, int64_
                 const __mmask32 m = row < W->rows ? amx_first32(W->cols - col) : 0;
                 const __m512i w = _mm512_maskz_loadu_epi16(m, (const uint16_t *)W->data + (row < W->rows ? row * W->cols + col : 0));
                 uint16_t *d = ws + i * i_stride + k * parts * TILE_ELEMS + r * TILE_K;
-                if (parts == 1) _mm512_store_si512(d, w);
-                else amx_split_32(_mm512_cvtph_ps(_mm512_castsi512_si256(w)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(w, 1)), 2, d,
+                if (W->dtype == DTYPE_BF16) _mm512_store_si512(d, w);
+                else amx_split_32(_mm512_cvtph_ps(_mm512_castsi512_si256(w)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(w, 1)), parts, d,
                                   TILE_ELEMS);
             }
+}
+
+void amx_tiles_from(uint16_t *dst, const burst_weight *W, int n_threads) {
+    const int64_t k_tiles = tiles_k(W->cols), blocks = amx_pad_to_block(W->rows) / (2 * TILE);
+    #pragma omp parallel for num_threads(n_threads) schedule(static)
+    for (int64_t b = 0; b < blocks; b++)
+        copy_w(dst + b * 2 * k_tiles * TILE_ELEMS, k_tiles * TILE_ELEMS, W, b * 2 * TILE, 2 * TILE, 0, k_tiles * TILE_K, 1);
 }
 
 // What a call allocates: x's tiles, and each thread's copy of MC weight rows and its sums.
@@ -201,6 +195,10 @@ int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, 
 }
 #else
 size_t matmul_amx_transient_bytes(int n, int64_t cols, int n_threads) { return 0; }
+
+void amx_tiles_from(uint16_t *dst, const burst_weight *W, int n_threads) {
+    BURST_ASSERT(!"amx_tiles_from without AMX"); // callers ask amx_usable(), 0 in this build
+}
 
 int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                const burst_weight *W, int n, int n_threads) {
