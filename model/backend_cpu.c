@@ -81,17 +81,19 @@ static void cpu_convert(burst_backend *b, void *dst, burst_dtype to, const float
     for (int64_t i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
 }
 
-// The tensor where it lies in the mapping; but cpu-bf16 copies it once here where its matmuls gain:
-// on AMX, BF16 and F16 matrices as AMX tiles in bf16 (matmul_amx.h: every matmul reads its weight's
-// tiles in order and copies nothing, from one token on), elsewhere F16 ones rounded to bf16. Either
-// rounds F16 weights as the CUDA backend rounds every weight at upload: one AMX tile product a tile
-// instead of two, and no split into parts at every call.
+// The tensor where it lies in the mapping, but copied once here where the matmuls gain: on AMX,
+// BF16 matrices and cpu-bf16's F16 ones as AMX tiles in bf16 (matmul_amx.h: every matmul reads its
+// weight's tiles in order and copies nothing, from one token on; BF16 values unchanged, so `cpu`
+// stays exact); elsewhere cpu-bf16's F16 ones rounded to bf16 in rows. cpu-bf16 rounds F16 weights
+// as the CUDA backend rounds every weight at upload: one AMX tile product a tile instead of two,
+// and no split into parts at every call.
 static burst_status cpu_weight(burst_backend *b, const weights_tensor *t, burst_weight *out,
                                burst_error *err) {
     *out = (burst_weight){.dtype = t->dtype, .data = t->data,
                           .rows = t->ndim == 2 ? t->shape[0] : 1, .cols = t->shape[t->ndim - 1]};
-    const int tiles = t->ndim == 2 && t->dtype != DTYPE_F32 && amx_usable();
-    if (backend_act_dtype(b) != DTYPE_BF16 || !(tiles || t->dtype == DTYPE_F16)) return BURST_OK;
+    const int round_f16 = t->dtype == DTYPE_F16 && backend_act_dtype(b) == DTYPE_BF16;
+    const int tiles = t->ndim == 2 && (t->dtype == DTYPE_BF16 || round_f16) && amx_usable();
+    if (!tiles && !round_f16) return BURST_OK;
     cpu_ctx *c = b->ctx;
     // Checked first: Linux grants a large malloc and would kill the process only as the copy fills it.
     const size_t bytes = tiles ? amx_tiles_bytes(out->rows, out->cols) : sizeof(uint16_t) * (size_t)t->numel;
@@ -99,8 +101,9 @@ static burst_status cpu_weight(burst_backend *b, const weights_tensor *t, burst_
     uint16_t *w = avail && bytes > avail ? NULL : aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!w)
         return BURST_FAIL(err, BURST_ERR_NOMEM,
-                          "cpu-bf16: %s: its bf16 copy (%.3f GB) does not fit in the %.3f GB free (--backend cpu "
-                          "computes on the weights as mapped)", t->name, bytes / 1e9, avail / 1e9);
+                          "%s: its bf16 copy%s (%.3f GB) does not fit in the %.3f GB free (--backend cpu with "
+                          "BURST_AMX=0 computes on the weights as mapped)", t->name, tiles ? " in AMX tiles" : "", bytes / 1e9,
+                          avail / 1e9);
     const uint16_t *h = t->data;
     if (tiles) amx_tiles_from(w, out, c->n_threads);
     else {

@@ -108,8 +108,8 @@ static void test_rmsnorm(burst_backend *be) {
             }
 }
 
-// w as the cpu-bf16 backend wbe holds it (backend_weight: AMX tiles where the CPU has AMX, F16
-// rounded to bf16), as_f64 rounded with it.
+// w as the CPU backend wbe holds it (backend_weight: on AMX, BF16 weights and cpu-bf16's F16 ones in
+// AMX tiles; cpu-bf16 rounds F16 to bf16), as_f64 rounded with it.
 static burst_weight weight_held(burst_backend *wbe, test_weight *w) {
     const int64_t rows = w->w.rows, cols = w->w.cols;
     const weights_tensor t = {.name = "random", .dtype = w->w.dtype, .ndim = 2, .shape = {rows, cols}, .numel = rows * cols,
@@ -117,7 +117,9 @@ static burst_weight weight_held(burst_backend *wbe, test_weight *w) {
     burst_weight held;
     burst_error err;
     check(backend_weight(wbe, &t, &held, &err) == BURST_OK);
-    check(held.amx_tiles == amx_usable() && (held.data != t.data) == (held.amx_tiles || t.dtype == DTYPE_F16));
+    const int round_f16 = t.dtype == DTYPE_F16 && backend_act_dtype(wbe) == DTYPE_BF16;
+    const int tiles = amx_usable() && (t.dtype == DTYPE_BF16 || round_f16);
+    check(held.amx_tiles == tiles && (held.data != t.data) == (tiles || round_f16));
     for (int64_t i = 0; held.dtype != t.dtype && i < rows * cols; i++) w->as_f64[i] = bf16_to_f32(f32_to_bf16((float)w->as_f64[i]));
     return held;
 }
@@ -208,8 +210,9 @@ static void test_f16_weights(burst_backend *be) {
 
 // x's every float32 bit reaches the sums: weights with one power of two a row (0.5 to 8, either
 // sign) times random float32 x give x times that power exactly, on every path and for every weight
-// dtype (AMX splits x into three bf16 parts; a lost part loses x's low bits).
-static void test_matmul_exact(burst_backend *be) {
+// dtype (AMX splits x into three bf16 parts; a lost part loses x's low bits); with held, as `cpu`
+// holds the weights (BF16 in AMX tiles on AMX: still exact).
+static void test_matmul_exact(burst_backend *be, int held) {
     enum { MAX_ROWS = 150 };
     static const int ns[] = {3, 40, 300}, shapes[][2] = {{70, 333}, {MAX_ROWS, 96}}; // 150 x 96: as in test_matmul
     for (int wi = 0; wi < 3; wi++)
@@ -225,8 +228,10 @@ static void test_matmul_exact(burst_backend *be) {
                     if (WEIGHT_DTS[wi] == DTYPE_F32) ((float *)w.w.data)[r * cols + col[r]] = v;
                     else ((uint16_t *)w.w.data)[r * cols + col[r]] = WEIGHT_DTS[wi] == DTYPE_F16 ? f16_near(v) : f32_to_bf16(v);
                 }
+                burst_backend *wbe = held ? backend_cpu_new(3, 0) : NULL;
+                const burst_weight W = held ? weight_held(wbe, &w) : w.w;
                 act_buf x = act_random(DTYPE_F32, (int64_t)n * cols, -4, 4), out = act_random(DTYPE_F32, (int64_t)n * rows, 0, 0);
-                backend_matmul(be, out.p, DTYPE_F32, x.p, DTYPE_F32, &w.w, n);
+                backend_matmul(be, out.p, DTYPE_F32, x.p, DTYPE_F32, &W, n);
                 int bad = 0;
                 for (int i = 0; i < n; i++)
                     for (int r = 0; r < rows; r++) {
@@ -234,10 +239,11 @@ static void test_matmul_exact(burst_backend *be) {
                         if (out.p[(int64_t)i * rows + r] != want && bad++ < 3)
                             printf("  token %d row %d: got %.9g want %.9g\n", i, r, out.p[(int64_t)i * rows + r], want);
                     }
-                printf("%s matmul of x by powers of two exact: weight %s n=%d W=(%d,%d)\n", bad ? "FAIL" : "ok  ",
-                       dtype_name(WEIGHT_DTS[wi]), n, rows, cols);
+                printf("%s matmul of x by powers of two exact: weight %s%s n=%d W=(%d,%d)\n", bad ? "FAIL" : "ok  ",
+                       dtype_name(WEIGHT_DTS[wi]), W.amx_tiles ? " in tiles" : "", n, rows, cols);
                 check(!bad);
                 free((void *)w.w.data), free(w.as_f64), act_free(&x), act_free(&out);
+                if (wbe) backend_free(wbe);
             }
 }
 
@@ -394,7 +400,8 @@ int main(void) {
     test_rmsnorm(be);
     test_matmul(be, 0);
     test_matmul(be, 1);
-    test_matmul_exact(be);
+    test_matmul_exact(be, 0);
+    test_matmul_exact(be, 1);
     test_f16_weights(be);
     test_swiglu(be);
     test_rope(be);
