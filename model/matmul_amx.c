@@ -9,9 +9,10 @@
 // and 2).
 //
 // A is W and B is x^T, so a tile of C holds 16 weight rows x 16 tokens. x is split and transposed
-// into tiles once per call (amx_rows_to_b). cpu-bf16's weights are laid out as tiles at load
-// (amx_tiles_from), so that every call reads them contiguously, with no copy, from one token on.
-// A weight as stored (the cpu backend's, rows as W lays them out) is read in place where it is
+// into tiles once per call (amx_rows_to_b). The CPU backends lay BF16 matrices (and cpu-bf16 its
+// F16 ones) out as tiles at load (amx_tiles_from), so that every call reads them contiguously, with
+// no copy, from one token on. A weight as stored (rows as W lays them out: `cpu`'s F16 ones, and
+// any weight given to matmul_cpu directly) is read in place where it is
 // BF16 and one or two blocks of 32 tokens read it (a decode step's few tokens: each weight is used
 // once or twice, and copying it would cost as much as its tile products); otherwise copied into
 // tiles (F16 ones widened and split), KC columns at a time as the first NC tokens need them (the
@@ -161,20 +162,25 @@ int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, 
                 for (int64_t k0 = 0; k0 < k_tiles * TILE_K; k0 += kc) {
                     const int64_t kn = k_tiles * TILE_K - k0 < kc ? k_tiles * TILE_K - k0 : kc, kt = kn / TILE_K;
                     // these columns' place in the copy: after the earlier ones where it keeps them all
-                    uint16_t *wk = ws + (w_k == k_tiles ? k0 / TILE_K : 0) * w_parts * TILE_ELEMS;
-                    if (!direct && !W->amx_tiles && t0 == 0) copy_w(wk, w_i, W, r0, mr_pad, k0, kn, w_parts);
+                    uint16_t *wk = ws && !direct ? ws + (w_k == k_tiles ? k0 / TILE_K : 0) * w_parts * TILE_ELEMS : NULL;
+                    if (wk && t0 == 0) copy_w(wk, w_i, W, r0, mr_pad, k0, kn, w_parts);
                     for (int64_t r = 0; r < mr_pad; r += 2 * TILE) {
-                        const uint16_t *wd = (const uint16_t *)W->data + (r0 + r) * cols + k0; // in place
-                        const uint16_t *wc = wk + r / TILE * w_i;                               // copied
-                        const uint16_t *wt = (const uint16_t *)W->data + ((r0 + r) / TILE * k_tiles + k0 / TILE_K) * TILE_ELEMS;
-                        const amx_operand a = W->amx_tiles ? (amx_operand){wt, wt + k_tiles * TILE_ELEMS, TILE_ELEMS, 64, 1}
-                                              : direct     ? (amx_operand){wd, wd + TILE * cols, TILE_K, cols * 2, 1}
-                                                           : (amx_operand){wc, wc + w_i, w_parts * TILE_ELEMS, 64, w_parts};
-                        // the next columns of these 32 rows, from memory: the tile loads alone wait on it (half the
-                        // speed at 11008 columns)
-                        for (int64_t i = 0; direct && i < 2 * TILE; i++)
-                            for (int64_t j = KC; j < 2 * KC && k0 + j < cols; j += 64 / sizeof(uint16_t))
-                                _mm_prefetch((const char *)(wd + i * cols + j), _MM_HINT_T0);
+                        amx_operand a;
+                        if (W->amx_tiles) {
+                            const uint16_t *wt = (const uint16_t *)W->data + ((r0 + r) / TILE * k_tiles + k0 / TILE_K) * TILE_ELEMS;
+                            a = (amx_operand){wt, wt + k_tiles * TILE_ELEMS, TILE_ELEMS, 64, 1};
+                        } else if (direct) { // in place
+                            const uint16_t *wd = (const uint16_t *)W->data + (r0 + r) * cols + k0;
+                            a = (amx_operand){wd, wd + TILE * cols, TILE_K, cols * 2, 1};
+                            // the next columns of these 32 rows, from memory: the tile loads alone wait on it (half
+                            // the speed at 11008 columns)
+                            for (int64_t i = 0; i < 2 * TILE; i++)
+                                for (int64_t j = KC; j < 2 * KC && k0 + j < cols; j += 64 / sizeof(uint16_t))
+                                    _mm_prefetch((const char *)(wd + i * cols + j), _MM_HINT_T0);
+                        } else {
+                            const uint16_t *wc = wk + r / TILE * w_i;
+                            a = (amx_operand){wc, wc + w_i, w_parts * TILE_ELEMS, 64, w_parts};
+                        }
                         for (int64_t t = t0; t < t0 + nt; t += 2 * TILE) {
                             const uint16_t *xb = xs + (t / TILE) * x_tile_row + k0 / TILE_K * x_parts * TILE_ELEMS;
                             // 32 weight rows x 32 tokens of the sums: W's two tiles of 16 rows by x's two of 16 tokens (one
