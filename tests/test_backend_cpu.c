@@ -135,8 +135,9 @@ static void test_matmul(burst_backend *be, int held) {
     // 600 tokens: AMX's sums for 512 tokens, then for 88, the weights copied for the first 512 and
     // kept for the rest (131 x 600: three slices of 256 columns kept side by side). In tiles, rows and
     // columns padded to 32 (1 x 1 to 32 x 32); 70 tokens: three blocks of 32 tokens, 41: two (a
-    // few tokens: all the columns at once), 300 tokens by 600 columns: three slices of 256.
-    static const int ns[] = {1, 6, 7, 12, 19, 41, 49, 70, 300, 600}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}, {131, 600}, {150, 96}};
+    // few tokens: all the columns at once), 300 tokens by 600 columns: three slices of 256; 520: a
+    // second block of 512 tokens whose 8 take one tile of 16 tokens.
+    static const int ns[] = {1, 6, 7, 12, 19, 41, 49, 70, 300, 520, 600}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}, {131, 600}, {150, 96}};
     for (int wi = held; wi < 3; wi++)
         for (int xi = 0; xi < 2; xi++)
             for (int oi = 0; oi < 3; oi++) // F32, BF16, F32 accumulated
@@ -287,6 +288,12 @@ static void test_weight_bf16_copy(void) {
         bad += w.rows != ROWS || w.cols != COLS || w.dtype != (bf16 ? DTYPE_BF16 : DTYPE_F16) || (w.data == h) == bf16 ||
                w.amx_tiles != (bf16 && amx_usable());
         backend_embed(be, got, &w, tokens, ROWS);
+        // the tiles' padding (columns 67-95, rows 1000-1023; matmul_amx.h's layout) holds zeros, which
+        // x's padding (zeros too) may multiply: a NaN or infinity there would reach the sums
+        enum { K_TILES = (COLS + 31) / 32, ROWS_PAD = (ROWS + 31) / 32 * 32 };
+        for (int r = 0; w.amx_tiles && r < ROWS_PAD; r++)
+            for (int c = r < ROWS ? COLS : 0; c < K_TILES * 32; c++)
+                bad += ((const uint16_t *)w.data)[(r / 16 * K_TILES + c / 32) * 512 + r % 16 * 32 + c % 32] != 0;
         float span[300]; // elements across rows, from within one, as weight_to_f32 may be asked for them
         weight_to_f32(&w, 12345, 300, span);
         bad += memcmp(span, got + 12345, sizeof span) != 0;
