@@ -5,9 +5,9 @@
 // the CPU backend, device memory for CUDA), zeroed, in float32, except the matmuls' inputs and the
 // SwiGLU between them, which may be in the backend's activation dtype (backend_act_dtype). Weights
 // keep their stored dtype (F32/F16/BF16) where the backend computes on them as stored: the CPU
-// backend points into the weights' mmap and converts tiles inside the matmul (cpu-bf16 keeps bf16
-// copies of F16 weights instead). A backend instance is used by one thread at a time (each rank
-// owns its own).
+// backend points into the weights' mmap and converts tiles inside the matmul (but on AMX keeps BF16
+// matrices, and cpu-bf16's F16 ones, as bf16 AMX tiles; cpu-bf16 keeps bf16 copies of F16 weights
+// elsewhere). A backend instance is used by one thread at a time (each rank owns its own).
 #pragma once
 #ifdef __cplusplus // the CUDA backend implements it in CUDA C++; weights.h has no guards of its own
 extern "C" {
@@ -24,7 +24,7 @@ typedef struct {
     burst_dtype dtype;
     const void *data;
     int64_t rows, cols;
-    int amx_tiles; // data holds bf16 AMX tiles, not rows (model/matmul_amx.h): cpu-bf16 on AMX
+    int amx_tiles; // data holds bf16 AMX tiles, not rows (model/matmul_amx.h): the CPU backends on AMX
 } burst_weight;
 
 // Creates a backend by name: "cpu" (float32 activations) or "cpu-bf16" (the normed and MLP rows,
@@ -34,8 +34,8 @@ typedef struct {
 burst_status backend_new(const char *name, int device, int n_threads, burst_backend **out,
                          burst_error *err);
 burst_backend *backend_cpu_new(int n_threads, int bf16);
-// 1 for the backends that compute in host memory, on the mapped weights (or cpu-bf16's copies of
-// F16 ones): "cpu" and "cpu-bf16". A process's host ranks share one set of weights.
+// 1 for the backends that compute in host memory, on the mapped weights (or their copies of them):
+// "cpu" and "cpu-bf16". A process's host ranks share one set of weights.
 int backend_on_host(const char *name);
 void backend_free(burst_backend *b);
 const char *backend_name(const burst_backend *b);
@@ -69,9 +69,9 @@ typedef struct {
 } convert_job;
 void backend_convert_batch(burst_backend *b, burst_dtype to, const convert_job *jobs, int n);
 
-// Makes a weights tensor usable by the backend: the CPU backend borrows the mapping (cpu-bf16
-// copies matrices into AMX tiles, or F16 ones rounded to bf16: model/backend_cpu.c), the CUDA
-// backend uploads it. out->data == t->data where the backend borrows it.
+// Makes a weights tensor usable by the backend: the CPU backend borrows the mapping (or copies BF16
+// matrices, and cpu-bf16's F16 ones, into AMX tiles; cpu-bf16 without AMX rounds F16 ones to bf16:
+// model/backend_cpu.c), the CUDA backend uploads it. out->data == t->data where the backend borrows it.
 burst_status backend_weight(burst_backend *b, const weights_tensor *t, burst_weight *out,
                             burst_error *err);
 

@@ -1,5 +1,5 @@
 // The CPU backend: activations in host memory, weights read from the mmap in their stored dtype
-// but for cpu-bf16's copies (the matmul is model/matmul_cpu.c). "cpu" keeps the matmuls' inputs in
+// but where cpu_weight copies them (the matmul is model/matmul_cpu.c). "cpu" keeps the matmuls' inputs in
 // float32 (an exact float32 computation); "cpu-bf16" keeps those in the backend's act dtype (the
 // normed rows and the MLP's; model/llama.c) in bf16, and F16 weights rounded to bf16 at load, as
 // the CUDA backend's bf16 mode does: with AMX such a matmul needs one tile product per weight tile

@@ -163,7 +163,7 @@ static burst_status load_tensors(llama_model *m, llama_rank *R, burst_error *err
             (st = get_weight(m, R, &L->w_up, hid, dim, err, "model.layers.%d.mlp.up_proj.weight", l)) ||
             (st = get_weight(m, R, &L->w_down, dim, hid, err, "model.layers.%d.mlp.down_proj.weight", l)))
             return st;
-        // Uploading a large checkpoint to a device, or rounding it to bf16 (cpu-bf16), takes a while:
+        // Uploading a large checkpoint to a device, or copying it into AMX tiles, takes a while:
         // say how far it got.
         if (weights_bytes(m->w) > ((size_t)256 << 20) && (l + 1) % 8 == 0 && burst_now() - t0 > 1.0)
             LOG_I("rank %d: %d of %d layers on the %s backend", R->rank, l + 1, c->n_layers, m->opt.backend);
@@ -279,7 +279,7 @@ static burst_status check_memory(llama_model *m, burst_error *err) {
 
 // Loads this process's i-th rank (rank first + i) on its device i: backend and weights. Ranks in
 // host memory compute on the same weights: the first rank's (its backend owns any copies it made,
-// as cpu-bf16's bf16 ones of F16 weights).
+// as the AMX tiles).
 static burst_status load_rank(llama_model *m, int i, burst_error *err) {
     llama_rank *R = &m->ranks[i];
     R->rank = m->first + i;
@@ -415,7 +415,7 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
     for (int i = 0; i < m->n_local; i++)
         if ((st = load_rank(m, i, err))) goto fail;
     if ((st = check_memory(m, err))) goto fail;
-    // The CPU computes on the mapping in place: paged in now (not where cpu-bf16 copied most of it).
+    // The CPU computes on the mapping in place: paged in now (not where the backend copied most of it).
     if (backend_on_host(m->opt.backend) && 2 * m->mapped_bytes > weights_bytes(m->w)) weights_read_all(m->w);
     for (int i = 0; i < m->n_local; i++) {
         llama_rank *R = &m->ranks[i];

@@ -1,5 +1,5 @@
 // The CPU backend's matmul: out (n, rows) = x (n, cols) @ W^T, W in its stored dtype (F32, F16 or
-// BF16, read from the mmap in place; never widened whole), or cpu-bf16's AMX tiles (matmul_amx.c).
+// BF16, read from the mmap in place; never widened whole), or in AMX tiles (matmul_amx.c).
 //
 // A few tokens (decode steps, n < MM_FEW_TOKENS): each weight row is read once for all of them,
 // a tile of FEW_ROWS rows at a time, widened in registers once for up to FEW_TOKENS tokens whose

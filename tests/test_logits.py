@@ -47,11 +47,11 @@ CASES = [  # model shape, prompt length, prefill chunk, ranks, decode steps
     dict(model=dict(dim=64, hidden=100, layers=2, heads=4, kv_heads=2, vocab=300, dtype="bf16", rope_theta=500000.0,
                     rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128, "beta_fast": 16,
                                   "beta_slow": 2, "attention_factor": 1.1}), n=100, batch=32, ranks=2, dec=3),
-    # cpu-bf16: the normed and MLP rows in bf16. BF16 weights through AMX from 9 tokens (chunks of
-    # 64 on 2 ranks: 32 rows each), F16 ones rounded to bf16 at load and then the same (2 ranks on
-    # the first rank's copies, tied output head), where the CPU has it; the rest and decode through
-    # the vector paths (decode steps of one token); F32 weights through the GEMM
-    # (chunks of 24). head_dim 32 with a bf16 cache: the prompt's attention on AMX with Q and P
+    # cpu-bf16: the normed and MLP rows in bf16. Where the CPU has AMX, BF16 weights in AMX tiles at
+    # every token count, prefill (chunks of 64 on 2 ranks: 32 rows each) and decode, F16 ones rounded
+    # to bf16 in tiles at load and then the same (2 ranks on the first rank's copies, tied output
+    # head: its embedding read from the tiles); elsewhere the vector paths; F32 weights through the
+    # GEMM (chunks of 24). head_dim 32 with a bf16 cache: the prompt's attention on AMX with Q and P
     # rounded to bf16 too (not mirrored by the reference: within the bound).
     dict(model=dict(dim=96, hidden=200, layers=2, heads=3, kv_heads=1, vocab=300, dtype="bf16"), n=150, batch=64, ranks=2,
          dec=4, backend="cpu-bf16", kv="bf16"),
