@@ -47,16 +47,19 @@ void flash_amx_queries(flash_amx_scratch *w, const float *q, int64_t q_stride, i
 
 void flash_amx_scores(flash_amx_scratch *w, float *s, int64_t ld, const uint16_t *k, int64_t kv_stride, int nk,
                       int nq, int d) {
-    const int kt = d / TK, nkp = amx_pad_to_block(nk), nqp = amx_pad_to_block(nq), parts = w->parts;
-    for (int j = 0; j < nkp; j++) // a tile reads 16 whole rows: the last ones zeros
+    const int kt = d / TK, nkf = nk / (2 * T) * (2 * T), nkp = amx_pad_to_block(nk), nqp = amx_pad_to_block(nq), parts = w->parts;
+    for (int j = nkf; j < nkp; j++) // a tile reads 16 whole rows: the last pair's past nk zeros, in a copy
         for (int c = 0; c < kt; c++)
-            _mm512_store_si512(w->k + j * d + c * TK,
+            _mm512_store_si512(w->k + (j - nkf) * d + c * TK,
                                _mm512_maskz_loadu_epi16(j < nk ? ~0u : 0, k + (j < nk ? j * kv_stride : 0) + c * TK));
-    for (int j = 0; j < nkp; j += 2 * T) // keys j.. by queries r..: K's rows by Q's pairs
+    for (int j = 0; j < nkp; j += 2 * T) { // keys j.. by queries r..: K's rows (as cached, but the last pair) by Q's pairs
+        const uint16_t *kj = j < nkf ? k + j * kv_stride : w->k;
+        const int64_t ks = j < nkf ? kv_stride : d;
         for (int r = 0; r < nqp; r += 2 * T)
-            amx_block(s + j * ld + r, ld, 1, (amx_operand){w->k + j * d, w->k + (j + T) * d, TK, d * 2, 1},
+            amx_block(s + j * ld + r, ld, 1, (amx_operand){kj, kj + T * ks, TK, ks * 2, 1},
                       (amx_operand){w->q + r / T * kt * parts * TE, w->q + (r / T + 1) * kt * parts * TE, parts * TE, 64, parts},
                       kt);
+    }
 }
 
 // P's parts, queries by keys, from p (keys by queries): 16 x 16 transposes; zeros past nq and nk.
