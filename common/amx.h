@@ -28,7 +28,6 @@ static inline int64_t amx_pad_to_block(int64_t n) { return (n + 2 * AMX_TILE - 1
 #define BURST_AMX_BUILD 1
 #include <immintrin.h>
 
-
 // Every tile register 16 rows of 64 bytes; each thread loads the shapes before its first tile
 // instruction (and _tile_release() when done). A constant: built in a local variable, GCC 12
 // dropped the stores to it inlined here (as if _tile_loadconfig did not read them), and ldtilecfg
@@ -106,7 +105,6 @@ static inline void amx_transpose_16x16(__m512i r[16]) {
 // zeros past n and past cols.
 void amx_rows_to_b(uint16_t *dst, const void *x, int x_bf16, int64_t stride, int64_t n, int64_t cols, int64_t b,
                    int64_t k_tiles, int parts);
-
 
 // One operand of amx_block: its two tiles (rows 0-15 and 16-31 of the block's A, or columns of its
 // B), step k's part p at first + k * step + p * AMX_TILE_ELEMS and second likewise, rows `stride`

@@ -71,7 +71,8 @@ void backend_convert_batch(burst_backend *b, burst_dtype to, const convert_job *
 
 // Makes a weights tensor usable by the backend: the CPU backend borrows the mapping (or copies BF16
 // matrices, and cpu-bf16's F16 ones, into AMX tiles; cpu-bf16 without AMX rounds F16 ones to bf16:
-// model/backend_cpu.c), the CUDA backend uploads it. out->data == t->data where the backend borrows it.
+// model/backend_cpu.c), the CUDA backend uploads it. out->data == t->data where the backend
+// borrows it.
 burst_status backend_weight(burst_backend *b, const weights_tensor *t, burst_weight *out,
                             burst_error *err);
 

@@ -1,10 +1,11 @@
 // The CPU backend: activations in host memory, weights read from the mmap in their stored dtype
-// but where cpu_weight copies them (the matmul is model/matmul_cpu.c). "cpu" keeps the matmuls' inputs in
-// float32 (an exact float32 computation); "cpu-bf16" keeps those in the backend's act dtype (the
-// normed rows and the MLP's; model/llama.c) in bf16, and F16 weights rounded to bf16 at load, as
-// the CUDA backend's bf16 mode does: with AMX such a matmul needs one tile product per weight tile
-// instead of three (or five for F16 weights), and a prompt runs about 1.7x faster. Both take either
-// dtype wherever an op has a dtype argument (the tests of the CUDA backend's bf16 mode use that).
+// but where cpu_weight copies them (the matmul is model/matmul_cpu.c). "cpu" keeps the matmuls'
+// inputs in float32 (an exact float32 computation); "cpu-bf16" keeps those in the backend's act
+// dtype (the normed rows and the MLP's; model/llama.c) in bf16, and F16 weights rounded to bf16 at
+// load, as the CUDA backend's bf16 mode does: with AMX such a matmul needs one tile product per
+// weight tile instead of three (or five for F16 weights), and a prompt runs about 1.7x faster. Both
+// take either dtype wherever an op has a dtype argument (the tests of the CUDA backend's bf16 mode
+// use that).
 // Threads: OpenMP, n_threads per call.
 #define _GNU_SOURCE // malloc_usable_size
 #include <malloc.h>
@@ -15,10 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/amx.h"
 #include "common/exp_nonpositive.h"
 #include "common/host_memory.h"
 #include "backend_impl.h"
-#include "common/amx.h"
 #include "matmul_amx.h"
 #include "matmul_cpu.h"
 

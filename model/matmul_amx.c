@@ -12,13 +12,13 @@
 // into tiles once per call (amx_rows_to_b). The CPU backends lay BF16 matrices (and cpu-bf16 its
 // F16 ones) out as tiles at load (amx_tiles_from), so that every call reads them contiguously, with
 // no copy, from one token on. A weight as stored (rows as W lays them out: `cpu`'s F16 ones, and
-// any weight given to matmul_cpu directly) is read in place where it is
-// BF16 and one or two blocks of 32 tokens read it (a decode step's few tokens: each weight is used
-// once or twice, and copying it would cost as much as its tile products); otherwise copied into
-// tiles (F16 ones widened and split), KC columns at a time as the first NC tokens need them (the
-// copy still in L2 for those), and read from the copy for each further NC tokens: copies of rows
-// that AMX reads 16 rows at a time, 8 KB apart, would fall into one cache set, and each NC tokens
-// copying them again would read W from memory again.
+// any weight given to matmul_cpu directly) is read in place where it is BF16 and one or two blocks
+// of 32 tokens read it (a decode step's few tokens: each weight is used once or twice, and copying
+// it would cost as much as its tile products); otherwise copied into tiles (F16 ones widened and
+// split), KC columns at a time as the first NC tokens need them (the copy still in L2 for those),
+// and read from the copy for each further NC tokens: copies of rows that AMX reads 16 rows at a
+// time, 8 KB apart, would fall into one cache set, and each NC tokens copying them again would
+// read W from memory again.
 // Each thread takes MC weight rows at a time. The sums of MC rows x NC tokens stay in L2 while KC
 // columns at a time are added to them (the 32 rows' KC columns in L1, NC tokens' KC columns in L2),
 // and are stored as out_dtype, 16 x 16 transposed in registers, once the last columns are in. Where
@@ -44,12 +44,11 @@ static int64_t tiles_at(int64_t k_tiles, int64_t row, int64_t col) {
 
 void amx_tiles_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst) {
     const int64_t k_tiles = tiles_k(w->cols);
-    const uint16_t *tiles = w->data;
-    for (int64_t i = first; i < first + n;) { // a row's elements at a time
-        const int64_t row = i / w->cols, col0 = i % w->cols, end = w->cols - col0 < first + n - i ? w->cols : col0 + first + n - i;
-        const uint16_t *in_row = tiles + tiles_at(k_tiles, row, 0);
-        for (int64_t col = col0; col < end; col++) *dst++ = bf16_to_f32(in_row[col / TILE_K * TILE_ELEMS + col % TILE_K]);
-        i += end - col0;
+    for (int64_t i = first, left = n; left > 0;) { // the elements within one row at a time
+        const int64_t row = i / w->cols, col0 = i % w->cols, run = w->cols - col0 < left ? w->cols - col0 : left;
+        const uint16_t *in_row = (const uint16_t *)w->data + tiles_at(k_tiles, row, 0);
+        for (int64_t col = col0; col < col0 + run; col++) *dst++ = bf16_to_f32(in_row[col / TILE_K * TILE_ELEMS + col % TILE_K]);
+        i += run, left -= run;
     }
 }
 
