@@ -105,9 +105,9 @@ static burst_status cpu_weight(burst_backend *b, const weights_tensor *t, burst_
                           "%s: its bf16 copy%s (%.3f GB) does not fit in the %.3f GB free (--backend cpu with "
                           "BURST_AMX=0 computes on the weights as mapped)", t->name, tiles ? " in AMX tiles" : "", bytes / 1e9,
                           avail / 1e9);
-    const uint16_t *h = t->data;
     if (tiles) amx_tiles_from(w, out, c->n_threads);
     else {
+        const uint16_t *h = t->data;
         #pragma omp parallel for num_threads(c->n_threads) schedule(static)
         for (int64_t i = 0; i < t->numel; i++) w[i] = f32_to_bf16(f16_to_f32(h[i]));
     }

@@ -104,7 +104,7 @@ static int64_t sums_tokens(int64_t n_pad) { return n_pad < NC ? n_pad : NC; }
 static int64_t copy_k_tiles(int64_t n_pad, int64_t k_tiles) { return n_pad > NC ? k_tiles : KC / TILE_K; }
 
 size_t matmul_amx_transient_bytes(int n, int64_t cols, int n_threads) {
-    const int64_t n_pad = amx_pad_to_block(n), k_tiles = (cols + TILE_K - 1) / TILE_K;
+    const int64_t n_pad = amx_pad_to_block(n), k_tiles = tiles_k(cols);
     const size_t per_thread = w_copy_bytes(copy_k_tiles(n_pad, k_tiles), 2) + sums_bytes(sums_tokens(n_pad));
     return !amx_usable() ? 0 : x_tiles_bytes(n_pad, k_tiles, X_PARTS) + (size_t)n_threads * per_thread;
 }
@@ -137,8 +137,8 @@ int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, 
                            : W->dtype == DTYPE_F16  ? AMX_F16_MIN_TOKENS
                                                     : INT_MAX;
     if (n < min_tokens || !amx_usable()) return 0;
-    const int64_t rows = W->rows, cols = W->cols, k_tiles = (cols + TILE_K - 1) / TILE_K, n_pad = amx_pad_to_block(n);
-    const int x_parts = x_dtype == DTYPE_BF16 ? 1 : X_PARTS, w_parts = W->dtype == DTYPE_BF16 || W->amx_tiles ? 1 : 2;
+    const int64_t rows = W->rows, cols = W->cols, k_tiles = tiles_k(cols), n_pad = amx_pad_to_block(n);
+    const int x_parts = x_dtype == DTYPE_BF16 ? 1 : X_PARTS, w_parts = W->dtype == DTYPE_BF16 ? 1 : 2; // tiles are BF16
     const int64_t blocks = (rows + MC - 1) / MC, x_tile_row = k_tiles * x_parts * TILE_ELEMS;
     const int64_t nc = sums_tokens(n_pad), w_k = copy_k_tiles(n_pad, k_tiles), w_i = w_k * w_parts * TILE_ELEMS;
     uint16_t *xs = burst_malloc_aligned(x_tiles_bytes(n_pad, k_tiles, x_parts));
