@@ -3,8 +3,9 @@
 // ranks talk through the in-process transport, or with --tcp 1 over loopback TCP (comm_tcp.c,
 // the transport of CPU ranks on several machines). --kv-bf16 1 holds K/V in bf16, as a bf16 KV
 // cache does (half the bytes on the ring; the CPU widens each tile, or, with AMX, multiplies it
-// as stored: BURST_AMX=0 times the vector loops).
-//   bench_ring [--ranks G] [--heads H] [--kv-heads K] [--head-dim D] [--tcp 0|1] [--kv-bf16 0|1] N [N ...]
+// as stored: BURST_AMX=0 times the vector loops). --qp-bf16 1 rounds Q and P to bf16 where AMX runs
+// a tile, as the cpu-bf16 backend does (flash_args.qp_bf16).
+//   bench_ring [--ranks G] [--heads H] [--kv-heads K] [--head-dim D] [--tcp 0|1] [--kv-bf16 0|1] [--qp-bf16 0|1] N [N ...]
 // Causal, zigzag partition, random inputs; one run per N (no warm-up: one step is seconds long).
 #include <omp.h>
 #include <pthread.h>
@@ -14,8 +15,20 @@
 
 #include "attention/ring.h"
 
+// The CPU's ring operations, with Q and P rounded to bf16 (--qp-bf16 1).
+static void attend_qp_bf16(void *ctx, const flash_args *a) {
+    flash_args rounded = *a;
+    rounded.qp_bf16 = 1;
+    flash_cpu(&rounded, 1);
+}
+static void merge_cpu(void *ctx, const online_softmax_args *calls, int n) { online_softmax_merge(calls, n); }
+static void copy_cpu(void *ctx, const copy_job *jobs, int n) {
+    for (int i = 0; i < n; i++) memcpy(jobs[i].dst, jobs[i].src, jobs[i].bytes);
+}
+static const attn_ops qp_bf16_ops = {.attend = attend_qp_bf16, .merge = merge_cpu, .copy = copy_cpu};
+
 typedef struct {
-    int N, G, H, K, D, rank;
+    int N, G, H, K, D, rank, qp_bf16;
     burst_dtype kv_dtype;
     comm_group *grp;
     double secs;
@@ -43,7 +56,7 @@ static void *rank_main(void *p) {
         if (j->kv_dtype == DTYPE_F32) ((float *)k)[i] = x;
         else ((uint16_t *)k)[i] = f32_to_bf16(x);
     }
-    ring_args a = {.c = comm_group_rank(j->grp, j->rank), .q = q, .k = k, .v = k, .kv_dtype = j->kv_dtype, .o = o, .lse = lse,
+    ring_args a = {.c = comm_group_rank(j->grp, j->rank), .ops = j->qp_bf16 ? &qp_bf16_ops : NULL, .q = q, .k = k, .v = k, .kv_dtype = j->kv_dtype, .o = o, .lse = lse,
                    .q_stride = dim, .o_stride = dim, .q_part = parts[j->rank], .k_parts = parts,
                    .n_heads = j->H, .n_kv_heads = j->K, .head_dim = j->D, .causal = 1,
                    .scale = 0.125f, .max_block_rows = max_rows, .work = work};
@@ -58,7 +71,7 @@ static void *rank_main(void *p) {
 }
 
 int main(int argc, char **argv) {
-    int G = 2, H = 4, K = 2, D = 64, tcp = 0, kv_bf16 = 0, first_n = 1;
+    int G = 2, H = 4, K = 2, D = 64, tcp = 0, kv_bf16 = 0, qp_bf16 = 0, first_n = 1;
     for (; first_n + 1 < argc && argv[first_n][0] == '-'; first_n += 2) {
         int v = atoi(argv[first_n + 1]);
         if (!strcmp(argv[first_n], "--ranks")) G = v;
@@ -67,14 +80,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[first_n], "--head-dim")) D = v;
         else if (!strcmp(argv[first_n], "--tcp")) tcp = v;
         else if (!strcmp(argv[first_n], "--kv-bf16")) kv_bf16 = v;
+        else if (!strcmp(argv[first_n], "--qp-bf16")) qp_bf16 = v;
         else return fprintf(stderr, "unknown option %s\n", argv[first_n]), 2;
     }
     if (first_n >= argc || G < 1 || G > 64) {
-        fprintf(stderr, "usage: bench_ring [--ranks G] [--heads H] [--kv-heads K] [--head-dim D] [--tcp 0|1] [--kv-bf16 0|1] N [N ...]\n");
+        fprintf(stderr, "usage: bench_ring [--ranks G] [--heads H] [--kv-heads K] [--head-dim D] [--tcp 0|1] [--kv-bf16 0|1] [--qp-bf16 0|1] N [N ...]\n");
         return 2;
     }
-    printf("ring attention, causal zigzag, G=%d ranks x 1 thread, heads %d (kv %d), d %d, K/V %s, %s transport\n", G, H,
-           K, D, kv_bf16 ? "bf16" : "f32", tcp ? "loopback TCP" : "in-process");
+    printf("ring attention, causal zigzag, G=%d ranks x 1 thread, heads %d (kv %d), d %d, K/V %s, Q and P %s, %s transport\n",
+           G, H, K, D, kv_bf16 ? "bf16" : "f32", qp_bf16 ? "bf16 (on AMX)" : "f32", tcp ? "loopback TCP" : "in-process");
     printf("%8s %10s %14s %18s %8s\n", "N", "total s", "compute/step", "wait/transfer", "wait %");
     for (int i = first_n; i < argc; i++) {
         job jobs[64];
@@ -84,7 +98,7 @@ int main(int argc, char **argv) {
         if (!tcp) grp = comm_threads_group_new(G, NULL);
         else if (comm_tcp_group_new(NULL, G, 600, &grp, &err)) return fprintf(stderr, "E %s\n", err.msg), 1;
         for (int r = 0; r < G; r++) {
-            jobs[r] = (job){.N = atoi(argv[i]), .G = G, .H = H, .K = K, .D = D, .rank = r, .grp = grp,
+            jobs[r] = (job){.N = atoi(argv[i]), .G = G, .H = H, .K = K, .D = D, .rank = r, .qp_bf16 = qp_bf16, .grp = grp,
                             .kv_dtype = kv_bf16 ? DTYPE_BF16 : DTYPE_F32};
             pthread_create(&th[r], NULL, rank_main, &jobs[r]);
         }
