@@ -38,7 +38,7 @@
 #include "attention/flash_amx.h"
 #include "attention/online_softmax.h"
 #include "common/burst.h"
-#include "common/exp_nonpositive.h"
+#include "common/exp_below_88.h"
 
 enum { FLASH_CPU_BQ = 64, FLASH_CPU_BK = 64, FLASH_CPU_SPLIT_ROWS = 8, FLASH_CPU_CHUNK = 8 * FLASH_CPU_BK };
 _Static_assert((int)FLASH_CPU_BQ <= (int)FLASH_AMX_QUERIES && (int)FLASH_CPU_BK <= (int)FLASH_AMX_KEYS, "AMX tiles are the larger");
@@ -49,6 +49,9 @@ static int query_tile_rows(int amx) { return amx ? FLASH_AMX_QUERIES : FLASH_CPU
 // The keys of a key tile: 128 on AMX (attention/flash_amx.h), 64 in the vector loops.
 static int key_tile_keys(int amx) { return amx ? FLASH_AMX_KEYS : FLASH_CPU_BK; }
 enum { DECODE_PV_KEYS = 4 }; // keys a decode call's P V adds to its state at once (8: no faster)
+// How far a score may pass a row's running max before the max moves (softmax_tile): e^8 ~ 3000 keeps
+// the probabilities and their sums far inside float32's (and bf16's) range.
+#define LAZY_MAX 8.0f
 // Floats of running sums P V keeps in registers for 4 rows: 16 of AVX-512's 32 vector registers
 // (bench_ring: 1.33 s against 1.51 with 128); with AVX2, 128 (64 took 7.2 s against 1.9).
 // The scores keep SCORE_KEYS x SCORE_QUERIES sums in registers: 16 of AVX-512's registers; with
@@ -209,16 +212,20 @@ static void softmax_tile(const flash_args *a, float *s, int64_t ld, int n, int n
             const float x = s[j * ld + r];
             mx[r] = x > mx[r] ? x : mx[r]; // (fmaxf is a call)
         }
-    for (int r = 0; r < n; r++) { // mx becomes the factor that rescales the row's state
-        const float m_new = fmaxf(st.m[r], mx[r] * scale);
-        // 0 when the old max is -inf; a row that has seen no key keeps its zeros (expf would give NaN)
-        mx[r] = m_new == -INFINITY ? 1.0f : expf(st.m[r] - m_new);
-        st.m[r] = m_new;
+    // mx becomes the factor that rescales the row's state. The running max m is lazy: it moves only
+    // when a score passes it by more than LAZY_MAX, so that most tiles leave the state alone (m
+    // need not be the max for exact results, only the same in P, l and lse); the probabilities
+    // stay below e^LAZY_MAX.
+    for (int r = 0; r < n; r++) {
+        const float m_new = mx[r] * scale;
+        // 0 when the old max is -inf (a row that has seen no key keeps its zeros); 1 when it stays
+        mx[r] = m_new > st.m[r] + LAZY_MAX ? expf(st.m[r] - m_new) : 1.0f;
+        st.m[r] = m_new > st.m[r] + LAZY_MAX ? m_new : st.m[r];
         st.l[r] *= mx[r];
     }
     for (int j = 0; j < nk; j++)
         for (int r = 0; r < n; r++) { // a row that has seen no key yet adds nothing
-            const float p = st.m[r] == -INFINITY ? 0.0f : exp_nonpositive(s[j * ld + r] * scale - st.m[r]);
+            const float p = st.m[r] == -INFINITY ? 0.0f : exp_below_88(s[j * ld + r] * scale - st.m[r]);
             s[j * ld + r] = p;
             st.l[r] += p;
         }

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "common/amx.h"
-#include "common/exp_nonpositive.h"
+#include "common/exp_below_88.h"
 #include "common/host_memory.h"
 #include "backend_impl.h"
 #include "matmul_amx.h"
@@ -185,7 +185,7 @@ static void cpu_rope(burst_backend *b, float *x, const int64_t *pos, int n, int 
 // silu(g) u = g sigmoid(g) u, with e = e^-|g| <= 1: sigmoid(g) = 1 / (1 + e) for g >= 0, e / (1 + e)
 // below (so that no exponent overflows).
 static inline float silu_mul(float g, float u) {
-    const float e = exp_nonpositive(-fabsf(g));
+    const float e = exp_below_88(-fabsf(g));
     return g * ((g >= 0 ? 1.0f : e) / (1.0f + e)) * u;
 }
 

@@ -130,6 +130,36 @@ static int test_flash_batch(void) {
     return ok;
 }
 
+// Scores that rise along the keys in steps (K rows from 300 on scaled by 5, from 600 on by 10, from
+// 900 on by 30: row maxima near 4, 20, 40 and 120), so that a row's max passes its running max by
+// more than softmax_tile's lazy margin (8): the state must be rescaled, and e^(s - m) would
+// overflow past 88 if m did not move. f32 and bf16 K/V (AMX's path where the CPU has it), a causal
+// chunk at the end of the keys and one not causal. Bounds 50x test_flash's: float32's rounding of a
+// score grows with its size (up to ~130 here, ~3 there).
+static int test_flash_rising_scores(void) {
+    int ok = 1;
+    for (int bf16 = 0; bf16 <= 1; bf16++)
+        for (int causal = 0; causal <= 1; causal++) {
+            const attn_case c = {200, 1000, 64, 2, 1, causal, 800, 0, bf16 ? DTYPE_BF16 : DTYPE_F32};
+            attn_data t;
+            data_init(&t, c);
+            for (int64_t i = 0; i < c.nk * t.kv_stride; i++) {
+                const int64_t j = i / t.kv_stride;
+                t.k[i] *= j >= 900 ? 30.0f : j >= 600 ? 10.0f : j >= 300 ? 5.0f : 1.0f;
+                if (bf16) t.k16[i] = f32_to_bf16(t.k[i]), t.k[i] = bf16_to_f32(t.k16[i]);
+            }
+            reference(&t);
+            float *o = poisoned((int64_t)c.nq * t.o_stride), *lse = poisoned((int64_t)c.n_heads * c.nq);
+            flash_args a = args_for(&t, o, lse, 0, c.nk);
+            flash_cpu(&a, 1);
+            char what[160];
+            describe(what, sizeof what, &c, "flash rising scores");
+            ok &= check(&t, what, o, lse, 5e-9, 1e-4, 5e-4, 5e-8, 2e-4, 5e-5);
+            free(o), free(lse), data_free(&t);
+        }
+    return ok;
+}
+
 // A decode call whose chunks are fewer than the threads is split into ranges of KV heads too:
 // 5 threads over one chunk of 8 KV heads (ranges of 1 and 2), 7 over three chunks (ranges of 2 and
 // 3), GQA 2 so that a range carries its query heads.
@@ -301,7 +331,8 @@ int main(void) {
     fails += !test_flash_batch();
     fails += !test_flash_head_ranges();
     fails += !test_flash_deterministic();
-    n += 6;
+    fails += !test_flash_rising_scores();
+    n += 7;
     data_free(&t);
     printf("flash: AMX %s\n", amx_usable() ? "on (bf16 K/V, head_dim 64 and 128)" : "off");
     printf("%s: %d of %d checks failed\n", fails ? "FAIL" : "ok", fails, n);
