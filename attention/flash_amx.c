@@ -1,10 +1,12 @@
 // The AMX tiles of flash_cpu's query tiles (contract in attention/flash_amx.h).
 //
-// Scores: C = S^T (keys by queries, as flash_cpu's softmax holds a tile's scores), A = K rows as
-// stored (keys by dims: no transpose), B = Q^T in pairs, in w->parts parts (three, or one: rounded),
-// made once per query tile. P V: C = the output sums (queries by dims, as flash_cpu's state holds
-// them), A = P (queries by keys: the 16 x 16 transposes of S^T's blocks, in w->parts parts), B = V
-// in pairs of keys.
+// Scores: C = S^T (keys by queries, as flash_cpu's softmax holds a tile's scores), A = K rows (keys
+// by dims: no transpose), B = Q^T in pairs, in w->parts parts (three, or one: rounded), made once
+// per query tile. P V runs transposed, O^T = V^T P^T, so that P needs no transpose: C = the output
+// sums as dims by queries, A = V^T (dims by keys), B = P^T in pairs of keys, two rows of S^T side
+// by side. Each thread lays out a KV head's K (its rows one after the other) and V^T once for all
+// the query tiles that read it, key tiles as they are first needed, rather than for every query
+// tile anew.
 // Each runs 2 x 2 blocks of sum tiles (amx_block, common/amx.h).
 #include "attention/flash_amx.h"
 
@@ -13,7 +15,7 @@
 #ifdef BURST_AMX_BUILD
 #include "common/burst.h"
 
-enum { T = AMX_TILE, TK = AMX_TILE_K, TE = AMX_TILE_ELEMS, PARTS = AMX_PARTS, QROWS = FLASH_AMX_QUERIES, KROWS = FLASH_AMX_KEYS, PK = KROWS / TK };
+enum { T = AMX_TILE, TK = AMX_TILE_K, TE = AMX_TILE_ELEMS, PARTS = AMX_PARTS, QROWS = FLASH_AMX_QUERIES, KROWS = FLASH_AMX_KEYS, QG = QROWS / T };
 
 int flash_amx_applies(int head_dim, burst_dtype kv_dtype) {
     return kv_dtype == DTYPE_BF16 && head_dim % TK == 0 && amx_usable();
@@ -22,22 +24,23 @@ int flash_amx_applies(int head_dim, burst_dtype kv_dtype) {
 // Buffers, for kt = d / 32 column tiles of 32 dims and parts = w->parts (sized for PARTS):
 //   q: part p of queries [16 g, 16 g + 16) x dims [32 c, 32 c + 32) at q[((g * kt + c) * parts + p) * TE],
 //      row i holding (Q[r][32 c + 2 i], Q[r][32 c + 2 i + 1]) at 2 r
-//   k: K rows, KROWS x d, zeros past nk
-//   p: part p of P, queries [16 g, ...) x keys [32 c, 32 c + 32) at p[((g * PK + c) * parts + p) * TE],
-//      PK = KROWS / 32 key tiles
-//   v: keys [32 c, ...) x dims [16 e, 16 e + 16) at v[(c * d / 16 + e) * TE], row i holding
-//      (V[32 c + 2 i][16 e + j], V[32 c + 2 i + 1][16 e + j]) at 2 j
-void flash_amx_thread_begin(flash_amx_scratch *w, int max_d) {
-    const size_t q = (size_t)QROWS / T * (size_t)(max_d / TK) * PARTS * TE, k = (size_t)KROWS * max_d;
-    const size_t p = (size_t)QROWS / T * (KROWS / TK) * PARTS * TE, v = (size_t)KROWS / TK * (size_t)(max_d / T) * TE;
-    w->q = burst_malloc_aligned(q * 2), w->k = burst_malloc_aligned(k * 2);
-    w->p = burst_malloc_aligned(p * 2), w->v = burst_malloc_aligned(v * 2);
+//   p: part p of P^T, keys [32 c, 32 c + 32) x queries [16 g, 16 g + 16) at p[((c * QG + g) * parts + p) * TE],
+//      row i holding (P[q][32 c + 2 i], P[q][32 c + 2 i + 1]) at 2 q
+//   k.rows: K of one KV head, key j's d dims at j * d (a cache's rows lie kv_stride apart, 4 KB for
+//      LLaMA-7B: the 16 rows of a tile would fall into one L1 set); zeros past the call's keys
+//   vt.rows: V^T of one KV head, dims [16 e, 16 e + 16) x keys [32 c, 32 c + 32) at (c * d / 16 + e) * TE,
+//      row i holding V[32 c + j][16 e + i] at j; zeros past the call's keys
+void flash_amx_thread_begin(flash_amx_scratch *w, int max_d, int max_keys) {
+    const size_t q = (size_t)QROWS / T * (size_t)(max_d / TK) * PARTS * TE, p = (size_t)KROWS / TK * QG * PARTS * TE;
+    const size_t head = (size_t)amx_pad_to_block(max_keys) * (size_t)max_d;
+    w->q = burst_malloc_aligned(q * 2), w->p = burst_malloc_aligned(p * 2);
+    w->k = (flash_amx_head){.rows = burst_malloc_aligned(head * 2)}, w->vt = (flash_amx_head){.rows = burst_malloc_aligned(head * 2)};
     amx_load_tile_config();
 }
 
 void flash_amx_thread_end(flash_amx_scratch *w) {
     _tile_release();
-    free(w->q), free(w->k), free(w->p), free(w->v);
+    free(w->q), free(w->p), free(w->k.rows), free(w->vt.rows);
 }
 
 void flash_amx_queries(flash_amx_scratch *w, const float *q, int64_t q_stride, int n, int d, int round_bf16) {
@@ -45,80 +48,127 @@ void flash_amx_queries(flash_amx_scratch *w, const float *q, int64_t q_stride, i
     for (int g = 0; g < amx_pad_to_block(n) / T; g++) amx_rows_to_b(w->q, q, 0, q_stride, n, d, g, d / TK, w->parts);
 }
 
-void flash_amx_scores(flash_amx_scratch *w, float *s, int64_t ld, const uint16_t *k, int64_t kv_stride, int nk,
-                      int nq, int d) {
-    const int kt = d / TK, nkf = nk / (2 * T) * (2 * T), nkp = amx_pad_to_block(nk), nqp = amx_pad_to_block(nq), parts = w->parts;
-    for (int j = nkf; j < nkp; j++) // a tile reads 16 whole rows: the last pair's past nk zeros, in a copy
-        for (int c = 0; c < kt; c++)
-            _mm512_store_si512(w->k + (j - nkf) * d + c * TK,
-                               _mm512_maskz_loadu_epi16(j < nk ? ~0u : 0, k + (j < nk ? j * kv_stride : 0) + c * TK));
-    for (int j = 0; j < nkp; j += 2 * T) { // keys j.. by queries r..: K's rows (as cached, but the last pair) by Q's pairs
-        const uint16_t *kj = j < nkf ? k + j * kv_stride : w->k;
-        const int64_t ks = j < nkf ? kv_stride : d;
-        for (int r = 0; r < nqp; r += 2 * T)
-            amx_block(s + j * ld + r, ld, 1, (amx_operand){kj, kj + T * ks, TK, ks * 2, 1},
-                      (amx_operand){w->q + r / T * kt * parts * TE, w->q + (r / T + 1) * kt * parts * TE, parts * TE, 64, parts},
-                      kt);
+// Keys [32 c, 32 c + 32) of one KV head's nk rows at src (kv_stride apart), zeros past nk, into a
+// head cache's rows.
+typedef void head_chunk(uint16_t *rows, const uint16_t *src, int64_t kv_stride, int nk, int d, int c);
+
+// K's rows, one after the other.
+static void copy_k(uint16_t *rows, const uint16_t *k, int64_t kv_stride, int nk, int d, int c) {
+    for (int j = c * TK; j < (c + 1) * TK; j++)
+        for (int d0 = 0; d0 < d; d0 += TK)
+            _mm512_store_si512(rows + (int64_t)j * d + d0, _mm512_maskz_loadu_epi16(j < nk ? ~0u : 0, k + (j < nk ? j * kv_stride : 0) + d0));
+}
+
+// V^T, 32 dims at a time: a 16 x 16 transpose of 16 keys' dim pairs (32-bit lanes) leaves pair p of
+// the 16 keys in one register; the even and odd halves of the two registers of pair p (keys 0-15
+// and 16-31) are dims 2 p and 2 p + 1's rows.
+static void transpose_v(uint16_t *rows, const uint16_t *v, int64_t kv_stride, int nk, int d, int c) {
+    static const uint16_t even[32] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
+                                      32, 34, 36, 38, 40, 42, 44, 46, 48, 50, 52, 54, 56, 58, 60, 62};
+    const __m512i to_even = _mm512_loadu_si512(even), to_odd = _mm512_add_epi16(to_even, _mm512_set1_epi16(1));
+    for (int d0 = 0; d0 < d; d0 += TK) {
+        __m512i lo[T], hi[T]; // keys [32 c, 32 c + 16) and the next 16, then (transposed) dim pairs
+        for (int j = 0; j < T; j++) {
+            const int k0 = c * TK + j, k1 = k0 + T;
+            lo[j] = _mm512_maskz_loadu_epi16(k0 < nk ? ~0u : 0, v + (k0 < nk ? k0 * kv_stride : 0) + d0);
+            hi[j] = _mm512_maskz_loadu_epi16(k1 < nk ? ~0u : 0, v + (k1 < nk ? k1 * kv_stride : 0) + d0);
+        }
+        amx_transpose_16x16(lo), amx_transpose_16x16(hi);
+        for (int p = 0; p < T; p++) {
+            const int dim = d0 + 2 * p;
+            uint16_t *dst = rows + (c * (d / T) + dim / T) * TE + dim % T * TK;
+            _mm512_store_si512(dst, _mm512_permutex2var_epi16(lo[p], to_even, hi[p]));
+            _mm512_store_si512(dst + TK, _mm512_permutex2var_epi16(lo[p], to_odd, hi[p]));
+        }
     }
 }
 
-// P's parts, queries by keys, from p (keys by queries): 16 x 16 transposes; zeros past nq and nk.
-static void split_p(flash_amx_scratch *w, const float *p, int64_t ld, int nq, int nk) {
+// h's rows made to hold keys [0, keys) at least of the KV head at src (nk rows at kv_stride): what
+// it holds of that head is kept (K/V do not change during a flash_cpu call), another starts anew.
+static const uint16_t *head_to(flash_amx_head *h, head_chunk *fill, const uint16_t *src, int64_t kv_stride, int nk,
+                               int d, int keys) {
+    if (src != h->of || kv_stride != h->stride || nk != h->nk || d != h->d)
+        *h = (flash_amx_head){.rows = h->rows, .of = src, .stride = kv_stride, .nk = nk, .d = d};
+    for (; h->keys < keys; h->keys += TK) fill(h->rows, src, kv_stride, nk, d, h->keys / TK);
+    return h->rows;
+}
+
+void flash_amx_scores(flash_amx_scratch *w, float *s, int64_t ld, const uint16_t *k, int64_t kv_stride, int nk_all,
+                      int k0, int nq, int nk, int d) {
+    const int kt = d / TK, nkp = amx_pad_to_block(nk), nqp = amx_pad_to_block(nq), parts = w->parts;
+    const uint16_t *rows = head_to(&w->k, copy_k, k, kv_stride, nk_all, d, k0 + nk) + (int64_t)k0 * d;
+    for (int j = 0; j < nkp; j += 2 * T) // keys j.. by queries r..: K's rows by Q's pairs
+        for (int r = 0; r < nqp; r += 2 * T)
+            amx_block(s + j * ld + r, ld, 1, (amx_operand){rows + j * d, rows + (j + T) * d, TK, d * 2, 1},
+                      (amx_operand){w->q + r / T * kt * parts * TE, w->q + (r / T + 1) * kt * parts * TE, parts * TE, 64, parts},
+                      kt);
+}
+
+// Two rows of 16 bf16, each in the top 16 bits of 32-bit lanes, side by side as a tile row of
+// pairs: x's element j at 2 j, y's at 2 j + 1.
+static inline __m512i pair_tops(__m512i x_top, __m512i y_top) {
+    return _mm512_mask_blend_epi16(0xaaaaaaaau, _mm512_srli_epi32(x_top, 16), y_top);
+}
+
+// P^T's parts in pairs of keys, from p (keys by queries): rows 2 i and 2 i + 1 of a key pair side
+// by side; zeros past nq and nk.
+static void pair_p(flash_amx_scratch *w, const float *p, int64_t ld, int nq, int nk) {
     const int parts = w->parts;
-    for (int g = 0; g < amx_pad_to_block(nq) / T; g++)
-        for (int c = 0; c < amx_pad_to_block(nk) / TK; c++) {
-            __m512i lo[T], hi[T]; // keys [32 c, 32 c + 16) and the next 16, then (transposed) queries
+    for (int c = 0; c < amx_pad_to_block(nk) / TK; c++)
+        for (int g = 0; g < amx_pad_to_block(nq) / T; g++) {
             const __mmask16 m = amx_first16(nq - g * T);
-            for (int j = 0; j < T; j++) {
-                const int k0 = c * TK + j, k1 = k0 + T;
-                lo[j] = _mm512_castps_si512(_mm512_maskz_loadu_ps(k0 < nk ? m : 0, p + (k0 < nk ? k0 * ld : 0) + g * T));
-                hi[j] = _mm512_castps_si512(_mm512_maskz_loadu_ps(k1 < nk ? m : 0, p + (k1 < nk ? k1 * ld : 0) + g * T));
+            uint16_t *dst = w->p + (c * QG + g) * parts * TE;
+            for (int i = 0; i < T; i++) {
+                const int k0 = c * TK + 2 * i, k1 = k0 + 1;
+                __m512 x = _mm512_maskz_loadu_ps(k0 < nk ? m : 0, p + (k0 < nk ? k0 * ld : 0) + g * T);
+                __m512 y = _mm512_maskz_loadu_ps(k1 < nk ? m : 0, p + (k1 < nk ? k1 * ld : 0) + g * T);
+                if (parts == 1) _mm512_store_si512(dst + i * TK, pair_tops(amx_bf16_nearest_top(x), amx_bf16_nearest_top(y)));
+                else
+                    for (int part = 0; part < parts; part++) {
+                        const __m512i xp = amx_bf16_part_top(&x);
+                        _mm512_store_si512(dst + part * TE + i * TK, pair_tops(xp, amx_bf16_part_top(&y)));
+                    }
             }
-            amx_transpose_16x16(lo), amx_transpose_16x16(hi);
-            uint16_t *dst = w->p + (g * PK + c) * parts * TE;
-            for (int r = 0; r < T; r++)
-                amx_split_32(_mm512_castsi512_ps(lo[r]), _mm512_castsi512_ps(hi[r]), parts, dst + r * TK, TE);
         }
 }
 
-// V in pairs of keys (two rows' elements side by side as one 32-bit pair); zeros past nk.
-static void pair_v(flash_amx_scratch *w, const uint16_t *v, int64_t kv_stride, int nk, int d) {
-    for (int c = 0; c < amx_pad_to_block(nk) / TK; c++)
-        for (int e = 0; e < d / T; e++)
-            for (int i = 0; i < T; i++) {
-                const int k0 = c * TK + 2 * i, k1 = k0 + 1;
-                const __m256i a = _mm256_maskz_loadu_epi16(k0 < nk ? 0xffff : 0, v + (k0 < nk ? k0 * kv_stride : 0) + e * T);
-                const __m256i b = _mm256_maskz_loadu_epi16(k1 < nk ? 0xffff : 0, v + (k1 < nk ? k1 * kv_stride : 0) + e * T);
-                _mm512_store_si512(w->v + (c * (d / T) + e) * TE + i * TK,
-                                   _mm512_or_si512(_mm512_cvtepu16_epi32(a), _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)));
-            }
+void flash_amx_pv(flash_amx_scratch *w, float *acc_t, const float *p, int64_t ld, const uint16_t *v, int64_t kv_stride,
+                  int nk_all, int k0, int nq, int nk, int d) {
+    const int kc = amx_pad_to_block(nk) / TK, eg = d / T, parts = w->parts;
+    const uint16_t *vt = head_to(&w->vt, transpose_v, v, kv_stride, nk_all, d, k0 + nk) + k0 / TK * eg * TE;
+    pair_p(w, p, ld, nq, nk);
+    for (int e = 0; e < eg; e += 2) // dims 16 e.. by queries r..: V^T's tiles by P^T's pairs (one tile where the second holds no query)
+        for (int r = 0; r < amx_pad_to_block(nq); r += 2 * T)
+            amx_block(acc_t + (int64_t)e * T * QROWS + r, QROWS, 0, (amx_operand){vt + e * TE, vt + (e + 1) * TE, eg * TE, 64, 1},
+                      (amx_operand){w->p + r / T * parts * TE, r + T < nq ? w->p + (r / T + 1) * parts * TE : NULL, QG * parts * TE, 64, parts},
+                      kc);
 }
 
-void flash_amx_pv(flash_amx_scratch *w, float *acc, const float *p, int64_t ld, const uint16_t *v, int64_t kv_stride,
-                  int nq, int nk, int d) {
-    split_p(w, p, ld, nq, nk);
-    pair_v(w, v, kv_stride, nk, d);
-    const int kc = amx_pad_to_block(nk) / TK, eg = d / T, parts = w->parts;
-    for (int r = 0; r < amx_pad_to_block(nq); r += 2 * T) // queries r.. by dims 16 e..: P's parts by V's pairs
-        for (int e = 0; e < eg; e += 2)
-            amx_block(acc + (int64_t)r * d + e * T, d, 0,
-                      (amx_operand){w->p + r / T * PK * parts * TE, w->p + (r / T + 1) * PK * parts * TE, parts * TE, 64, parts},
-                      (amx_operand){w->v + e * TE, w->v + (e + 1) * TE, eg * TE, 64, 1}, kc);
+void flash_amx_store(float *o, int64_t o_stride, const float *acc_t, const float *factor, int n, int d) {
+    for (int r0 = 0; r0 < n; r0 += T)
+        for (int c0 = 0; c0 < d; c0 += T) {
+            __m512i x[T]; // dims c0.. of queries r0.., then (transposed) queries of dims
+            for (int i = 0; i < T; i++) x[i] = _mm512_loadu_si512(acc_t + (int64_t)(c0 + i) * QROWS + r0);
+            amx_transpose_16x16(x);
+            for (int j = 0; j < T && r0 + j < n; j++)
+                _mm512_storeu_ps(o + (int64_t)(r0 + j) * o_stride + c0, _mm512_mul_ps(_mm512_castsi512_ps(x[j]), _mm512_set1_ps(factor[r0 + j])));
+        }
 }
 #else // flash_amx_applies is 0: nothing else here is called
 #include "common/burst.h"
 
 #define NOT_BUILT burst_abort(__FILE__, __LINE__, __func__, "this build has no AMX")
 int flash_amx_applies(int head_dim, burst_dtype kv_dtype) { return 0; }
-void flash_amx_thread_begin(flash_amx_scratch *w, int max_d) { NOT_BUILT; }
+void flash_amx_thread_begin(flash_amx_scratch *w, int max_d, int max_keys) { NOT_BUILT; }
 void flash_amx_thread_end(flash_amx_scratch *w) { NOT_BUILT; }
 void flash_amx_queries(flash_amx_scratch *w, const float *q, int64_t q_stride, int n, int d, int round_bf16) { NOT_BUILT; }
-void flash_amx_scores(flash_amx_scratch *w, float *s, int64_t ld, const uint16_t *k, int64_t kv_stride, int nk,
-                      int nq, int d) {
+void flash_amx_scores(flash_amx_scratch *w, float *s, int64_t ld, const uint16_t *k, int64_t kv_stride, int nk_all,
+                      int k0, int nq, int nk, int d) {
     NOT_BUILT;
 }
-void flash_amx_pv(flash_amx_scratch *w, float *acc, const float *p, int64_t ld, const uint16_t *v, int64_t kv_stride,
-                  int nq, int nk, int d) {
+void flash_amx_pv(flash_amx_scratch *w, float *acc_t, const float *p, int64_t ld, const uint16_t *v, int64_t kv_stride,
+                  int nk_all, int k0, int nq, int nk, int d) {
     NOT_BUILT;
 }
+void flash_amx_store(float *o, int64_t o_stride, const float *acc_t, const float *factor, int n, int d) { NOT_BUILT; }
 #endif

@@ -17,18 +17,29 @@
 // P's tiles, 32 KB each (96 KB in three parts), stay in L2.
 enum { FLASH_AMX_QUERIES = 128, FLASH_AMX_KEYS = 128 };
 
-// One thread's buffers, for head_dim up to the max_d they were made for: a query tile's Q, and a
-// key tile's K, P and V, laid out as tiles.
+// One KV head's K or V as a thread keeps it for the query tiles that read it, laid out for the
+// tiles: keys [0, keys) of the head at `of`.
 typedef struct {
-    uint16_t *q, *k, *p, *v;
+    uint16_t *rows;
+    const uint16_t *of; // NULL: none yet
+    int64_t stride;
+    int nk, d, keys;
+} flash_amx_head;
+
+// One thread's buffers, for head_dim up to the max_d and keys up to the max_keys they were made
+// for: a query tile's Q, a key tile's P, and one KV head's K and V^T, laid out as tiles (the two
+// heads 4 x max_keys x max_d bytes: 8 MB at 16K keys of head_dim 128).
+typedef struct {
+    uint16_t *q, *p;
     int parts; // of Q and P in the current query tile: 3, or 1 (rounded to bf16)
+    flash_amx_head k, vt;
 } flash_amx_scratch;
 
 // 1 where a call with this head_dim and K/V dtype takes the AMX path (amx_usable() too).
 int flash_amx_applies(int head_dim, burst_dtype kv_dtype);
 
 // A thread's buffers and tile shapes, before its first flash_amx call; and after its last.
-void flash_amx_thread_begin(flash_amx_scratch *w, int max_d);
+void flash_amx_thread_begin(flash_amx_scratch *w, int max_d, int max_keys);
 void flash_amx_thread_end(flash_amx_scratch *w);
 
 // Query rows [0, n) (n <= 128; row r at q + r * q_stride, d floats) made ready for the scores of
@@ -36,13 +47,22 @@ void flash_amx_thread_end(flash_amx_scratch *w);
 // bf16 instead of split.
 void flash_amx_queries(flash_amx_scratch *w, const float *q, int64_t q_stride, int n, int d, int round_bf16);
 
-// s[j * ld + r] = K row j (j < nk <= 128; rows at k + j * kv_stride, bf16) · the query row r of
-// flash_amx_queries, for r < nq rounded up to 32 (ld >= that).
-void flash_amx_scores(flash_amx_scratch *w, float *s, int64_t ld, const uint16_t *k, int64_t kv_stride, int nk,
-                      int nq, int d);
+// s[j * ld + r] = K row k0 + j (j < nk <= 128, k0 a multiple of 128) · the query row r of
+// flash_amx_queries, for r < nq rounded up to 32 (ld >= that). k is one KV head's K for the whole
+// call, nk_all rows at k + j * kv_stride (bf16), which must not change between the calls of a
+// thread that name it (a copy of its rows is kept for them).
+void flash_amx_scores(flash_amx_scratch *w, float *s, int64_t ld, const uint16_t *k, int64_t kv_stride, int nk_all,
+                      int k0, int nq, int nk, int d);
 
-// acc (rows of d floats) += P V for rows [0, nq rounded up to 32): p[j * ld + r] is row r's
-// probability of key j (j < nk <= 128), V row j at v + j * kv_stride (bf16). Rows past nq read no
-// probability (they add zeros), but acc must hold them.
-void flash_amx_pv(flash_amx_scratch *w, float *acc, const float *p, int64_t ld, const uint16_t *v, int64_t kv_stride,
-                  int nq, int nk, int d);
+// acc_t += (P V)^T for query rows [0, nq rounded up to 32): acc_t holds the output sums as d rows
+// of FLASH_AMX_QUERIES, dim c of query row r at acc_t[c * FLASH_AMX_QUERIES + r]; p[j * ld + r] is
+// row r's probability of key k0 + j (j < nk <= 128, k0 a multiple of 128). v is one KV head's V
+// for the whole call, nk_all rows at v + j * kv_stride (bf16), which must not change between the
+// calls of a thread that name it (its V^T is kept for them). Rows past nq read no probability
+// (they add zeros).
+void flash_amx_pv(flash_amx_scratch *w, float *acc_t, const float *p, int64_t ld, const uint16_t *v, int64_t kv_stride,
+                  int nk_all, int k0, int nq, int nk, int d);
+
+// Query rows [0, n) of the sums flash_amx_pv made in acc_t, row r times factor[r], into o (row r at
+// o + r * o_stride, d floats).
+void flash_amx_store(float *o, int64_t o_stride, const float *acc_t, const float *factor, int n, int d);

@@ -49,6 +49,7 @@ static int query_tile_rows(int amx) { return amx ? FLASH_AMX_QUERIES : FLASH_CPU
 // The keys of a key tile: 128 on AMX (attention/flash_amx.h), 64 in the vector loops.
 static int key_tile_keys(int amx) { return amx ? FLASH_AMX_KEYS : FLASH_CPU_BK; }
 enum { DECODE_PV_KEYS = 4 }; // keys a decode call's P V adds to its state at once (8: no faster)
+enum { RESCALE_ROWS = 16 };  // rows of AMX's transposed sums that softmax_tile rescales together: a vector
 // How far a score may pass a row's running max before the max moves (softmax_tile): e^8 ~ 3000 keeps
 // the probabilities and their sums far inside float32's (and bf16's) range.
 #define LAZY_MAX 8.0f
@@ -65,9 +66,15 @@ enum { FLASH_CPU_SUMS = 128, SCORE_KEYS = 3, SCORE_QUERIES = 32 };
 
 // The online-softmax state of a block of query rows of one head.
 typedef struct {
-    float *acc;   // (rows, head_dim): unnormalised output
-    float *m, *l; // (rows): running row max and row sum of exp(s - m)
+    float *acc;     // (rows, head_dim): unnormalised output; AMX's (transposed): (head_dim, FLASH_AMX_QUERIES)
+    float *m, *l;   // (rows): running row max and row sum of exp(s - m)
+    int transposed; // acc as AMX's P V sums it (attention/flash_amx.h)
 } flash_cpu_rows;
+
+// Where row r's element c of st.acc lies (d = head_dim).
+static inline int64_t acc_at(flash_cpu_rows st, int r, int c, int d) {
+    return st.transposed ? (int64_t)c * FLASH_AMX_QUERIES + r : (int64_t)r * d + c;
+}
 
 typedef struct {
     float *s;       // (keys, rows): scores, then probabilities, of one key tile, a key's at a time
@@ -80,7 +87,7 @@ typedef struct {
 
 // The thread's state from row r0 on; rows of head_dim d.
 static flash_cpu_rows rows_at(const flash_cpu_scratch *w, int r0, int d) {
-    return (flash_cpu_rows){w->acc + (int64_t)r0 * d, w->m + r0, w->l + r0};
+    return (flash_cpu_rows){w->acc + (int64_t)r0 * d, w->m + r0, w->l + r0, 0};
 }
 
 // n rows of st back to "no key seen".
@@ -229,9 +236,15 @@ static void softmax_tile(const flash_args *a, float *s, int64_t ld, int n, int n
             s[j * ld + r] = p;
             st.l[r] += p;
         }
-    for (int r = 0; r < n; r++) // once a row's max settles, most key tiles leave it alone
-        if (mx[r] != 1.0f)
-            for (int c = 0; c < a->head_dim; c++) st.acc[(int64_t)r * a->head_dim + c] *= mx[r];
+    // Once a row's max settles, most key tiles leave it alone; AMX's transposed sums go along the
+    // rows, RESCALE_ROWS at a time.
+    for (int r0 = 0; r0 < n; r0 += st.transposed ? RESCALE_ROWS : 1) {
+        const int r1 = st.transposed ? (r0 + RESCALE_ROWS < n ? r0 + RESCALE_ROWS : n) : r0 + 1;
+        int rescaled = 0;
+        for (int r = r0; r < r1; r++) rescaled |= mx[r] != 1.0f;
+        for (int c = 0; rescaled && c < a->head_dim; c++)
+            for (int r = r0; r < r1; r++) st.acc[acc_at(st, r, c, a->head_dim)] *= mx[r];
+    }
 }
 
 // Row k0 of KV head hk of bf16 K or V (base), as stored.
@@ -247,7 +260,7 @@ static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, flash_cpu_
                            int64_t q0, int64_t q1, int64_t k0, int64_t k1, int masked, int amx) {
     const int d = a->head_dim, nq = (int)(q1 - q0), nk = (int)(k1 - k0);
     const int ld = query_tile_rows(amx); // of w->s
-    if (amx) flash_amx_scores(&w->amx, w->s, ld, bf16_rows(a, a->k, k0, hk), a->kv_stride, nk, nq, d);
+    if (amx) flash_amx_scores(&w->amx, w->s, ld, bf16_rows(a, a->k, 0, hk), a->kv_stride, a->nk, (int)k0, nq, nk, d);
     else {
         int64_t k_stride;
         const float *k = kv_tile(a, a->k, k0, nk, hk, w->kv, &k_stride);
@@ -255,7 +268,7 @@ static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, flash_cpu_
         else dot_rows(q_row(a, q0, h), a->q_stride, nq, k, k_stride, nk, d, w->s, 1, FLASH_CPU_BQ);
     }
     softmax_tile(a, w->s, ld, nq, nk, st, w->mx, masked, a->q_pos0 + q0 - a->k_pos0 - k0, nq);
-    if (amx) flash_amx_pv(&w->amx, st.acc, w->s, ld, bf16_rows(a, a->v, k0, hk), a->kv_stride, nq, nk, d);
+    if (amx) flash_amx_pv(&w->amx, st.acc, w->s, ld, bf16_rows(a, a->v, 0, hk), a->kv_stride, a->nk, (int)k0, nq, nk, d);
     else {
         int64_t v_stride;
         const float *v = kv_tile(a, a->v, k0, nk, hk, w->kv, &v_stride);
@@ -341,13 +354,18 @@ static void decode_tile(const flash_args *a, flash_cpu_scratch *w, int64_t k0, i
 static void store_rows(const flash_args *a, flash_cpu_rows st, int h, int64_t q0, int64_t q1, float *o,
                        int64_t o_stride, float *lse) {
     const int d = a->head_dim;
-    for (int64_t i = q0; i < q1; i++) {
+    for (int64_t i = q0; i < q1; i++) { // l becomes the factor each row's output takes
         const int r = (int)(i - q0);
-        float *out = o + i * o_stride + (int64_t)h * d;
-        const float inv = st.l[r] > 0.0f ? 1.0f / st.l[r] : 0.0f;
-        for (int c = 0; c < d; c++) out[c] = st.acc[(int64_t)r * d + c] * inv;
         lse[(int64_t)h * a->nq + i] = st.l[r] > 0.0f ? st.m[r] + logf(st.l[r]) : -INFINITY;
+        st.l[r] = st.l[r] > 0.0f ? 1.0f / st.l[r] : 0.0f;
     }
+    if (st.transposed) flash_amx_store(o + q0 * o_stride + (int64_t)h * d, o_stride, st.acc, st.l, (int)(q1 - q0), d);
+    else
+        for (int64_t i = q0; i < q1; i++) {
+            const int r = (int)(i - q0);
+            float *out = o + i * o_stride + (int64_t)h * d;
+            for (int c = 0; c < d; c++) out[c] = st.acc[(int64_t)r * d + c] * st.l[r];
+        }
 }
 
 // Keys past the last query's position are invisible to all rows [q0, q1) under causal masking:
@@ -367,7 +385,8 @@ static int tile_masked(const flash_args *a, int64_t q0, int64_t k1) {
 static void flash_cpu_query_tile(const flash_args *a, flash_cpu_scratch *w, int h, int64_t q0,
                                  int64_t q1) {
     const int hk = h / (a->n_heads / a->n_kv_heads), amx = flash_amx_applies(a->head_dim, a->kv_dtype);
-    const flash_cpu_rows st = rows_at(w, 0, a->head_dim);
+    flash_cpu_rows st = rows_at(w, 0, a->head_dim);
+    st.transposed = amx;
     reset_rows(st, query_tile_rows(amx), a->head_dim); // every row: AMX's P V carries rows past q1 (zeros) too
     if (amx) flash_amx_queries(&w->amx, q_row(a, q0, h), a->q_stride, (int)(q1 - q0), a->head_dim, a->qp_bf16);
     else if (q1 - q0 > FLASH_CPU_SPLIT_ROWS) q_transposed(a, h, q0, (int)(q1 - q0), w->qt); // for flash_cpu_tile
@@ -426,7 +445,7 @@ static void flash_cpu_chunk(const decode_job *job, flash_cpu_scratch *w) {
 
 void flash_cpu(const flash_args *calls, int n) {
     BURST_ASSERT(n >= 0 && (calls || n == 0));
-    int most_d = 1, bf16 = 0, amx = 0, most_rows = FLASH_CPU_BQ, n_decode = 0; // the scratch fits every call
+    int most_d = 1, bf16 = 0, amx = 0, most_rows = FLASH_CPU_BQ, most_keys = 0, n_decode = 0; // the scratch fits every call
     int64_t n_chunks = 0, n_parts = 0;
     decode_call *dc = burst_malloc(sizeof *dc * (size_t)(n > 0 ? n : 1));
     for (int j = 0; j < n; j++) {
@@ -439,6 +458,7 @@ void flash_cpu(const flash_args *calls, int n) {
         bf16 |= a->kv_dtype == DTYPE_BF16;
         if (!is_decode(a)) {
             amx |= flash_amx_applies(a->head_dim, a->kv_dtype);
+            if (a->nk > most_keys) most_keys = a->nk;
             if (query_tile_rows(amx) > most_rows) most_rows = query_tile_rows(amx);
             continue;
         }
@@ -477,15 +497,19 @@ void flash_cpu(const flash_args *calls, int n) {
         w.mx = burst_malloc((size_t)most_rows * sizeof(float));
         w.qt = burst_malloc((size_t)FLASH_CPU_BQ * (size_t)most_d * sizeof(float));
         w.kv = bf16 ? burst_malloc((size_t)FLASH_CPU_BK * (size_t)most_d * sizeof(float)) : NULL;
-        if (amx) flash_amx_thread_begin(&w.amx, most_d);
+        if (amx) flash_amx_thread_begin(&w.amx, most_d, most_keys);
 #pragma omp for schedule(dynamic, 1) nowait
         for (int64_t t = 0; t < n_jobs; t++) flash_cpu_chunk(&jobs[t], &w);
         for (int j = 0; j < n; j++) {
             const flash_args *a = &calls[j];
             if (is_decode(a)) continue;
-            const int bq = query_tile_rows(flash_amx_applies(a->head_dim, a->kv_dtype));
+            const int on_amx = flash_amx_applies(a->head_dim, a->kv_dtype), bq = query_tile_rows(on_amx);
             const int64_t n_qtiles = ((int64_t)a->nq + bq - 1) / bq;
-#pragma omp for schedule(dynamic, 1) nowait
+            // On AMX a thread takes a run of a head's query tiles, so that it lays out the head's K
+            // and V^T once for them all (flash_amx.h), in runs short enough for 4 a thread.
+            const int64_t fair = n_qtiles * a->n_heads / (4 * omp_get_num_threads());
+            const int run = !on_amx ? 1 : (int)(fair < 1 ? 1 : fair < n_qtiles ? fair : n_qtiles);
+#pragma omp for schedule(dynamic, run) nowait
             for (int64_t t = 0; t < n_qtiles * a->n_heads; t++) {
                 int h = (int)(t / n_qtiles);
                 int64_t q0 = (t % n_qtiles) * bq;

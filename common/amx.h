@@ -43,23 +43,28 @@ static inline void amx_load_tile_config(void) {
     _tile_loadconfig(&cfg);
 }
 
-// The top 16 bits of v's 16 floats, truncated to bf16 (a NaN kept NaN), and in *v what they leave
-// out (exact in float32; 0 for an infinity or NaN, whose top part carries it).
-static inline __m256i amx_bf16_part(__m512 *v) {
+// The top 16 bits of v's 16 floats, truncated to bf16 (a NaN kept NaN), in the top 16 bits of each
+// 32-bit lane (the low ones zero), and in *v what they leave out (exact in float32; 0 for an
+// infinity or NaN, whose top part carries it).
+static inline __m512i amx_bf16_part_top(__m512 *v) {
     const __mmask16 nan = _mm512_fpclass_ps_mask(*v, 0x81), finite = (__mmask16)~_mm512_fpclass_ps_mask(*v, 0x99);
     __m512i top = _mm512_and_si512(_mm512_castps_si512(*v), _mm512_set1_epi32((int)0xffff0000u));
     top = _mm512_mask_or_epi32(top, nan, top, _mm512_set1_epi32(0x00400000));
     *v = _mm512_maskz_sub_ps(finite, *v, _mm512_castsi512_ps(top));
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(top, 16));
+    return top;
 }
+// The same, as 16 bf16.
+static inline __m256i amx_bf16_part(__m512 *v) { return _mm512_cvtepi32_epi16(_mm512_srli_epi32(amx_bf16_part_top(v), 16)); }
 
-// v's 16 floats rounded to the nearest bf16 (ties to even; a NaN kept NaN), as f32_to_bf16.
-static inline __m256i amx_bf16_nearest(__m512 v) {
+// v's 16 floats rounded to the nearest bf16 (ties to even; a NaN kept NaN), as f32_to_bf16, in the
+// top 16 bits of each 32-bit lane (the low ones anything).
+static inline __m512i amx_bf16_nearest_top(__m512 v) {
     const __m512i u = _mm512_castps_si512(v), lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
-    r = _mm512_mask_or_epi32(r, _mm512_fpclass_ps_mask(v, 0x81), u, _mm512_set1_epi32(0x00400000));
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+    const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
+    return _mm512_mask_or_epi32(r, _mm512_fpclass_ps_mask(v, 0x81), u, _mm512_set1_epi32(0x00400000));
 }
+// The same, as 16 bf16.
+static inline __m256i amx_bf16_nearest(__m512 v) { return _mm512_cvtepi32_epi16(_mm512_srli_epi32(amx_bf16_nearest_top(v), 16)); }
 
 // The bf16 parts of 32 floats (a, b), as parts rows of 32 at d, d + stride, ... (d 32-byte aligned).
 // One part is the floats rounded to bf16 (an operand rounded, not split); more are truncated

@@ -160,6 +160,36 @@ static int test_flash_rising_scores(void) {
     return ok;
 }
 
+// Prefill calls that read the same K and V (on AMX each thread keeps a KV head's K and V^T for the
+// calls that name it): a call on the first 300 keys, then two on all 1000 (the zeros past key 300
+// must not carry over; the third reuses the second's), each as it is alone. Non-causal, one query
+// tile of 128 per head on one thread, so that the thread reads K/V through all three calls.
+static int test_flash_shared_kv(void) {
+    const attn_case c = {128, 1000, 128, 2, 1, 0, 0, 0, DTYPE_BF16};
+    static const int nks[3] = {300, 1000, 1000};
+    attn_data t;
+    data_init(&t, c);
+    const int64_t n_o = (int64_t)c.nq * t.o_stride, n_lse = (int64_t)c.n_heads * c.nq;
+    float *o[3], *lse[3], *o_alone = poisoned(n_o), *lse_alone = poisoned(n_lse);
+    flash_args calls[3];
+    for (int j = 0; j < 3; j++) o[j] = poisoned(n_o), lse[j] = poisoned(n_lse), calls[j] = args_for(&t, o[j], lse[j], 0, nks[j]);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    flash_cpu(calls, 3);
+    int ok = 1;
+    for (int j = 0; j < 3; j++) {
+        flash_args alone = args_for(&t, o_alone, lse_alone, 0, nks[j]);
+        flash_cpu(&alone, 1);
+        const int same = !memcmp(o[j], o_alone, sizeof(float) * (size_t)n_o) && !memcmp(lse[j], lse_alone, sizeof(float) * (size_t)n_lse);
+        printf("%s flash call %d of 3 on one K/V (%d keys): O and lse bit for bit as alone\n", same ? "ok  " : "FAIL", j, nks[j]);
+        ok &= same;
+    }
+    omp_set_num_threads(threads);
+    for (int j = 0; j < 3; j++) free(o[j]), free(lse[j]);
+    free(o_alone), free(lse_alone), data_free(&t);
+    return ok;
+}
+
 // A decode call whose chunks are fewer than the threads is split into ranges of KV heads too:
 // 5 threads over one chunk of 8 KV heads (ranges of 1 and 2), 7 over three chunks (ranges of 2 and
 // 3), GQA 2 so that a range carries its query heads.
@@ -331,8 +361,9 @@ int main(void) {
     fails += !test_flash_batch();
     fails += !test_flash_head_ranges();
     fails += !test_flash_deterministic();
+    fails += !test_flash_shared_kv();
     fails += !test_flash_rising_scores();
-    n += 7;
+    n += 8;
     data_free(&t);
     printf("flash: AMX %s\n", amx_usable() ? "on (bf16 K/V, head_dim 64 and 128)" : "off");
     printf("%s: %d of %d checks failed\n", fails ? "FAIL" : "ok", fails, n);
