@@ -26,7 +26,7 @@ int flash_amx_applies(int head_dim, burst_dtype kv_dtype) {
 //      row i holding (Q[r][32 c + 2 i], Q[r][32 c + 2 i + 1]) at 2 r
 //   p: part p of P^T, keys [32 c, 32 c + 32) x queries [16 g, 16 g + 16) at p[((c * QG + g) * parts + p) * TE],
 //      row i holding (P[q][32 c + 2 i], P[q][32 c + 2 i + 1]) at 2 q
-//   k.rows: K of one KV head, key j's d dims at j * d (a cache's rows lie kv_stride apart, 4 KB for
+//   k.rows: K of one KV head, key j's d dims at j * d (a cache's rows lie kv_stride apart, 8 KB for
 //      LLaMA-7B: the 16 rows of a tile would fall into one L1 set); zeros past the call's keys
 //   vt.rows: V^T of one KV head, dims [16 e, 16 e + 16) x keys [32 c, 32 c + 32) at (c * d / 16 + e) * TE,
 //      row i holding V[32 c + j][16 e + i] at j; zeros past the call's keys
