@@ -50,6 +50,7 @@ static int query_tile_rows(int amx) { return amx ? FLASH_AMX_QUERIES : FLASH_CPU
 static int key_tile_keys(int amx) { return amx ? FLASH_AMX_KEYS : FLASH_CPU_BK; }
 enum { DECODE_PV_KEYS = 4 }; // keys a decode call's P V adds to its state at once (8: no faster)
 enum { RESCALE_ROWS = 16 };  // rows of AMX's transposed sums that softmax_tile rescales together: a vector
+enum { SOFTMAX_ROWS = FLASH_AMX_QUERIES }; // rows softmax_tile's passes take at once
 // How far a score may pass a row's running max before the max moves (softmax_tile): e^8 ~ 3000 keeps
 // the probabilities and their sums far inside float32's (and bf16's) range.
 #define LAZY_MAX 8.0f
@@ -196,6 +197,40 @@ static void add_pv(float *acc, const float *p, int64_t ld, const float *v, int64
     }
 }
 
+// Rows [0, R) (R <= SOFTMAX_ROWS) of softmax_tile's row maxima and probabilities, key by key,
+// the rows' running max and sum in locals: where R is the constant SOFTMAX_ROWS they stay in
+// registers over all nk keys, rather than loaded and stored at every key. m and l: the rows'
+// state; mx: where each row's rescale factor goes.
+static inline __attribute__((always_inline)) void softmax_rows(float *s, int64_t ld, int nk, float scale, float *m,
+                                                              float *l, float *mx, const int R) {
+    // The row maxima of the unscaled scores (scale > 0 keeps their order): the scaling rides in the
+    // exponent below instead of a pass that stores every score scaled.
+    float top[SOFTMAX_ROWS], m_row[SOFTMAX_ROWS], sum[SOFTMAX_ROWS];
+    for (int i = 0; i < R; i++) top[i] = -INFINITY;
+    for (int j = 0; j < nk; j++)
+        for (int i = 0; i < R; i++) {
+            const float x = s[j * ld + i];
+            top[i] = x > top[i] ? x : top[i]; // (fmaxf is a call)
+        }
+    // The running max m is lazy: it moves only when a score passes it by more than LAZY_MAX, so that
+    // most tiles leave the state alone (m need not be the max for exact results, only the same in
+    // P, l and lse); the probabilities stay below e^LAZY_MAX. mx: 0 when the old max is -inf (a row
+    // that has seen no key keeps its zeros); 1 when it stays.
+    for (int i = 0; i < R; i++) {
+        const float m_new = top[i] * scale;
+        mx[i] = m_new > m[i] + LAZY_MAX ? expf(m[i] - m_new) : 1.0f;
+        m[i] = m_row[i] = m_new > m[i] + LAZY_MAX ? m_new : m[i];
+        sum[i] = l[i] * mx[i];
+    }
+    for (int j = 0; j < nk; j++)
+        for (int i = 0; i < R; i++) { // a row that has seen no key yet adds nothing
+            const float p = m_row[i] == -INFINITY ? 0.0f : exp_below_88(s[j * ld + i] * scale - m_row[i]);
+            s[j * ld + i] = p;
+            sum[i] += p;
+        }
+    for (int i = 0; i < R; i++) l[i] = sum[i];
+}
+
 // Rows [0, n) of st take the scores of nk keys in s (key j's at s + j x ld): scaled, masked
 // (with `masked`, row r sees the keys j <= see0 + r % period: its query's position less the
 // tile's first key's; a prefill tile's rows are its queries, period n; a decode call's rows are
@@ -209,33 +244,11 @@ static void softmax_tile(const flash_args *a, float *s, int64_t ld, int n, int n
             const int64_t first_unseen = see0 + r % period + 1;
             for (int64_t j = first_unseen > 0 ? first_unseen : 0; j < nk; j++) s[j * ld + r] = -INFINITY;
         }
-    // The row maxima of the unscaled scores (scale > 0 keeps their order): the scaling rides in the
-    // exponent below instead of a pass that stores every score scaled. (A local: a->scale could
-    // alias s for all the compiler knows, and the loops would not vectorize.)
-    const float scale = a->scale;
-    for (int r = 0; r < n; r++) mx[r] = -INFINITY;
-    for (int j = 0; j < nk; j++)
-        for (int r = 0; r < n; r++) {
-            const float x = s[j * ld + r];
-            mx[r] = x > mx[r] ? x : mx[r]; // (fmaxf is a call)
-        }
-    // mx becomes the factor that rescales the row's state. The running max m is lazy: it moves only
-    // when a score passes it by more than LAZY_MAX, so that most tiles leave the state alone (m
-    // need not be the max for exact results, only the same in P, l and lse); the probabilities
-    // stay below e^LAZY_MAX.
-    for (int r = 0; r < n; r++) {
-        const float m_new = mx[r] * scale;
-        // 0 when the old max is -inf (a row that has seen no key keeps its zeros); 1 when it stays
-        mx[r] = m_new > st.m[r] + LAZY_MAX ? expf(st.m[r] - m_new) : 1.0f;
-        st.m[r] = m_new > st.m[r] + LAZY_MAX ? m_new : st.m[r];
-        st.l[r] *= mx[r];
+    for (int r0 = 0; r0 < n; r0 += SOFTMAX_ROWS) { // a whole AMX tile's rows (a constant) at once
+        float *m = st.m + r0, *l = st.l + r0;
+        if (n - r0 >= SOFTMAX_ROWS) softmax_rows(s + r0, ld, nk, a->scale, m, l, mx + r0, SOFTMAX_ROWS);
+        else softmax_rows(s + r0, ld, nk, a->scale, m, l, mx + r0, n - r0);
     }
-    for (int j = 0; j < nk; j++)
-        for (int r = 0; r < n; r++) { // a row that has seen no key yet adds nothing
-            const float p = st.m[r] == -INFINITY ? 0.0f : exp_below_88(s[j * ld + r] * scale - st.m[r]);
-            s[j * ld + r] = p;
-            st.l[r] += p;
-        }
     // Once a row's max settles, most key tiles leave it alone; AMX's transposed sums go along the
     // rows, RESCALE_ROWS at a time.
     for (int r0 = 0; r0 < n; r0 += st.transposed ? RESCALE_ROWS : 1) {
