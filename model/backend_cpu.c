@@ -123,6 +123,7 @@ static void cpu_embed(burst_backend *b, float *x, const burst_weight *table, con
         weight_to_f32(table, (int64_t)tokens[i] * table->cols, table->cols, x + (int64_t)i * table->cols);
 }
 
+enum { RMS_LANES = 8 }; // partial sums of cpu_rmsnorm's squares: a vector of doubles
 static void cpu_rmsnorm(burst_backend *b, void *out, burst_dtype out_dtype, const float *x,
                         const burst_weight *w, int n, float eps) {
     int64_t dim = w->cols;
@@ -131,14 +132,21 @@ static void cpu_rmsnorm(burst_backend *b, void *out, burst_dtype out_dtype, cons
     #pragma omp parallel for num_threads(nthreads(b)) schedule(static)
     for (int i = 0; i < n; i++) {
         const float *xi = x + (int64_t)i * dim;
-        double ss = 0;
-        for (int64_t j = 0; j < dim; j++) ss += (double)xi[j] * xi[j];
+        // The sum of squares in double, in RMS_LANES partial sums (a vector of them): one chain of
+        // dim dependent adds took 3x the time of the rest of the norm.
+        double part[RMS_LANES] = {0}, ss = 0;
+        int64_t j = 0;
+        for (; j + RMS_LANES <= dim; j += RMS_LANES)
+            for (int k = 0; k < RMS_LANES; k++) part[k] += (double)xi[j + k] * xi[j + k];
+        for (int k = 0; k < RMS_LANES; k++) ss += part[k];
+        for (; j < dim; j++) ss += (double)xi[j] * xi[j];
         float r = (float)(1.0 / sqrt(ss / (double)dim + eps));
-        if (out_dtype == DTYPE_F32) { // the loop the CPU runs: kept plain for the vectoriser
+        if (out_dtype == DTYPE_F32) { // the loops the CPU runs: kept plain for the vectoriser
             float *oi = (float *)out + (int64_t)i * dim;
-            for (int64_t j = 0; j < dim; j++) oi[j] = xi[j] * r * wf[j];
+            for (j = 0; j < dim; j++) oi[j] = xi[j] * r * wf[j];
         } else {
-            for (int64_t j = 0; j < dim; j++) act_set(out, out_dtype, (int64_t)i * dim + j, xi[j] * r * wf[j]);
+            uint16_t *oi = (uint16_t *)out + (int64_t)i * dim;
+            for (j = 0; j < dim; j++) oi[j] = f32_to_bf16(xi[j] * r * wf[j]);
         }
     }
     free(wf);
