@@ -13,6 +13,7 @@
 // sequences), whose outputs must not overlap; it is thread-safe for disjoint outputs and uses
 // OpenMP threads over (call, head, query tile) in one parallel region when built with OpenMP.
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/dtype.h"
@@ -41,6 +42,11 @@ typedef struct {
 } flash_args;
 
 void flash_cpu(const flash_args *calls, int n);
+
+// Bytes a flash_cpu call of up to max_keys keys (K/V of kv_dtype, heads of head_dim) allocates on
+// n_threads threads for its duration, of what grows with the keys: on AMX each thread's copy of
+// a KV head's K and V^T (attention/flash_amx.h); 0 elsewhere.
+size_t flash_cpu_transient_bytes(int64_t max_keys, int head_dim, burst_dtype kv_dtype, int n_threads);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,10 @@
 
 #include "common/amx.h"
 
+size_t flash_amx_head_bytes(int max_d, int64_t max_keys) {
+    return 2 * sizeof(uint16_t) * (size_t)amx_pad_to_block(max_keys) * (size_t)max_d;
+}
+
 #ifdef BURST_AMX_BUILD
 #include "common/burst.h"
 
@@ -32,9 +36,9 @@ int flash_amx_applies(int head_dim, burst_dtype kv_dtype) {
 //      row i holding V[32 c + j][16 e + i] at j; zeros past the call's keys
 void flash_amx_thread_begin(flash_amx_scratch *w, int max_d, int max_keys) {
     const size_t q = (size_t)QROWS / T * (size_t)(max_d / TK) * PARTS * TE, p = (size_t)KROWS / TK * QG * PARTS * TE;
-    const size_t head = (size_t)amx_pad_to_block(max_keys) * (size_t)max_d;
+    const size_t head = flash_amx_head_bytes(max_d, max_keys) / 2;
     w->q = burst_malloc_aligned(q * 2), w->p = burst_malloc_aligned(p * 2);
-    w->k = (flash_amx_head){.rows = burst_malloc_aligned(head * 2)}, w->vt = (flash_amx_head){.rows = burst_malloc_aligned(head * 2)};
+    w->k = (flash_amx_head){.rows = burst_malloc_aligned(head)}, w->vt = (flash_amx_head){.rows = burst_malloc_aligned(head)};
     amx_load_tile_config();
 }
 

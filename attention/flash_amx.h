@@ -7,6 +7,7 @@
 // bf16, one tile product a block, as the GPU's bf16 attention kernels do. The softmax between them
 // stays flash_cpu's.
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/dtype.h"
@@ -37,6 +38,10 @@ typedef struct {
 
 // 1 where a call with this head_dim and K/V dtype takes the AMX path (amx_usable() too).
 int flash_amx_applies(int head_dim, burst_dtype kv_dtype);
+
+// Bytes of a thread's K and V^T for up to max_keys keys of head_dim up to max_d (the buffers that
+// grow with the keys).
+size_t flash_amx_head_bytes(int max_d, int64_t max_keys);
 
 // A thread's buffers and tile shapes, before its first flash_amx call; and after its last.
 void flash_amx_thread_begin(flash_amx_scratch *w, int max_d, int max_keys);

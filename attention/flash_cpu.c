@@ -456,6 +456,10 @@ static void flash_cpu_chunk(const decode_job *job, flash_cpu_scratch *w) {
         store_rows(a, rows_at(w, (h - hk0 * group) * nq, d), h, 0, nq, o, o_stride, lse);
 }
 
+size_t flash_cpu_transient_bytes(int64_t max_keys, int head_dim, burst_dtype kv_dtype, int n_threads) {
+    return flash_amx_applies(head_dim, kv_dtype) ? (size_t)n_threads * flash_amx_head_bytes(head_dim, max_keys) : 0;
+}
+
 void flash_cpu(const flash_args *calls, int n) {
     BURST_ASSERT(n >= 0 && (calls || n == 0));
     int most_d = 1, bf16 = 0, amx = 0, most_rows = FLASH_CPU_BQ, most_keys = 0, n_decode = 0; // the scratch fits every call

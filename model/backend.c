@@ -148,6 +148,10 @@ size_t backend_matmul_transient_bytes(burst_backend *b, int n, int64_t cols) {
     return b->ops->matmul_transient ? b->ops->matmul_transient(b, n, cols) : 0;
 }
 
+size_t backend_attention_transient_bytes(burst_backend *b, int64_t max_keys, int head_dim, burst_dtype kv_dtype) {
+    return b->ops->attention_transient ? b->ops->attention_transient(b, max_keys, head_dim, kv_dtype) : 0;
+}
+
 void backend_sync(burst_backend *b) {
     if (b->ops->sync) b->ops->sync(b);
 }

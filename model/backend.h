@@ -91,6 +91,9 @@ void backend_matmul_add(burst_backend *b, float *out, const void *x, burst_dtype
 // Bytes a matmul of n tokens by a weight of cols columns allocates for the call's duration (the
 // CPU's x transposed or split into tiles, and its threads' blocks), for the memory check at start.
 size_t backend_matmul_transient_bytes(burst_backend *b, int n, int64_t cols);
+// Bytes an attention call of up to max_keys keys allocates for its duration, of what grows with
+// the keys (on the CPU with AMX, each thread's copy of a KV head's K and V^T), for the memory check.
+size_t backend_attention_transient_bytes(burst_backend *b, int64_t max_keys, int head_dim, burst_dtype kv_dtype);
 // Rotary embedding in place on x (n, n_heads, head_dim), rotate-half layout (Hugging Face);
 // row i has position pos[i]; frequencies and scaling from p (model/rope.h).
 void backend_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads,

@@ -161,6 +161,10 @@ static size_t cpu_matmul_transient(burst_backend *b, int n, int64_t cols) {
     return matmul_cpu_transient_bytes(n, cols, nthreads(b));
 }
 
+static size_t cpu_attention_transient(burst_backend *b, int64_t max_keys, int head_dim, burst_dtype kv_dtype) {
+    return flash_cpu_transient_bytes(max_keys, head_dim, kv_dtype, nthreads(b));
+}
+
 // A row's angles are worked out ROPE_PAIRS at a time, then turn those pairs of every head: the
 // inner loop runs along a head's pairs, which the vectoriser takes (along the heads, head_dim
 // floats apart, it would go element by element).
@@ -251,8 +255,9 @@ static void cpu_argmax(burst_backend *b, int *out, const float *x, int rows, int
         .name = NAME, .act_dtype = ACT_DTYPE, .free = cpu_free, .alloc = cpu_alloc, .memory_free = cpu_memory_free,  \
         .release = cpu_release, .to_host = cpu_to_host, .copy = cpu_copy, .convert = cpu_convert,                    \
         .weight = cpu_weight, .embed = cpu_embed, .rmsnorm = cpu_rmsnorm, .matmul = cpu_matmul,                      \
-        .matmul_transient = cpu_matmul_transient, .rope = cpu_rope, .swiglu = cpu_swiglu, .attention = cpu_attention, \
-        .attention_batch = cpu_attention_batch, .merge = cpu_merge, .argmax = cpu_argmax,                            \
+        .matmul_transient = cpu_matmul_transient, .attention_transient = cpu_attention_transient, .rope = cpu_rope,  \
+        .swiglu = cpu_swiglu, .attention = cpu_attention, .attention_batch = cpu_attention_batch, .merge = cpu_merge, \
+        .argmax = cpu_argmax,                                                                                        \
     }
 static const backend_ops cpu_ops = CPU_OPS("cpu", DTYPE_F32), cpu_bf16_ops = CPU_OPS("cpu-bf16", DTYPE_BF16);
 

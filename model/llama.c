@@ -237,26 +237,29 @@ static burst_status check_memory(llama_model *m, burst_error *err) {
     const llama_config *c = &m->cfg;
     kv_cache want = {.n_slots = m->opt.n_slots, .n_layers = c->n_layers, .ctx = (int)m->shard_cap,
                      .kv_dim = c->n_kv_heads * c->head_dim, .dtype = m->opt.kv_dtype};
-    // What grows with the context (the cache and the ring's transfer blocks), the same on every
-    // rank, and what --batch sizes (the rest of the scratch, rank 0 holding the logits too, and
-    // what the widest matmul of a step allocates while it runs).
+    // What grows with the context (the cache and the ring's transfer blocks, the same on every
+    // rank, and what an attention call over a rank's keys allocates while it runs), and what
+    // --batch sizes (the rest of the scratch, rank 0 holding the logits too, and what the widest
+    // matmul of a step allocates while it runs).
     size_t ring_blocks = ring_workspace_bytes(m->G, 0, m->shard_cap, c->n_heads, c->n_kv_heads, c->head_dim,
                                               m->opt.kv_dtype);
-    size_t ctx_part = kv_cache_bytes(&want) + ring_blocks, batch_part[m->n_local];
+    size_t ctx_part = kv_cache_bytes(&want) + ring_blocks, attn_part[m->n_local], batch_part[m->n_local];
     const int64_t widest = c->hidden_dim > c->dim ? c->hidden_dim : c->dim;
-    for (int i = 0; i < m->n_local; i++)
+    for (int i = 0; i < m->n_local; i++) {
+        attn_part[i] = backend_attention_transient_bytes(m->ranks[i].be, m->shard_cap, c->head_dim, m->opt.kv_dtype);
         batch_part[i] = alloc_scratch(m, &m->ranks[i], true) - ring_blocks +
                         backend_matmul_transient_bytes(m->ranks[i].be, m->opt.max_batch, widest);
+    }
     int pool[m->n_local];
     size_t free_b[m->n_local];
     for (int i = 0; i < m->n_local; i++) free_b[i] = backend_memory_free(m->ranks[i].be, &pool[i]);
     for (int i = 0; i < m->n_local; i++) {
         int sharing = 0, seen = 0;
-        size_t batch_b = 0;
+        size_t batch_b = 0, attn_b = 0;
         for (int j = 0; j < m->n_local; j++)
-            if (pool[j] == pool[i]) sharing++, seen |= j < i, batch_b += batch_part[j];
+            if (pool[j] == pool[i]) sharing++, seen |= j < i, batch_b += batch_part[j], attn_b += attn_part[j];
         size_t kv_b = ctx_part * (size_t)sharing;
-        if (seen || !free_b[i] || kv_b + batch_b <= free_b[i]) continue;
+        if (seen || !free_b[i] || kv_b + attn_b + batch_b <= free_b[i]) continue;
         char where[32];
         snprintf(where, sizeof where, pool[i] < 0 ? "%s" : "%s:%d", m->opt.backend, pool[i]);
         if (batch_b >= free_b[i])
@@ -264,14 +267,15 @@ static burst_status check_memory(llama_model *m, burst_error *err) {
                               "(before any KV cache), more than the %.2f GB free there: want a smaller --batch",
                               sharing, where, m->opt.max_batch, batch_b / 1e9, free_b[i] / 1e9);
         // A rank holds shard_cap rows of each slot: ctx, or ctx / G + ctx / (8 G) + 8 on G > 1 ranks.
-        double rows = (double)(free_b[i] - batch_b) / ((double)kv_b / (double)m->shard_cap);
+        double rows = (double)(free_b[i] - batch_b) / ((double)(kv_b + attn_b) / (double)m->shard_cap);
         long long fit = (long long)(m->G == 1 ? rows : (rows - 9) * 8 * m->G / 9);
         return BURST_FAIL(err, BURST_ERR_NOMEM,
                           "%d rank(s) on %s: KV caches of %d slot(s) x %d tokens of context (%d layers, %s) take "
-                          "%.2f GB (and the working buffers of --batch %d %.3f GB), more than the %.2f GB free "
-                          "there: about %lld tokens of context would fit%s, or fewer slots", sharing, where,
-                          m->opt.n_slots, m->opt.ctx, c->n_layers, dtype_name(m->opt.kv_dtype), kv_b / 1e9,
-                          m->opt.max_batch, batch_b / 1e9, free_b[i] / 1e9, fit > 0 ? fit : 0,
+                          "%.2f GB (and the working buffers of --batch %d %.3f GB, the attention's copies of a "
+                          "sequence's K/V %.3f GB), more than the %.2f GB free there: about %lld tokens of "
+                          "context would fit%s, or fewer slots", sharing, where, m->opt.n_slots, m->opt.ctx,
+                          c->n_layers, dtype_name(m->opt.kv_dtype), kv_b / 1e9, m->opt.max_batch, batch_b / 1e9,
+                          attn_b / 1e9, free_b[i] / 1e9, fit > 0 ? fit : 0,
                           m->opt.kv_dtype == DTYPE_F32 ? " (twice as many with a bf16 cache)" : "");
     }
     return BURST_OK;

@@ -398,6 +398,18 @@ static void test_bf16_nearest(void) {
 #endif
 }
 
+// What the memory check counts for attention (backend_attention_transient_bytes): on AMX, each of
+// the backend's 3 threads' K and V^T of one KV head, keys padded to 32 (1000 -> 1024), 2 bytes each;
+// nothing for an f32 cache or without AMX (the vector loops' buffers do not grow with the keys).
+static void test_attention_transient(burst_backend *be) {
+    const size_t bf16 = backend_attention_transient_bytes(be, 1000, 128, DTYPE_BF16);
+    const size_t f32 = backend_attention_transient_bytes(be, 1000, 128, DTYPE_F32);
+    const size_t want = amx_usable() ? (size_t)3 * 2 * 1024 * 128 * 2 : 0;
+    const int ok = bf16 == want && f32 == 0;
+    printf("%s attention transient bytes: bf16 cache %zu (want %zu), f32 cache %zu (want 0)\n", ok ? "ok  " : "FAIL", bf16, want, f32);
+    failures += !ok;
+}
+
 int main(void) {
     test_seed("test_backend_cpu");
     test_bf16_nearest();
@@ -413,6 +425,7 @@ int main(void) {
     test_swiglu(be);
     test_rope(be);
     test_argmax(be);
+    test_attention_transient(be);
     backend_free(be);
     printf("%d failures\n", failures);
     return failures != 0;
