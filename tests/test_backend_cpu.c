@@ -310,35 +310,44 @@ static void test_weight_bf16_copy(void) {
     free(h), free(got), free(tokens);
 }
 
-// Rotary embedding in place, against float64 angles of the same frequencies: head_dims whose pairs
-// are fewer than, as many as and more than the angles cpu_rope works out at a time (64), positions
-// past float32's exact angles, plain and scaled frequencies (a ramp, an mscale).
+// Rotary embedding of n rows of h heads at positions pos, in place, against float64 angles of the
+// same frequencies.
+static void check_rope(burst_backend *be, const int64_t *pos, int n, int h, int d, const rope_params *p, const char *what) {
+    const int half = d / 2;
+    act_buf x = act_random(DTYPE_F32, (int64_t)n * h * d, -2, 2);
+    double *ref = burst_malloc((size_t)n * h * d * sizeof(double));
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < half; j++) {
+            const double a = (double)pos[i] * rope_inv_freq(p, j, d), c = cos(a) * p->mscale, sn = sin(a) * p->mscale;
+            for (int hh = 0; hh < h; hh++) {
+                const int64_t o = ((int64_t)i * h + hh) * d + j;
+                ref[o] = x.as_f64[o] * c - x.as_f64[o + half] * sn;
+                ref[o + half] = x.as_f64[o + half] * c + x.as_f64[o] * sn;
+            }
+        }
+    backend_rope(be, x.p, pos, n, h, d, p);
+    act_check(what, &x, ref, 1e-6);
+    free(ref), act_free(&x);
+}
+
+// head_dims from one pair to 150, positions past float32's exact angles, plain and scaled
+// frequencies (a ramp, an mscale). Then the backend's table of the last positions' angles: the same
+// positions again (kept), the same count at other positions, other parameters, and back.
 static void test_rope(burst_backend *be) {
     static const int head_dims[] = {2, 6, 128, 300}, n_heads[] = {3, 1, 2, 3};
     static const rope_params params[] = {{10000, 1, 0, 1, 1.0f}, {500000, 8, 10, 40, 1.25f}};
-    static const int64_t pos[] = {0, 1, 17, 4095, 100003};
+    static const int64_t pos[] = {0, 1, 17, 4095, 100003}, other[] = {0, 1, 17, 4096, 100003};
     const int n = (int)(sizeof pos / sizeof pos[0]);
+    char what[64];
     for (int pi = 0; pi < 2; pi++)
         for (int k = 0; k < 4; k++) {
-            const int d = head_dims[k], h = n_heads[k], half = d / 2;
-            const rope_params *p = &params[pi];
-            act_buf x = act_random(DTYPE_F32, (int64_t)n * h * d, -2, 2);
-            double *ref = burst_malloc((size_t)n * h * d * sizeof(double));
-            for (int i = 0; i < n; i++)
-                for (int j = 0; j < half; j++) {
-                    const double a = (double)pos[i] * rope_inv_freq(p, j, d), c = cos(a) * p->mscale, sn = sin(a) * p->mscale;
-                    for (int hh = 0; hh < h; hh++) {
-                        const int64_t o = ((int64_t)i * h + hh) * d + j;
-                        ref[o] = x.as_f64[o] * c - x.as_f64[o + half] * sn;
-                        ref[o + half] = x.as_f64[o + half] * c + x.as_f64[o] * sn;
-                    }
-                }
-            backend_rope(be, x.p, pos, n, h, d, p);
-            char what[64];
-            snprintf(what, sizeof what, "rope head_dim=%d heads=%d %s", d, h, pi ? "scaled" : "plain");
-            act_check(what, &x, ref, 1e-6);
-            free(ref), act_free(&x);
+            snprintf(what, sizeof what, "rope head_dim=%d heads=%d %s", head_dims[k], n_heads[k], pi ? "scaled" : "plain");
+            check_rope(be, pos, n, n_heads[k], head_dims[k], &params[pi], what);
         }
+    static const struct { const int64_t *pos; int p; const char *what; } seq[] = {
+        {pos, 0, "rope table: positions"}, {pos, 0, "rope table: the same again"}, {other, 0, "rope table: one position moved"},
+        {other, 1, "rope table: other parameters"}, {pos, 0, "rope table: back to the first"}};
+    for (size_t i = 0; i < sizeof seq / sizeof seq[0]; i++) check_rope(be, seq[i].pos, n, 2, 128, &params[seq[i].p], seq[i].what);
 }
 
 // backend_argmax against a plain scan on test_fill_argmax_rows' rows (ties, a row of -INFINITY:
