@@ -10,7 +10,7 @@ static void cpu_copy(void *ctx, const copy_job *jobs, int n) {
     (void)ctx;
     for (int i = 0; i < n; i++) memcpy(jobs[i].dst, jobs[i].src, jobs[i].bytes);
 }
-static const attn_ops cpu_ops = {.attend = cpu_attend, .merge = cpu_merge, .copy = cpu_copy};
+const attn_ops ring_cpu_ops = {.attend = cpu_attend, .merge = cpu_merge, .copy = cpu_copy};
 
 // A transfer block's room: K rows then V rows, max_block_rows each (ring_attention fills and sends
 // only as many rows as the largest rank holds).
@@ -65,7 +65,7 @@ static void attend_block(const ring_args *a, const attn_ops *ops, const char *k,
 }
 
 burst_status ring_attention(const ring_args *a, burst_error *err) {
-    const attn_ops *ops = a->ops ? a->ops : &cpu_ops;
+    const attn_ops *ops = a->ops ? a->ops : &ring_cpu_ops;
     int G = comm_size(a->c), rank = comm_rank(a->c);
     int64_t nq = seq_part_len(&a->q_part), dim = (int64_t)a->n_heads * a->head_dim;
     int64_t kv_dim = (int64_t)a->n_kv_heads * a->head_dim, nk = seq_part_len(&a->k_parts[rank]);
@@ -129,7 +129,7 @@ static void part_copies(const merge_part *parts, int n_parts, int64_t dim, int n
 
 burst_status sharded_merge(comm *c, const attn_ops *ops, const merge_part *parts, int n_parts, int n_heads,
                            int head_dim, float *work, burst_error *err) {
-    if (!ops) ops = &cpu_ops;
+    if (!ops) ops = &ring_cpu_ops;
     int G = comm_size(c);
     int64_t dim = (int64_t)n_heads * head_dim, n = 0;
     for (int p = 0; p < n_parts; p++) n += parts[p].n;

@@ -33,6 +33,9 @@ typedef struct {
     void *ctx;
 } attn_ops;
 
+// What NULL ops mean: flash_cpu, online_softmax_merge, memcpy.
+extern const attn_ops ring_cpu_ops;
+
 typedef struct {
     comm *c;
     const attn_ops *ops;  // NULL: CPU

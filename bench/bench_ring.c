@@ -15,17 +15,13 @@
 
 #include "attention/ring.h"
 
-// The CPU's ring operations, with Q and P rounded to bf16 (--qp-bf16 1).
+// The CPU's attention with Q and P rounded to bf16 (--qp-bf16 1), in ring_cpu_ops's place.
 static void attend_qp_bf16(void *ctx, const flash_args *a) {
     flash_args rounded = *a;
     rounded.qp_bf16 = 1;
     flash_cpu(&rounded, 1);
 }
-static void merge_cpu(void *ctx, const online_softmax_args *calls, int n) { online_softmax_merge(calls, n); }
-static void copy_cpu(void *ctx, const copy_job *jobs, int n) {
-    for (int i = 0; i < n; i++) memcpy(jobs[i].dst, jobs[i].src, jobs[i].bytes);
-}
-static const attn_ops qp_bf16_ops = {.attend = attend_qp_bf16, .merge = merge_cpu, .copy = copy_cpu};
+static attn_ops qp_bf16_ops; // ring_cpu_ops but for attend (main)
 
 typedef struct {
     int N, G, H, K, D, rank, qp_bf16;
@@ -72,6 +68,7 @@ static void *rank_main(void *p) {
 
 int main(int argc, char **argv) {
     int G = 2, H = 4, K = 2, D = 64, tcp = 0, kv_bf16 = 0, qp_bf16 = 0, first_n = 1;
+    qp_bf16_ops = ring_cpu_ops, qp_bf16_ops.attend = attend_qp_bf16;
     for (; first_n + 1 < argc && argv[first_n][0] == '-'; first_n += 2) {
         int v = atoi(argv[first_n + 1]);
         if (!strcmp(argv[first_n], "--ranks")) G = v;
