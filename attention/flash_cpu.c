@@ -474,8 +474,9 @@ void flash_cpu(const flash_args *calls, int n) {
         if (a->head_dim > most_d) most_d = a->head_dim;
         bf16 |= a->kv_dtype == DTYPE_BF16;
         if (!is_decode(a)) {
-            amx |= flash_amx_applies(a->head_dim, a->kv_dtype);
-            if (a->nk > most_keys) most_keys = a->nk;
+            const int on_amx = flash_amx_applies(a->head_dim, a->kv_dtype);
+            amx |= on_amx;
+            if (on_amx && a->nk > most_keys) most_keys = a->nk; // the head copies (flash_amx.h) are for these
             if (query_tile_rows(amx) > most_rows) most_rows = query_tile_rows(amx);
             continue;
         }
