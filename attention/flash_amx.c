@@ -49,7 +49,8 @@ void flash_amx_thread_end(flash_amx_scratch *w) {
 
 void flash_amx_queries(flash_amx_scratch *w, const float *q, int64_t q_stride, int n, int d, int round_bf16) {
     w->parts = round_bf16 ? 1 : PARTS;
-    for (int g = 0; g < amx_pad_to_block(n) / T; g++) amx_rows_to_b(w->q, q, 0, q_stride, n, d, g, d / TK, w->parts);
+    for (int g = 0; g < amx_pad_to_block(n) / T; g++)
+        amx_rows_to_b(w->q + (int64_t)g * (d / TK) * w->parts * TE, q, DTYPE_F32, q_stride, n, d, (int64_t)g * T, 0, d / TK, w->parts);
 }
 
 // Keys [32 c, 32 c + 32) of one KV head's nk rows at src (kv_stride apart), zeros past nk, into a

@@ -32,20 +32,36 @@ int amx_usable(void) {
     return amx_on;
 }
 
-void amx_rows_to_b(uint16_t *dst, const void *x, int x_bf16, int64_t stride, int64_t n, int64_t cols, int64_t b,
-                   int64_t k_tiles, int parts) {
-    for (int64_t k = 0; k < k_tiles; k++) {
-        uint16_t *d = dst + (b * k_tiles + k) * parts * AMX_TILE_ELEMS;
-        for (int64_t t = 0; t < AMX_TILE; t++) { // the parts of row t, a row of d
-            const int64_t row = b * AMX_TILE + t, left = row < n ? cols - k * AMX_TILE_K : 0;
-            const int64_t at = (row < n ? row * stride : 0) + k * AMX_TILE_K;
-            if (x_bf16) _mm512_store_si512(d + t * AMX_TILE_K, _mm512_maskz_loadu_epi16(amx_first32(left), (const uint16_t *)x + at));
-            else
-                amx_split_32(_mm512_maskz_loadu_ps(amx_first16(left), (const float *)x + at),
-                             _mm512_maskz_loadu_ps(amx_first16(left - 16), (const float *)x + at + 16), parts, d + t * AMX_TILE_K,
-                             AMX_TILE_ELEMS);
+// Step k's tiles (rows [row0, row0 + 16) x columns [32 k, 32 k + 32), `parts` of them) as A tiles at d.
+static void rows_to_a_step(uint16_t *d, const void *x, burst_dtype dtype, int64_t stride, int64_t n, int64_t cols,
+                           int64_t row0, int64_t k, int parts) {
+    for (int64_t t = 0; t < AMX_TILE; t++) { // the parts of row t, a row of d
+        const int64_t row = row0 + t, left = row < n ? cols - k * AMX_TILE_K : 0;
+        const int64_t at = (row < n ? row * stride : 0) + k * AMX_TILE_K;
+        uint16_t *dt = d + t * AMX_TILE_K;
+        if (dtype == DTYPE_F32)
+            amx_split_32(_mm512_maskz_loadu_ps(amx_first16(left), (const float *)x + at),
+                         _mm512_maskz_loadu_ps(amx_first16(left - 16), (const float *)x + at + 16), parts, dt, AMX_TILE_ELEMS);
+        else {
+            const __m512i h = _mm512_maskz_loadu_epi16(amx_first32(left), (const uint16_t *)x + at);
+            if (dtype == DTYPE_BF16) _mm512_store_si512(dt, h);
+            else amx_split_32(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), parts, dt,
+                              AMX_TILE_ELEMS);
         }
-        for (int p = 0; p < parts; p++) { // a row of 16 pairs becomes column t of the tile
+    }
+}
+
+void amx_rows_to_a(uint16_t *dst, const void *x, burst_dtype dtype, int64_t stride, int64_t n, int64_t cols,
+                   int64_t row0, int64_t k0, int64_t k_tiles, int parts) {
+    for (int64_t k = 0; k < k_tiles; k++) rows_to_a_step(dst + k * parts * AMX_TILE_ELEMS, x, dtype, stride, n, cols, row0, k0 + k, parts);
+}
+
+void amx_rows_to_b(uint16_t *dst, const void *x, burst_dtype dtype, int64_t stride, int64_t n, int64_t cols,
+                   int64_t row0, int64_t k0, int64_t k_tiles, int parts) {
+    for (int64_t k = 0; k < k_tiles; k++) {
+        uint16_t *d = dst + k * parts * AMX_TILE_ELEMS;
+        rows_to_a_step(d, x, dtype, stride, n, cols, row0, k0 + k, parts);
+        for (int p = 0; p < parts; p++) { // a row of 16 pairs becomes column t of the tile, while it is in L1
             __m512i r[AMX_TILE];
             for (int t = 0; t < AMX_TILE; t++) r[t] = _mm512_load_si512(d + p * AMX_TILE_ELEMS + t * AMX_TILE_K);
             amx_transpose_16x16(r);

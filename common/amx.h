@@ -11,6 +11,8 @@
 #pragma once
 #include <stdint.h>
 
+#include "common/dtype.h"
+
 // 1 where this build, the CPU and the kernel let AMX run and BURST_AMX is not 0 in the environment.
 // The first call asks Linux for the tile registers and logs the outcome.
 int amx_usable(void);
@@ -103,17 +105,20 @@ static inline void amx_transpose_16x16(__m512i r[16]) {
     }
 }
 
-// Rows [16 b, 16 b + 16) of x (n rows of cols float32, in `parts` bf16 parts as amx_split_32 makes
-// them; or bf16 with x_bf16, one part; rows stride elements apart) as B tiles: part p of those rows
-// x columns [32 k, 32 k + 32) at dst[((b * k_tiles + k) * parts + p) * AMX_TILE_ELEMS], whose row
-// c / 2 holds (x[r][c], x[r][c + 1]) at 2 r (the 16 x 16 transpose of the rows' pairs of parts);
-// zeros past n and past cols.
-void amx_rows_to_b(uint16_t *dst, const void *x, int x_bf16, int64_t stride, int64_t n, int64_t cols, int64_t b,
-                   int64_t k_tiles, int parts);
+// Rows [row0, row0 + 16) of x (n rows of cols elements, stride elements apart; float32, F16 or bf16)
+// as A tiles: part p of those rows x columns [32 k, 32 k + 32) at dst[((k - k0) * parts + p) *
+// AMX_TILE_ELEMS] for k in [k0, k0 + k_tiles), row t of the tile x's row row0 + t; `parts` bf16
+// parts as amx_split_32 makes them (a bf16 x: one part, as it is); zeros past n and past cols.
+void amx_rows_to_a(uint16_t *dst, const void *x, burst_dtype dtype, int64_t stride, int64_t n, int64_t cols,
+                   int64_t row0, int64_t k0, int64_t k_tiles, int parts);
+// The same as B tiles: row c / 2 of a tile holds (x[r][c], x[r][c + 1]) at 2 r (the 16 x 16
+// transpose of the A tile's pairs), so that x's rows are B's columns.
+void amx_rows_to_b(uint16_t *dst, const void *x, burst_dtype dtype, int64_t stride, int64_t n, int64_t cols,
+                   int64_t row0, int64_t k0, int64_t k_tiles, int parts);
 
 // One operand of amx_block: its two tiles (rows 0-15 and 16-31 of the block's A, or columns of its
 // B), step k's part p at first + k * step + p * AMX_TILE_ELEMS and second likewise, rows `stride`
-// bytes apart. B's second may be NULL: columns 16-31 would be zeros (tokens past the last).
+// bytes apart. Either's second may be NULL: its rows (A) or columns (B) 16-31 would be zeros.
 typedef struct {
     const uint16_t *first, *second;
     int64_t step, stride;
@@ -123,7 +128,7 @@ typedef struct {
 // Loads step k's part p of an operand of amx_block into tiles 4-5 (a) or 6-7 (b).
 static inline void amx_load_a(const amx_operand *a, int64_t k, int p) {
     _tile_loadd(4, a->first + k * a->step + p * AMX_TILE_ELEMS, a->stride);
-    _tile_loadd(5, a->second + k * a->step + p * AMX_TILE_ELEMS, a->stride);
+    if (a->second) _tile_loadd(5, a->second + k * a->step + p * AMX_TILE_ELEMS, a->stride);
 }
 static inline void amx_load_b(const amx_operand *b, int64_t k, int p) {
     _tile_loadd(6, b->first + k * b->step + p * AMX_TILE_ELEMS, b->stride);
@@ -132,27 +137,25 @@ static inline void amx_load_b(const amx_operand *b, int64_t k, int p) {
 
 // c (a 2 x 2 block of 16 x 16 float sums, rows c_stride floats apart; from zeros where zero) +=
 // the tile products of k_tiles steps of a's parts by b's, those with p + q < AMX_PARTS (the
-// products below 2^-24 of their term are left out). Tiles 0-3 hold the sums, 4-5 a, 6-7 b. The
-// operand of fewer parts goes round the outer loop, so that each of its parts is loaded once a
-// step, and the other's parts once for each (once in all where it has one). Without b.second, half
-// the products: c's columns 16-31 are left as they are.
+// products below 2^-24 of their term are left out). Tiles 0-3 hold the sums (0 and 1 the first
+// rows, 0 and 2 the first columns), 4-5 a, 6-7 b. The operand of fewer parts goes round the outer
+// loop, so that each of its parts is loaded once a step, and the other's parts once for each (once
+// in all where it has one). Without a.second (b.second), the products of c's rows (columns) 16-31
+// are left out, and those sums as they are.
 static inline void amx_block(float *c, int64_t c_stride, int zero, amx_operand a, amx_operand b, int64_t k_tiles) {
     const size_t cs = (size_t)c_stride * sizeof(float);
-    const int two = b.second != NULL;
+    const int two_a = a.second != NULL, two_b = b.second != NULL;
+    float *c1 = c + AMX_TILE, *c2 = c + AMX_TILE * c_stride, *c3 = c2 + AMX_TILE;
     if (zero) {
         _tile_zero(0);
-        _tile_zero(2);
-        if (two) {
-            _tile_zero(1);
-            _tile_zero(3);
-        }
+        if (two_b) _tile_zero(1);
+        if (two_a) _tile_zero(2);
+        if (two_a && two_b) _tile_zero(3);
     } else {
         _tile_loadd(0, c, cs);
-        _tile_loadd(2, c + AMX_TILE * c_stride, cs);
-        if (two) {
-            _tile_loadd(1, c + AMX_TILE, cs);
-            _tile_loadd(3, c + AMX_TILE * c_stride + AMX_TILE, cs);
-        }
+        if (two_b) _tile_loadd(1, c1, cs);
+        if (two_a) _tile_loadd(2, c2, cs);
+        if (two_a && two_b) _tile_loadd(3, c3, cs);
     }
     const int a_outer = a.parts <= b.parts, outer_parts = a_outer ? a.parts : b.parts, inner_parts = a_outer ? b.parts : a.parts;
     for (int64_t k = 0; k < k_tiles; k++)
@@ -165,18 +168,14 @@ static inline void amx_block(float *c, int64_t c_stride, int zero, amx_operand a
                     else amx_load_a(&a, k, i);
                 }
                 _tile_dpbf16ps(0, 4, 6);
-                _tile_dpbf16ps(2, 5, 6);
-                if (two) {
-                    _tile_dpbf16ps(1, 4, 7);
-                    _tile_dpbf16ps(3, 5, 7);
-                }
+                if (two_a) _tile_dpbf16ps(2, 5, 6);
+                if (two_b) _tile_dpbf16ps(1, 4, 7);
+                if (two_a && two_b) _tile_dpbf16ps(3, 5, 7);
             }
         }
     _tile_stored(0, c, cs);
-    _tile_stored(2, c + AMX_TILE * c_stride, cs);
-    if (two) {
-        _tile_stored(1, c + AMX_TILE, cs);
-        _tile_stored(3, c + AMX_TILE * c_stride + AMX_TILE, cs);
-    }
+    if (two_b) _tile_stored(1, c1, cs);
+    if (two_a) _tile_stored(2, c2, cs);
+    if (two_a && two_b) _tile_stored(3, c3, cs);
 }
 #endif

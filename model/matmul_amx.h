@@ -14,9 +14,10 @@ int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, 
 
 // A weight laid out as AMX tiles (burst_weight.amx_tiles), read by matmul_amx at every token count
 // with no copy: rows and columns padded with zeros to 32, tile (i, k) (rows [16 i, 16 i + 16) x
-// columns [32 k, 32 k + 32), a row's 32 columns together) at AMX_TILE_ELEMS (i * k_tiles + k),
-// bf16 (F16 weights rounded to the nearest). Its bytes; the copy of W into dst; and elements
-// [first, first + n) of W (in row order, as weight_to_f32) back as float32.
+// columns [32 k, 32 k + 32)) at AMX_TILE_ELEMS (i * k_tiles + k), as AMX's B operand: tile row c / 2
+// holds the 16 rows' columns (c, c + 1), row r's pair at 2 r; bf16 (F16 weights rounded to the
+// nearest). Its bytes; the copy of W into dst; and elements [first, first + n) of W (in row order,
+// as weight_to_f32) back as float32.
 size_t amx_tiles_bytes(int64_t rows, int64_t cols);
 void amx_tiles_from(uint16_t *dst, const burst_weight *W, int n_threads);
 void amx_tiles_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst);

@@ -293,7 +293,7 @@ static void test_weight_bf16_copy(void) {
         enum { K_TILES = (COLS + 31) / 32, ROWS_PAD = (ROWS + 31) / 32 * 32 };
         for (int r = 0; w.amx_tiles && r < ROWS_PAD; r++)
             for (int c = r < ROWS ? COLS : 0; c < K_TILES * 32; c++)
-                bad += ((const uint16_t *)w.data)[(r / 16 * K_TILES + c / 32) * 512 + r % 16 * 32 + c % 32] != 0;
+                bad += ((const uint16_t *)w.data)[(r / 16 * K_TILES + c / 32) * 512 + c % 32 / 2 * 32 + r % 16 * 2 + c % 2] != 0;
         float span[300]; // elements across rows, from within one, as weight_to_f32 may be asked for them
         weight_to_f32(&w, 12345, 300, span);
         bad += memcmp(span, got + 12345, sizeof span) != 0;
