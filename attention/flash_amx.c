@@ -10,7 +10,10 @@
 // Each runs 2 x 2 blocks of sum tiles (amx_block, common/amx.h).
 #include "attention/flash_amx.h"
 
+#include <math.h>
+
 #include "common/amx.h"
+#include "common/exp_below_88.h"
 
 size_t flash_amx_head_bytes(int max_d, int64_t max_keys) {
     return 2 * sizeof(uint16_t) * (size_t)amx_pad_to_block(max_keys) * (size_t)max_d;
@@ -109,25 +112,41 @@ void flash_amx_scores(flash_amx_scratch *w, float *s, int64_t ld, const uint16_t
                       kt);
 }
 
+// x's and y's 16 floats rounded to the nearest bf16 (one AVX512-BF16 conversion; as amx_bf16_nearest
+// but for subnormals, which become zeros, as AMX reads them), side by side as a tile row of pairs:
+// x's element j at 2 j, y's at 2 j + 1.
+static inline __m512i pair_nearest(__m512 x, __m512 y) {
+    const __m512i xy = (__m512i)_mm512_cvtne2ps_pbh(y, x); // x's 16 in the low half, y's in the high
+    const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
+                                                20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(interleave, xy);
+}
+
 // Two rows of 16 bf16, each in the top 16 bits of 32-bit lanes, side by side as a tile row of
 // pairs: x's element j at 2 j, y's at 2 j + 1.
 static inline __m512i pair_tops(__m512i x_top, __m512i y_top) {
     return _mm512_mask_blend_epi16(0xaaaaaaaau, _mm512_srli_epi32(x_top, 16), y_top);
 }
 
-// P^T's parts in pairs of keys, from p (keys by queries): rows 2 i and 2 i + 1 of a key pair side
-// by side; zeros past nq and nk.
-static void pair_p(flash_amx_scratch *w, const float *p, int64_t ld, int nq, int nk) {
+void flash_amx_probs(flash_amx_scratch *w, const float *s, int64_t ld, int nq, int nk, float scale, const float *m, float *sum) {
     const int parts = w->parts;
-    for (int c = 0; c < amx_pad_to_block(nk) / TK; c++)
-        for (int g = 0; g < amx_pad_to_block(nq) / T; g++) {
-            const __mmask16 m = amx_first16(nq - g * T);
+    for (int g = 0; g < amx_pad_to_block(nq) / T; g++) { // 16 query rows, their state in registers over all keys
+        const __mmask16 rows = amx_first16(nq - g * T);
+        const __m512 mg = _mm512_maskz_loadu_ps(rows, m + g * T), sc = _mm512_set1_ps(scale);
+        const __mmask16 seen = rows & _mm512_cmp_ps_mask(mg, _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ);
+        const __m512 mf = _mm512_maskz_mov_ps(seen, mg); // finite
+        __m512 sum_g = _mm512_setzero_ps();
+        for (int c = 0; c < amx_pad_to_block(nk) / TK; c++) {
             uint16_t *dst = w->p + (c * QG + g) * parts * TE;
-            for (int i = 0; i < T; i++) {
-                const int k0 = c * TK + 2 * i, k1 = k0 + 1;
-                __m512 x = _mm512_maskz_loadu_ps(k0 < nk ? m : 0, p + (k0 < nk ? k0 * ld : 0) + g * T);
-                __m512 y = _mm512_maskz_loadu_ps(k1 < nk ? m : 0, p + (k1 < nk ? k1 * ld : 0) + g * T);
-                if (parts == 1) _mm512_store_si512(dst + i * TK, pair_tops(amx_bf16_nearest_top(x), amx_bf16_nearest_top(y)));
+            for (int i = 0; i < T; i++) { // keys k0 and k0 + 1, side by side in a row of pairs
+                const int k0 = c * TK + 2 * i;
+                const __mmask16 in0 = k0 < nk ? rows : 0, in1 = k0 + 1 < nk ? rows : 0;
+                const __m512 s0 = _mm512_maskz_loadu_ps(in0, s + (int64_t)k0 * ld + g * T);
+                const __m512 s1 = _mm512_maskz_loadu_ps(in1, s + (int64_t)(k0 + 1) * ld + g * T);
+                __m512 x = exp_below_88_x16(_mm512_fmsub_ps(s0, sc, mf), in0 & seen);
+                __m512 y = exp_below_88_x16(_mm512_fmsub_ps(s1, sc, mf), in1 & seen);
+                sum_g = _mm512_add_ps(sum_g, _mm512_add_ps(x, y));
+                if (parts == 1) _mm512_store_si512(dst + i * TK, pair_nearest(x, y));
                 else
                     for (int part = 0; part < parts; part++) {
                         const __m512i xp = amx_bf16_part_top(&x);
@@ -135,13 +154,14 @@ static void pair_p(flash_amx_scratch *w, const float *p, int64_t ld, int nq, int
                     }
             }
         }
+        _mm512_mask_storeu_ps(sum + g * T, rows, sum_g);
+    }
 }
 
-void flash_amx_pv(flash_amx_scratch *w, float *acc_t, const float *p, int64_t ld, const uint16_t *v, int64_t kv_stride,
-                  int nk_all, int k0, int nq, int nk, int d) {
+void flash_amx_pv(flash_amx_scratch *w, float *acc_t, const uint16_t *v, int64_t kv_stride, int nk_all, int k0, int nq, int nk,
+                  int d) {
     const int kc = amx_pad_to_block(nk) / TK, eg = d / T, parts = w->parts;
     const uint16_t *vt = head_to(&w->vt, transpose_v, v, kv_stride, nk_all, d, k0 + nk) + k0 / TK * eg * TE;
-    pair_p(w, p, ld, nq, nk);
     for (int e = 0; e < eg; e += 2) // dims 16 e.. by queries r..: V^T's tiles by P^T's pairs (one tile where the second holds no query)
         for (int r = 0; r < amx_pad_to_block(nq); r += 2 * T)
             amx_block(acc_t + (int64_t)e * T * QROWS + r, QROWS, 0, (amx_operand){vt + e * TE, vt + (e + 1) * TE, eg * TE, 64, 1},
@@ -171,8 +191,11 @@ void flash_amx_scores(flash_amx_scratch *w, float *s, int64_t ld, const uint16_t
                       int k0, int nq, int nk, int d) {
     NOT_BUILT;
 }
-void flash_amx_pv(flash_amx_scratch *w, float *acc_t, const float *p, int64_t ld, const uint16_t *v, int64_t kv_stride,
-                  int nk_all, int k0, int nq, int nk, int d) {
+void flash_amx_probs(flash_amx_scratch *w, const float *s, int64_t ld, int nq, int nk, float scale, const float *m, float *sum) {
+    NOT_BUILT;
+}
+void flash_amx_pv(flash_amx_scratch *w, float *acc_t, const uint16_t *v, int64_t kv_stride, int nk_all, int k0, int nq, int nk,
+                  int d) {
     NOT_BUILT;
 }
 void flash_amx_store(float *o, int64_t o_stride, const float *acc_t, const float *factor, int n, int d) { NOT_BUILT; }

@@ -4,8 +4,8 @@
 // probabilities P are split into three bf16 parts each, so the sums are those of float32 arithmetic
 // on the same K/V (3 tile products per 32 x 16 x 16 block, against one float32 multiply-add per
 // element pair in flash_cpu's loops); or, for a call that asks (flash_args.qp_bf16), rounded to
-// bf16, one tile product a block, as the GPU's bf16 attention kernels do. The softmax between them
-// stays flash_cpu's.
+// bf16, one tile product a block, as the GPU's bf16 attention kernels do. flash_cpu's softmax keeps
+// the state between them, and has flash_amx_probs compute the probabilities.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -59,14 +59,21 @@ void flash_amx_queries(flash_amx_scratch *w, const float *q, int64_t q_stride, i
 void flash_amx_scores(flash_amx_scratch *w, float *s, int64_t ld, const uint16_t *k, int64_t kv_stride, int nk_all,
                       int k0, int nq, int nk, int d);
 
+// The probabilities of query rows [0, nq) for keys [0, nk) (nk <= 128) from their scores (key j's
+// of row r at s[j * ld + r], as flash_amx_scores made them): e^(score x scale - m[r]) (0 where m[r] is
+// -inf: the row has seen no key), laid out (rounded or split into parts) for the next flash_amx_pv,
+// computed in registers as they are laid out, rather than stored as float32 and read back; sum[r] =
+// row r's sum of them. The scores in s stay.
+void flash_amx_probs(flash_amx_scratch *w, const float *s, int64_t ld, int nq, int nk, float scale, const float *m, float *sum);
+
 // acc_t += (P V)^T for query rows [0, nq rounded up to 32): acc_t holds the output sums as d rows
-// of FLASH_AMX_QUERIES, dim c of query row r at acc_t[c * FLASH_AMX_QUERIES + r]; p[j * ld + r] is
-// row r's probability of key k0 + j (j < nk <= 128, k0 a multiple of 128). v is one KV head's V
-// for the whole call, nk_all rows at v + j * kv_stride (bf16), which must not change between the
-// calls of a thread that name it (its V^T is kept for them). Rows past nq read no probability
-// (they add zeros).
-void flash_amx_pv(flash_amx_scratch *w, float *acc_t, const float *p, int64_t ld, const uint16_t *v, int64_t kv_stride,
-                  int nk_all, int k0, int nq, int nk, int d);
+// of FLASH_AMX_QUERIES, dim c of query row r at acc_t[c * FLASH_AMX_QUERIES + r]; P the nk <= 128
+// keys' probabilities (key k0 + j for j < nk, k0 a multiple of 128) as the last flash_amx_probs
+// laid them out. v is one KV head's V for the whole call, nk_all rows at v + j * kv_stride (bf16),
+// which must not change between the calls of a thread that name it (its V^T is kept for them). Rows
+// past nq add zeros.
+void flash_amx_pv(flash_amx_scratch *w, float *acc_t, const uint16_t *v, int64_t kv_stride, int nk_all, int k0, int nq, int nk,
+                  int d);
 
 // Query rows [0, n) of the sums flash_amx_pv made in acc_t, row r times factor[r], into o (row r at
 // o + r * o_stride, d floats).

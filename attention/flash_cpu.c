@@ -197,15 +197,17 @@ static void add_pv(float *acc, const float *p, int64_t ld, const float *v, int64
     }
 }
 
-// Rows [0, R) (R <= SOFTMAX_ROWS) of softmax_tile's row maxima and probabilities, key by key,
-// the rows' running max and sum in locals: where R is the constant SOFTMAX_ROWS they stay in
-// registers over all nk keys, rather than loaded and stored at every key. m and l: the rows'
-// state; mx: where each row's rescale factor goes.
+// Rows [0, R) (R <= SOFTMAX_ROWS) of softmax_tile's row maxima and probabilities, key by key, and
+// the state's m and l: where R is the constant SOFTMAX_ROWS, the rows' maxima and sums stay in
+// registers over all nk keys, rather than loaded and stored at every key. mx: where each row's
+// rescale factor goes. On AMX (amx), flash_amx_probs computes the probabilities. (They could ride
+// along a pass of their own against the old maxima, run again only where a max moves; but in a
+// random-weight model's prompt half the tiles moved some row's max.)
 static inline __attribute__((always_inline)) void softmax_rows(float *s, int64_t ld, int nk, float scale, float *m,
-                                                              float *l, float *mx, const int R) {
+                                                              float *l, float *mx, flash_amx_scratch *amx, const int R) {
     // The row maxima of the unscaled scores (scale > 0 keeps their order): the scaling rides in the
     // exponent below instead of a pass that stores every score scaled.
-    float top[SOFTMAX_ROWS], m_row[SOFTMAX_ROWS], sum[SOFTMAX_ROWS];
+    float top[SOFTMAX_ROWS], sum[SOFTMAX_ROWS];
     for (int i = 0; i < R; i++) top[i] = -INFINITY;
     for (int j = 0; j < nk; j++)
         for (int i = 0; i < R; i++) {
@@ -219,26 +221,30 @@ static inline __attribute__((always_inline)) void softmax_rows(float *s, int64_t
     for (int i = 0; i < R; i++) {
         const float m_new = top[i] * scale;
         mx[i] = m_new > m[i] + LAZY_MAX ? expf(m[i] - m_new) : 1.0f;
-        m[i] = m_row[i] = m_new > m[i] + LAZY_MAX ? m_new : m[i];
-        sum[i] = l[i] * mx[i];
+        m[i] = m_new > m[i] + LAZY_MAX ? m_new : m[i];
     }
-    for (int j = 0; j < nk; j++)
-        for (int i = 0; i < R; i++) { // a row that has seen no key yet adds nothing
-            const float p = m_row[i] == -INFINITY ? 0.0f : exp_below_88(s[j * ld + i] * scale - m_row[i]);
-            s[j * ld + i] = p;
-            sum[i] += p;
-        }
-    for (int i = 0; i < R; i++) l[i] = sum[i];
+    if (amx) flash_amx_probs(amx, s, ld, R, nk, scale, m, sum);
+    else {
+        float m_row[SOFTMAX_ROWS];
+        for (int i = 0; i < R; i++) m_row[i] = m[i], sum[i] = 0.0f;
+        for (int j = 0; j < nk; j++)
+            for (int i = 0; i < R; i++) { // a row that has seen no key yet adds nothing
+                const float p = m_row[i] == -INFINITY ? 0.0f : exp_below_88(s[j * ld + i] * scale - m_row[i]);
+                s[j * ld + i] = p;
+                sum[i] += p;
+            }
+    }
+    for (int i = 0; i < R; i++) l[i] = l[i] * mx[i] + sum[i];
 }
 
 // Rows [0, n) of st take the scores of nk keys in s (key j's at s + j x ld): scaled, masked
 // (with `masked`, row r sees the keys j <= see0 + r % period: its query's position less the
 // tile's first key's; a prefill tile's rows are its queries, period n; a decode call's rows are
 // nq queries of each head, period nq), online softmax. The scores become the probabilities that
-// P V weighs the keys by. Every loop runs along the rows, a vector of them at a time. mx: n
-// floats of scratch.
+// P V weighs the keys by: in s, or on AMX (amx, n <= 128) as flash_amx_probs lays them out. Every
+// loop runs along the rows, a vector of them at a time. mx: n floats of scratch.
 static void softmax_tile(const flash_args *a, float *s, int64_t ld, int n, int nk, flash_cpu_rows st, float *mx,
-                         int masked, int64_t see0, int period) {
+                         int masked, int64_t see0, int period, flash_amx_scratch *amx) {
     if (masked)
         for (int r = 0; r < n; r++) {
             const int64_t first_unseen = see0 + r % period + 1;
@@ -246,8 +252,8 @@ static void softmax_tile(const flash_args *a, float *s, int64_t ld, int n, int n
         }
     for (int r0 = 0; r0 < n; r0 += SOFTMAX_ROWS) { // a whole AMX tile's rows (a constant) at once
         float *m = st.m + r0, *l = st.l + r0;
-        if (n - r0 >= SOFTMAX_ROWS) softmax_rows(s + r0, ld, nk, a->scale, m, l, mx + r0, SOFTMAX_ROWS);
-        else softmax_rows(s + r0, ld, nk, a->scale, m, l, mx + r0, n - r0);
+        if (n - r0 >= SOFTMAX_ROWS) softmax_rows(s + r0, ld, nk, a->scale, m, l, mx + r0, amx, SOFTMAX_ROWS);
+        else softmax_rows(s + r0, ld, nk, a->scale, m, l, mx + r0, amx, n - r0);
     }
     // Once a row's max settles, most key tiles leave it alone; AMX's transposed sums go along the
     // rows, RESCALE_ROWS at a time.
@@ -280,8 +286,8 @@ static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, flash_cpu_
         if (nq > FLASH_CPU_SPLIT_ROWS) scores(w->s, k, k_stride, w->qt, d, nk);
         else dot_rows(q_row(a, q0, h), a->q_stride, nq, k, k_stride, nk, d, w->s, 1, FLASH_CPU_BQ);
     }
-    softmax_tile(a, w->s, ld, nq, nk, st, w->mx, masked, a->q_pos0 + q0 - a->k_pos0 - k0, nq);
-    if (amx) flash_amx_pv(&w->amx, st.acc, w->s, ld, bf16_rows(a, a->v, 0, hk), a->kv_stride, a->nk, (int)k0, nq, nk, d);
+    softmax_tile(a, w->s, ld, nq, nk, st, w->mx, masked, a->q_pos0 + q0 - a->k_pos0 - k0, nq, amx ? &w->amx : NULL);
+    if (amx) flash_amx_pv(&w->amx, st.acc, bf16_rows(a, a->v, 0, hk), a->kv_stride, a->nk, (int)k0, nq, nk, d);
     else {
         int64_t v_stride;
         const float *v = kv_tile(a, a->v, k0, nk, hk, w->kv, &v_stride);
@@ -341,7 +347,7 @@ static inline __attribute__((always_inline)) void decode_tile_as(const flash_arg
         for (int hk = hk0; hk < hk1; hk++, k += (size_t)d * esize)
             for (int h = hk * group; h < (hk + 1) * group; h++, s += nq) decode_scores(a, h, k, kv_bf16, s);
     }
-    softmax_tile(a, w->s, rows, rows, nk, st, w->mx, masked, a->q_pos0 - a->k_pos0 - k0, nq);
+    softmax_tile(a, w->s, rows, rows, nk, st, w->mx, masked, a->q_pos0 - a->k_pos0 - k0, nq, NULL);
     for (int j = 0; j < nk; j += DECODE_PV_KEYS) {
         const int nb = nk - j < DECODE_PV_KEYS ? nk - j : DECODE_PV_KEYS, head_rows = group * nq;
         for (int hk = hk0; hk < hk1; hk++) {

@@ -24,9 +24,11 @@ enum { AMX_TILE = 16, AMX_TILE_K = 32, AMX_TILE_ELEMS = AMX_TILE * AMX_TILE_K, A
 // n rounded up to amx_block's 32 rows (or columns): two tiles.
 static inline int64_t amx_pad_to_block(int64_t n) { return (n + 2 * AMX_TILE - 1) / (2 * AMX_TILE) * (2 * AMX_TILE); }
 
-// Compiled where the compiler targets AMX-BF16 (-march=native on such a CPU); clang 14 names the
-// features __AMXTILE__ and __AMXBF16__, GCC __AMX_TILE__ and __AMX_BF16__.
-#if (defined(__AMX_TILE__) || defined(__AMXTILE__)) && (defined(__AMX_BF16__) || defined(__AMXBF16__)) && defined(__AVX512F__)
+// Compiled where the compiler targets AMX-BF16 (-march=native on such a CPU), with the AVX512-BF16
+// conversions every such CPU has; clang 14 names the features __AMXTILE__ and __AMXBF16__, GCC
+// __AMX_TILE__ and __AMX_BF16__.
+#if (defined(__AMX_TILE__) || defined(__AMXTILE__)) && (defined(__AMX_BF16__) || defined(__AMXBF16__)) && defined(__AVX512F__) && \
+    defined(__AVX512BF16__)
 #define BURST_AMX_BUILD 1
 #include <immintrin.h>
 
