@@ -1,5 +1,6 @@
 // Public wrappers over a backend's function table: argument checks live here, once.
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "backend_impl.h"
@@ -8,31 +9,59 @@
 #include "backend_cuda.h"
 #endif
 
+// The backends by name: where each computes, and whether in bf16.
+static const struct {
+    const char *name;
+    int on_host, bf16;
+} backend_kinds[] = {{"cpu", 1, 0}, {"cpu-bf16", 1, 1}, {"cuda", 0, 1}, {"cuda-fp32", 0, 0}};
+enum { N_BACKEND_KINDS = sizeof backend_kinds / sizeof backend_kinds[0] };
+
+static int backend_kind(const char *name) {
+    for (int k = 0; name && k < N_BACKEND_KINDS; k++)
+        if (!strcmp(name, backend_kinds[k].name)) return k;
+    return -1;
+}
+
 burst_status backend_new(const char *name, int device, int n_threads, burst_backend **out,
                          burst_error *err) {
     *out = NULL;
-    if (backend_on_host(name)) {
-        int bf16 = !strcmp(name, "cpu-bf16");
+    const int k = backend_kind(name);
+    if (k < 0) {
+        char names[80] = "";
+        for (int i = 0; i < N_BACKEND_KINDS; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", !i ? "" : i < N_BACKEND_KINDS - 1 ? ", " : " or ",
+                     backend_kinds[i].name);
+        return BURST_FAIL(err, BURST_ERR_INVALID, "backend '%s' unknown (want %s)", name, names);
+    }
+    if (backend_kinds[k].on_host) {
         // Without AMX the matmuls widen bf16 inputs back to float32: no faster, only rounded. Said once,
         // not once a rank.
         static atomic_flag warned = ATOMIC_FLAG_INIT;
-        if (bf16 && !amx_usable() && !atomic_flag_test_and_set(&warned))
-            LOG_W("backend cpu-bf16: AMX is off (not in this build or CPU, refused by the kernel, or BURST_AMX=0), so bf16 "
-                  "activations only lose precision: cpu is as fast");
-        *out = backend_cpu_new(n_threads, bf16);
+        if (backend_kinds[k].bf16 && !amx_usable() && !atomic_flag_test_and_set(&warned))
+            LOG_W("backend %s: AMX is off (not in this build or CPU, refused by the kernel, or BURST_AMX=0), so bf16 "
+                  "activations only lose precision: cpu is as fast", name);
+        *out = backend_cpu_new(n_threads, backend_kinds[k].bf16);
         return BURST_OK;
     }
-    if (!strcmp(name, "cuda") || !strcmp(name, "cuda-fp32")) {
 #ifdef BURST_WITH_CUDA
-        return backend_cuda_new(device, !strcmp(name, "cuda-fp32"), out, err);
+    return backend_cuda_new(device, !backend_kinds[k].bf16, out, err);
 #else
-        return BURST_FAIL(err, BURST_ERR_INVALID, "backend %s: this build has no CUDA (configure with -DBURST_CUDA=ON)", name);
+    return BURST_FAIL(err, BURST_ERR_INVALID, "backend %s: this build has no CUDA (configure with -DBURST_CUDA=ON)", name);
 #endif
-    }
-    return BURST_FAIL(err, BURST_ERR_INVALID, "backend '%s' unknown (want cpu, cpu-bf16, cuda or cuda-fp32)", name);
 }
 
-int backend_on_host(const char *name) { return !strcmp(name, "cpu") || !strcmp(name, "cpu-bf16"); }
+int backend_on_host(const char *name) {
+    const int k = backend_kind(name);
+    return k >= 0 && backend_kinds[k].on_host;
+}
+int backend_on_device(const char *name) {
+    const int k = backend_kind(name);
+    return k >= 0 && !backend_kinds[k].on_host;
+}
+int backend_bf16(const char *name) {
+    const int k = backend_kind(name);
+    return k >= 0 && backend_kinds[k].bf16;
+}
 
 void backend_free(burst_backend *b) {
     if (b) b->ops->free(b);

@@ -37,6 +37,10 @@ burst_backend *backend_cpu_new(int n_threads, int bf16);
 // 1 for the backends that compute in host memory, on the mapped weights (or their copies of them):
 // "cpu" and "cpu-bf16". A process's host ranks share one set of weights.
 int backend_on_host(const char *name);
+// 1 for the backends on a GPU: "cuda" and "cuda-fp32".
+int backend_on_device(const char *name);
+// 1 for the backends whose activations are bf16 by name: "cpu-bf16" and "cuda".
+int backend_bf16(const char *name);
 void backend_free(burst_backend *b);
 const char *backend_name(const burst_backend *b);
 // The dtype a backend wants for matmul inputs: DTYPE_BF16 where its GEMMs round their inputs to

@@ -348,7 +348,7 @@ static burst_status join_cluster(llama_model *m, const char *dir, burst_error *e
 // The transport: threads in one process; across nodes tcp for the CPU and NCCL for GPUs.
 static burst_status open_comm(llama_model *m, burst_error *err) {
     const char *be = m->opt.backend, *name = m->opt.comm;
-    if (!name) name = !m->cl ? "threads" : strncmp(be, "cuda", 4) ? "tcp" : "nccl";
+    if (!name) name = !m->cl ? "threads" : backend_on_device(be) ? "nccl" : "tcp";
     if (!strcmp(name, "threads")) {
         if (m->cl) return BURST_FAIL(err, BURST_ERR_INVALID, "comm threads cannot span %d nodes (want tcp or nccl)", cluster_nodes(m->cl));
         m->comm = comm_threads_group_new(m->G, backend_transfer(m->ranks[0].be));
@@ -361,7 +361,7 @@ static burst_status open_comm(llama_model *m, burst_error *err) {
         return comm_tcp_group_new(m->cl, m->G, stall_s, &m->comm, err);
     }
     if (!strcmp(name, "nccl")) {
-        if (strncmp(be, "cuda", 4)) return BURST_FAIL(err, BURST_ERR_INVALID, "comm nccl needs a cuda backend (not %s)", be);
+        if (!backend_on_device(be)) return BURST_FAIL(err, BURST_ERR_INVALID, "comm nccl needs a cuda backend (not %s)", be);
         return comm_nccl_group_new(m->cl, m->G, stall_s, &m->comm, err);
     }
     return BURST_FAIL(err, BURST_ERR_INVALID, "comm '%s' unknown (want threads, tcp or nccl)", name);

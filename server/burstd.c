@@ -255,7 +255,7 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
           llama_options_of(m)->ctx, dtype_name(llama_options_of(m)->kv_dtype), batch, chunk, llama_options_of(m)->n_ranks,
           llama_options_of(m)->backend, llama_reserved_bytes(m) / 1e6);
     int ctx = llama_options_of(m)->ctx, warmup = a->warmup;
-    if (warmup < 0) warmup = strncmp(llama_options_of(m)->backend, "cuda", 4) ? 0 : 2 * batch;
+    if (warmup < 0) warmup = backend_on_device(llama_options_of(m)->backend) ? 2 * batch : 0;
     if (warmup > ctx - 1) warmup = ctx - 1; // room for the decode step
     if (warmup > 0 && warm_up(m, warmup, batch, &err)) goto fail; // the steps of a first request, alone
     const char *name = a->served_name ? a->served_name : model_name(a->model);

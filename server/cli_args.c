@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/backend.h"
+
 const char *cli_build_info(void) {
     return BURST_VERSION " (git " BURST_COMMIT "; " BURST_BUILT_WITH ")";
 }
@@ -70,11 +72,9 @@ int cli_parse_on_off(const char *prog, const char *flag, const char *s, int *out
     return 1;
 }
 
-int cli_step_default(const char *backend, int cpu) { return backend && !strncmp(backend, "cuda", 4) ? 8192 : cpu; }
+int cli_step_default(const char *backend, int cpu) { return backend_on_device(backend) ? 8192 : cpu; }
 
-const char *cli_kv_dtype_default(const char *backend) {
-    return backend && (!strcmp(backend, "cuda") || !strcmp(backend, "cpu-bf16")) ? "bf16" : "f32";
-}
+const char *cli_kv_dtype_default(const char *backend) { return backend_bf16(backend) ? "bf16" : "f32"; }
 
 const char *cli_api_key(const char *given) {
     const char *env = getenv("BURST_API_KEY");
