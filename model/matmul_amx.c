@@ -62,7 +62,7 @@ enum { MC = 128, NC = 512, KC = 256 };
 // each 32 rows.
 enum { AMX_F16_MIN_TOKENS = 128, AMX_BF16_MIN_TOKENS = 16, FEW_TOKENS = 64 };
 
-// Rows [r0, r0 + mr) x columns [k0, k0 + kn) of W (mr and kn multiples of 32; zeros past W's edges)
+// Rows [r0, r0 + mr) x columns [k0, k0 + kn) of W (mr a multiple of 16, kn of 32; zeros past W's edges)
 // as B tiles: ws[i * i_stride + (k * parts + p) * TILE_ELEMS] is part p of rows [16 i, 16 i + 16) x
 // columns [k0 + 32 k, k0 + 32 k + 32); F16 weights split into two bf16 parts, or with one part
 // rounded to bf16.
