@@ -218,23 +218,25 @@ static inline __attribute__((always_inline)) void softmax_rows(float *s, int64_t
     // most tiles leave the state alone (m need not be the max for exact results, only the same in
     // P, l and lse); the probabilities stay below e^LAZY_MAX. mx: 0 when the old max is -inf (a row
     // that has seen no key keeps its zeros); 1 when it stays.
+    float m_row[SOFTMAX_ROWS];
     for (int i = 0; i < R; i++) {
         const float m_new = top[i] * scale;
         mx[i] = m_new > m[i] + LAZY_MAX ? expf(m[i] - m_new) : 1.0f;
-        m[i] = m_new > m[i] + LAZY_MAX ? m_new : m[i];
+        m[i] = m_row[i] = m_new > m[i] + LAZY_MAX ? m_new : m[i];
+        sum[i] = l[i] * mx[i];
     }
-    if (amx) flash_amx_probs(amx, s, ld, R, nk, scale, m, sum);
-    else {
-        float m_row[SOFTMAX_ROWS];
-        for (int i = 0; i < R; i++) m_row[i] = m[i], sum[i] = 0.0f;
+    if (amx) {
+        float tile_sum[SOFTMAX_ROWS];
+        flash_amx_probs(amx, s, ld, R, nk, scale, m, tile_sum);
+        for (int i = 0; i < R; i++) sum[i] += tile_sum[i];
+    } else
         for (int j = 0; j < nk; j++)
             for (int i = 0; i < R; i++) { // a row that has seen no key yet adds nothing
                 const float p = m_row[i] == -INFINITY ? 0.0f : exp_below_88(s[j * ld + i] * scale - m_row[i]);
                 s[j * ld + i] = p;
                 sum[i] += p;
             }
-    }
-    for (int i = 0; i < R; i++) l[i] = l[i] * mx[i] + sum[i];
+    for (int i = 0; i < R; i++) l[i] = sum[i];
 }
 
 // Rows [0, n) of st take the scores of nk keys in s (key j's at s + j x ld): scaled, masked
