@@ -60,15 +60,13 @@ static inline __m512i amx_bf16_part_top(__m512 *v) {
 // The same, as 16 bf16.
 static inline __m256i amx_bf16_part(__m512 *v) { return _mm512_cvtepi32_epi16(_mm512_srli_epi32(amx_bf16_part_top(v), 16)); }
 
-// v's 16 floats rounded to the nearest bf16 (ties to even; a NaN kept NaN), as f32_to_bf16, in the
-// top 16 bits of each 32-bit lane (the low ones anything).
-static inline __m512i amx_bf16_nearest_top(__m512 v) {
+// v's 16 floats rounded to the nearest bf16 (ties to even; a NaN kept NaN), as f32_to_bf16.
+static inline __m256i amx_bf16_nearest(__m512 v) {
     const __m512i u = _mm512_castps_si512(v), lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
-    return _mm512_mask_or_epi32(r, _mm512_fpclass_ps_mask(v, 0x81), u, _mm512_set1_epi32(0x00400000));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
+    r = _mm512_mask_or_epi32(r, _mm512_fpclass_ps_mask(v, 0x81), u, _mm512_set1_epi32(0x00400000));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
 }
-// The same, as 16 bf16.
-static inline __m256i amx_bf16_nearest(__m512 v) { return _mm512_cvtepi32_epi16(_mm512_srli_epi32(amx_bf16_nearest_top(v), 16)); }
 
 // The bf16 parts of 32 floats (a, b), as parts rows of 32 at d, d + stride, ... (d 32-byte aligned).
 // One part is the floats rounded to bf16 (an operand rounded, not split); more are truncated

@@ -62,7 +62,7 @@ enum { MC = 128, NC = 512, KC = 256 };
 // each 32 rows.
 enum { AMX_F16_MIN_TOKENS = 128, AMX_BF16_MIN_TOKENS = 16, FEW_TOKENS = 64 };
 
-// Rows [r0, r0 + mr) x columns [k0, k0 + kn) of W (mr a multiple of 16, kn of 32; zeros past W's edges)
+// Rows [r0, r0 + mr) x columns [k0, k0 + kn) of W (mr and kn multiples of 32; zeros past W's edges)
 // as B tiles: ws[i * i_stride + (k * parts + p) * TILE_ELEMS] is part p of rows [16 i, 16 i + 16) x
 // columns [k0 + 32 k, k0 + 32 k + 32); F16 weights split into two bf16 parts, or with one part
 // rounded to bf16.
@@ -75,7 +75,8 @@ static void copy_w(uint16_t *ws, int64_t i_stride, const burst_weight *W, int64_
 void amx_tiles_from(uint16_t *dst, const burst_weight *W, int n_threads) {
     const int64_t k_tiles = tiles_k(W->cols), groups = amx_pad_to_block(W->rows) / TILE;
     #pragma omp parallel for num_threads(n_threads) schedule(static)
-    for (int64_t g = 0; g < groups; g++) copy_w(dst + g * k_tiles * TILE_ELEMS, 0, W, g * TILE, TILE, 0, k_tiles * TILE_K, 1);
+    for (int64_t g = 0; g < groups; g++)
+        amx_rows_to_b(dst + g * k_tiles * TILE_ELEMS, W->data, W->dtype, W->cols, W->rows, W->cols, g * TILE, 0, k_tiles, 1);
 }
 
 // What a call allocates: x's tiles, and each thread's copy of MC weight rows and its sums.
