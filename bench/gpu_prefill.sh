@@ -4,8 +4,9 @@
 # prefill anchor (.gpu-kit/torch_prefill.py without its attention sweep, which
 # bench/gpu_run.sh covers) in the same call. Full logs go to $OUT (or /tmp); the tables print last.
 # The prefill runs once per KV cache dtype in KVS (default "f32 bf16"), on the LLaMA shape SHAPE
-# (7b, the default, or 13b; the anchor then runs the same shape and lengths). With "anchor" the
-# decode table sets bench_prefill's decode_ms beside bench/torch_decode_anchor.py.
+# (7b, the default, or 13b; the anchor then runs the same shape and lengths). Then decode steps of
+# 1 and 16 sequences without and with BURST_CUDA_GRAPHS=1, alternating, twice (bench_decode). With
+# "anchor" the decode table sets bench_prefill's decode_ms beside bench/torch_decode_anchor.py.
 #   bash bench/gpu_prefill.sh [NS] [BATCHES] [anchor]      (lists comma-separated)
 set -o pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,10 @@ echo "test_model_cuda rc=$?"
 : >"$out/bench_prefill.log"
 for kv in ${KVS:-f32 bf16}; do
   ./build-gpu/bench/bench_prefill "/tmp/llama$shape" "$ns" "$batches" 3 "$kv" "$shape" 2>&1 | tee -a "$out/bench_prefill.log"
+done
+for graphs in 0 1 0 1; do # the model bench_prefill wrote, from the page cache: ~10 s a run
+  echo "== bench_decode, BURST_CUDA_GRAPHS=$graphs"
+  BURST_CUDA_GRAPHS=$graphs ./build-gpu/bench/bench_decode "/tmp/llama$shape" 1,16 1024 20 cuda bf16 2>&1 | tail -4
 done
 if [ "$3" = anchor ]; then
   sed -e 's/for N in \[4096, 16384, 65536, 131072\]:/for N in []:/' \

@@ -181,6 +181,15 @@ size_t backend_attention_transient_bytes(burst_backend *b, int64_t max_keys, int
     return b->ops->attention_transient ? b->ops->attention_transient(b, max_keys, head_dim, kv_dtype) : 0;
 }
 
+void backend_graph_begin(burst_backend *b, int rows) {
+    BURST_ASSERT(rows >= 0);
+    if (b->ops->graph_begin) b->ops->graph_begin(b, rows);
+}
+
+void backend_graph_end(burst_backend *b) {
+    if (b->ops->graph_end) b->ops->graph_end(b);
+}
+
 void backend_sync(burst_backend *b) {
     if (b->ops->sync) b->ops->sync(b);
 }

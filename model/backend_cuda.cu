@@ -57,6 +57,8 @@ constexpr int THREADS = 256;
 constexpr int CUDNN_MIN_ROWS = 1024;
 constexpr size_t CUBLAS_WORKSPACE = 32u << 20; // cuBLAS asks for 32 MiB on Hopper
 constexpr size_t UPLOAD_CHUNK = 64u << 20;     // bytes per staged weight upload
+// BURST_CUDA_GRAPHS=1: steps of at most this many rows (decode) run as one CUDA graph.
+constexpr int GRAPH_MAX_ROWS = 64;
 
 constexpr int PROFILE_KEYS = 128;
 
@@ -99,6 +101,12 @@ typedef struct {
     int cudnn_always;           // 1: for every such block cuDNN takes, plan or not (BURST_FLASH=cudnn)
     int batched;                // BURST_BATCHED_DECODE=1: attention_batch / convert_batch in few launches
     int gemv;                   // BURST_GEMV=1: matmuls of up to GEMV_MAX_N rows on bf16 weights by gemv_kernel
+    int graphs;                 // BURST_CUDA_GRAPHS=1: cuda_graph_begin / cuda_graph_end capture decode steps
+    int capturing;              // between them: the step's rows, its ops recorded into a graph, not run
+    unsigned char graph_rows_seen[GRAPH_MAX_ROWS + 1]; // a step of this many rows has run uncaptured
+    cudaGraphExec_t graphs_by_rows[GRAPH_MAX_ROWS + 1]; // the last step's graph of each row count
+    void **retired;             // buffers dev_grow replaced while capturing, freed once the graph has run
+    int n_retired, cap_retired;
     cudaStream_t stream;
     cublasHandle_t blas;
     void *blas_ws;
@@ -127,15 +135,46 @@ unsigned blocks_for(int64_t n, int per_thread) {
 
 void *dev_grow(cuda_ctx *c, dev_buf *d, size_t bytes) {
     if (bytes <= d->cap) return d->p;
-    CUDA_CHECK(cudaStreamSynchronize(c->stream)); // the old buffer may still be read
-    CUDA_CHECK(cudaFree(d->p));
-    CUDA_CHECK(cudaMalloc(&d->p, bytes));
+    if (c->capturing) { // the graph's earlier nodes may use the old buffer: freed after it runs
+        if (c->n_retired == c->cap_retired) {
+            c->cap_retired = c->cap_retired ? 2 * c->cap_retired : 8;
+            c->retired = (void **)burst_realloc(c->retired, sizeof *c->retired * (size_t)c->cap_retired);
+        }
+        c->retired[c->n_retired++] = d->p;
+    } else {
+        CUDA_CHECK(cudaStreamSynchronize(c->stream)); // the old buffer may still be read
+        CUDA_CHECK(cudaFree(d->p));
+    }
+    CUDA_CHECK(cudaMalloc(&d->p, bytes)); // (allowed while capturing: the capture is relaxed)
     d->cap = bytes;
     return d->p;
 }
 
+// An upload while a step is captured: the bytes ride in the graph as a kernel's parameters, by
+// value, where a copy node would read `host` when the graph runs, after later uploads of the
+// same step may have rewritten it.
+struct param_bytes {
+    unsigned char b[GRAPH_MAX_ROWS * sizeof(int64_t)]; // a step's positions
+};
+__global__ void store_bytes_kernel(unsigned char *dst, const __grid_constant__ param_bytes src, int n) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src.b[i];
+}
+
 const void *upload(cuda_ctx *c, upload_buf *u, const void *src, size_t bytes) {
     if (bytes == u->len && bytes && !memcmp(u->host, src, bytes)) return u->dev;
+    if (c->capturing) {
+        // A step of this many rows ran uncaptured before (cuda_graph_begin) and sized `dev`; no
+        // copy from `host` is in flight (cuda_graph_begin synchronized), so it takes the bytes
+        // that the next upload compares against.
+        BURST_ASSERT(bytes <= u->cap && bytes <= sizeof(param_bytes));
+        param_bytes p;
+        memcpy(p.b, src, bytes);
+        memcpy(u->host, src, bytes);
+        u->len = bytes;
+        store_bytes_kernel<<<1, THREADS, 0, c->stream>>>((unsigned char *)u->dev, p, (int)bytes);
+        CUDA_CHECK(cudaGetLastError());
+        return u->dev;
+    }
     CUDA_CHECK(cudaEventSynchronize(u->done)); // `host` is about to be overwritten
     if (bytes > u->cap) {
         CUDA_CHECK(cudaStreamSynchronize(c->stream)); // `dev` may still be read
@@ -486,6 +525,9 @@ void cuda_free(burst_backend *b) {
         CUDA_CHECK(cudaFree(u->dev));
         CUDA_CHECK(cudaEventDestroy(u->done));
     }
+    for (cudaGraphExec_t g : c->graphs_by_rows)
+        if (g) CUDA_CHECK(cudaGraphExecDestroy(g));
+    free(c->retired);
     CUDA_CHECK(cudaFree(c->blas_ws));
     CUBLAS_CHECK(cublasDestroy(c->blas));
     CUDA_CHECK(cudaStreamDestroy(c->stream));
@@ -860,6 +902,50 @@ void cuda_merge(burst_backend *b, const online_softmax_args *calls, int n) {
     profile_stop(c, t);
 }
 
+// BURST_CUDA_GRAPHS=1: a step of up to GRAPH_MAX_ROWS rows (decode) is captured into a CUDA graph
+// and launched at cuda_graph_end, so that its kernels (7B: ~14 a layer, ~450 a step) start back
+// to back on the GPU instead of one launch at a time from the host. Every step is captured anew
+// (its positions, K/V rows and key counts change) and updates the executable graph of the last
+// step of as many rows in place; where the update refuses (another topology: more splits of the
+// keys, other kernels) the new graph is instantiated. The first step of each row count runs
+// uncaptured: kernels load, cuBLAS makes its choices, buffers grow. Not under BURST_PROFILE
+// (its events would be captured).
+void cuda_graph_begin(burst_backend *b, int rows) {
+    cuda_ctx *c = ctx_of(b);
+    if (!c->graphs || c->prof || rows < 1 || rows > GRAPH_MAX_ROWS) return;
+    if (!c->graph_rows_seen[rows]) {
+        c->graph_rows_seen[rows] = 1;
+        return;
+    }
+    CUDA_CHECK(cudaStreamSynchronize(c->stream)); // no copy from an upload's host buffer in flight
+    c->tokens.len = c->pos.len = 0; // each step's graph holds its uploads: the same nodes every step
+    CUDA_CHECK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed));
+    c->capturing = rows;
+}
+
+void cuda_graph_end(burst_backend *b) {
+    cuda_ctx *c = ctx_of(b);
+    if (!c->capturing) return;
+    cudaGraphExec_t *exec = &c->graphs_by_rows[c->capturing];
+    c->capturing = 0;
+    cudaGraph_t g;
+    CUDA_CHECK(cudaStreamEndCapture(c->stream, &g));
+    cudaGraphExecUpdateResultInfo info;
+    if (*exec && cudaGraphExecUpdate(*exec, g, &info) != cudaSuccess) {
+        (void)cudaGetLastError(); // cudaErrorGraphExecUpdateFailure: instantiate the new one
+        CUDA_CHECK(cudaGraphExecDestroy(*exec));
+        *exec = NULL;
+    }
+    if (!*exec) CUDA_CHECK(cudaGraphInstantiate(exec, g, 0));
+    CUDA_CHECK(cudaGraphDestroy(g));
+    CUDA_CHECK(cudaGraphLaunch(*exec, c->stream));
+    if (c->n_retired) {
+        CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        for (int i = 0; i < c->n_retired; i++) CUDA_CHECK(cudaFree(c->retired[i]));
+        c->n_retired = 0;
+    }
+}
+
 void cuda_sync(burst_backend *b) {
     cuda_ctx *c = ctx_of(b);
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
@@ -899,6 +985,8 @@ const backend_ops cuda_ops = {
     .convert_batch = cuda_convert_batch,
     .merge = cuda_merge,
     .argmax = cuda_argmax,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
     .sync = cuda_sync,
     .transfer = cuda_transfer,
 };
@@ -930,11 +1018,12 @@ extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **o
     if (flash && *flash && strcmp(flash, "ours") && strcmp(flash, "cudnn"))
         return BURST_FAIL(err, BURST_ERR_INVALID, "BURST_FLASH=%s: want ours or cudnn (unset: cuDNN where its plan pays)",
                           flash);
-    int prof, batched, gemv_on;
+    int prof, batched, gemv_on, graphs;
     burst_status st;
     if ((st = env_switch("BURST_PROFILE", "a GPU time table per op", &prof, err)) ||
         (st = env_switch("BURST_BATCHED_DECODE", "a step's sequences in few launches", &batched, err)) ||
-        (st = env_switch("BURST_GEMV", "matmuls of up to 8 rows by burst's GEMV kernel", &gemv_on, err)))
+        (st = env_switch("BURST_GEMV", "matmuls of up to 8 rows by burst's GEMV kernel", &gemv_on, err)) ||
+        (st = env_switch("BURST_CUDA_GRAPHS", "decode steps as CUDA graphs", &graphs, err)))
         return st;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -960,6 +1049,7 @@ extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **o
     c->cudnn_always = flash && strcmp(flash, "cudnn") == 0;
     c->batched = batched;
     c->gemv = gemv_on;
+    c->graphs = graphs;
     CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasCreate(&c->blas));
     CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));

@@ -755,6 +755,11 @@ static burst_status rank_forward(llama_model *m, llama_rank *R) {
     int n = rank_rows(m, R);
     burst_status st = BURST_OK;
     const burst_dtype act = backend_act_dtype(be); // of the matmul inputs xb and hb, and of hb2
+    // One rank waits for nothing between the embedding and the logits (no ring, no rows handed
+    // over on the way): the backend may run that as one graph (decode steps on a GPU).
+    bool graph = m->G == 1;
+    for (int i = 0; i < m->plan.n_segs; i++) graph = graph && !m->call.segs[i].all_rows;
+    if (graph) backend_graph_begin(be, n);
     if (n > 0) backend_embed(be, s->x, &R->embed, R->tok, n);
 
     for (int l = 0; l < c->n_layers; l++) {
@@ -797,6 +802,7 @@ static burst_status rank_forward(llama_model *m, llama_rank *R) {
     backend_copy(be, R->copies, n_segs);
     backend_rmsnorm(be, s->last, DTYPE_F32, s->last, &R->final_norm, n_logits, c->norm_eps);
     backend_matmul(be, s->logits, DTYPE_F32, s->last, DTYPE_F32, &R->lm_head, n_logits);
+    if (graph) backend_graph_end(be);
     // Segments that take the argmax get it from the backend; the logits go to the host unless
     // every segment does.
     int argmax_segs = 0;

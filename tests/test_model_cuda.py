@@ -1,10 +1,11 @@
 """The whole model on the CUDA backend against the CPU backend: logits of random-weight models
 (chunked prefill, then decode steps through the KV cache) from forward_dump, in fp32 mode
 ("cuda-fp32") and bf16 mode ("cuda", also with BURST_GEMV=1), each with a float32 and a bf16 KV
-cache (against the CPU with the same cache); ring prefill and sharded decode over G = 2, 4, 8 virtual ranks on one GPU
+cache (against the CPU with the same cache), and each with BURST_CUDA_GRAPHS=1 (also against
+itself without); ring prefill and sharded decode over G = 2, 4, 8 virtual ranks on one GPU
 against G = 1; and `burst generate` greedy text on stories260K, identical between cpu and
 cuda-fp32, with 1 and 3 ranks and both caches, also from burstd with --speculate 4, and four streams at
-once with BURST_BATCHED_DECODE=1 on 1 and 3 ranks. Skips (77) when the build has no CUDA or no device."""
+once with BURST_BATCHED_DECODE=1 on 1 and 3 ranks (and BURST_CUDA_GRAPHS=1 on 1). Skips (77) when the build has no CUDA or no device."""
 import os, re, subprocess, sys, tempfile
 import numpy as np
 
@@ -61,24 +62,41 @@ for i, case in enumerate(CASES):
         vocab = case["model"]["vocab"]
         toks = rng.integers(0, vocab, case["n"] + case["dec"]).tolist()
         refs = {kv: dump("cpu", kv, d, toks, case["n"], case["batch"]) for kv in ("f32", "bf16")}
-        # bf16 mode also with BURST_GEMV=1: decode rows (and chunks of up to 8) by burst's GEMV kernel
-        for backend, kv, gemv in [(b, kv, 0) for b, kv in MAX_REL] + [("cuda", "f32", 1), ("cuda", "bf16", 1)]:
+        # bf16 mode also with BURST_GEMV=1: decode rows (and chunks of up to 8) by burst's GEMV
+        # kernel; both modes with BURST_CUDA_GRAPHS=1: steps of up to 64 rows (every prefill chunk
+        # and decode step here) as CUDA graphs, but the first of each size (model/backend_cuda.cu):
+        # each case captures several.
+        plain = {}
+        variants = [(b, kv, "") for b, kv in MAX_REL] + [("cuda", kv, "BURST_GEMV") for kv in ("f32", "bf16")] + \
+                   [(b, kv, "BURST_CUDA_GRAPHS") for b, kv in MAX_REL]
+        for backend, kv, switch in variants:
             rc, ref = refs[kv]
-            r, got = dump(backend, kv, d, toks, case["n"], case["batch"], env={"BURST_GEMV": str(gemv)})
+            r, got = dump(backend, kv, d, toks, case["n"], case["batch"], env={switch: "1"} if switch else None)
             if "no CUDA device" in r.stderr:
                 print("skip:", r.stderr.strip())
                 sys.exit(77)
             if r.returncode or ref is None:
-                print(f"FAIL case {i} {backend} KV {kv}: forward_dump: {r.stderr}{rc.stderr}")
+                print(f"FAIL case {i} {backend} {switch} KV {kv}: forward_dump: {r.stderr}{rc.stderr}")
                 failures += 1
                 continue
             got, want = got.reshape(-1, vocab).astype(np.float64), ref.reshape(-1, vocab).astype(np.float64)
             rel = np.linalg.norm(got - want) / np.linalg.norm(want)
             ok = got.shape == want.shape and rel < MAX_REL[backend, kv]
             failures += not ok
-            print(f"{'ok  ' if ok else 'FAIL'} case {i} {backend}{' BURST_GEMV=1' if gemv else ''} KV {kv} {case['model']}: {got.shape[0]} logit rows, "
+            print(f"{'ok  ' if ok else 'FAIL'} case {i} {backend}{' ' + switch + '=1' if switch else ''} KV {kv} {case['model']}: {got.shape[0]} logit rows, "
                   f"rel err {rel:.2e} (max {MAX_REL[backend, kv]:g}), max abs err {np.abs(got - want).max():.2e}")
-            if i > 1 or gemv:
+            if switch == "BURST_CUDA_GRAPHS" and (backend, kv) in plain:
+                # The same kernels on the same inputs, launched from a graph: a stale position,
+                # token or K/V row in a captured step would move the logits by O(1).
+                base = plain[backend, kv]
+                rel = np.linalg.norm(got - base) / np.linalg.norm(base) if got.shape == base.shape else float("inf")
+                ok = rel <= 1e-6
+                failures += not ok
+                print(f"{'ok  ' if ok else 'FAIL'} case {i} {backend} KV {kv}: BURST_CUDA_GRAPHS=1 against without: rel err {rel:.2e} (max 1e-6)")
+            if switch:
+                continue
+            plain[backend, kv] = got
+            if i > 1:
                 continue
             for G in (2, 4, 8):  # virtual ranks on this GPU: ring prefill, sharded decode
                 r, g = dump(backend, kv, d, toks, case["n"], case["batch"], G)
@@ -145,13 +163,15 @@ if os.path.isdir(STORIES):  # head_dim 8: the split-KV attention kernel (attenti
     # BURST_BATCHED_DECODE=1: a step's sequences attend in one launch. Four prompts at once on
     # cuda-fp32 with --speculate 4 (drafted rows: calls of several rows, another kernel instance
     # beside the one-row calls) give the CPU's greedy texts; on 3 ranks the sharded merge's copies
-    # go in batches too.
+    # go in batches too. Then on 1 rank with BURST_CUDA_GRAPHS=1 as well: steps of changing row
+    # counts (sequences joining and leaving, drafted rows) as graphs, slots cut back between them.
     import threading
     prompts += ["One day, a cat", "The sun was"]
-    for ranks in (1, 3):
+    for ranks, env in ((1, {"BURST_BATCHED_DECODE": "1"}), (3, {"BURST_BATCHED_DECODE": "1"}),
+                       (1, {"BURST_BATCHED_DECODE": "1", "BURST_CUDA_GRAPHS": "1"})):
         with Burstd(STORIES, "--ranks", str(ranks)) as cpu, \
                 Burstd(STORIES, "--ranks", str(ranks), "--backend", "cuda-fp32", "--kv-dtype", "f32", "--speculate", "4",
-                       env={"BURST_BATCHED_DECODE": "1"}) as gpu:
+                       env=env) as gpu:
             want, got = {}, {}
             bodies = {p: {"prompt": p, "max_tokens": 200, "temperature": 0} for p in prompts}
             for p in prompts:
@@ -165,6 +185,6 @@ if os.path.isdir(STORIES):  # head_dim 8: the split-KV attention kernel (attenti
             for p in prompts:
                 ok = "choices" in got.get(p, {}) and got[p]["choices"][0]["text"] == want[p]["choices"][0]["text"]
                 failures += not ok
-                print(f"{'ok  ' if ok else 'FAIL'} BURST_BATCHED_DECODE=1, 4 streams at once on cuda-fp32 G={ranks}: the "
+                print(f"{'ok  ' if ok else 'FAIL'} {' '.join(k + '=1' for k in env)}, 4 streams at once on cuda-fp32 G={ranks}: the "
                       f"cpu's greedy text for {p!r:.30}: {got.get(p)!r:.120}")
 sys.exit(1 if failures else 0)
