@@ -1,6 +1,6 @@
 burst_test(test_ring SOURCES test_ring.c LIBS burst_attention burst_comm)
 burst_py_test(test_ranks test_ranks.py LABELS model)
-if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+if(BURST_WITH_NCCL)
   burst_test(test_comm_nccl SOURCES test_comm_nccl.c LIBS burst_comm CUDA::cudart LABELS gpu)
 endif()
 burst_py_test(test_nodes test_nodes.py LABELS model)
