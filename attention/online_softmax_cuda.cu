@@ -36,17 +36,16 @@ __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK) merge_kernel(const __grid
     const float la = *lse, lb = a.lse_b[(int64_t)h * a.n + i];
     if (lb == -INFINITY) return; // empty partial
     const bool take = la == -INFINITY; // empty running result: copy the partial
-    float wa = 0.0f, wb = 1.0f, merged = lb;
-    if (!take) {
+    float wa = 0.0f, wb = 1.0f, inv = 1.0f, merged = lb;
+    if (!take) { // the CPU twin's formula (attention/online_softmax.c), in its order
         const float mx = fmaxf(la, lb);
         wa = expf(la - mx);
         wb = expf(lb - mx);
-        const float inv = 1.0f / (wa + wb);
+        inv = 1.0f / (wa + wb);
         merged = mx + logf(wa + wb);
-        wa *= inv;
-        wb *= inv;
     }
-    for (int c = lane; c < d; c += 32) o[c] = take ? ob[c] : o[c] * wa + ob[c] * wb;
+    for (int c = lane; c < d; c += 32) o[c] = take ? ob[c] : (o[c] * wa + ob[c] * wb) * inv;
+    __syncwarp(); // every lane has read *lse before lane 0 overwrites it
     if (lane == 0) *lse = merged;
 }
 

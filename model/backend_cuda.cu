@@ -107,6 +107,7 @@ typedef struct {
     cudaGraphExec_t graphs_by_rows[GRAPH_MAX_ROWS + 1]; // the last step's graph of each row count
     void **retired;             // buffers dev_grow replaced while capturing, freed once the graph has run
     int n_retired, cap_retired;
+    long graph_steps, graph_instances; // steps run as graphs, and those whose graph was instantiated anew
     cudaStream_t stream;
     cublasHandle_t blas;
     void *blas_ws;
@@ -167,7 +168,7 @@ const void *upload(cuda_ctx *c, upload_buf *u, const void *src, size_t bytes) {
         // copy from `host` is in flight (cuda_graph_begin synchronized), so it takes the bytes
         // that the next upload compares against.
         BURST_ASSERT(bytes <= u->cap && bytes <= sizeof(param_bytes));
-        param_bytes p;
+        param_bytes p = {};
         memcpy(p.b, src, bytes);
         memcpy(u->host, src, bytes);
         u->len = bytes;
@@ -407,7 +408,8 @@ __device__ __forceinline__ void load8(float (&v)[8], const float *p) {
 }
 
 // A float32 input as cuBLAS's path takes it (rounded to bf16; a bf16 one is unchanged), so that a
-// row's result does not depend on whether its step went to gemv or to cuBLAS.
+// row's result does not depend on whether its step went to gemv or to cuBLAS but for the order of
+// the float32 sums (~1e-6 relative).
 __device__ __forceinline__ float as_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
 // out (n, rows) = x (n, cols) W^T, or out += x W^T (accumulate, float out); vec8: cols a multiple
@@ -527,6 +529,9 @@ void cuda_free(burst_backend *b) {
     }
     for (cudaGraphExec_t g : c->graphs_by_rows)
         if (g) CUDA_CHECK(cudaGraphExecDestroy(g));
+    if (c->graph_steps) // a graph instantiated for most steps would cost more than it saves
+        LOG_I("cuda:%d: %ld steps ran as CUDA graphs, %ld of them instantiated anew (the rest updated one)", c->device,
+              c->graph_steps, c->graph_instances);
     free(c->retired);
     CUDA_CHECK(cudaFree(c->blas_ws));
     CUBLAS_CHECK(cublasDestroy(c->blas));
@@ -936,7 +941,11 @@ void cuda_graph_end(burst_backend *b) {
         CUDA_CHECK(cudaGraphExecDestroy(*exec));
         *exec = NULL;
     }
-    if (!*exec) CUDA_CHECK(cudaGraphInstantiate(exec, g, 0));
+    if (!*exec) {
+        CUDA_CHECK(cudaGraphInstantiate(exec, g, 0));
+        c->graph_instances++;
+    }
+    c->graph_steps++;
     CUDA_CHECK(cudaGraphDestroy(g));
     CUDA_CHECK(cudaGraphLaunch(*exec, c->stream));
     if (c->n_retired) {

@@ -90,9 +90,11 @@ for i, case in enumerate(CASES):
                 # token or K/V row in a captured step would move the logits by O(1).
                 base = plain[backend, kv]
                 rel = np.linalg.norm(got - base) / np.linalg.norm(base) if got.shape == base.shape else float("inf")
-                ok = rel <= 1e-6
+                steps = re.search(r"(\d+) steps ran as CUDA graphs, (\d+) of them instantiated", r.stderr)
+                ok = rel <= 1e-6 and steps is not None and int(steps[1]) > 0
                 failures += not ok
-                print(f"{'ok  ' if ok else 'FAIL'} case {i} {backend} KV {kv}: BURST_CUDA_GRAPHS=1 against without: rel err {rel:.2e} (max 1e-6)")
+                print(f"{'ok  ' if ok else 'FAIL'} case {i} {backend} KV {kv}: BURST_CUDA_GRAPHS=1 against without: rel err {rel:.2e} "
+                      f"(max 1e-6), {steps[0] if steps else 'no step as a graph'}")
             if switch:
                 continue
             plain[backend, kv] = got
