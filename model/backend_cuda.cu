@@ -57,8 +57,9 @@ constexpr int THREADS = 256;
 constexpr int CUDNN_MIN_ROWS = 1024;
 constexpr size_t CUBLAS_WORKSPACE = 32u << 20; // cuBLAS asks for 32 MiB on Hopper
 constexpr size_t UPLOAD_CHUNK = 64u << 20;     // bytes per staged weight upload
-// BURST_CUDA_GRAPHS=1: steps of at most this many rows (decode) run as one CUDA graph.
-constexpr int GRAPH_MAX_ROWS = 64;
+// BURST_CUDA_GRAPHS=1: steps of at most this many rows (decode) run as one CUDA graph; the
+// executable graphs of GRAPH_SLOTS step shapes are kept.
+constexpr int GRAPH_MAX_ROWS = 64, GRAPH_SLOTS = 16;
 
 constexpr int PROFILE_KEYS = 128;
 
@@ -95,6 +96,15 @@ typedef struct {
     int n_marks, cap_marks;
 } profile;
 
+// An executable graph of a step shape: its rows and the node count of its graph (the number of
+// attention calls, of their key splits' kernels...), and the step that last ran it.
+typedef struct {
+    cudaGraphExec_t exec;
+    int rows;
+    size_t nodes;
+    long last_step;
+} graph_slot;
+
 typedef struct {
     int device, fp32;
     int cudnn_min_rows;         // flash_cudnn for blocks of at least this many query rows, else 0
@@ -104,7 +114,7 @@ typedef struct {
     int graphs;                 // BURST_CUDA_GRAPHS=1: cuda_graph_begin / cuda_graph_end capture decode steps
     int capturing;              // between them: the step's rows, its ops recorded into a graph, not run
     unsigned char graph_rows_seen[GRAPH_MAX_ROWS + 1]; // a step of this many rows has run uncaptured
-    cudaGraphExec_t graphs_by_rows[GRAPH_MAX_ROWS + 1]; // the last step's graph of each row count
+    graph_slot graph_slots[GRAPH_SLOTS];
     void **retired;             // buffers dev_grow replaced while capturing, freed once the graph has run
     int n_retired, cap_retired;
     long graph_steps, graph_instances; // steps run as graphs, and those whose graph was instantiated anew
@@ -527,8 +537,8 @@ void cuda_free(burst_backend *b) {
         CUDA_CHECK(cudaFree(u->dev));
         CUDA_CHECK(cudaEventDestroy(u->done));
     }
-    for (cudaGraphExec_t g : c->graphs_by_rows)
-        if (g) CUDA_CHECK(cudaGraphExecDestroy(g));
+    for (graph_slot &g : c->graph_slots)
+        if (g.exec) CUDA_CHECK(cudaGraphExecDestroy(g.exec));
     if (c->graph_steps) // a graph instantiated for most steps would cost more than it saves
         LOG_I("cuda:%d: %ld steps ran as CUDA graphs, %ld of them instantiated anew (the rest updated one)", c->device,
               c->graph_steps, c->graph_instances);
@@ -910,11 +920,12 @@ void cuda_merge(burst_backend *b, const online_softmax_args *calls, int n) {
 // BURST_CUDA_GRAPHS=1: a step of up to GRAPH_MAX_ROWS rows (decode) is captured into a CUDA graph
 // and launched at cuda_graph_end, so that its kernels (7B: ~14 a layer, ~450 a step) start back
 // to back on the GPU instead of one launch at a time from the host. Every step is captured anew
-// (its positions, K/V rows and key counts change) and updates the executable graph of the last
-// step of as many rows in place; where the update refuses (another topology: more splits of the
-// keys, other kernels) the new graph is instantiated. The first step of each row count runs
-// uncaptured: kernels load, cuBLAS makes its choices, buffers grow. Not under BURST_PROFILE
-// (its events would be captured).
+// (its positions, K/V rows and key counts change) and updates in place the executable graph of
+// the last step of its shape (rows and node count: 2 rows are one sequence's 2 or two sequences'
+// 1, a sequence's attention one kernel or two as its keys grow), else is instantiated in place of
+// the least recently run of GRAPH_SLOTS. The first step of each row count runs uncaptured:
+// kernels load, cuBLAS makes its choices, buffers grow. Not under BURST_PROFILE (its events
+// would be captured).
 void cuda_graph_begin(burst_backend *b, int rows) {
     cuda_ctx *c = ctx_of(b);
     if (!c->graphs || c->prof || rows < 1 || rows > GRAPH_MAX_ROWS) return;
@@ -931,23 +942,36 @@ void cuda_graph_begin(burst_backend *b, int rows) {
 void cuda_graph_end(burst_backend *b) {
     cuda_ctx *c = ctx_of(b);
     if (!c->capturing) return;
-    cudaGraphExec_t *exec = &c->graphs_by_rows[c->capturing];
+    const int rows = c->capturing;
     c->capturing = 0;
     cudaGraph_t g;
     CUDA_CHECK(cudaStreamEndCapture(c->stream, &g));
-    cudaGraphExecUpdateResultInfo info;
-    if (*exec && cudaGraphExecUpdate(*exec, g, &info) != cudaSuccess) {
-        (void)cudaGetLastError(); // cudaErrorGraphExecUpdateFailure: instantiate the new one
-        CUDA_CHECK(cudaGraphExecDestroy(*exec));
-        *exec = NULL;
+    size_t nodes = 0;
+    CUDA_CHECK(cudaGraphGetNodes(g, NULL, &nodes));
+    // The slot of this shape, else the least recently run one.
+    graph_slot *slot = &c->graph_slots[0];
+    for (graph_slot &s : c->graph_slots) {
+        if (s.exec && s.rows == rows && s.nodes == nodes) {
+            slot = &s;
+            break;
+        }
+        if (s.last_step < slot->last_step) slot = &s;
     }
-    if (!*exec) {
-        CUDA_CHECK(cudaGraphInstantiate(exec, g, 0));
+    cudaGraphExecUpdateResultInfo info;
+    const bool same = slot->exec && slot->rows == rows && slot->nodes == nodes;
+    if (slot->exec && !(same && cudaGraphExecUpdate(slot->exec, g, &info) == cudaSuccess)) {
+        (void)cudaGetLastError(); // cudaErrorGraphExecUpdateFailure, where the update refused
+        CUDA_CHECK(cudaGraphExecDestroy(slot->exec));
+        slot->exec = NULL;
+    }
+    if (!slot->exec) {
+        CUDA_CHECK(cudaGraphInstantiate(&slot->exec, g, 0));
+        *slot = (graph_slot){slot->exec, rows, nodes, 0};
         c->graph_instances++;
     }
-    c->graph_steps++;
+    slot->last_step = ++c->graph_steps;
     CUDA_CHECK(cudaGraphDestroy(g));
-    CUDA_CHECK(cudaGraphLaunch(*exec, c->stream));
+    CUDA_CHECK(cudaGraphLaunch(slot->exec, c->stream));
     if (c->n_retired) {
         CUDA_CHECK(cudaStreamSynchronize(c->stream));
         for (int i = 0; i < c->n_retired; i++) CUDA_CHECK(cudaFree(c->retired[i]));
