@@ -5,7 +5,7 @@
 # bench/gpu_run.sh covers) in the same call. Full logs go to $OUT (or /tmp); the tables print last.
 # The prefill runs once per KV cache dtype in KVS (default "f32 bf16"), on the LLaMA shape SHAPE
 # (7b, the default, or 13b; the anchor then runs the same shape and lengths). Then decode steps of
-# 1 and 16 sequences without and with BURST_CUDA_GRAPHS=1, alternating, twice (bench_decode). With
+# 1 and 16 sequences without and with BURST_CUDA_GRAPHS=1 (bench_decode). With
 # "anchor" the decode table sets bench_prefill's decode_ms beside bench/torch_decode_anchor.py.
 #   bash bench/gpu_prefill.sh [NS] [BATCHES] [anchor]      (lists comma-separated)
 set -o pipefail
@@ -29,7 +29,7 @@ echo "test_model_cuda rc=$?"
 for kv in ${KVS:-f32 bf16}; do
   ./build-gpu/bench/bench_prefill "/tmp/llama$shape" "$ns" "$batches" 3 "$kv" "$shape" 2>&1 | tee -a "$out/bench_prefill.log"
 done
-for graphs in 0 1 0 1; do # the model bench_prefill wrote, from the page cache: ~10 s a run
+for graphs in 0 1; do # the model bench_prefill wrote, from the page cache: ~10 s a run
   echo "== bench_decode, BURST_CUDA_GRAPHS=$graphs"
   BURST_CUDA_GRAPHS=$graphs ./build-gpu/bench/bench_decode "/tmp/llama$shape" 1,16 1024 20 cuda bf16 2>&1 | tail -4
 done
