@@ -74,16 +74,20 @@ burst_dtype backend_act_dtype(const burst_backend *b) { return b->ops->act_dtype
 // The dtypes of activations and KV cache rows.
 static int f32_or_bf16(burst_dtype dt) { return dt == DTYPE_F32 || dt == DTYPE_BF16; }
 
-void *backend_alloc(burst_backend *b, size_t bytes) { return b->ops->alloc(b, bytes); }
+void *backend_alloc(burst_backend *b, size_t bytes) {
+    BURST_ASSERT(!b->in_graph);
+    return b->ops->alloc(b, bytes);
+}
 
 size_t backend_memory_free(burst_backend *b, int *pool) { return b->ops->memory_free(b, pool); }
 
 void backend_release(burst_backend *b, void *p) {
+    BURST_ASSERT(!b->in_graph);
     if (p) b->ops->release(b, p);
 }
 
 void backend_to_host(burst_backend *b, float *dst, const float *src, int64_t n) {
-    BURST_ASSERT(dst && src && n >= 0);
+    BURST_ASSERT(dst && src && n >= 0 && !b->in_graph);
     b->ops->to_host(b, dst, src, n);
 }
 
@@ -182,20 +186,24 @@ size_t backend_attention_transient_bytes(burst_backend *b, int64_t max_keys, int
 }
 
 void backend_graph_begin(burst_backend *b, int rows) {
-    BURST_ASSERT(rows >= 0);
+    BURST_ASSERT(rows >= 0 && !b->in_graph);
+    b->in_graph = 1;
     if (b->ops->graph_begin) b->ops->graph_begin(b, rows);
 }
 
 void backend_graph_end(burst_backend *b) {
+    BURST_ASSERT(b->in_graph);
+    b->in_graph = 0;
     if (b->ops->graph_end) b->ops->graph_end(b);
 }
 
 void backend_sync(burst_backend *b) {
+    BURST_ASSERT(!b->in_graph);
     if (b->ops->sync) b->ops->sync(b);
 }
 
 void backend_argmax(burst_backend *b, int *out, const float *x, int rows, int64_t cols) {
-    BURST_ASSERT(out && x && rows >= 0 && cols >= 1 && cols <= INT32_MAX);
+    BURST_ASSERT(out && x && rows >= 0 && cols >= 1 && cols <= INT32_MAX && !b->in_graph);
     b->ops->argmax(b, out, x, rows, cols);
 }
 

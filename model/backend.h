@@ -121,7 +121,8 @@ void backend_argmax(burst_backend *b, int *out, const float *x, int rows, int64_
 // be recorded and run together at backend_graph_end: the CUDA backend captures decode steps into
 // a CUDA graph under BURST_CUDA_GRAPHS=1 (model/backend_cuda.cu). Between the two, nothing may
 // wait for the backend or read its buffers (backend_to_host, backend_argmax, backend_sync,
-// backend_release, a transfer). A no-op on the CPU.
+// backend_alloc, backend_release, a transfer): the wrappers assert so on every backend, so that
+// the CPU's tests hold llama.c to it too. No graph on the CPU.
 void backend_graph_begin(burst_backend *b, int rows);
 void backend_graph_end(burst_backend *b);
 // Waits until every op queued on the backend has finished (a no-op where ops are synchronous).

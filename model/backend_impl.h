@@ -44,7 +44,8 @@ typedef struct {
 
 struct burst_backend {
     const backend_ops *ops;
-    void *ctx; // the implementation's state
+    void *ctx;    // the implementation's state
+    int in_graph; // between backend_graph_begin and _end, where waiting for the backend is refused
 };
 
 #ifdef __cplusplus
