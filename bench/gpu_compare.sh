@@ -67,7 +67,7 @@ bench)
     set -- $run
     name=$(name_of "$1")
     echo "== bench_decode $name, BURST_BATCHED_DECODE=$2 BURST_GEMV=$3 BURST_CUDA_GRAPHS=$4"
-    BURST_BATCHED_DECODE=$2 BURST_GEMV=$3 BURST_CUDA_GRAPHS=$4 "$1/build-gpu/bench/bench_decode" /tmp/llama7b 1,8,32,64 1024 20 cuda bf16 2>&1 | tail -6
+    BURST_BATCHED_DECODE=$2 BURST_GEMV=$3 BURST_CUDA_GRAPHS=$4 "$1/build-gpu/bench/bench_decode" /tmp/llama7b 1,8,32,64 1024 20 cuda bf16 2>&1 | grep -E '^\||CUDA graphs'
   done
   # GPU time per op of the decode steps (rows n<=1 and n<=64; the prefills' rows are larger)
   # beside their wall time: what launch gaps and host work cost, against CUDA graphs' promise.

@@ -31,7 +31,7 @@ for kv in ${KVS:-f32 bf16}; do
 done
 for graphs in 0 1; do # the model bench_prefill wrote, from the page cache: ~10 s a run
   echo "== bench_decode, BURST_CUDA_GRAPHS=$graphs"
-  BURST_CUDA_GRAPHS=$graphs ./build-gpu/bench/bench_decode "/tmp/llama$shape" 1,16 1024 20 cuda bf16 2>&1 | tail -4
+  BURST_CUDA_GRAPHS=$graphs ./build-gpu/bench/bench_decode "/tmp/llama$shape" 1,16 1024 20 cuda bf16 2>&1 | grep -E '^\||CUDA graphs'
 done
 if [ "$3" = anchor ]; then
   sed -e 's/for N in \[4096, 16384, 65536, 131072\]:/for N in []:/' \
