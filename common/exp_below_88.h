@@ -1,5 +1,5 @@
 // A vectorizable e^x for x <= 88, shared by the CPU attention's softmax (attention/flash_cpu.c,
-// whose arguments stay below its lazy max's margin, 8) and SwiGLU (model/backend_cpu.c, x <= 0);
+// whose arguments stay below its lazy max's margin, 8) and SwiGLU (model/swiglu.h, x <= 0);
 // and the same in AVX-512 intrinsics for the AMX attention (attention/flash_amx.c), which computes
 // its probabilities in registers.
 #pragma once

@@ -152,6 +152,16 @@ void backend_swiglu(burst_backend *b, void *gate, const void *up, burst_dtype dt
     b->ops->swiglu(b, gate, up, dtype, n);
 }
 
+void backend_matmul_swiglu(burst_backend *b, void *out, const void *x, burst_dtype dtype, const burst_weight *W_gate,
+                           const burst_weight *W_up, void *up_scratch, int n) {
+    BURST_ASSERT(out && x && W_gate && W_up && up_scratch && out != x && n >= 0 && f32_or_bf16(dtype));
+    BURST_ASSERT(W_gate->rows == W_up->rows && W_gate->cols == W_up->cols);
+    if (b->ops->matmul_swiglu && b->ops->matmul_swiglu(b, out, x, dtype, W_gate, W_up, n)) return;
+    b->ops->matmul(b, out, dtype, 0, x, dtype, W_gate, n);
+    b->ops->matmul(b, up_scratch, dtype, 0, x, dtype, W_up, n);
+    b->ops->swiglu(b, out, up_scratch, dtype, (int64_t)n * W_gate->rows);
+}
+
 static void check_attention(const flash_args *a) {
     BURST_ASSERT(a && a->q && a->k && a->v && a->o && a->lse && a->head_dim > 0);
     BURST_ASSERT(f32_or_bf16(a->kv_dtype));

@@ -104,6 +104,13 @@ void backend_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_h
                   int head_dim, const rope_params *p);
 // gate (n) = silu(gate) * up, both of dtype, computed in float32.
 void backend_swiglu(burst_backend *b, void *gate, const void *up, burst_dtype dtype, int64_t n);
+// The MLP's first half: out (n, W_gate.rows) of dtype = silu(x W_gate^T) * (x W_up^T), x (n,
+// W_gate.cols) of dtype. The CPU's AMX matmul fuses it where both weights are in tiles: x read
+// once, SwiGLU computed from the two projections' float32 sums as they are stored (so unrounded
+// to dtype in between); elsewhere backend_matmul twice, the up projection into up_scratch (n,
+// W_up.rows of dtype), and backend_swiglu.
+void backend_matmul_swiglu(burst_backend *b, void *out, const void *x, burst_dtype dtype, const burst_weight *W_gate,
+                           const burst_weight *W_up, void *up_scratch, int n);
 // Local attention (attention/flash.h) on the backend's buffers.
 void backend_attention(burst_backend *b, const flash_args *a);
 // n independent local attentions at once (every sequence of a step on one rank). The CUDA

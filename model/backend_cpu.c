@@ -17,11 +17,11 @@
 #include <string.h>
 
 #include "common/amx.h"
-#include "common/exp_below_88.h"
 #include "common/host_memory.h"
 #include "backend_impl.h"
 #include "matmul_amx.h"
 #include "matmul_cpu.h"
+#include "swiglu.h"
 
 typedef struct {
     int n_threads;
@@ -224,26 +224,24 @@ static void cpu_rope(burst_backend *b, float *x, const int64_t *pos, int n, int 
     }
 }
 
-// silu(g) u = g sigmoid(g) u, with e = e^-|g| <= 1: sigmoid(g) = 1 / (1 + e) for g >= 0, e / (1 + e)
-// below (so that no exponent overflows).
-static inline float silu_mul(float g, float u) {
-    const float e = exp_below_88(-fabsf(g));
-    return g * ((g >= 0 ? 1.0f : e) / (1.0f + e)) * u;
-}
-
 // A plain loop for each dtype, for the vectoriser.
 static void cpu_swiglu(burst_backend *b, void *gate, const void *up, burst_dtype dtype, int64_t n) {
     if (dtype == DTYPE_F32) {
         float *gf = gate;
         const float *uf = up;
         #pragma omp parallel for num_threads(nthreads(b)) schedule(static)
-        for (int64_t i = 0; i < n; i++) gf[i] = silu_mul(gf[i], uf[i]);
+        for (int64_t i = 0; i < n; i++) gf[i] = swiglu_one(gf[i], uf[i]);
         return;
     }
     uint16_t *gh = gate;
     const uint16_t *uh = up;
     #pragma omp parallel for num_threads(nthreads(b)) schedule(static)
-    for (int64_t i = 0; i < n; i++) gh[i] = f32_to_bf16(silu_mul(bf16_to_f32(gh[i]), bf16_to_f32(uh[i])));
+    for (int64_t i = 0; i < n; i++) gh[i] = f32_to_bf16(swiglu_one(bf16_to_f32(gh[i]), bf16_to_f32(uh[i])));
+}
+
+static int cpu_matmul_swiglu(burst_backend *b, void *out, const void *x, burst_dtype dtype, const burst_weight *W_gate,
+                             const burst_weight *W_up, int n) {
+    return matmul_amx_swiglu(out, dtype, x, dtype, W_gate, W_up, n, nthreads(b));
 }
 
 // A step's sequences in one OpenMP region: for many short decode calls the region's start and
@@ -286,8 +284,8 @@ static void cpu_argmax(burst_backend *b, int *out, const float *x, int rows, int
         .release = cpu_release, .to_host = cpu_to_host, .copy = cpu_copy, .convert = cpu_convert,                    \
         .weight = cpu_weight, .embed = cpu_embed, .rmsnorm = cpu_rmsnorm, .matmul = cpu_matmul,                      \
         .matmul_transient = cpu_matmul_transient, .attention_transient = cpu_attention_transient, .rope = cpu_rope,  \
-        .swiglu = cpu_swiglu, .attention = cpu_attention, .attention_batch = cpu_attention_batch, .merge = cpu_merge, \
-        .argmax = cpu_argmax,                                                                                        \
+        .swiglu = cpu_swiglu, .matmul_swiglu = cpu_matmul_swiglu, .attention = cpu_attention,                        \
+        .attention_batch = cpu_attention_batch, .merge = cpu_merge, .argmax = cpu_argmax,                            \
     }
 static const backend_ops cpu_ops = CPU_OPS("cpu", DTYPE_F32), cpu_bf16_ops = CPU_OPS("cpu-bf16", DTYPE_BF16);
 

@@ -30,6 +30,9 @@ typedef struct {
     void (*rope)(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads, int head_dim,
                  const rope_params *p);
     void (*swiglu)(burst_backend *b, void *gate, const void *up, burst_dtype dtype, int64_t n);
+    // optional: backend_matmul_swiglu in one, where it returns 1 (0: the three ops run instead)
+    int (*matmul_swiglu)(burst_backend *b, void *out, const void *x, burst_dtype dtype, const burst_weight *W_gate,
+                         const burst_weight *W_up, int n);
     void (*attention)(burst_backend *b, const flash_args *a);
     // optional: backend_attention_batch and backend_convert_batch (else one call at a time)
     void (*attention_batch)(burst_backend *b, const flash_args *calls, int n);

@@ -783,9 +783,7 @@ static burst_status rank_forward(llama_model *m, llama_rank *R) {
         backend_matmul_add(be, s->x, s->att, DTYPE_F32, &L->wo, n);
         // MLP block: x += Wdown · (silu(Wgate xn) * Wup xn)
         backend_rmsnorm(be, s->xb, act, s->x, &L->ffn_norm, n, c->norm_eps);
-        backend_matmul(be, s->hb, act, s->xb, act, &L->w_gate, n);
-        backend_matmul(be, s->hb2, act, s->xb, act, &L->w_up, n);
-        backend_swiglu(be, s->hb, s->hb2, act, (int64_t)n * c->hidden_dim);
+        backend_matmul_swiglu(be, s->hb, s->xb, act, &L->w_gate, &L->w_up, s->hb2, n);
         backend_matmul_add(be, s->x, s->hb, act, &L->w_down, n);
     }
     for (int i = 0; i < m->plan.n_segs; i++)

@@ -19,12 +19,14 @@
 // Each thread takes MC weight rows at a time. The sums of NC tokens x MC rows stay in L2 while KC
 // columns at a time are added to them (the 32 rows' KC columns in L1, NC tokens' KC columns in L2),
 // and are stored as out_dtype once the last columns are in. Where a few tokens read tiles, each 32
-// rows take all the columns at once, the sums in tile registers.
+// rows take all the columns at once, the sums in tile registers. matmul_amx_swiglu does the same
+// for two weights at once (the MLP's gate and up), a second L2 buffer holding the second's sums,
+// and stores SwiGLU of the two.
 #include "matmul_amx.h"
 
 #include "common/amx.h"
-
 #include "common/burst.h"
+#include "swiglu.h"
 
 enum { TILE = AMX_TILE, TILE_K = AMX_TILE_K, TILE_ELEMS = AMX_TILE_ELEMS, X_PARTS = AMX_PARTS };
 
@@ -94,19 +96,20 @@ static int64_t copy_k_tiles(int64_t n_pad, int64_t k_tiles) { return n_pad > NC 
 
 size_t matmul_amx_transient_bytes(int n, int64_t cols, int n_threads) {
     const int64_t n_pad = amx_pad_to_block(n), k_tiles = tiles_k(cols);
-    const size_t per_thread = w_copy_bytes(copy_k_tiles(n_pad, k_tiles), 2) + sums_bytes(sums_tokens(n_pad));
+    const size_t per_thread = w_copy_bytes(copy_k_tiles(n_pad, k_tiles), 2) + 2 * sums_bytes(sums_tokens(n_pad)); // 2: gate, up
     return !amx_usable() ? 0 : x_tiles_bytes(n_pad, k_tiles, X_PARTS) + (size_t)n_threads * per_thread;
 }
 
 // c[t * MC + r] (t < nt tokens, r < mr rows) into out (n, rows) at tokens t0 + t, rows r0 + r, as
-// out_dtype (rounded to nearest) or added to it.
-static void store_sums(void *out, burst_dtype out_dtype, int accumulate, int64_t rows, const float *c, int64_t r0, int64_t mr,
-                       int64_t t0, int64_t nt) {
+// out_dtype (rounded to nearest) or added to it; with up, silu(c) x up[t * MC + r] (swiglu_x16).
+static void store_sums(void *out, burst_dtype out_dtype, int accumulate, int64_t rows, const float *c, const float *up,
+                       int64_t r0, int64_t mr, int64_t t0, int64_t nt) {
     for (int64_t t = 0; t < nt; t++)
         for (int64_t r = 0; r < mr; r += TILE) {
             const int64_t o = (t0 + t) * rows + r0 + r;
             const __mmask16 m = amx_first16(mr - r);
-            const __m512 s = _mm512_load_ps(c + t * MC + r);
+            __m512 s = _mm512_load_ps(c + t * MC + r);
+            if (up) s = swiglu_x16(s, _mm512_load_ps(up + t * MC + r));
             float *of = (float *)out + o;
             if (accumulate) _mm512_mask_storeu_ps(of, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, of), s));
             else if (out_dtype == DTYPE_F32) _mm512_mask_storeu_ps(of, m, s);
@@ -114,8 +117,49 @@ static void store_sums(void *out, burst_dtype out_dtype, int accumulate, int64_t
         }
 }
 
-int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
-               const burst_weight *W, int n, int n_threads) {
+// What a call's blocks share: x in A tiles, and how W's columns are taken.
+typedef struct {
+    const uint16_t *xs;
+    int64_t x_tile_row, k_tiles, kc; // x's tiles of 16 tokens apart; W's column tiles; columns at a time
+    int64_t w_k, w_i;                // a weight block's copy: its column tiles, 16 rows apart (as stored)
+    int x_parts, w_parts, n;
+} amx_call;
+
+// The sums of W's rows [r0, r0 + mr_pad) by tokens [t0, t0 + nt) into c (token t's at (t - t0) x MC),
+// KC columns at a time (all where few tokens read tiles); W as stored is copied into ws first.
+static void block_sums(const amx_call *a, const burst_weight *W, uint16_t *ws, float *c, int64_t r0, int64_t mr_pad,
+                       int64_t t0, int64_t nt) {
+    const int64_t k_tiles = a->k_tiles, kc = a->kc;
+    for (int64_t k0 = 0; k0 < k_tiles * TILE_K; k0 += kc) {
+        const int64_t kn = k_tiles * TILE_K - k0 < kc ? k_tiles * TILE_K - k0 : kc, kt = kn / TILE_K;
+        // these columns' place in the copy: after the earlier ones where it keeps them all
+        uint16_t *wk = ws ? ws + (a->w_k == k_tiles ? k0 / TILE_K : 0) * a->w_parts * TILE_ELEMS : NULL;
+        if (wk && t0 == 0) copy_w(wk, a->w_i, W, r0, mr_pad, k0, kn, a->w_parts);
+        for (int64_t r = 0; r < mr_pad; r += 2 * TILE) {
+            amx_operand b;
+            if (W->amx_tiles) {
+                const uint16_t *wt = (const uint16_t *)W->data + ((r0 + r) / TILE * k_tiles + k0 / TILE_K) * TILE_ELEMS;
+                b = (amx_operand){wt, wt + k_tiles * TILE_ELEMS, TILE_ELEMS, 64, 1};
+            } else {
+                const uint16_t *wc = wk + r / TILE * a->w_i;
+                b = (amx_operand){wc, wc + a->w_i, a->w_parts * TILE_ELEMS, 64, a->w_parts};
+            }
+            for (int64_t t = t0; t < t0 + nt; t += 2 * TILE) {
+                const uint16_t *xa = a->xs + (t / TILE) * a->x_tile_row + k0 / TILE_K * a->x_parts * TILE_ELEMS;
+                // 32 tokens x 32 weight rows of the sums: x's two tiles of 16 tokens (one where the second
+                // would hold no token) by W's two of 16 rows
+                amx_block(c + (t - t0) * MC + r, MC, k0 == 0,
+                          (amx_operand){xa, t + TILE < a->n ? xa + a->x_tile_row : NULL, a->x_parts * TILE_ELEMS, 64, a->x_parts},
+                          b, kt);
+            }
+        }
+    }
+}
+
+// matmul_amx, or with W_up (the same shape, in tiles) out = silu(x W^T) x (x W_up^T): both weights'
+// sums of a block in L2, combined as they are stored.
+static int matmul_amx_with(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
+                           const burst_weight *W, const burst_weight *W_up, int n, int n_threads) {
     const int min_tokens = W->amx_tiles ? 1
                            : W->dtype == DTYPE_BF16 ? AMX_BF16_MIN_TOKENS
                            : W->dtype == DTYPE_F16  ? AMX_F16_MIN_TOKENS
@@ -123,53 +167,44 @@ int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, 
     if (n < min_tokens || !amx_usable()) return 0;
     const int64_t rows = W->rows, cols = W->cols, k_tiles = tiles_k(cols), n_pad = amx_pad_to_block(n);
     const int x_parts = x_dtype == DTYPE_BF16 ? 1 : X_PARTS, w_parts = W->dtype == DTYPE_BF16 ? 1 : 2; // tiles are BF16
-    const int64_t blocks = (rows + MC - 1) / MC, x_tile_row = k_tiles * x_parts * TILE_ELEMS;
-    const int64_t nc = sums_tokens(n_pad), w_k = copy_k_tiles(n_pad, k_tiles), w_i = w_k * w_parts * TILE_ELEMS;
-    const int64_t kc = W->amx_tiles && n_pad <= FEW_TOKENS ? k_tiles * TILE_K : KC;
+    const int64_t blocks = (rows + MC - 1) / MC, nc = sums_tokens(n_pad), w_k = copy_k_tiles(n_pad, k_tiles);
     uint16_t *xs = burst_malloc_aligned(x_tiles_bytes(n_pad, k_tiles, x_parts));
+    const amx_call a = {.xs = xs, .x_tile_row = k_tiles * x_parts * TILE_ELEMS, .k_tiles = k_tiles,
+                        .kc = W->amx_tiles && n_pad <= FEW_TOKENS ? k_tiles * TILE_K : KC, .w_k = w_k,
+                        .w_i = w_k * w_parts * TILE_ELEMS, .x_parts = x_parts, .w_parts = w_parts, .n = n};
     #pragma omp parallel num_threads(n_threads)
     {
         #pragma omp for schedule(static)
-        for (int64_t g = 0; g < n_pad / TILE; g++) amx_rows_to_a(xs + g * x_tile_row, x, x_dtype, cols, n, cols, g * TILE, 0, k_tiles, x_parts);
+        for (int64_t g = 0; g < n_pad / TILE; g++) amx_rows_to_a(xs + g * a.x_tile_row, x, x_dtype, cols, n, cols, g * TILE, 0, k_tiles, x_parts);
         uint16_t *ws = W->amx_tiles ? NULL : burst_malloc_aligned(w_copy_bytes(w_k, w_parts));
-        float *c = burst_malloc_aligned(sums_bytes(nc));
+        float *c = burst_malloc_aligned(sums_bytes(nc)), *c_up = W_up ? burst_malloc_aligned(sums_bytes(nc)) : NULL;
         amx_load_tile_config();
         #pragma omp for schedule(dynamic)
         for (int64_t blk = 0; blk < blocks; blk++) {
             const int64_t r0 = blk * MC, mr = rows - r0 < MC ? rows - r0 : MC, mr_pad = amx_pad_to_block(mr);
             for (int64_t t0 = 0; t0 < n_pad; t0 += nc) {
                 const int64_t nt = n_pad - t0 < nc ? n_pad - t0 : nc;
-                for (int64_t k0 = 0; k0 < k_tiles * TILE_K; k0 += kc) {
-                    const int64_t kn = k_tiles * TILE_K - k0 < kc ? k_tiles * TILE_K - k0 : kc, kt = kn / TILE_K;
-                    // these columns' place in the copy: after the earlier ones where it keeps them all
-                    uint16_t *wk = ws ? ws + (w_k == k_tiles ? k0 / TILE_K : 0) * w_parts * TILE_ELEMS : NULL;
-                    if (wk && t0 == 0) copy_w(wk, w_i, W, r0, mr_pad, k0, kn, w_parts);
-                    for (int64_t r = 0; r < mr_pad; r += 2 * TILE) {
-                        amx_operand b;
-                        if (W->amx_tiles) {
-                            const uint16_t *wt = (const uint16_t *)W->data + ((r0 + r) / TILE * k_tiles + k0 / TILE_K) * TILE_ELEMS;
-                            b = (amx_operand){wt, wt + k_tiles * TILE_ELEMS, TILE_ELEMS, 64, 1};
-                        } else {
-                            const uint16_t *wc = wk + r / TILE * w_i;
-                            b = (amx_operand){wc, wc + w_i, w_parts * TILE_ELEMS, 64, w_parts};
-                        }
-                        for (int64_t t = t0; t < t0 + nt; t += 2 * TILE) {
-                            const uint16_t *xa = xs + (t / TILE) * x_tile_row + k0 / TILE_K * x_parts * TILE_ELEMS;
-                            // 32 tokens x 32 weight rows of the sums: x's two tiles of 16 tokens (one where the second
-                            // would hold no token) by W's two of 16 rows
-                            amx_block(c + (t - t0) * MC + r, MC, k0 == 0,
-                                      (amx_operand){xa, t + TILE < n ? xa + x_tile_row : NULL, x_parts * TILE_ELEMS, 64, x_parts}, b, kt);
-                        }
-                    }
-                }
-                store_sums(out, out_dtype, accumulate, rows, c, r0, mr, t0, n - t0 < nt ? n - t0 : nt);
+                block_sums(&a, W, ws, c, r0, mr_pad, t0, nt);
+                if (W_up) block_sums(&a, W_up, NULL, c_up, r0, mr_pad, t0, nt);
+                store_sums(out, out_dtype, accumulate, rows, c, c_up, r0, mr, t0, n - t0 < nt ? n - t0 : nt);
             }
         }
         _tile_release();
-        free(ws), free(c);
+        free(ws), free(c), free(c_up);
     }
     free(xs);
     return 1;
+}
+
+int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
+               const burst_weight *W, int n, int n_threads) {
+    return matmul_amx_with(out, out_dtype, accumulate, x, x_dtype, W, NULL, n, n_threads);
+}
+
+int matmul_amx_swiglu(void *out, burst_dtype out_dtype, const void *x, burst_dtype x_dtype, const burst_weight *W_gate,
+                      const burst_weight *W_up, int n, int n_threads) {
+    if (!W_gate->amx_tiles || !W_up->amx_tiles || W_gate->rows != W_up->rows || W_gate->cols != W_up->cols) return 0;
+    return matmul_amx_with(out, out_dtype, 0, x, x_dtype, W_gate, W_up, n, n_threads);
 }
 #else
 size_t matmul_amx_transient_bytes(int n, int64_t cols, int n_threads) { return 0; }
@@ -180,6 +215,11 @@ void amx_tiles_from(uint16_t *dst, const burst_weight *W, int n_threads) {
 
 int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                const burst_weight *W, int n, int n_threads) {
+    return 0;
+}
+
+int matmul_amx_swiglu(void *out, burst_dtype out_dtype, const void *x, burst_dtype x_dtype, const burst_weight *W_gate,
+                      const burst_weight *W_up, int n, int n_threads) {
     return 0;
 }
 #endif

@@ -12,6 +12,12 @@ size_t matmul_amx_transient_bytes(int n, int64_t cols, int n_threads);
 int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                const burst_weight *W, int n, int n_threads);
 
+// out (n, W_gate.rows) of out_dtype = silu(x W_gate^T) x (x W_up^T), per element in float32
+// (model/swiglu.h), x read once for both; returns 0, having done nothing, where AMX is not usable
+// or either weight is not in tiles (or their shapes differ).
+int matmul_amx_swiglu(void *out, burst_dtype out_dtype, const void *x, burst_dtype x_dtype, const burst_weight *W_gate,
+                      const burst_weight *W_up, int n, int n_threads);
+
 // A weight laid out as AMX tiles (burst_weight.amx_tiles), read by matmul_amx at every token count
 // with no copy: rows and columns padded with zeros to 32, tile (i, k) (rows [16 i, 16 i + 16) x
 // columns [32 k, 32 k + 32)) at AMX_TILE_ELEMS (i * k_tiles + k), as AMX's B operand: tile row c / 2

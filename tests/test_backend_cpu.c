@@ -1,8 +1,9 @@
 // The CPU backend's ops that take an activation dtype (model/backend.h: rmsnorm's output, matmul's
-// input and output and its accumulating form, swiglu), in float32 and bf16, against float64 on
-// fresh random inputs of awkward sizes: token counts on both sides of the matmul's few-token path
-// and across its GEMM's panels and token blocks, weights whose rows and columns are not multiples
-// of the GEMM's register tiles, row blocks and column blocks, stored as F32, F16 and BF16. The bf16
+// input and output and its accumulating form, swiglu and matmul_swiglu), in float32 and bf16,
+// against float64 on fresh random inputs of awkward sizes: token counts on both sides of the
+// matmul's few-token path and across its GEMM's panels and token blocks, weights whose rows and
+// columns are not multiples of the GEMM's register tiles, row blocks and column blocks, stored as
+// F32, F16 and BF16. The bf16
 // forms are the CUDA backend's bf16 mode's specification (tests/test_backend_cuda.c holds it to
 // them). Every output carries guard words after its last element. Every F16 weight value, through
 // embed and the matmul's paths (a few tokens convert in registers, the GEMM a block at a time, AMX
@@ -267,6 +268,44 @@ static void test_swiglu(burst_backend *be) {
         }
 }
 
+// The MLP's gate and up projections with SwiGLU, against SwiGLU in float64 of the backend's own
+// float32 projections (test_matmul holds those to float64): from the sums themselves where the
+// AMX matmul fuses the three (both weights in tiles, `held`), from the projections rounded to the
+// activation dtype where the three ops run one after the other. Gate rows past 32 and 128 (tiles
+// and blocks), tokens past a tile of 16, a block of 32 and one of 512.
+static void test_matmul_swiglu(burst_backend *be, int held) {
+    static const int ns[] = {1, 7, 41, 520}, shapes[][2] = {{17, 13}, {150, 96}, {131, 600}};
+    for (int wi = 1; wi < 3; wi++) // F16, BF16
+        for (int di = 0; di < 2; di++)
+            for (int si = 0; si < 3; si++)
+                for (int k = 0; k < 4; k++) {
+                    const int n = ns[k], rows = shapes[si][0], cols = shapes[si][1];
+                    test_weight wg = weight_random(WEIGHT_DTS[wi], rows, cols, -0.5f, 0.5f), wu = weight_random(WEIGHT_DTS[wi], rows, cols, -0.5f, 0.5f);
+                    burst_backend *wbe = held ? backend_cpu_new(3, 1) : NULL;
+                    const burst_weight Wg = held ? weight_held(wbe, &wg) : wg.w, Wu = held ? weight_held(wbe, &wu) : wu.w;
+                    const int fused = Wg.amx_tiles && Wu.amx_tiles;
+                    act_buf x = act_random(DTS[di], (int64_t)n * cols, -1, 1), out = act_random(DTS[di], (int64_t)n * rows, -1, 1);
+                    act_buf up = act_random(DTS[di], (int64_t)n * rows, -1, 1);
+                    float *g = burst_malloc(sizeof(float) * (size_t)(n * rows)), *u = burst_malloc(sizeof(float) * (size_t)(n * rows));
+                    backend_matmul(be, g, DTYPE_F32, x.p, x.dt, &Wg, n);
+                    backend_matmul(be, u, DTYPE_F32, x.p, x.dt, &Wu, n);
+                    double *ref = burst_malloc(sizeof(double) * (size_t)(n * rows));
+                    for (int64_t i = 0; i < (int64_t)n * rows; i++) {
+                        const double gi = fused || x.dt == DTYPE_F32 ? g[i] : bf16_to_f32(f32_to_bf16(g[i]));
+                        const double ui = fused || x.dt == DTYPE_F32 ? u[i] : bf16_to_f32(f32_to_bf16(u[i]));
+                        ref[i] = gi / (1 + exp(-gi)) * ui;
+                    }
+                    backend_matmul_swiglu(be, out.p, x.p, x.dt, &Wg, &Wu, up.p, n);
+                    char what[128];
+                    snprintf(what, sizeof what, "matmul_swiglu weights %s%s %s n=%d W=(%d,%d)", dtype_name(WEIGHT_DTS[wi]),
+                             fused ? " in tiles (fused)" : Wg.dtype != wg.w.dtype ? " as bf16" : "", dtype_name(x.dt), n, rows, cols);
+                    act_check(what, &out, ref, 1e-6);
+                    free(g), free(u), free(ref), free((void *)wg.w.data), free(wg.as_f64), free((void *)wu.w.data), free(wu.as_f64);
+                    act_free(&x), act_free(&out), act_free(&up);
+                    if (wbe) backend_free(wbe);
+                }
+}
+
 // backend_weight on every half: "cpu" hands back the mapping itself, "cpu-bf16" a copy rounded to
 // bf16 (to nearest even, from the half's exact value; NaN stays NaN), as the CUDA backend uploads it,
 // laid out as AMX tiles where the CPU has AMX; embed reads every value back (in tiles: 1000 x 67,
@@ -432,6 +471,8 @@ int main(void) {
     test_matmul_exact(be, 1);
     test_f16_weights(be);
     test_swiglu(be);
+    test_matmul_swiglu(be, 0);
+    test_matmul_swiglu(be, 1);
     test_rope(be);
     test_argmax(be);
     test_attention_transient(be);
