@@ -93,7 +93,8 @@ void backend_matmul(burst_backend *b, void *out, burst_dtype out_dtype, const vo
 void backend_matmul_add(burst_backend *b, float *out, const void *x, burst_dtype x_dtype,
                         const burst_weight *W, int n);
 // Bytes a matmul of n tokens by a weight of cols columns allocates for the call's duration (the
-// CPU's x transposed or split into tiles, and its threads' blocks), for the memory check at start.
+// CPU's x transposed or split into tiles, and its threads' blocks) or keeps for the next (the
+// GPU's x rounded to bf16), for the memory check at start.
 size_t backend_matmul_transient_bytes(burst_backend *b, int n, int64_t cols);
 // Bytes an attention call of up to max_keys keys allocates for its duration, of what grows with
 // the keys (on the CPU with AMX, each thread's copy of a KV head's K and V^T), for the memory check.

@@ -573,6 +573,14 @@ size_t cuda_memory_free(burst_backend *b, int *pool) {
     return free_b;
 }
 
+// What cuda_matmul's buffers grow to for n rows of a weight of up to cols columns or rows (the
+// memory check at start): the input rounded to bf16 (bf16 mode) or widened to float32 (fp32
+// mode), and fp32 mode's bf16 outputs computed in float32 first.
+size_t cuda_matmul_transient(burst_backend *b, int n, int64_t cols) {
+    const cuda_ctx *c = (const cuda_ctx *)b->ctx;
+    return c->fp32 ? 2 * (size_t)n * (size_t)cols * sizeof(float) : (size_t)n * (size_t)cols * sizeof(__nv_bfloat16);
+}
+
 void cuda_release(burst_backend *b, void *p) {
     cuda_ctx *c = ctx_of(b);
     CUDA_CHECK(cudaStreamSynchronize(c->stream)); // queued work may still use it
@@ -1011,6 +1019,7 @@ const backend_ops cuda_ops = {
     .embed = cuda_embed,
     .rmsnorm = cuda_rmsnorm,
     .matmul = cuda_matmul,
+    .matmul_transient = cuda_matmul_transient,
     .rope = cuda_rope,
     .swiglu = cuda_swiglu,
     .attention = cuda_attention,
