@@ -203,7 +203,7 @@ int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, 
 
 int matmul_amx_swiglu(void *out, burst_dtype out_dtype, const void *x, burst_dtype x_dtype, const burst_weight *W_gate,
                       const burst_weight *W_up, int n, int n_threads) {
-    if (!W_gate->amx_tiles || !W_up->amx_tiles || W_gate->rows != W_up->rows || W_gate->cols != W_up->cols) return 0;
+    if (!W_gate->amx_tiles || !W_up->amx_tiles) return 0;
     return matmul_amx_with(out, out_dtype, 0, x, x_dtype, W_gate, W_up, n, n_threads);
 }
 #else

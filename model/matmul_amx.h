@@ -12,9 +12,9 @@ size_t matmul_amx_transient_bytes(int n, int64_t cols, int n_threads);
 int matmul_amx(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                const burst_weight *W, int n, int n_threads);
 
-// out (n, W_gate.rows) of out_dtype = silu(x W_gate^T) x (x W_up^T), per element in float32
-// (model/swiglu.h), x read once for both; returns 0, having done nothing, where AMX is not usable
-// or either weight is not in tiles (or their shapes differ).
+// out (n, W_gate.rows) of out_dtype = silu(x W_gate^T) x (x W_up^T), W_up of W_gate's shape (as
+// backend_matmul_swiglu asserts), per element in float32 (model/swiglu.h), x read once for both;
+// returns 0, having done nothing, where AMX is not usable or either weight is not in tiles.
 int matmul_amx_swiglu(void *out, burst_dtype out_dtype, const void *x, burst_dtype x_dtype, const burst_weight *W_gate,
                       const burst_weight *W_up, int n, int n_threads);
 
