@@ -257,34 +257,42 @@ __global__ void __launch_bounds__(32 * MERGE_WARPS) merge_splits_batch_kernel(co
     if (p.n_splits > 1) merge_splits(p, blockIdx.x);
 }
 
-// The kernel instance for NV vectors a block, with params (one call) or batch_params.
-template <int VEC, int EPL, int NV, typename KV> void launch(const params &p, dim3 grid, cudaStream_t s) {
-    decode_kernel<VEC, EPL, NV, KV><<<grid, THREADS, 0, s>>>(p);
-}
-template <int VEC, int EPL, int NV, typename KV> void launch(const batch_params &b, dim3 grid, cudaStream_t s) {
-    decode_batch_kernel<VEC, EPL, NV, KV><<<grid, THREADS, 0, s>>>(b);
+// A launch of kernel(p) through the caller's launcher (common/cuda_launch.h), or straight.
+template <typename P> void launch(void (*kernel)(const P), const P &p, dim3 grid, int threads, const cuda_launcher *l,
+                                  cudaStream_t s) {
+    void *args[] = {(void *)&p};
+    cuda_launch(l, (const void *)kernel, grid, dim3((unsigned)threads), args, s);
 }
 
-template <int VEC, int EPL, typename KV, typename P> void launch_decode(const P &p, int nv, dim3 grid, cudaStream_t s) {
+// The kernel instance for NV vectors a block, with params (one call) or batch_params.
+template <int VEC, int EPL, int NV, typename KV> void launch_nv(const params &p, dim3 grid, const cuda_launcher *l, cudaStream_t s) {
+    launch(decode_kernel<VEC, EPL, NV, KV>, p, grid, THREADS, l, s);
+}
+template <int VEC, int EPL, int NV, typename KV> void launch_nv(const batch_params &b, dim3 grid, const cuda_launcher *l, cudaStream_t s) {
+    launch(decode_batch_kernel<VEC, EPL, NV, KV>, b, grid, THREADS, l, s);
+}
+
+template <int VEC, int EPL, typename KV, typename P>
+void launch_decode(const P &p, int nv, dim3 grid, const cuda_launcher *l, cudaStream_t s) {
     switch (nv) {
-    case 1: launch<VEC, EPL, 1, KV>(p, grid, s); break;
-    case 2: launch<VEC, EPL, 2, KV>(p, grid, s); break;
-    case 4: launch<VEC, EPL, 4, KV>(p, grid, s); break;
-    default: launch<VEC, EPL, MAX_VECS, KV>(p, grid, s); break;
+    case 1: launch_nv<VEC, EPL, 1, KV>(p, grid, l, s); break;
+    case 2: launch_nv<VEC, EPL, 2, KV>(p, grid, l, s); break;
+    case 4: launch_nv<VEC, EPL, 4, KV>(p, grid, l, s); break;
+    default: launch_nv<VEC, EPL, MAX_VECS, KV>(p, grid, l, s); break;
     }
 }
 
 // The instance for these loads, head_dim (<= 128 or <= 256) and K/V dtype.
-template <typename P> void launch_decode(const P &p, burst_dtype kv, bool vec4, int head_dim, int nv, dim3 grid, cudaStream_t s) {
+template <typename P>
+void launch_decode(const P &p, burst_dtype kv, bool vec4, int head_dim, int nv, dim3 grid, const cuda_launcher *l, cudaStream_t s) {
     using BF = __nv_bfloat16;
     if (kv == DTYPE_F32) {
-        if (vec4) head_dim <= 128 ? launch_decode<4, 4, float>(p, nv, grid, s) : launch_decode<4, 8, float>(p, nv, grid, s);
-        else head_dim <= 128 ? launch_decode<1, 4, float>(p, nv, grid, s) : launch_decode<1, 8, float>(p, nv, grid, s);
+        if (vec4) head_dim <= 128 ? launch_decode<4, 4, float>(p, nv, grid, l, s) : launch_decode<4, 8, float>(p, nv, grid, l, s);
+        else head_dim <= 128 ? launch_decode<1, 4, float>(p, nv, grid, l, s) : launch_decode<1, 8, float>(p, nv, grid, l, s);
     } else {
-        if (vec4) head_dim <= 128 ? launch_decode<4, 4, BF>(p, nv, grid, s) : launch_decode<4, 8, BF>(p, nv, grid, s);
-        else head_dim <= 128 ? launch_decode<1, 4, BF>(p, nv, grid, s) : launch_decode<1, 8, BF>(p, nv, grid, s);
+        if (vec4) head_dim <= 128 ? launch_decode<4, 4, BF>(p, nv, grid, l, s) : launch_decode<4, 8, BF>(p, nv, grid, l, s);
+        else head_dim <= 128 ? launch_decode<1, 4, BF>(p, nv, grid, l, s) : launch_decode<1, 8, BF>(p, nv, grid, l, s);
     }
-    CUDA_CHECK(cudaGetLastError());
 }
 
 struct plan {
@@ -384,7 +392,7 @@ extern "C" size_t decode_cuda_batch_workspace_floats(const flash_args *calls, in
 }
 
 extern "C" burst_status decode_cuda(const flash_args *a, float *workspace, size_t workspace_floats_given,
-                                    cudaStream_t stream, burst_error *err) {
+                                    const cuda_launcher *launcher, cudaStream_t stream, burst_error *err) {
     burst_status st = check_args(a, err);
     if (st || a->nq == 0) return st;
     const plan pl = plan_for(a, sm_count());
@@ -393,17 +401,16 @@ extern "C" burst_status decode_cuda(const flash_args *a, float *workspace, size_
         return BURST_FAIL(err, BURST_ERR_INVALID, "workspace of %zu floats, want %zu", workspace_floats_given, need);
     const params p = params_for(a, pl, workspace);
     launch_decode(p, a->kv_dtype, vec4_for(a), a->head_dim, pl.nv,
-                  dim3((unsigned)pl.chunks, (unsigned)pl.splits, (unsigned)a->n_kv_heads), stream);
+                  dim3((unsigned)pl.chunks, (unsigned)pl.splits, (unsigned)a->n_kv_heads), launcher, stream);
     if (pl.splits > 1) {
         const int64_t rows = (int64_t)a->n_heads * a->nq;
-        merge_splits_kernel<<<(unsigned)((rows + MERGE_WARPS - 1) / MERGE_WARPS), 32 * MERGE_WARPS, 0, stream>>>(p);
-        CUDA_CHECK(cudaGetLastError());
+        launch(merge_splits_kernel, p, dim3((unsigned)((rows + MERGE_WARPS - 1) / MERGE_WARPS)), 32 * MERGE_WARPS, launcher, stream);
     }
     return BURST_OK;
 }
 
 extern "C" burst_status decode_cuda_batch(const flash_args *calls, int n, float *workspace, size_t workspace_floats_given,
-                                          cudaStream_t stream, burst_error *err) {
+                                          const cuda_launcher *launcher, cudaStream_t stream, burst_error *err) {
     burst_status st;
     for (int i = 0; i < n; i++)
         if ((st = check_args(&calls[i], err))) return st;
@@ -437,11 +444,10 @@ extern "C" burst_status decode_cuda_batch(const flash_args *calls, int n, float 
             done[i] = 1;
         }
         launch_decode(b, calls[first].kv_dtype, vec4_for(&calls[first]), calls[first].head_dim, pl[first].nv,
-                      dim3((unsigned)pl[first].chunks, (unsigned)max_splits, (unsigned)(b.n * b.n_kv_heads)), stream);
+                      dim3((unsigned)pl[first].chunks, (unsigned)max_splits, (unsigned)(b.n * b.n_kv_heads)), launcher, stream);
         if (max_splits > 1) {
             const dim3 grid((unsigned)((max_rows + MERGE_WARPS - 1) / MERGE_WARPS), (unsigned)b.n);
-            merge_splits_batch_kernel<<<grid, 32 * MERGE_WARPS, 0, stream>>>(b);
-            CUDA_CHECK(cudaGetLastError());
+            launch(merge_splits_batch_kernel, b, grid, 32 * MERGE_WARPS, launcher, stream);
         }
     }
     free(pl), free(offset), free(done);

@@ -16,13 +16,15 @@
 // a caller-owned device buffer of decode_cuda_workspace_floats(a) floats; the split count comes
 // from nk and the current device's SM count, so ask on the device that runs the call.
 // Thread-safe; asynchronous on the given stream, which must order the workspace's reuse; CUDA
-// runtime failures abort through CUDA_CHECK.
+// runtime failures abort through CUDA_CHECK. The kernels launch through `launcher` where one is
+// given (common/cuda_launch.h: the CUDA backend patches them in replayed graphs), else directly.
 #pragma once
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 
 #include "attention/flash.h"
 #include "common/burst.h"
+#include "common/cuda_launch.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,7 +43,7 @@ int decode_cuda_splits(const flash_args *a);
 size_t decode_cuda_workspace_floats(const flash_args *a);
 
 burst_status decode_cuda(const flash_args *a, float *workspace, size_t workspace_floats,
-                         cudaStream_t stream, burst_error *err);
+                         const cuda_launcher *launcher, cudaStream_t stream, burst_error *err);
 
 // n independent calls of decode_cuda (a step's decoding sequences, one call each) in as few
 // launches as they allow: calls with the same kernel instance (K/V dtype, 4-element loads or
@@ -52,7 +54,7 @@ burst_status decode_cuda(const flash_args *a, float *workspace, size_t workspace
 #define DECODE_CUDA_MAX_BATCH 28 // their parameters fill the 4 KB of a kernel's
 size_t decode_cuda_batch_workspace_floats(const flash_args *calls, int n);
 burst_status decode_cuda_batch(const flash_args *calls, int n, float *workspace, size_t workspace_floats,
-                               cudaStream_t stream, burst_error *err);
+                               const cuda_launcher *launcher, cudaStream_t stream, burst_error *err);
 
 #ifdef __cplusplus
 }

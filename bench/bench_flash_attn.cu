@@ -273,7 +273,7 @@ void decode_old(const decode_problem &p) {
 void decode_new(const decode_problem &p) {
     const flash_args a = decode_args(p);
     burst_error err;
-    if (decode_cuda(&a, p.ws, p.n_ws, 0, &err) != BURST_OK) {
+    if (decode_cuda(&a, p.ws, p.n_ws, nullptr, 0, &err) != BURST_OK) {
         fprintf(stderr, "decode_cuda: %s\n", err.msg);
         exit(1);
     }

@@ -195,16 +195,16 @@ size_t backend_attention_transient_bytes(burst_backend *b, int64_t max_keys, int
     return b->ops->attention_transient ? b->ops->attention_transient(b, max_keys, head_dim, kv_dtype) : 0;
 }
 
-void backend_graph_begin(burst_backend *b, int rows) {
-    BURST_ASSERT(rows >= 0 && !b->in_graph);
+void backend_graph_begin(burst_backend *b, int rows, int seq_rows) {
+    BURST_ASSERT(rows >= 0 && seq_rows >= 0 && seq_rows <= rows && !b->in_graph);
     b->in_graph = 1;
-    if (b->ops->graph_begin) b->ops->graph_begin(b, rows);
+    if (b->ops->graph_begin) b->ops->graph_begin(b, rows, seq_rows);
 }
 
-void backend_graph_end(burst_backend *b) {
+int backend_graph_end(burst_backend *b) {
     BURST_ASSERT(b->in_graph);
     b->in_graph = 0;
-    if (b->ops->graph_end) b->ops->graph_end(b);
+    return b->ops->graph_end ? b->ops->graph_end(b) : 1;
 }
 
 void backend_sync(burst_backend *b) {

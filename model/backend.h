@@ -125,14 +125,18 @@ void backend_merge(burst_backend *b, const online_softmax_args *calls, int n);
 // (rows, cols) float32; synchronous. Greedy sampling where the logits live: a GPU hands back 4
 // bytes a row instead of the row. Rows holding NaN may give any index.
 void backend_argmax(burst_backend *b, int *out, const float *x, int rows, int64_t cols);
-// The ops queued between backend_graph_begin and backend_graph_end (a step of `rows` rows) may
-// be recorded and run together at backend_graph_end: the CUDA backend captures decode steps into
-// a CUDA graph under BURST_CUDA_GRAPHS=1 (model/backend_cuda.cu). Between the two, nothing may
-// wait for the backend or read its buffers (backend_to_host, backend_argmax, backend_sync,
-// backend_alloc, backend_release, a transfer): the wrappers assert so on every backend, so that
-// the CPU's tests hold llama.c to it too. No graph on the CPU.
-void backend_graph_begin(burst_backend *b, int rows);
-void backend_graph_end(burst_backend *b);
+// The ops queued between backend_graph_begin and backend_graph_end (a step of `rows` rows, at
+// most `seq_rows` of them one sequence's) may be recorded and run together at backend_graph_end:
+// the CUDA backend runs decode steps as CUDA graphs under BURST_CUDA_GRAPHS=1, recorded once and
+// replayed with the step's new positions and key counts (model/backend_cuda.cu). Between the two,
+// nothing may wait for the backend or read its buffers (backend_to_host, backend_argmax,
+// backend_sync, backend_alloc, backend_release, a transfer): the wrappers assert so on every
+// backend, so that the CPU's tests hold llama.c to it too. backend_graph_end returns 1 when the
+// ops have run (or are queued), 0 when the backend ran none of them (the step was not the graph
+// it tried): the caller then issues the same ops again, from backend_graph_begin on. No graph on
+// the CPU: always 1.
+void backend_graph_begin(burst_backend *b, int rows, int seq_rows);
+int backend_graph_end(burst_backend *b);
 // Waits until every op queued on the backend has finished (a no-op where ops are synchronous).
 void backend_sync(burst_backend *b);
 // A copy between any two buffers of backends of this kind (of the same or different instances),

@@ -17,7 +17,8 @@
 // so, the gate and up GEMMs write bf16 for swiglu, and the residual adds ride in the output
 // projections' GEMMs (beta 1). At 32K tokens of 7B that is, by estimate, ~12 of ~27 GB of
 // element-wise traffic a layer fewer (every GEMM rounded its fp32 input again, QKV three times)
-// and 6 fewer launches a layer in decode; not yet measured.
+// and 6 fewer launches a layer in decode. Measured with it (H200, bench/gpu_prefill.sh, bf16
+// cache): 32K tokens of 7B 1.200 s to the first token (595 TFLOP/s) against Hugging Face's 1.363 s.
 //
 // Measured (H100 80GB HBM3, CUDA 13.0, bench/bench_prefill.c, random LLaMA-7B shape, bf16, one
 // call with .gpu-kit/torch_prefill.py): time to first token with cuDNN attention 4K 0.127 s,
@@ -40,6 +41,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "attention/decode_cuda.h"
 #include "attention/flash_cuda.h"
@@ -48,6 +50,7 @@
 #include "backend_cuda.h"
 #include "backend_impl.h"
 #include "common/cuda_check.h"
+#include "common/cuda_launch.h"
 
 namespace {
 
@@ -57,9 +60,10 @@ constexpr int THREADS = 256;
 constexpr int CUDNN_MIN_ROWS = 1024;
 constexpr size_t CUBLAS_WORKSPACE = 32u << 20; // cuBLAS asks for 32 MiB on Hopper
 constexpr size_t UPLOAD_CHUNK = 64u << 20;     // bytes per staged weight upload
-// BURST_CUDA_GRAPHS=1: steps of at most this many rows (decode) run as one CUDA graph; the
-// executable graphs of GRAPH_SLOTS step shapes are kept.
+// BURST_CUDA_GRAPHS=1: steps of at most this many rows, none of more than DECODE_CUDA_MAX_ROWS
+// of one sequence (decode), run as CUDA graphs; the graphs of GRAPH_SLOTS steps are kept.
 constexpr int GRAPH_MAX_ROWS = 64, GRAPH_SLOTS = 16;
+constexpr uint64_t GRAPH_KEY_SEED = 14695981039346656037ull; // FNV-1a's offset basis
 
 constexpr int PROFILE_KEYS = 128;
 
@@ -96,14 +100,22 @@ typedef struct {
     int n_marks, cap_marks;
 } profile;
 
-// An executable graph of a step shape: its rows and the node count of its graph (the number of
-// attention calls, of their key splits' kernels...), and the step that last ran it.
+// A recorded step: the graph it was instantiated from (whose nodes name the executable graph's
+// to cudaGraphExecKernelNodeSetParams), the nodes of its patched launches in launch order, the
+// key of its ops (graph_note), its rows, and the step that last ran it.
 typedef struct {
+    cudaGraph_t graph;
     cudaGraphExec_t exec;
+    cudaGraphNode_t *patched;
+    int n_patched;
+    uint64_t key;
     int rows;
-    size_t nodes;
     long last_step;
 } graph_slot;
+
+// Between cuda_graph_begin and _end: the step runs as usual, is recorded (captured), or is
+// replayed (its fixed launches skipped, its patched ones written into a slot's graph).
+enum graph_mode { GRAPH_OFF, GRAPH_CAPTURE, GRAPH_REPLAY };
 
 typedef struct {
     int device, fp32;
@@ -111,13 +123,24 @@ typedef struct {
     int cudnn_always;           // 1: for every such block cuDNN takes, plan or not (BURST_FLASH=cudnn)
     int batched;                // BURST_BATCHED_DECODE=1: attention_batch / convert_batch in few launches
     int gemv;                   // BURST_GEMV=1: matmuls of up to GEMV_MAX_N rows on bf16 weights by gemv_kernel
-    int graphs;                 // BURST_CUDA_GRAPHS=1: cuda_graph_begin / cuda_graph_end capture decode steps
-    int capturing;              // between them: the step's rows, its ops recorded into a graph, not run
-    unsigned char graph_rows_seen[GRAPH_MAX_ROWS + 1]; // a step of this many rows has run uncaptured
+    int graphs;                 // BURST_CUDA_GRAPHS=1: cuda_graph_begin / cuda_graph_end run decode steps as graphs
+    graph_mode mode;            // of the step between them
+    int graph_rows;             // its rows
+    graph_slot *replaying;      // GRAPH_REPLAY: the slot whose graph it patches
+    uint64_t key;               // its ops so far (graph_note)
+    int n_patched;              // its patched launches so far
+    bool mismatch;              // GRAPH_REPLAY: its patched launches are not the slot's
+    bool must_record;           // GRAPH_REPLAY: it needs a buffer to grow, so no graph recorded before fits
+    graph_mode retry_mode;      // after cuda_graph_end returned 0: how the step's second issue runs
+    graph_slot *retry_slot;     // (GRAPH_REPLAY: the slot whose key it had)
+    cudaGraphNode_t *captured;  // GRAPH_CAPTURE: the nodes of its patched launches
+    int cap_captured;
+    unsigned char graph_rows_seen[GRAPH_MAX_ROWS + 1]; // a step of this many rows has run plainly
     graph_slot graph_slots[GRAPH_SLOTS];
     void **retired;             // buffers dev_grow replaced while capturing, freed once the graph has run
     int n_retired, cap_retired;
-    long graph_steps, graph_instances; // steps run as graphs, and those whose graph was instantiated anew
+    long graph_steps, graph_captures, graph_retries; // steps run as graphs, recorded anew, issued again
+    cuda_launcher launcher;     // the patched launches go through it (graph_launch)
     cudaStream_t stream;
     cublasHandle_t blas;
     void *blas_ws;
@@ -144,9 +167,83 @@ unsigned blocks_for(int64_t n, int per_thread) {
     return (unsigned)(b < 1 ? 1 : b > (1 << 20) ? (1 << 20) : b); // grid-stride beyond 2^20 blocks
 }
 
+void graph_slot_clear(cuda_ctx *c, graph_slot *g) {
+    if (g->exec) {
+        CUDA_CHECK(cudaStreamSynchronize(c->stream)); // a launch of it may be in flight
+        CUDA_CHECK(cudaGraphExecDestroy(g->exec));
+        CUDA_CHECK(cudaGraphDestroy(g->graph));
+    }
+    free(g->patched);
+    *g = (graph_slot){};
+}
+
+// Every recorded step but `keep`: after a buffer their graphs may use moved.
+void graph_drop_others(cuda_ctx *c, const graph_slot *keep) {
+    for (graph_slot &g : c->graph_slots)
+        if (&g != keep) graph_slot_clear(c, &g);
+}
+
+// Folds bytes into the step's key (FNV-1a).
+void graph_note_bytes(cuda_ctx *c, const void *p, size_t n) {
+    for (size_t i = 0; i < n; i++) c->key = (c->key ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+}
+
+// In a graph step, an op notes in the key what its fixed launches depend on (its name and every
+// argument: scalars and pointers, no padding), so that a replay runs only where each op is the
+// recorded one; its patched launches note their kernels (graph_launch).
+template <typename... A> void graph_note(cuda_ctx *c, const char *op, const A &...args) {
+    static_assert((std::is_scalar<A>::value && ...), "note scalars and pointers, whose bytes are all value");
+    if (c->mode == GRAPH_OFF) return;
+    graph_note_bytes(c, &op, sizeof op);
+    (graph_note_bytes(c, &args, sizeof args), ...);
+}
+
+// A replayed step: the fixed launches are in the graph already, and the op returns after noting.
+bool replaying(const cuda_ctx *c) { return c->mode == GRAPH_REPLAY; }
+
+// The launches whose parameters change from step to step (decode attention, the K/V rows into
+// the cache, the uploads of tokens and positions): launched as given outside graph steps;
+// launched and their nodes kept while a step is recorded; written into the replayed graph's
+// nodes, in the same order, while one is replayed.
+void graph_launch(void *ctx, const void *func, dim3 grid, dim3 block, void **args, cudaStream_t stream) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    if (c->mode != GRAPH_OFF) {
+        graph_note_bytes(c, &func, sizeof func);
+        graph_note_bytes(c, &block, sizeof block);
+    }
+    if (c->mode != GRAPH_REPLAY) {
+        CUDA_CHECK(cudaLaunchKernel(func, grid, block, args, 0, stream));
+        if (c->mode == GRAPH_OFF) return;
+        cudaStreamCaptureStatus status;
+        const cudaGraphNode_t *deps = NULL;
+        size_t n_deps = 0; // the capture's next node depends on the one just recorded, alone
+        CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, NULL, NULL, &deps, NULL, &n_deps));
+        BURST_ASSERT(status == cudaStreamCaptureStatusActive && n_deps == 1);
+        if (c->n_patched == c->cap_captured) {
+            c->cap_captured = c->cap_captured ? 2 * c->cap_captured : 256;
+            c->captured = (cudaGraphNode_t *)burst_realloc(c->captured, sizeof *c->captured * (size_t)c->cap_captured);
+        }
+        c->captured[c->n_patched++] = deps[0];
+        return;
+    }
+    const graph_slot *g = c->replaying;
+    if (!c->mismatch && c->n_patched < g->n_patched) {
+        cudaKernelNodeParams p = {.func = (void *)func, .gridDim = grid, .blockDim = block, .sharedMemBytes = 0,
+                                  .kernelParams = args, .extra = NULL};
+        if (cudaGraphExecKernelNodeSetParams(g->exec, g->patched[c->n_patched], &p) != cudaSuccess) {
+            (void)cudaGetLastError(); // another kernel than the recorded one: the key tells too
+            c->mismatch = true;
+        }
+    } else {
+        c->mismatch = true;
+    }
+    c->n_patched++;
+}
+
 void *dev_grow(cuda_ctx *c, dev_buf *d, size_t bytes) {
     if (bytes <= d->cap) return d->p;
-    if (c->capturing) { // the graph's earlier nodes may use the old buffer: freed after it runs
+    BURST_ASSERT(c->mode != GRAPH_REPLAY); // (decode_workspace asks first)
+    if (c->mode == GRAPH_CAPTURE) { // the graph's earlier nodes may use the old buffer: freed after it runs
         if (c->n_retired == c->cap_retired) {
             c->cap_retired = c->cap_retired ? 2 * c->cap_retired : 8;
             c->retired = (void **)burst_realloc(c->retired, sizeof *c->retired * (size_t)c->cap_retired);
@@ -155,13 +252,14 @@ void *dev_grow(cuda_ctx *c, dev_buf *d, size_t bytes) {
     } else {
         CUDA_CHECK(cudaStreamSynchronize(c->stream)); // the old buffer may still be read
         CUDA_CHECK(cudaFree(d->p));
+        graph_drop_others(c, NULL); // recorded steps may use it
     }
     CUDA_CHECK(cudaMalloc(&d->p, bytes)); // (allowed while capturing: the capture is relaxed)
     d->cap = bytes;
     return d->p;
 }
 
-// An upload while a step is captured: the bytes ride in the graph as a kernel's parameters, by
+// An upload in a graph step: the bytes ride in the graph as a patched launch's parameters, by
 // value, where a copy node would read `host` when the graph runs, after later uploads of the
 // same step may have rewritten it.
 struct param_bytes {
@@ -173,17 +271,19 @@ __global__ void store_bytes_kernel(unsigned char *dst, const __grid_constant__ p
 
 const void *upload(cuda_ctx *c, upload_buf *u, const void *src, size_t bytes) {
     if (bytes == u->len && bytes && !memcmp(u->host, src, bytes)) return u->dev;
-    if (c->capturing) {
-        // A step of this many rows ran uncaptured before (cuda_graph_begin) and sized `dev`; no
-        // copy from `host` is in flight (cuda_graph_begin synchronized), so it takes the bytes
-        // that the next upload compares against.
+    if (c->mode != GRAPH_OFF) {
+        // A step of this many rows ran plainly before (cuda_graph_begin) and sized `dev`; no copy
+        // from `host` is in flight (cuda_graph_begin waited), so it takes the bytes that the next
+        // upload compares against.
         BURST_ASSERT(bytes <= u->cap && bytes <= sizeof(param_bytes));
         param_bytes p = {};
         memcpy(p.b, src, bytes);
         memcpy(u->host, src, bytes);
         u->len = bytes;
-        store_bytes_kernel<<<1, THREADS, 0, c->stream>>>((unsigned char *)u->dev, p, (int)bytes);
-        CUDA_CHECK(cudaGetLastError());
+        unsigned char *dst = (unsigned char *)u->dev;
+        int n = (int)bytes;
+        void *args[] = {&dst, &p, &n};
+        cuda_launch(&c->launcher, (const void *)store_bytes_kernel, dim3(1), dim3(THREADS), args, c->stream);
         return u->dev;
     }
     CUDA_CHECK(cudaEventSynchronize(u->done)); // `host` is about to be overwritten
@@ -191,6 +291,7 @@ const void *upload(cuda_ctx *c, upload_buf *u, const void *src, size_t bytes) {
         CUDA_CHECK(cudaStreamSynchronize(c->stream)); // `dev` may still be read
         CUDA_CHECK(cudaFreeHost(u->host));
         CUDA_CHECK(cudaFree(u->dev));
+        graph_drop_others(c, NULL); // recorded steps may read it
         CUDA_CHECK(cudaMallocHost(&u->host, bytes));
         CUDA_CHECK(cudaMalloc(&u->dev, bytes));
         u->cap = bytes;
@@ -349,16 +450,18 @@ __global__ void copy_jobs_kernel(const __grid_constant__ copy_jobs j) {
         for (int64_t t = first; t < n; t += step) dst[t] = src[t];
 }
 
-// Jobs gathered into a job_table for `kernel`, launched MAX_JOBS at a time (and by flush): grid.y
-// over the jobs, grid.x sized by the most work (threads' worth) of one job.
+// Jobs gathered into a job_table for `kernel`, launched MAX_JOBS at a time (and by flush), through
+// `launcher` where given: grid.y over the jobs, grid.x sized by the most work (threads' worth) of
+// one job.
 template <typename D, typename S> struct job_batch {
     using kernel_fn = void (*)(const job_table<D, S>);
     kernel_fn kernel;
     cudaStream_t stream;
+    const cuda_launcher *launcher;
     job_table<D, S> j;
     int count = 0;
     int64_t most = 1;
-    job_batch(kernel_fn k, cudaStream_t s) : kernel(k), stream(s) {}
+    job_batch(kernel_fn k, cudaStream_t s, const cuda_launcher *l) : kernel(k), stream(s), launcher(l) {}
     void add(D *dst, const S *src, int64_t n, int64_t work) {
         j.dst[count] = dst, j.src[count] = src, j.n[count] = n;
         most = std::max(most, work);
@@ -366,8 +469,8 @@ template <typename D, typename S> struct job_batch {
     }
     void flush() {
         if (!count) return;
-        kernel<<<dim3(blocks_for(most, 4), (unsigned)count), THREADS, 0, stream>>>(j);
-        CUDA_CHECK(cudaGetLastError());
+        void *args[] = {&j};
+        cuda_launch(launcher, (const void *)kernel, dim3(blocks_for(most, 4), (unsigned)count), dim3(THREADS), args, stream);
         count = 0, most = 1;
     }
 };
@@ -537,12 +640,12 @@ void cuda_free(burst_backend *b) {
         CUDA_CHECK(cudaFree(u->dev));
         CUDA_CHECK(cudaEventDestroy(u->done));
     }
-    for (graph_slot &g : c->graph_slots)
-        if (g.exec) CUDA_CHECK(cudaGraphExecDestroy(g.exec));
-    if (c->graph_steps) // a graph instantiated for most steps would cost more than it saves
-        LOG_I("cuda:%d: %ld steps ran as CUDA graphs, %ld of them instantiated anew (the rest updated one)", c->device,
-              c->graph_steps, c->graph_instances);
+    graph_drop_others(c, NULL);
+    if (c->graph_steps) // steps recorded or issued again cost more than plain ones: few, or graphs do not pay
+        LOG_I("cuda:%d: %ld steps ran as CUDA graphs, %ld of them recorded anew (the rest replayed); %ld issued twice or more",
+              c->device, c->graph_steps, c->graph_captures, c->graph_retries);
     free(c->retired);
+    free(c->captured);
     CUDA_CHECK(cudaFree(c->blas_ws));
     CUBLAS_CHECK(cublasDestroy(c->blas));
     CUDA_CHECK(cudaStreamDestroy(c->stream));
@@ -601,9 +704,11 @@ void cuda_to_host(burst_backend *b, float *dst, const float *src, int64_t n) {
 // cudaMemcpyAsync each.
 void cuda_copy(burst_backend *b, const copy_job *jobs, int n) {
     cuda_ctx *c = ctx_of(b);
+    for (int i = 0; i < n; i++) graph_note(c, "copy", jobs[i].dst, jobs[i].src, jobs[i].bytes);
+    if (replaying(c)) return;
     const int batched = c->batched && n > 1;
     const int t = batched ? profile_start(c, "copy batch jobs<=%lld", pow2_at_least(n)) : -1;
-    job_batch<char, char> batch(copy_jobs_kernel, c->stream);
+    job_batch<char, char> batch(copy_jobs_kernel, c->stream, nullptr);
     for (int i = 0; i < n; i++) {
         const copy_job *job = &jobs[i];
         const int64_t bytes = (int64_t)job->bytes;
@@ -669,8 +774,10 @@ burst_status cuda_weight(burst_backend *b, const weights_tensor *t, burst_weight
 void cuda_embed(burst_backend *b, float *x, const burst_weight *table, const int *tokens, int n) {
     cuda_ctx *c = ctx_of(b);
     if (n == 0) return;
-    const int t = profile_start(c, "embed n<=%lld", pow2_at_least(n));
     const int *d_tokens = (const int *)upload(c, &c->tokens, tokens, (size_t)n * sizeof(int));
+    graph_note(c, "embed", x, table->data, table->dtype, table->cols, d_tokens, n);
+    if (replaying(c)) return;
+    const int t = profile_start(c, "embed n<=%lld", pow2_at_least(n));
     const unsigned g = blocks_for((int64_t)n * table->cols, 1);
     if (table->dtype == DTYPE_F32)
         embed_kernel<<<g, THREADS, 0, c->stream>>>(x, (const float *)table->data, d_tokens, n, table->cols);
@@ -693,6 +800,8 @@ void cuda_rmsnorm(burst_backend *b, void *out, burst_dtype out_dtype, const floa
                   float eps) {
     cuda_ctx *c = ctx_of(b);
     if (n == 0) return;
+    graph_note(c, "rmsnorm", out, out_dtype, x, w->data, w->dtype, w->cols, n, eps);
+    if (replaying(c)) return;
     const int t = profile_start(c, "rmsnorm to %s n<=%lld", dtype_name(out_dtype), pow2_at_least(n));
     if (out_dtype == DTYPE_F32) launch_rmsnorm(c, (float *)out, x, w, n, eps);
     else launch_rmsnorm(c, (__nv_bfloat16 *)out, x, w, n, eps);
@@ -722,27 +831,41 @@ void pack_bf16(cuda_ctx *c, __nv_bfloat16 *dst, const void *src, burst_dtype src
 
 void cuda_convert(burst_backend *b, void *dst, burst_dtype to, const float *src, int64_t n) {
     cuda_ctx *c = ctx_of(b);
+    graph_note(c, "convert", dst, to, src, n);
+    if (replaying(c)) return;
     const int t = profile_start(c, "convert to %s n<=%lld", dtype_name(to), pow2_at_least(n));
     if (to == DTYPE_F32) CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, c->stream));
     else round_bf16(c, (__nv_bfloat16 *)dst, src, 1, n, n);
     profile_stop(c, t);
 }
 
-// BURST_BATCHED_DECODE=1: the bf16 jobs in one launch per MAX_JOBS, large ones apart; else job by job.
+// BURST_BATCHED_DECODE=1: the bf16 jobs in one launch per MAX_JOBS, large ones apart; else job by
+// job. In a graph step (the K/V rows of decode, whose place in the cache moves every step) all of
+// them in patched launches, an fp32 cache's as copies.
 void cuda_convert_batch(burst_backend *b, burst_dtype to, const convert_job *jobs, int n) {
     cuda_ctx *c = ctx_of(b);
-    if (!c->batched || to != DTYPE_BF16) { // (an fp32 cache's rows are plain copies)
+    const bool graph = c->mode != GRAPH_OFF;
+    if (!graph && (!c->batched || to != DTYPE_BF16)) { // (an fp32 cache's rows are plain copies)
         for (int i = 0; i < n; i++) cuda_convert(b, jobs[i].dst, to, jobs[i].src, jobs[i].n);
         return;
     }
-    const int t = profile_start(c, "convert batch to bf16 jobs<=%lld", pow2_at_least(n));
-    job_batch<__nv_bfloat16, float> batch(round_jobs_kernel, c->stream);
-    for (int i = 0; i < n; i++) {
-        const convert_job *job = &jobs[i];
-        if (job->n >= BATCH_JOB_MAX) round_bf16(c, (__nv_bfloat16 *)job->dst, job->src, 1, job->n, job->n);
-        else batch.add((__nv_bfloat16 *)job->dst, job->src, job->n, job->n);
+    const int t = profile_start(c, "convert batch to %s jobs<=%lld", dtype_name(to), pow2_at_least(n));
+    if (to == DTYPE_F32) {
+        job_batch<char, char> batch(copy_jobs_kernel, c->stream, &c->launcher);
+        for (int i = 0; i < n; i++) {
+            const int64_t bytes = jobs[i].n * (int64_t)sizeof(float);
+            batch.add((char *)jobs[i].dst, (const char *)jobs[i].src, bytes, aligned16(jobs[i].dst, jobs[i].src, bytes) ? bytes / 16 : bytes);
+        }
+        batch.flush();
+    } else {
+        job_batch<__nv_bfloat16, float> batch(round_jobs_kernel, c->stream, &c->launcher);
+        for (int i = 0; i < n; i++) {
+            const convert_job *job = &jobs[i];
+            if (!graph && job->n >= BATCH_JOB_MAX) round_bf16(c, (__nv_bfloat16 *)job->dst, job->src, 1, job->n, job->n);
+            else batch.add((__nv_bfloat16 *)job->dst, job->src, job->n, job->n);
+        }
+        batch.flush();
     }
-    batch.flush();
     profile_stop(c, t);
 }
 
@@ -778,6 +901,8 @@ void cuda_matmul(burst_backend *b, void *out, burst_dtype out_dtype, int accumul
                  const burst_weight *W, int n) {
     cuda_ctx *c = ctx_of(b);
     if (n == 0) return;
+    graph_note(c, "matmul", out, out_dtype, accumulate, x, x_dtype, W->data, W->dtype, W->rows, W->cols, n);
+    if (replaying(c)) return;
     if (c->gemv && W->dtype == DTYPE_BF16 && n <= GEMV_MAX_N) return gemv(c, out, out_dtype, accumulate, x, x_dtype, W, n);
     const int64_t rows = W->rows, cols = W->cols;
     const void *xin = x;
@@ -806,8 +931,10 @@ void cuda_matmul(burst_backend *b, void *out, burst_dtype out_dtype, int accumul
 void cuda_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads, int head_dim, const rope_params *p) {
     cuda_ctx *c = ctx_of(b);
     if (n == 0) return;
-    const int t = profile_start(c, "rope n<=%lld", pow2_at_least(n));
     const int64_t *d_pos = (const int64_t *)upload(c, &c->pos, pos, (size_t)n * sizeof(int64_t));
+    graph_note(c, "rope", x, d_pos, n, n_heads, head_dim, p->theta, p->factor, p->ramp_lo, p->ramp_hi, p->mscale);
+    if (replaying(c)) return;
+    const int t = profile_start(c, "rope n<=%lld", pow2_at_least(n));
     const int64_t threads = (int64_t)n * (head_dim / 2) * ((n_heads + ROPE_HEADS - 1) / ROPE_HEADS);
     rope_kernel<<<blocks_for(threads, 1), THREADS, 0, c->stream>>>(x, d_pos, n, n_heads, head_dim, *p);
     CUDA_CHECK(cudaGetLastError());
@@ -817,6 +944,8 @@ void cuda_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_head
 void cuda_swiglu(burst_backend *b, void *gate, const void *up, burst_dtype dtype, int64_t n) {
     cuda_ctx *c = ctx_of(b);
     if (n == 0) return;
+    graph_note(c, "swiglu", gate, up, dtype, n);
+    if (replaying(c)) return;
     const int t = profile_start(c, "swiglu %s n<=%lld", dtype_name(dtype), pow2_at_least(n));
     if (dtype == DTYPE_F32)
         swiglu_kernel<<<blocks_for(n, 4), THREADS, 0, c->stream>>>((float *)gate, (const float *)up, n);
@@ -834,12 +963,23 @@ bool takes_flash(const cuda_ctx *c, const flash_args *a) {
            a->o_stride % 2 == 0 && (uintptr_t)a->o % 8 == 0;
 }
 
+// The split-KV kernel's workspace of `floats`; NULL where a replayed step would need it larger
+// (the step is then not the recorded one, whose graph points at this buffer).
+float *decode_workspace(cuda_ctx *c, size_t floats) {
+    if (replaying(c) && floats * sizeof(float) > c->decode_ws.cap) {
+        c->must_record = true;
+        return NULL;
+    }
+    return (float *)dev_grow(c, &c->decode_ws, floats * sizeof(float));
+}
+
 void cuda_attention(burst_backend *b, const flash_args *a) {
     cuda_ctx *c = ctx_of(b);
     if (a->nq == 0) return;
     const int d = a->head_dim;
     burst_error err;
     if (takes_flash(c, a)) {
+        BURST_ASSERT(c->mode == GRAPH_OFF); // (cuda_graph_begin: no graph with more than DECODE_CUDA_MAX_ROWS rows a sequence)
         // Q is rounded into a packed copy, and so are K/V unless they are bf16 rows aligned
         // already: a bf16 KV cache (d = 64 or 128: 128-byte rows) is read in place.
         const int64_t qw = (int64_t)a->n_heads * d, kw = (int64_t)a->n_kv_heads * d;
@@ -873,9 +1013,10 @@ void cuda_attention(burst_backend *b, const flash_args *a) {
     // (fp32 or bf16) in place, any nq (attention/decode_cuda.h; past DECODE_CUDA_MAX_ROWS rows it re-reads K/V
     // through L2 on CUDA cores, which is what fp32 mode asks for: exact fp32 attention).
     const size_t ws = decode_cuda_workspace_floats(a);
-    float *work = (float *)dev_grow(c, &c->decode_ws, ws * sizeof(float));
+    float *work = decode_workspace(c, ws);
+    if (!work && ws) return;
     const int t = profile_start(c, "attention split-kv nq<=%lld", pow2_at_least(a->nq));
-    if (decode_cuda(a, work, ws, c->stream, &err)) burst_abort(__FILE__, __LINE__, __func__, "%s", err.msg);
+    if (decode_cuda(a, work, ws, &c->launcher, c->stream, &err)) burst_abort(__FILE__, __LINE__, __func__, "%s", err.msg);
     profile_stop(c, t);
 }
 
@@ -894,12 +1035,14 @@ void cuda_attention_batch(burst_backend *b, const flash_args *calls, int n) {
         else split_kv[n_split_kv++] = calls[i];
     }
     const size_t ws = decode_cuda_batch_workspace_floats(split_kv, n_split_kv);
-    float *work = (float *)dev_grow(c, &c->decode_ws, ws * sizeof(float));
-    const int t = profile_start(c, "attention split-kv batch calls<=%lld", pow2_at_least(n_split_kv));
-    burst_error err;
-    if (decode_cuda_batch(split_kv, n_split_kv, work, ws, c->stream, &err))
-        burst_abort(__FILE__, __LINE__, __func__, "%s", err.msg);
-    profile_stop(c, t);
+    float *work = decode_workspace(c, ws);
+    if (work || !ws) {
+        const int t = profile_start(c, "attention split-kv batch calls<=%lld", pow2_at_least(n_split_kv));
+        burst_error err;
+        if (decode_cuda_batch(split_kv, n_split_kv, work, ws, &c->launcher, c->stream, &err))
+            burst_abort(__FILE__, __LINE__, __func__, "%s", err.msg);
+        profile_stop(c, t);
+    }
     free(split_kv);
 }
 
@@ -918,6 +1061,7 @@ void cuda_argmax(burst_backend *b, int *out, const float *x, int rows, int64_t c
 
 void cuda_merge(burst_backend *b, const online_softmax_args *calls, int n) {
     cuda_ctx *c = ctx_of(b);
+    BURST_ASSERT(c->mode == GRAPH_OFF); // (G ranks: no graph steps)
     long long most = 0;
     for (int i = 0; i < n; i++) most = std::max(most, (long long)calls[i].n);
     const int t = profile_start(c, "merge calls<=%lld n<=%lld", pow2_at_least(n), pow2_at_least(most));
@@ -925,66 +1069,100 @@ void cuda_merge(burst_backend *b, const online_softmax_args *calls, int n) {
     profile_stop(c, t);
 }
 
-// BURST_CUDA_GRAPHS=1: a step of up to GRAPH_MAX_ROWS rows (decode) is captured into a CUDA graph
-// and launched at cuda_graph_end, so that its kernels (7B: ~14 a layer, ~450 a step) start back
-// to back on the GPU instead of one launch at a time from the host. Every step is captured anew
-// (its positions, K/V rows and key counts change) and updates in place the executable graph of
-// the last step of its shape (rows and node count: 2 rows are one sequence's 2 or two sequences'
-// 1, a sequence's attention one kernel or two as its keys grow), else is instantiated in place of
-// the least recently run of GRAPH_SLOTS. The first step of each row count runs uncaptured:
-// kernels load, cuBLAS makes its choices, buffers grow. Not under BURST_PROFILE (its events
-// would be captured).
-void cuda_graph_begin(burst_backend *b, int rows) {
+// BURST_CUDA_GRAPHS=1: a step of up to GRAPH_MAX_ROWS rows, up to DECODE_CUDA_MAX_ROWS of them a
+// sequence's (decode: the attention is the split-KV kernel, never cuDNN's, whose buffers move),
+// runs as a CUDA graph, so that its kernels (7B: ~14 a layer, ~450 a step) start back to back on
+// the GPU instead of one launch at a time from the host. A step is recorded once (captured) and
+// replayed after: its ops note in a key everything their fixed launches depend on and skip them,
+// and the launches that change every step (positions, tokens, the K/V rows' place in the cache,
+// the attention's key counts and splits: graph_launch) are written into the recorded nodes
+// instead. Where the key, or the patched launches, differ from the slot's (another shape, a
+// sequence more, a split more), cuda_graph_end asks for the step again: replayed into the slot of
+// its key if one exists, else recorded into a new slot (GRAPH_SLOTS kept, least recently run
+// replaced). The first step of each row count runs plainly: kernels load, cuBLAS makes its
+// choices, buffers grow. Not under BURST_PROFILE (its events would be captured).
+void cuda_graph_begin(burst_backend *b, int rows, int seq_rows) {
     cuda_ctx *c = ctx_of(b);
-    if (!c->graphs || c->prof || rows < 1 || rows > GRAPH_MAX_ROWS) return;
-    if (!c->graph_rows_seen[rows]) {
-        c->graph_rows_seen[rows] = 1;
-        return;
+    graph_mode mode = c->retry_mode;
+    graph_slot *slot = c->retry_slot;
+    c->retry_mode = GRAPH_OFF;
+    if (mode == GRAPH_OFF) {
+        if (!c->graphs || c->prof || rows < 1 || rows > GRAPH_MAX_ROWS || seq_rows > DECODE_CUDA_MAX_ROWS) return;
+        if (!c->graph_rows_seen[rows]) {
+            c->graph_rows_seen[rows] = 1;
+            return;
+        }
+        slot = NULL; // the step of these rows run last
+        for (graph_slot &g : c->graph_slots)
+            if (g.exec && g.rows == rows && (!slot || g.last_step > slot->last_step)) slot = &g;
+        mode = slot ? GRAPH_REPLAY : GRAPH_CAPTURE;
     }
-    CUDA_CHECK(cudaStreamSynchronize(c->stream)); // no copy from an upload's host buffer in flight
-    c->tokens.len = c->pos.len = 0; // each step's graph holds its uploads: the same nodes every step
-    CUDA_CHECK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed));
-    c->capturing = rows;
+    // The step's uploads rewrite the pinned buffers: no copy from them may be in flight. Each
+    // step compares its uploads within itself, so that every step makes the same launches.
+    for (upload_buf *u : {&c->tokens, &c->pos}) {
+        CUDA_CHECK(cudaEventSynchronize(u->done));
+        u->len = 0;
+    }
+    c->mode = mode;
+    c->replaying = slot;
+    c->graph_rows = rows;
+    c->key = GRAPH_KEY_SEED;
+    c->n_patched = 0;
+    c->mismatch = c->must_record = false;
+    if (mode == GRAPH_CAPTURE) CUDA_CHECK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed));
 }
 
-void cuda_graph_end(burst_backend *b) {
+int cuda_graph_end(burst_backend *b) {
     cuda_ctx *c = ctx_of(b);
-    if (!c->capturing) return;
-    const int rows = c->capturing;
-    c->capturing = 0;
-    cudaGraph_t g;
-    CUDA_CHECK(cudaStreamEndCapture(c->stream, &g));
-    size_t nodes = 0;
-    CUDA_CHECK(cudaGraphGetNodes(g, NULL, &nodes));
-    // The slot of this shape, else the least recently run one.
-    graph_slot *slot = &c->graph_slots[0];
+    const graph_mode mode = c->mode;
+    const bool retried = c->replaying && c->replaying == c->retry_slot;
+    c->mode = GRAPH_OFF;
+    c->retry_slot = NULL;
+    if (mode == GRAPH_OFF) return 1;
+    if (mode == GRAPH_REPLAY) {
+        graph_slot *g = c->replaying;
+        if (!c->mismatch && !c->must_record && c->n_patched == g->n_patched && c->key == g->key) {
+            CUDA_CHECK(cudaGraphLaunch(g->exec, c->stream));
+            g->last_step = ++c->graph_steps;
+            return 1;
+        }
+        // Not that slot's step (its graph is patched in part, which does no harm: a replay patches
+        // every node it names): once more into the slot of this key, else recorded.
+        c->graph_retries++;
+        c->retry_mode = GRAPH_CAPTURE;
+        for (graph_slot &s : c->graph_slots)
+            if (!retried && !c->must_record && &s != g && s.exec && s.rows == c->graph_rows && s.key == c->key)
+                c->retry_mode = GRAPH_REPLAY, c->retry_slot = &s;
+        return 0;
+    }
+    cudaGraph_t graph;
+    CUDA_CHECK(cudaStreamEndCapture(c->stream, &graph));
+    graph_slot *g = &c->graph_slots[0]; // the slot of this key, else an empty one, else the least recently run
     for (graph_slot &s : c->graph_slots) {
-        if (s.exec && s.rows == rows && s.nodes == nodes) {
-            slot = &s;
+        if (s.exec && s.rows == c->graph_rows && s.key == c->key) {
+            g = &s;
             break;
         }
-        if (s.last_step < slot->last_step) slot = &s;
+        if (!s.exec ? g->exec != NULL : g->exec && s.last_step < g->last_step) g = &s;
     }
-    cudaGraphExecUpdateResultInfo info;
-    const bool same = slot->exec && slot->rows == rows && slot->nodes == nodes;
-    if (slot->exec && !(same && cudaGraphExecUpdate(slot->exec, g, &info) == cudaSuccess)) {
-        (void)cudaGetLastError(); // cudaErrorGraphExecUpdateFailure, where the update refused
-        CUDA_CHECK(cudaGraphExecDestroy(slot->exec));
-        slot->exec = NULL;
-    }
-    if (!slot->exec) {
-        CUDA_CHECK(cudaGraphInstantiate(&slot->exec, g, 0));
-        *slot = (graph_slot){slot->exec, rows, nodes, 0};
-        c->graph_instances++;
-    }
-    slot->last_step = ++c->graph_steps;
-    CUDA_CHECK(cudaGraphDestroy(g));
-    CUDA_CHECK(cudaGraphLaunch(slot->exec, c->stream));
-    if (c->n_retired) {
+    graph_slot_clear(c, g);
+    CUDA_CHECK(cudaGraphInstantiate(&g->exec, graph, 0));
+    g->graph = graph;
+    g->patched = (cudaGraphNode_t *)burst_malloc(sizeof *g->patched * (size_t)(c->n_patched + 1));
+    if (c->n_patched) memcpy(g->patched, c->captured, sizeof *g->patched * (size_t)c->n_patched);
+    g->n_patched = c->n_patched;
+    g->key = c->key;
+    g->rows = c->graph_rows;
+    c->graph_captures++;
+    CUDA_CHECK(cudaGraphLaunch(g->exec, c->stream));
+    g->last_step = ++c->graph_steps;
+    if (c->n_retired) { // buffers the capture replaced: after this graph has run; the others' graphs used them
         CUDA_CHECK(cudaStreamSynchronize(c->stream));
         for (int i = 0; i < c->n_retired; i++) CUDA_CHECK(cudaFree(c->retired[i]));
         c->n_retired = 0;
+        graph_drop_others(c, g);
     }
+    return 1;
 }
 
 void cuda_sync(burst_backend *b) {
@@ -1092,6 +1270,7 @@ extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **o
     c->batched = batched;
     c->gemv = gemv_on;
     c->graphs = graphs;
+    c->launcher = (cuda_launcher){graph_launch, c};
     CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasCreate(&c->blas));
     CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));

@@ -746,20 +746,16 @@ static burst_status all_row_logits(llama_model *m, llama_rank *R, int i) {
     return BURST_OK;
 }
 
-// One rank's share of a forward call, top to bottom.
-static burst_status rank_forward(llama_model *m, llama_rank *R) {
+// One rank's ops of a forward call, from the embedding to the logits on rank 0 (*n_logits rows
+// in s->logits).
+static burst_status rank_ops(llama_model *m, llama_rank *R, int n, int *n_logits) {
     const llama_config *c = &m->cfg;
     llama_scratch *s = &R->s;
     burst_backend *be = R->be;
     int64_t dim = c->dim;
-    int n = rank_rows(m, R);
     burst_status st = BURST_OK;
     const burst_dtype act = backend_act_dtype(be); // of the matmul inputs xb and hb, and of hb2
-    // One rank waits for nothing between the embedding and the logits (no ring, no rows handed
-    // over on the way): the backend may run that as one graph (decode steps on a GPU).
-    bool graph = m->G == 1;
-    for (int i = 0; i < m->plan.n_segs; i++) graph = graph && !m->call.segs[i].all_rows;
-    if (graph) backend_graph_begin(be, n);
+    *n_logits = 0;
     if (n > 0) backend_embed(be, s->x, &R->embed, R->tok, n);
 
     for (int l = 0; l < c->n_layers; l++) {
@@ -791,27 +787,48 @@ static burst_status rank_forward(llama_model *m, llama_rank *R) {
     if (R->rank != 0) return BURST_OK;
     // Rank 0 holds every segment's last token (zigzag gives it the last chunk), and every row of a
     // segment that wants several (replicated): logits there, all in one matrix product.
-    int n_segs = m->plan.n_segs, n_logits = 0;
+    int n_segs = m->plan.n_segs;
     for (int i = 0; i < n_segs; i++) {
         int end = i + 1 < n_segs ? R->row0[i + 1] : n, k = seg_logits(&m->call.segs[i]);
-        R->copies[i] = (copy_job){s->last + n_logits * dim, s->x + (int64_t)(end - k) * dim, (size_t)(k * dim) * sizeof(float)};
-        n_logits += k;
+        R->copies[i] = (copy_job){s->last + *n_logits * dim, s->x + (int64_t)(end - k) * dim, (size_t)(k * dim) * sizeof(float)};
+        *n_logits += k;
     }
     backend_copy(be, R->copies, n_segs);
-    backend_rmsnorm(be, s->last, DTYPE_F32, s->last, &R->final_norm, n_logits, c->norm_eps);
-    backend_matmul(be, s->logits, DTYPE_F32, s->last, DTYPE_F32, &R->lm_head, n_logits);
-    if (graph) backend_graph_end(be);
+    backend_rmsnorm(be, s->last, DTYPE_F32, s->last, &R->final_norm, *n_logits, c->norm_eps);
+    backend_matmul(be, s->logits, DTYPE_F32, s->last, DTYPE_F32, &R->lm_head, *n_logits);
+    return BURST_OK;
+}
+
+// One rank's share of a forward call, top to bottom.
+static burst_status rank_forward(llama_model *m, llama_rank *R) {
+    const llama_config *c = &m->cfg;
+    burst_backend *be = R->be;
+    int n = rank_rows(m, R), n_segs = m->plan.n_segs, n_logits, seq_rows = 0;
+    // One rank waits for nothing between the embedding and the logits (no ring, no rows handed
+    // over on the way): the backend may run that as one graph (decode steps on a GPU), and may
+    // ask for the ops again (backend_graph_end).
+    bool graph = m->G == 1;
+    for (int i = 0; i < n_segs; i++) {
+        graph = graph && !m->call.segs[i].all_rows;
+        if (m->plan.seg[i].n > seq_rows) seq_rows = m->plan.seg[i].n;
+    }
+    burst_status st;
+    do {
+        if (graph) backend_graph_begin(be, n, seq_rows);
+        st = rank_ops(m, R, n, &n_logits);
+    } while (graph && !backend_graph_end(be));
+    if (st || R->rank != 0) return st;
     // Segments that take the argmax get it from the backend; the logits go to the host unless
     // every segment does.
     int argmax_segs = 0;
     for (int i = 0; i < n_segs; i++) argmax_segs += m->call.segs[i].argmax != NULL;
     if (argmax_segs) {
-        backend_argmax(be, m->argmax, s->logits, n_logits, c->vocab_size);
+        backend_argmax(be, m->argmax, R->s.logits, n_logits, c->vocab_size);
         for (int i = 0, row = 0; i < n_segs; row += seg_logits(&m->call.segs[i]), i++)
             if (m->call.segs[i].argmax)
                 memcpy(m->call.segs[i].argmax, m->argmax + row, sizeof(int) * (size_t)seg_logits(&m->call.segs[i]));
     }
-    if (argmax_segs < n_segs) backend_to_host(be, m->call.logits, s->logits, (int64_t)n_logits * c->vocab_size);
+    if (argmax_segs < n_segs) backend_to_host(be, m->call.logits, R->s.logits, (int64_t)n_logits * c->vocab_size);
     return BURST_OK;
 }
 

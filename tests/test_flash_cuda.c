@@ -219,7 +219,7 @@ static int test_decode_cases(const attn_case *cases, int n, int batched) {
         const size_t n_ws = batched ? decode_cuda_batch_workspace_floats(a, n) : decode_cuda_workspace_floats(&a[i]);
         float *ws = NULL;
         if (n_ws) CUDA_CHECK(cudaMalloc((void **)&ws, n_ws * 4));
-        burst_status st = batched ? decode_cuda_batch(a, n, ws, n_ws, 0, &err) : decode_cuda(&a[i], ws, n_ws, 0, &err);
+        burst_status st = batched ? decode_cuda_batch(a, n, ws, n_ws, NULL, 0, &err) : decode_cuda(&a[i], ws, n_ws, NULL, 0, &err);
         if (st != BURST_OK) printf("FAIL decode: %s\n", err.msg), ok = 0;
         CUDA_CHECK(cudaDeviceSynchronize());
         CUDA_CHECK(cudaFree(ws));
