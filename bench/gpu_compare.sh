@@ -6,6 +6,7 @@
 #   BASE=.gpu-kit/base bash bench/gpu_compare.sh build   # build-gpu here (all) and in BASE (benchmarks)
 #   bash bench/gpu_compare.sh tests                      # the gpu-labelled tests, here
 #   BASE=.gpu-kit/base bash bench/gpu_compare.sh bench   # time to first token, decode, profiles
+#   (without BASE, build and bench run this checkout alone: the same tables, no base column)
 #   bash bench/gpu_compare.sh sanitize                   # compute-sanitizer memcheck of the kernel tests
 # bench: bench_prefill (random LLaMA-7B shape, bf16 KV cache) at NS tokens (default
 # 4096,16384,32768) with chunks of BATCHES (default 8192,32768), now and base one after the other,
@@ -20,7 +21,8 @@ step=${1:?build, tests, bench or sanitize}
 case $step in build | tests | bench | sanitize) ;; *) echo "gpu_compare.sh: '$step': want build, tests, bench or sanitize"; exit 1 ;; esac
 ns=${NS:-4096,16384,32768}
 batches=${BATCHES:-8192,32768}
-[ "$step" = tests ] || [ "$step" = sanitize ] || [ -d "${BASE:?set BASE to the base tree (an earlier commit, staged under .gpu-kit/base)}" ] || { echo "BASE=$BASE: no such directory"; exit 1; }
+[ -z "$BASE" ] || [ -d "$BASE" ] || { echo "BASE=$BASE: no such directory"; exit 1; }
+trees="$root${BASE:+ $BASE}"
 name_of() { [ "$1" = "$root" ] && echo now || echo base; } # a tree's name in the logs and tables
 # Builds tree $1's build-gpu (always for `build`; else only when it lacks bench_decode, as on a
 # fresh machine). A build-gpu configured elsewhere (a tree staged with one) goes first: CMake
@@ -35,7 +37,7 @@ build_tree() {
 }
 case $step in
 build)
-  build_tree "$root" && build_tree "$BASE" || exit 1
+  for tree in $trees; do build_tree "$tree" || exit 1; done
   ;;
 tests)
   build_tree "$root" || exit 1
@@ -51,19 +53,19 @@ tests)
   tail -15 "$out/test_model_cuda.log"
   ;;
 bench)
-  build_tree "$root" && build_tree "$BASE" || exit 1
+  for tree in $trees; do build_tree "$tree" || exit 1; done
   source .gpu-kit/prelude.sh >/dev/null
   out=${OUT:-/tmp}
   log=$out/compare.log
   : >"$log"
   for rep in 1 2; do
-    for tree in "$root" "$BASE"; do
+    for tree in $trees; do
       name=$(name_of "$tree")
       "$tree/build-gpu/bench/bench_prefill" /tmp/llama7b "$ns" "$batches" 3 bf16 7b 2>"$out/prefill_${name}_$rep.err" |
         grep '^{' | sed "s/^{/{\"tree\": \"$name\", /" | tee -a "$log"
     done
   done
-  for run in "$root 0 0 0" "$root 1 0 0" "$root 1 1 0" "$root 0 0 1" "$root 1 1 1" "$BASE 0 0 0"; do
+  for run in "$root 0 0 0" "$root 1 0 0" "$root 1 1 0" "$root 0 0 1" "$root 1 1 1" ${BASE:+"$BASE 0 0 0"}; do
     set -- $run
     name=$(name_of "$1")
     echo "== bench_decode $name, BURST_BATCHED_DECODE=$2 BURST_GEMV=$3 BURST_CUDA_GRAPHS=$4"
@@ -75,7 +77,7 @@ bench)
   BURST_PROFILE=1 BURST_BATCHED_DECODE=1 "$root/build-gpu/bench/bench_decode" /tmp/llama7b 1,64 1024 20 cuda bf16 2>&1 |
     grep -E '^profile|^\|' | grep -vE 'n<=(128|256|512|1024|2048|4096|8192|16384|32768|65536) ' | head -60
   big=${ns##*,}
-  for tree in "$root" "$BASE"; do
+  for tree in $trees; do
     name=$(name_of "$tree")
     echo "== profile $name, N=$big"
     BURST_PROFILE=1 "$tree/build-gpu/bench/bench_prefill" /tmp/llama7b "$big" "${batches##*,}" 1 bf16 7b 2>&1 |
