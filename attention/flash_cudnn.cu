@@ -349,8 +349,13 @@ plan_entry &plan_for(const plan_key &key) {
         destroy_all(tc.plans.front().owned);
         tc.plans.erase(tc.plans.begin());
     }
+    const double t0 = burst_now();
     tc.plans.push_back(build_plan(key));
-    return tc.plans.back();
+    // A new prompt length waits for its shapes' plans: how long, per shape, is worth seeing.
+    plan_entry &e = tc.plans.back();
+    LOG_I("cuDNN attention plan for %lld rows x %lld keys%s%s: %s in %.3f s", (long long)key.nq, (long long)key.nk,
+          key.causal ? ", causal" : "", key.shifted ? " (shifted)" : "", e.plan ? "built" : "refused", burst_now() - t0);
+    return e;
 }
 
 void *grow(void **buf, size_t *have, size_t need) {
