@@ -71,6 +71,7 @@ constexpr int PROFILE_KEYS = 128;
 typedef struct {
     void *p;
     size_t cap;
+    bool in_graphs; // graph steps use it: recorded graphs must not outlive it
 } dev_buf;
 
 // A host -> device copy through pinned memory: asynchronous, and skipped when the bytes equal
@@ -139,7 +140,7 @@ typedef struct {
     graph_slot graph_slots[GRAPH_SLOTS];
     void **retired;             // buffers dev_grow replaced while capturing, freed once the graph has run
     int n_retired, cap_retired;
-    long graph_steps, graph_captures, graph_retries; // steps run as graphs, recorded anew, issued again
+    long graph_steps, graph_captures, graph_refused; // steps run as graphs, recorded anew; replays refused
     cuda_launcher launcher;     // the patched launches go through it (graph_launch)
     cudaStream_t stream;
     cublasHandle_t blas;
@@ -248,11 +249,11 @@ void *dev_grow(cuda_ctx *c, dev_buf *d, size_t bytes) {
             c->cap_retired = c->cap_retired ? 2 * c->cap_retired : 8;
             c->retired = (void **)burst_realloc(c->retired, sizeof *c->retired * (size_t)c->cap_retired);
         }
-        c->retired[c->n_retired++] = d->p;
+        if (d->p) c->retired[c->n_retired++] = d->p; // (none before: nothing recorded uses it)
     } else {
         CUDA_CHECK(cudaStreamSynchronize(c->stream)); // the old buffer may still be read
         CUDA_CHECK(cudaFree(d->p));
-        graph_drop_others(c, NULL); // recorded steps may use it
+        if (d->in_graphs) graph_drop_others(c, NULL); // recorded steps may use it
     }
     CUDA_CHECK(cudaMalloc(&d->p, bytes)); // (allowed while capturing: the capture is relaxed)
     d->cap = bytes;
@@ -641,9 +642,9 @@ void cuda_free(burst_backend *b) {
         CUDA_CHECK(cudaEventDestroy(u->done));
     }
     graph_drop_others(c, NULL);
-    if (c->graph_steps) // steps recorded or issued again cost more than plain ones: few, or graphs do not pay
-        LOG_I("cuda:%d: %ld steps ran as CUDA graphs, %ld of them recorded anew (the rest replayed); %ld issued twice or more",
-              c->device, c->graph_steps, c->graph_captures, c->graph_retries);
+    if (c->graph_steps) // recorded steps and refused replays cost more than plain steps: few, or graphs do not pay
+        LOG_I("cuda:%d: %ld steps ran as CUDA graphs, %ld of them recorded anew (the rest replayed); %ld replays refused",
+              c->device, c->graph_steps, c->graph_captures, c->graph_refused);
     free(c->retired);
     free(c->captured);
     CUDA_CHECK(cudaFree(c->blas_ws));
@@ -964,13 +965,16 @@ bool takes_flash(const cuda_ctx *c, const flash_args *a) {
 }
 
 // The split-KV kernel's workspace of `floats`; NULL where a replayed step would need it larger
-// (the step is then not the recorded one, whose graph points at this buffer).
+// (the step is then not the recorded one, whose graph points at this buffer). It at least
+// doubles when it grows, so that a sequence's growing key splits record few steps anew.
 float *decode_workspace(cuda_ctx *c, size_t floats) {
-    if (replaying(c) && floats * sizeof(float) > c->decode_ws.cap) {
+    const size_t bytes = floats * sizeof(float);
+    if (bytes <= c->decode_ws.cap) return (float *)c->decode_ws.p;
+    if (replaying(c)) {
         c->must_record = true;
         return NULL;
     }
-    return (float *)dev_grow(c, &c->decode_ws, floats * sizeof(float));
+    return (float *)dev_grow(c, &c->decode_ws, std::max(bytes, 2 * c->decode_ws.cap));
 }
 
 void cuda_attention(burst_backend *b, const flash_args *a) {
@@ -1128,7 +1132,7 @@ int cuda_graph_end(burst_backend *b) {
         }
         // Not that slot's step (its graph is patched in part, which does no harm: a replay patches
         // every node it names): once more into the slot of this key, else recorded.
-        c->graph_retries++;
+        c->graph_refused++;
         c->retry_mode = GRAPH_CAPTURE;
         for (graph_slot &s : c->graph_slots)
             if (!retried && !c->must_record && &s != g && s.exec && s.rows == c->graph_rows && s.key == c->key)
@@ -1156,11 +1160,11 @@ int cuda_graph_end(burst_backend *b) {
     c->graph_captures++;
     CUDA_CHECK(cudaGraphLaunch(g->exec, c->stream));
     g->last_step = ++c->graph_steps;
-    if (c->n_retired) { // buffers the capture replaced: after this graph has run; the others' graphs used them
-        CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    if (c->n_retired) { // buffers the capture replaced, which its own earlier nodes and other graphs used:
+        CUDA_CHECK(cudaStreamSynchronize(c->stream)); // freed after this graph has run, and no graph kept
         for (int i = 0; i < c->n_retired; i++) CUDA_CHECK(cudaFree(c->retired[i]));
         c->n_retired = 0;
-        graph_drop_others(c, g);
+        graph_drop_others(c, NULL);
     }
     return 1;
 }
@@ -1271,6 +1275,7 @@ extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **o
     c->gemv = gemv_on;
     c->graphs = graphs;
     c->launcher = (cuda_launcher){graph_launch, c};
+    c->mm_in.in_graphs = c->mm_out.in_graphs = c->decode_ws.in_graphs = true;
     CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasCreate(&c->blas));
     CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));
