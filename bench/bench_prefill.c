@@ -51,7 +51,8 @@ static int parse_list(const char *s, int *out) {
     return n;
 }
 
-static uint64_t rng = 0x2545f4914f6cdd1dull;
+#define RNG_SEED 0x2545f4914f6cdd1dull
+static uint64_t rng = RNG_SEED;
 static uint64_t next_u64(void) {
     rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
     return rng * 2685821657736338717ull;
@@ -195,6 +196,7 @@ int main(int argc, char **argv) {
     double ttft[MAX_LIST][MAX_LIST] = {{0}};
     double decode_ms[MAX_LIST][MAX_LIST] = {{0}};
     int *tokens = burst_malloc(sizeof(int) * (size_t)(ctx + DECODE_STEPS));
+    rng = RNG_SEED; // the same prompt whether or not this run wrote the checkpoint (logit0 compares runs)
     for (int i = 0; i < ctx + DECODE_STEPS; i++) tokens[i] = (int)(next_u64() % VOCAB);
     float *logits = burst_malloc(sizeof(float) * VOCAB);
     for (int b = 0; b < n_batches && ctx; b++) {

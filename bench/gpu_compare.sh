@@ -10,9 +10,9 @@
 #   bash bench/gpu_compare.sh sanitize                   # compute-sanitizer memcheck of the kernel tests
 # bench: bench_prefill (random LLaMA-7B shape, bf16 KV cache) at NS tokens (default
 # 4096,16384,32768) with chunks of BATCHES (default 8192,32768), now and base one after the other,
-# twice; then bench_decode (S sequences of 1024 tokens, one step each; now without and with
-# BURST_BATCHED_DECODE, then with BURST_GEMV too, with BURST_CUDA_GRAPHS alone and with all three,
-# and base); a BURST_PROFILE run of the decode steps; then one BURST_PROFILE
+# twice; then bench_decode (S sequences of 1024 tokens, one step each; now with batched decode
+# off and on, each without and with BURST_CUDA_GRAPHS, and base with batched decode asked for,
+# the default since 2026-11-28); a BURST_PROFILE run of the decode steps; then one BURST_PROFILE
 # run of each at the largest N (GPU time per op). Logs go to $OUT (or /tmp); the tables print.
 set -o pipefail
 cd "$(dirname "$0")/.."
@@ -65,11 +65,11 @@ bench)
         grep '^{' | sed "s/^{/{\"tree\": \"$name\", /" | tee -a "$log"
     done
   done
-  for run in "$root 0 0 0" "$root 1 0 0" "$root 1 1 0" "$root 0 0 1" "$root 1 1 1" ${BASE:+"$BASE 0 0 0"}; do
+  for run in "$root 0 0" "$root 0 1" "$root 1 0" "$root 1 1" ${BASE:+"$BASE 1 0"}; do
     set -- $run
     name=$(name_of "$1")
-    echo "== bench_decode $name, BURST_BATCHED_DECODE=$2 BURST_GEMV=$3 BURST_CUDA_GRAPHS=$4"
-    BURST_BATCHED_DECODE=$2 BURST_GEMV=$3 BURST_CUDA_GRAPHS=$4 "$1/build-gpu/bench/bench_decode" /tmp/llama7b 1,8,32,64 1024 20 cuda bf16 2>&1 | grep -E '^\||CUDA graphs'
+    echo "== bench_decode $name, BURST_BATCHED_DECODE=$2 BURST_CUDA_GRAPHS=$3"
+    BURST_BATCHED_DECODE=$2 BURST_CUDA_GRAPHS=$3 "$1/build-gpu/bench/bench_decode" /tmp/llama7b 1,8,32,64 1024 20 cuda bf16 2>&1 | grep -E '^\||CUDA graphs'
   done
   # GPU time per op of the decode steps (rows n<=1 and n<=64; the prefills' rows are larger)
   # beside their wall time: what launch gaps and host work cost, against CUDA graphs' promise.

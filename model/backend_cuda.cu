@@ -122,8 +122,7 @@ typedef struct {
     int device, fp32;
     int cudnn_min_rows;         // flash_cudnn for blocks of at least this many query rows, else 0
     int cudnn_always;           // 1: for every such block cuDNN takes, plan or not (BURST_FLASH=cudnn)
-    int batched;                // BURST_BATCHED_DECODE=1: attention_batch / convert_batch in few launches
-    int gemv;                   // BURST_GEMV=1: matmuls of up to GEMV_MAX_N rows on bf16 weights by gemv_kernel
+    int batched;                // BURST_BATCHED_DECODE (1 unless "0"): attention_batch / convert_batch in few launches
     int graphs;                 // BURST_CUDA_GRAPHS=1: cuda_graph_begin / cuda_graph_end run decode steps as graphs
     graph_mode mode;            // of the step between them
     int graph_rows;             // its rows
@@ -500,77 +499,6 @@ __global__ void __launch_bounds__(THREADS) argmax_kernel(int *out, const float *
     out[blockIdx.x] = i == INT32_MAX ? 0 : i; // a row of NaN
 }
 
-// Matmuls of at most GEMV_MAX_N rows (decode) against a bf16 weight, under BURST_GEMV=1: one warp
-// a weight row, its lanes over the columns (8 elements a 16-byte load where the rows and x are
-// aligned, else one at a time), every row of x against it in registers, then a warp sum. A
-// decode step is bound by reading the weights once; this reads each weight row as one stream of
-// 16-byte loads, where cuBLAS runs GEMM kernels made for more rows (not yet compared on a GPU).
-constexpr int GEMV_MAX_N = 8, GEMV_WARPS = 8;
-
-__device__ __forceinline__ void load8(float (&v)[8], const __nv_bfloat16 *p) {
-    const uint4 u = *reinterpret_cast<const uint4 *>(p);
-    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const float2 f = __bfloat1622float2(h[k]);
-        v[2 * k] = f.x, v[2 * k + 1] = f.y;
-    }
-}
-__device__ __forceinline__ void load8(float (&v)[8], const float *p) {
-    const float4 a = *reinterpret_cast<const float4 *>(p), b = *reinterpret_cast<const float4 *>(p + 4);
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-
-// A float32 input as cuBLAS's path takes it (rounded to bf16; a bf16 one is unchanged), so that a
-// row's result does not depend on whether its step went to gemv or to cuBLAS but for the order of
-// the float32 sums (~1e-6 relative).
-__device__ __forceinline__ float as_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-
-// out (n, rows) = x (n, cols) W^T, or out += x W^T (accumulate, float out); vec8: cols a multiple
-// of 8 and W, x 16-byte aligned.
-template <typename X, typename O>
-__global__ void __launch_bounds__(32 * GEMV_WARPS) gemv_kernel(O *out, const X *x, const __nv_bfloat16 *W, int n,
-                                                               int64_t rows, int64_t cols, int accumulate, int vec8) {
-    const int lane = threadIdx.x % 32;
-    const int64_t o = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
-    if (o >= rows) return;
-    const __nv_bfloat16 *w = W + o * cols;
-    float acc[GEMV_MAX_N];
-#pragma unroll
-    for (int i = 0; i < GEMV_MAX_N; i++) acc[i] = 0.0f;
-    if (vec8) {
-#pragma unroll 4
-        for (int64_t c = (int64_t)lane * 8; c < cols; c += 32 * 8) {
-            float wv[8], xv[8];
-            load8(wv, w + c);
-#pragma unroll
-            for (int i = 0; i < GEMV_MAX_N; i++)
-                if (i < n) {
-                    load8(xv, x + i * cols + c);
-#pragma unroll
-                    for (int e = 0; e < 8; e++) acc[i] = fmaf(wv[e], as_bf16(xv[e]), acc[i]);
-                }
-        }
-    } else {
-        for (int64_t c = lane; c < cols; c += 32) {
-            const float wv = __bfloat162float(w[c]);
-#pragma unroll
-            for (int i = 0; i < GEMV_MAX_N; i++)
-                if (i < n) acc[i] = fmaf(wv, as_bf16(to_f32(x[i * cols + c])), acc[i]);
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < GEMV_MAX_N; i++) {
-        if (i >= n) break;
-        float sum = acc[i];
-        for (int off = 16; off; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-        if (lane == 0) {
-            O *y = out + i * rows + o;
-            *y = from_f32<O>(accumulate ? to_f32(*y) + sum : sum);
-        }
-    }
-}
-
 template <typename W>
 __global__ void embed_kernel(float *x, const W *table, const int *tokens, int n, int64_t dim) {
     const int64_t total = (int64_t)n * dim;
@@ -700,9 +628,9 @@ void cuda_to_host(burst_backend *b, float *dst, const float *src, int64_t n) {
     profile_fold(c);
 }
 
-// BURST_BATCHED_DECODE=1: a batch of copies in one launch per MAX_JOBS (the decode merge's
-// few-hundred-byte rows of every sequence), large ones apart; else, and for a batch of one,
-// cudaMemcpyAsync each.
+// Batched decode (on unless BURST_BATCHED_DECODE=0): a batch of copies in one launch per
+// MAX_JOBS (the decode merge's few-hundred-byte rows of every sequence), large ones apart; else,
+// and for a batch of one, cudaMemcpyAsync each.
 void cuda_copy(burst_backend *b, const copy_job *jobs, int n) {
     cuda_ctx *c = ctx_of(b);
     for (int i = 0; i < n; i++) graph_note(c, "copy", jobs[i].dst, jobs[i].src, jobs[i].bytes);
@@ -840,9 +768,9 @@ void cuda_convert(burst_backend *b, void *dst, burst_dtype to, const float *src,
     profile_stop(c, t);
 }
 
-// BURST_BATCHED_DECODE=1: the bf16 jobs in one launch per MAX_JOBS, large ones apart; else job by
-// job. In a graph step (the K/V rows of decode, whose place in the cache moves every step) all of
-// them in patched launches, an fp32 cache's as copies.
+// Batched decode (on unless BURST_BATCHED_DECODE=0): the bf16 jobs in one launch per MAX_JOBS,
+// large ones apart; else job by job. In a graph step (the K/V rows of decode, whose place in the
+// cache moves every step) all of them in patched launches, an fp32 cache's as copies.
 void cuda_convert_batch(burst_backend *b, burst_dtype to, const convert_job *jobs, int n) {
     cuda_ctx *c = ctx_of(b);
     const bool graph = c->mode != GRAPH_OFF;
@@ -870,41 +798,18 @@ void cuda_convert_batch(burst_backend *b, burst_dtype to, const convert_job *job
     profile_stop(c, t);
 }
 
-// gemv_kernel's launch: x of either dtype, out of either dtype (float when accumulating).
-void gemv(cuda_ctx *c, void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
-          const burst_weight *W, int n) {
-    const int64_t rows = W->rows, cols = W->cols;
-    const int vec8 = cols % 8 == 0 && ((uintptr_t)W->data | (uintptr_t)x) % 16 == 0;
-    const unsigned grid = (unsigned)((rows + GEMV_WARPS - 1) / GEMV_WARPS);
-    const int t = profile_start(c, "gemv %lldx%lld%s n<=%lld", (long long)rows, (long long)cols,
-                                accumulate ? " +=" : out_dtype == DTYPE_BF16 ? " to bf16" : "", pow2_at_least(n));
-    const __nv_bfloat16 *w = (const __nv_bfloat16 *)W->data;
-#define LAUNCH(X, O) \
-    gemv_kernel<X, O><<<grid, 32 * GEMV_WARPS, 0, c->stream>>>((O *)out, (const X *)x, w, n, rows, cols, accumulate, vec8)
-    if (x_dtype == DTYPE_BF16) {
-        if (out_dtype == DTYPE_BF16) LAUNCH(__nv_bfloat16, __nv_bfloat16);
-        else LAUNCH(__nv_bfloat16, float);
-    } else {
-        if (out_dtype == DTYPE_BF16) LAUNCH(float, __nv_bfloat16);
-        else LAUNCH(float, float);
-    }
-#undef LAUNCH
-    CUDA_CHECK(cudaGetLastError());
-    profile_stop(c, t);
-}
-
 // out = x W^T, or out += x W^T, by cuBLAS with the weights' dtype for both operands: bf16 mode
 // rounds a float32 x to bf16 first, fp32 mode widens a bf16 x. cuBLAS writes bf16 or float32
 // outputs of bf16 GEMMs and adds to float32 ones (beta 1); fp32 mode's bf16 outputs, which it has
-// no GEMM for, go through a float32 copy. Under BURST_GEMV=1 up to GEMV_MAX_N rows on bf16
-// weights go to gemv instead.
+// no GEMM for, go through a float32 copy. (A GEMV kernel of our own for decode's rows, one warp a
+// weight row with 16-byte loads, was slower on an H200: 7.5 against 6.3 ms a 7B step of one
+// sequence, 22 against 7.5 of eight; removed.)
 void cuda_matmul(burst_backend *b, void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                  const burst_weight *W, int n) {
     cuda_ctx *c = ctx_of(b);
     if (n == 0) return;
     graph_note(c, "matmul", out, out_dtype, accumulate, x, x_dtype, W->data, W->dtype, W->rows, W->cols, n);
     if (replaying(c)) return;
-    if (c->gemv && W->dtype == DTYPE_BF16 && n <= GEMV_MAX_N) return gemv(c, out, out_dtype, accumulate, x, x_dtype, W, n);
     const int64_t rows = W->rows, cols = W->cols;
     const void *xin = x;
     if (x_dtype != W->dtype) {
@@ -1024,8 +929,9 @@ void cuda_attention(burst_backend *b, const flash_args *a) {
     profile_stop(c, t);
 }
 
-// BURST_BATCHED_DECODE=1: the calls for the split-KV kernel go to it together (a few launches
-// for a step's decoding sequences), the rest one by one; else all one by one.
+// Batched decode (on unless BURST_BATCHED_DECODE=0): the calls for the split-KV kernel go to it
+// together (a few launches for a step's decoding sequences), the rest one by one; else all one
+// by one.
 void cuda_attention_batch(burst_backend *b, const flash_args *calls, int n) {
     cuda_ctx *c = ctx_of(b);
     if (!c->batched) {
@@ -1223,11 +1129,11 @@ backend_ops cuda_fp32_ops() {
 }
 const backend_ops cuda_ops_fp32 = cuda_fp32_ops();
 
-// An on/off switch from the environment: *on = 1 for "1", 0 for "0", unset or empty; anything else
-// is refused rather than run as the default.
-burst_status env_switch(const char *name, const char *what_on, int *on, burst_error *err) {
+// An on/off switch from the environment: *on = 1 for "1", 0 for "0", `dflt` unset or empty;
+// anything else is refused rather than run as the default.
+burst_status env_switch(const char *name, const char *what_on, int dflt, int *on, burst_error *err) {
     const char *v = getenv(name);
-    *on = v && strcmp(v, "1") == 0;
+    *on = v && *v ? strcmp(v, "1") == 0 : dflt;
     if (v && *v && strcmp(v, "0") && strcmp(v, "1"))
         return BURST_FAIL(err, BURST_ERR_INVALID, "%s=%s: want 1 (%s) or 0", name, v, what_on);
     return BURST_OK;
@@ -1242,12 +1148,11 @@ extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **o
     if (flash && *flash && strcmp(flash, "ours") && strcmp(flash, "cudnn"))
         return BURST_FAIL(err, BURST_ERR_INVALID, "BURST_FLASH=%s: want ours or cudnn (unset: cuDNN where its plan pays)",
                           flash);
-    int prof, batched, gemv_on, graphs;
+    int prof, batched, graphs;
     burst_status st;
-    if ((st = env_switch("BURST_PROFILE", "a GPU time table per op", &prof, err)) ||
-        (st = env_switch("BURST_BATCHED_DECODE", "a step's sequences in few launches", &batched, err)) ||
-        (st = env_switch("BURST_GEMV", "matmuls of up to 8 rows by burst's GEMV kernel", &gemv_on, err)) ||
-        (st = env_switch("BURST_CUDA_GRAPHS", "decode steps as CUDA graphs", &graphs, err)))
+    if ((st = env_switch("BURST_PROFILE", "a GPU time table per op", 0, &prof, err)) ||
+        (st = env_switch("BURST_BATCHED_DECODE", "a step's sequences in few launches, the default", 1, &batched, err)) ||
+        (st = env_switch("BURST_CUDA_GRAPHS", "decode steps as CUDA graphs", 0, &graphs, err)))
         return st;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -1272,7 +1177,6 @@ extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **o
     c->cudnn_min_rows = flash && strcmp(flash, "ours") == 0 ? 0 : CUDNN_MIN_ROWS;
     c->cudnn_always = flash && strcmp(flash, "cudnn") == 0;
     c->batched = batched;
-    c->gemv = gemv_on;
     c->graphs = graphs;
     c->launcher = (cuda_launcher){graph_launch, c};
     c->mm_in.in_graphs = c->mm_out.in_graphs = c->decode_ws.in_graphs = true;

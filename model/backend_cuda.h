@@ -12,14 +12,12 @@
 //     build has cuDNN and cuDNN takes the shape, else the tensor-core flash kernel
 //     (attention/flash_cuda.h) for head_dim 64/128, else a plain fp32 kernel (head_dim <= 256).
 //     The environment variable BURST_FLASH=ours, read at backend creation, keeps cuDNN out.
-//   - BURST_BATCHED_DECODE=1 (read at creation, either mode): backend_attention_batch sends its
-//     split-KV calls to decode_cuda_batch together, backend_convert_batch rounds all its jobs
-//     in one launch, and backend_copy runs a batch in one launch; else all go call by call. Not
-//     yet the default: it has not run on a GPU. (backend_merge runs a batch in one launch always.)
-//   - BURST_GEMV=1 (read at creation): matmuls of up to 8 rows on bf16 weights (decode) run
-//     burst's GEMV kernel instead of cuBLAS; it rounds a float32 x to bf16 as it loads it, as
-//     cuBLAS's path does first, so results differ by summation order only. Off until a GPU has
-//     timed it against cuBLAS.
+//   - Batched decode (either mode; BURST_BATCHED_DECODE=0, read at creation, turns it off):
+//     backend_attention_batch sends its split-KV calls to decode_cuda_batch together,
+//     backend_convert_batch rounds all its jobs in one launch, and backend_copy runs a batch in
+//     one launch; off, all go call by call. (backend_merge runs a batch in one launch always.)
+//     On an H200, 7B steps of 8 / 32 / 64 sequences took 7.7 / 11.8 / 17.1 ms with it against
+//     13.2 / 36.0 / 66.0 without (bench_decode, 1K keys).
 //   - fp32 mode (backend "cuda-fp32", act dtype f32), for exactness tests: weights stay float32
 //     (F16/BF16 widen exactly; so do bf16 activations), GEMMs are fp32 with CUBLAS_COMPUTE_32F and no TF32, attention always runs the
 //     plain fp32 kernel (on fp32 or bf16 K/V). It matches the CPU backend to float32 rounding.

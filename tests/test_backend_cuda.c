@@ -658,22 +658,6 @@ int main(void) {
             backend_free(Bb.gpu);
         }
         unsetenv("BURST_BATCHED_DECODE");
-        // BURST_GEMV=1: matmuls of up to 8 rows on bf16 weights (n = 1, 7 and 8 here; 9 stays with
-        // cuBLAS) by burst's GEMV kernel, aligned rows (64 columns) and not (1003, 17). Only bf16
-        // mode has bf16 weights.
-        if (!fp32) {
-            setenv("BURST_GEMV", "1", 1);
-            backends Bg = B;
-            if (backend_new("cuda", 0, 0, &Bg.gpu, &err)) {
-                printf("FAIL backend_new: %s\n", err.msg);
-                return 1;
-            }
-            unsetenv("BURST_GEMV");
-            printf("== backend %s, BURST_GEMV=1\n", backend_name(Bg.gpu));
-            static const int gemv_ns[] = {1, 7, 8, 9};
-            test_matmul(&Bg, gemv_ns, 4);
-            backend_free(Bg.gpu);
-        }
         backend_free(B.gpu);
         backend_free(B.cpu);
     }

@@ -1,8 +1,8 @@
 """The whole model on the CUDA backend against the CPU backend: logits of random-weight models
 (chunked prefill, then decode steps through the KV cache) from forward_dump, in fp32 mode
-("cuda-fp32") and bf16 mode ("cuda", also with BURST_GEMV=1), each with a float32 and a bf16 KV
-cache (against the CPU with the same cache), and each with BURST_CUDA_GRAPHS=1, alone and with
-BURST_BATCHED_DECODE=1 (also against itself without); ring prefill and sharded decode over G = 2, 4, 8 virtual ranks on one GPU
+("cuda-fp32") and bf16 mode ("cuda"), each with a float32 and a bf16 KV cache (against the CPU
+with the same cache), and each with BURST_CUDA_GRAPHS=1, with batched decode (the default) and
+without (BURST_BATCHED_DECODE=0), also against itself without graphs; ring prefill and sharded decode over G = 2, 4, 8 virtual ranks on one GPU
 against G = 1; and `burst generate` greedy text on stories260K, identical between cpu and
 cuda-fp32, with 1 and 3 ranks and both caches, also from burstd with --speculate 4, and four streams at
 once with BURST_BATCHED_DECODE=1 on 1 and 3 ranks (and BURST_CUDA_GRAPHS=1 on 1). Skips (77) when the build has no CUDA or no device."""
@@ -66,19 +66,18 @@ for i, case in enumerate(CASES):
         vocab = case["model"]["vocab"]
         toks = rng.integers(0, vocab, case["n"] + case["dec"]).tolist()
         refs = {kv: dump("cpu", kv, d, toks, case["n"], case["batch"]) for kv in ("f32", "bf16")}
-        # bf16 mode also with BURST_GEMV=1: decode rows (and chunks of up to 8) by burst's GEMV
-        # kernel; both modes with BURST_CUDA_GRAPHS=1, alone and with BURST_BATCHED_DECODE=1:
-        # steps of up to 8 rows a sequence (decode, and case 0's chunks) as CUDA graphs, but the
-        # first of each size, recorded once and then replayed with new positions, tokens and key
-        # counts (model/backend_cuda.cu): every case records some and replays some.
+        # Both modes with BURST_CUDA_GRAPHS=1, with batched decode and without: steps of up to 8
+        # rows a sequence (decode, and case 0's chunks) as CUDA graphs, but the first of each
+        # size, recorded once and then replayed with new positions, tokens and key counts
+        # (model/backend_cuda.cu): every case records some and replays some.
         plain = {}
         graphs = "BURST_CUDA_GRAPHS"
-        variants = [(b, kv, ()) for b, kv in MAX_REL] + [("cuda", kv, ("BURST_GEMV",)) for kv in ("f32", "bf16")] + \
-                   [(b, kv, (graphs,)) for b, kv in MAX_REL] + [(b, kv, (graphs, "BURST_BATCHED_DECODE")) for b, kv in MAX_REL]
+        variants = [(b, kv, {}) for b, kv in MAX_REL] + [(b, kv, {graphs: "1"}) for b, kv in MAX_REL] + \
+                   [(b, kv, {graphs: "1", "BURST_BATCHED_DECODE": "0"}) for b, kv in MAX_REL]
         for backend, kv, switches in variants:
-            switch = " ".join(k + "=1" for k in switches)
+            switch = " ".join(f"{k}={v}" for k, v in switches.items())
             rc, ref = refs[kv]
-            r, got = dump(backend, kv, d, toks, case["n"], case["batch"], env={k: "1" for k in switches})
+            r, got = dump(backend, kv, d, toks, case["n"], case["batch"], env=switches)
             if "no CUDA device" in r.stderr:
                 print("skip:", r.stderr.strip())
                 sys.exit(77)
@@ -95,7 +94,7 @@ for i, case in enumerate(CASES):
             if graphs in switches and (backend, kv) in plain:
                 # The same kernels on the same inputs, launched from a graph: a stale position,
                 # token, K/V row or key count in a replayed step would move the logits by O(1).
-                # (Batched decode runs the same kernel code per sequence and rounds K/V alike.)
+                # (Decode unbatched runs the same kernel code per sequence and rounds K/V alike.)
                 base = plain[backend, kv]
                 rel = np.linalg.norm(got - base) / np.linalg.norm(base) if got.shape == base.shape else float("inf")
                 steps = re.search(r"(\d+) steps ran as CUDA graphs, (\d+) of them recorded anew \(the rest replayed\); "
@@ -172,16 +171,16 @@ if os.path.isdir(STORIES):  # head_dim 8: the split-KV attention kernel (attenti
             accepted = gpu.metric("spec_decode_num_accepted_tokens_total")
             failures += not accepted
             print(f"{'ok  ' if accepted else 'FAIL'} ... {accepted:.0f} drafted tokens accepted")
-    # BURST_BATCHED_DECODE=1: a step's sequences attend in one launch. Four prompts at once on
-    # cuda-fp32 with --speculate 4 (drafted rows: calls of several rows, another kernel instance
+    # Batched decode (the default): a step's sequences attend in one launch. Four prompts at once
+    # on cuda-fp32 with --speculate 4 (drafted rows: calls of several rows, another kernel instance
     # beside the one-row calls) give the CPU's greedy texts; on 3 ranks the sharded merge's copies
-    # go in batches too. Then on 1 rank with BURST_CUDA_GRAPHS=1 as well: steps of changing row
-    # counts (sequences joining and leaving, drafted rows) as graphs, replayed into the slot of
-    # their ops or recorded anew.
+    # go in batches too. Then on 1 rank with BURST_CUDA_GRAPHS=1 as well, batched and not: steps
+    # of changing row counts (sequences joining and leaving, drafted rows) as graphs, replayed
+    # into the slot of their ops or recorded anew.
     import threading
     prompts += ["One day, a cat", "The sun was"]
-    for ranks, env in ((1, {"BURST_BATCHED_DECODE": "1"}), (3, {"BURST_BATCHED_DECODE": "1"}),
-                       (1, {"BURST_BATCHED_DECODE": "1", "BURST_CUDA_GRAPHS": "1"})):
+    for ranks, env in ((1, {}), (3, {}), (1, {"BURST_CUDA_GRAPHS": "1"}),
+                       (1, {"BURST_CUDA_GRAPHS": "1", "BURST_BATCHED_DECODE": "0"})):
         with Burstd(STORIES, "--ranks", str(ranks)) as cpu, \
                 Burstd(STORIES, "--ranks", str(ranks), "--backend", "cuda-fp32", "--kv-dtype", "f32", "--speculate", "4",
                        env=env) as gpu:
@@ -198,6 +197,6 @@ if os.path.isdir(STORIES):  # head_dim 8: the split-KV attention kernel (attenti
             for p in prompts:
                 ok = "choices" in got.get(p, {}) and got[p]["choices"][0]["text"] == want[p]["choices"][0]["text"]
                 failures += not ok
-                print(f"{'ok  ' if ok else 'FAIL'} {' '.join(k + '=1' for k in env)}, 4 streams at once on cuda-fp32 G={ranks}: the "
+                print(f"{'ok  ' if ok else 'FAIL'} {' '.join(f'{k}={v}' for k, v in env.items()) or 'batched decode'}, 4 streams at once on cuda-fp32 G={ranks}: the "
                       f"cpu's greedy text for {p!r:.30}: {got.get(p)!r:.120}")
 sys.exit(1 if failures else 0)
