@@ -548,10 +548,22 @@ __global__ void rope_kernel(float *x, const int64_t *pos, int n, int n_heads, in
     }
 }
 
-template <typename T> __global__ void swiglu_kernel(T *gate, const T *up, int64_t n) {
-    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (int64_t)gridDim.x * blockDim.x) {
-        const float g = to_f32(gate[t]);
-        gate[t] = from_f32<T>(g / (1.0f + expf(-g)) * to_f32(up[t]));
+// gate = silu(gate) * up, V elements a thread and step: V = 1, or one 16-byte vector (8 bf16 or 4
+// floats) where gate, up and n allow. One bf16 element a thread ran at ~1.5 TB/s on an H200 (45
+// ms of a 32K prefill of 7B against ~14 for rmsnorm's and rope's traffic).
+template <typename T, int V> __global__ void swiglu_kernel(T *gate, const T *up, int64_t n_vec) {
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n_vec; t += (int64_t)gridDim.x * blockDim.x) {
+        alignas(16) T g[V], u[V]; // (registers, once unrolled; aligned for the 16-byte moves)
+        if constexpr (V == 1) g[0] = gate[t], u[0] = up[t];
+        else *reinterpret_cast<uint4 *>(g) = reinterpret_cast<const uint4 *>(gate)[t],
+             *reinterpret_cast<uint4 *>(u) = reinterpret_cast<const uint4 *>(up)[t];
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            const float x = to_f32(g[k]);
+            g[k] = from_f32<T>(x / (1.0f + expf(-x)) * to_f32(u[k]));
+        }
+        if constexpr (V == 1) gate[t] = g[0];
+        else reinterpret_cast<uint4 *>(gate)[t] = *reinterpret_cast<const uint4 *>(g);
     }
 }
 
@@ -847,17 +859,23 @@ void cuda_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_head
     profile_stop(c, t);
 }
 
+template <typename T> void launch_swiglu(cuda_ctx *c, T *gate, const T *up, int64_t n) {
+    constexpr int V = 16 / sizeof(T);
+    if (n % V == 0 && ((uintptr_t)gate | (uintptr_t)up) % 16 == 0)
+        swiglu_kernel<T, V><<<blocks_for(n / V, 1), THREADS, 0, c->stream>>>(gate, up, n / V);
+    else
+        swiglu_kernel<T, 1><<<blocks_for(n, 4), THREADS, 0, c->stream>>>(gate, up, n);
+    CUDA_CHECK(cudaGetLastError());
+}
+
 void cuda_swiglu(burst_backend *b, void *gate, const void *up, burst_dtype dtype, int64_t n) {
     cuda_ctx *c = ctx_of(b);
     if (n == 0) return;
     graph_note(c, "swiglu", gate, up, dtype, n);
     if (replaying(c)) return;
     const int t = profile_start(c, "swiglu %s n<=%lld", dtype_name(dtype), pow2_at_least(n));
-    if (dtype == DTYPE_F32)
-        swiglu_kernel<<<blocks_for(n, 4), THREADS, 0, c->stream>>>((float *)gate, (const float *)up, n);
-    else
-        swiglu_kernel<<<blocks_for(n, 4), THREADS, 0, c->stream>>>((__nv_bfloat16 *)gate, (const __nv_bfloat16 *)up, n);
-    CUDA_CHECK(cudaGetLastError());
+    if (dtype == DTYPE_F32) launch_swiglu(c, (float *)gate, (const float *)up, n);
+    else launch_swiglu(c, (__nv_bfloat16 *)gate, (const __nv_bfloat16 *)up, n);
     profile_stop(c, t);
 }
 

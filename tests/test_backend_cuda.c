@@ -308,8 +308,8 @@ static void test_rope(const backends *B) {
 }
 
 static void test_elementwise(const backends *B) {
-    static const int64_t lens[] = {1, 7, 37003};
-    for (int li = 0; li < 3; li++)
+    static const int64_t lens[] = {1, 7, 37003, 8, 40000}; // the last two in 16-byte vectors (SwiGLU)
+    for (int li = 0; li < 5; li++)
         for (int op = 0; op < 3; op++) { // swiglu in float32, in bf16, copy
             const int64_t n = lens[li];
             const burst_dtype dt = op == 1 ? DTYPE_BF16 : DTYPE_F32;
