@@ -18,6 +18,10 @@
 //     one launch; off, all go call by call. (backend_merge runs a batch in one launch always.)
 //     On an H200, 7B steps of 8 / 32 / 64 sequences took 7.7 / 11.8 / 17.1 ms with it against
 //     13.2 / 36.0 / 66.0 without (bench_decode, 1K keys).
+//   - BURST_CUDA_GRAPHS=1 (read at creation): backend_graph_begin / _end run decode steps as CUDA
+//     graphs, recorded once and replayed (model/backend_cuda.cu); off by default, since with
+//     batched decode an H200 gained ~2% at 1-8 sequences and nothing at 32-64.
+//   - BURST_PROFILE=1 (read at creation): the GPU time of each op, printed when it is freed.
 //   - fp32 mode (backend "cuda-fp32", act dtype f32), for exactness tests: weights stay float32
 //     (F16/BF16 widen exactly; so do bf16 activations), GEMMs are fp32 with CUBLAS_COMPUTE_32F and no TF32, attention always runs the
 //     plain fp32 kernel (on fp32 or bf16 K/V). It matches the CPU backend to float32 rounding.
