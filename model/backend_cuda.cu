@@ -177,10 +177,9 @@ void graph_slot_clear(cuda_ctx *c, graph_slot *g) {
     *g = (graph_slot){};
 }
 
-// Every recorded step but `keep`: after a buffer their graphs may use moved.
-void graph_drop_others(cuda_ctx *c, const graph_slot *keep) {
-    for (graph_slot &g : c->graph_slots)
-        if (&g != keep) graph_slot_clear(c, &g);
+// Every recorded step: after a buffer their graphs may use moved.
+void graph_drop_all(cuda_ctx *c) {
+    for (graph_slot &g : c->graph_slots) graph_slot_clear(c, &g);
 }
 
 // Folds bytes into the step's key (FNV-1a).
@@ -252,7 +251,7 @@ void *dev_grow(cuda_ctx *c, dev_buf *d, size_t bytes) {
     } else {
         CUDA_CHECK(cudaStreamSynchronize(c->stream)); // the old buffer may still be read
         CUDA_CHECK(cudaFree(d->p));
-        if (d->in_graphs) graph_drop_others(c, NULL); // recorded steps may use it
+        if (d->in_graphs) graph_drop_all(c); // recorded steps may use it
     }
     CUDA_CHECK(cudaMalloc(&d->p, bytes)); // (allowed while capturing: the capture is relaxed)
     d->cap = bytes;
@@ -291,7 +290,7 @@ const void *upload(cuda_ctx *c, upload_buf *u, const void *src, size_t bytes) {
         CUDA_CHECK(cudaStreamSynchronize(c->stream)); // `dev` may still be read
         CUDA_CHECK(cudaFreeHost(u->host));
         CUDA_CHECK(cudaFree(u->dev));
-        graph_drop_others(c, NULL); // recorded steps may read it
+        graph_drop_all(c); // recorded steps may read it
         CUDA_CHECK(cudaMallocHost(&u->host, bytes));
         CUDA_CHECK(cudaMalloc(&u->dev, bytes));
         u->cap = bytes;
@@ -467,6 +466,8 @@ template <typename D, typename S> struct job_batch {
         most = std::max(most, work);
         if (++count == MAX_JOBS) flush();
     }
+    // A copy of `bytes` (copy_jobs_kernel): its work is 16-byte moves where it allows them.
+    void add_copy(D *dst, const S *src, int64_t bytes) { add(dst, src, bytes, aligned16(dst, src, bytes) ? bytes / 16 : bytes); }
     void flush() {
         if (!count) return;
         void *args[] = {&j};
@@ -581,7 +582,7 @@ void cuda_free(burst_backend *b) {
         CUDA_CHECK(cudaFree(u->dev));
         CUDA_CHECK(cudaEventDestroy(u->done));
     }
-    graph_drop_others(c, NULL);
+    graph_drop_all(c);
     if (c->graph_steps) // recorded steps and refused replays cost more than plain steps: few, or graphs do not pay
         LOG_I("cuda:%d: %ld steps ran as CUDA graphs, %ld of them recorded anew (the rest replayed); %ld replays refused",
               c->device, c->graph_steps, c->graph_captures, c->graph_refused);
@@ -656,7 +657,7 @@ void cuda_copy(burst_backend *b, const copy_job *jobs, int n) {
         if (!batched || bytes >= BATCH_JOB_MAX)
             CUDA_CHECK(cudaMemcpyAsync(job->dst, job->src, job->bytes, cudaMemcpyDeviceToDevice, c->stream));
         else
-            batch.add((char *)job->dst, (const char *)job->src, bytes, aligned16(job->dst, job->src, bytes) ? bytes / 16 : bytes);
+            batch.add_copy((char *)job->dst, (const char *)job->src, bytes);
     }
     batch.flush();
     if (batched) profile_stop(c, t);
@@ -795,7 +796,7 @@ void cuda_convert_batch(burst_backend *b, burst_dtype to, const convert_job *job
         job_batch<char, char> batch(copy_jobs_kernel, c->stream, &c->launcher);
         for (int i = 0; i < n; i++) {
             const int64_t bytes = jobs[i].n * (int64_t)sizeof(float);
-            batch.add((char *)jobs[i].dst, (const char *)jobs[i].src, bytes, aligned16(jobs[i].dst, jobs[i].src, bytes) ? bytes / 16 : bytes);
+            batch.add_copy((char *)jobs[i].dst, (const char *)jobs[i].src, bytes);
         }
         batch.flush();
     } else {
@@ -1088,7 +1089,7 @@ int cuda_graph_end(burst_backend *b) {
         CUDA_CHECK(cudaStreamSynchronize(c->stream)); // freed after this graph has run, and no graph kept
         for (int i = 0; i < c->n_retired; i++) CUDA_CHECK(cudaFree(c->retired[i]));
         c->n_retired = 0;
-        graph_drop_others(c, NULL);
+        graph_drop_all(c);
     }
     return 1;
 }
