@@ -7,13 +7,15 @@
 #   bash bench/gpu_compare.sh tests                      # the gpu-labelled tests, here
 #   BASE=.gpu-kit/base bash bench/gpu_compare.sh bench   # time to first token, decode, profiles
 #   (without BASE, build and bench run this checkout alone: the same tables, no base column)
+#   BASE_ENV="BURST_GROUPED_GEMM=0" bash bench/gpu_compare.sh bench  # base: this checkout with those settings
 #   bash bench/gpu_compare.sh sanitize                   # compute-sanitizer memcheck of the kernel tests
 # bench: bench_prefill (random LLaMA-7B shape, bf16 KV cache) at NS tokens (default
 # 4096,16384,32768) with chunks of BATCHES (default 8192,32768), now and base one after the other,
-# twice; then bench_decode (S sequences of 1024 tokens, one step each; now with batched decode
-# off and on, each without and with BURST_CUDA_GRAPHS, and base with batched decode asked for,
-# the default since 2026-11-28); a BURST_PROFILE run of the decode steps; then one BURST_PROFILE
-# run of each at the largest N (GPU time per op). Logs go to $OUT (or /tmp); the tables print.
+# twice; then bench_decode (S sequences of 1024 tokens, one step each; now as it is, with batched
+# decode off, and with BURST_CUDA_GRAPHS=1; base as it is); a BURST_PROFILE run of now's decode
+# steps; then one BURST_PROFILE run of each at the largest N (GPU time per op). BASE_ENV (without
+# BASE): the base runs are this checkout's, with these settings (VAR=value words) in their
+# environment. Logs go to $OUT (or /tmp); the tables print.
 set -o pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -22,8 +24,12 @@ case $step in build | tests | bench | sanitize) ;; *) echo "gpu_compare.sh: '$st
 ns=${NS:-4096,16384,32768}
 batches=${BATCHES:-8192,32768}
 [ -z "$BASE" ] || [ -d "$BASE" ] || { echo "BASE=$BASE: no such directory"; exit 1; }
+[ -z "$BASE" ] || [ -z "$BASE_ENV" ] || { echo "BASE and BASE_ENV: give one"; exit 1; }
 trees="$root${BASE:+ $BASE}"
 name_of() { [ "$1" = "$root" ] && echo now || echo base; } # a tree's name in the logs and tables
+# The runs to compare, name:tree: now, and base where BASE or BASE_ENV names one.
+runs="now:$root${BASE:+ base:$BASE}${BASE_ENV:+ base:$root}"
+env_of() { [ "$1" = base ] && echo "$BASE_ENV"; } # a run's settings (the env command's arguments)
 # Builds tree $1's build-gpu (always for `build`; else only when it lacks bench_decode, as on a
 # fresh machine). A build-gpu configured elsewhere (a tree staged with one) goes first: CMake
 # refuses a cache made for another source directory.
@@ -59,17 +65,19 @@ bench)
   log=$out/compare.log
   : >"$log"
   for rep in 1 2; do
-    for tree in $trees; do
-      name=$(name_of "$tree")
-      "$tree/build-gpu/bench/bench_prefill" /tmp/llama7b "$ns" "$batches" 3 bf16 7b 2>"$out/prefill_${name}_$rep.err" |
-        grep '^{' | sed "s/^{/{\"tree\": \"$name\", /" | tee -a "$log"
+    for run in $runs; do
+      name=${run%%:*} tree=${run#*:}
+      env $(env_of "$name") "$tree/build-gpu/bench/bench_prefill" /tmp/llama7b "$ns" "$batches" 3 bf16 7b \
+        2>"$out/prefill_${name}_$rep.err" | grep '^{' | sed "s/^{/{\"tree\": \"$name\", /" | tee -a "$log"
     done
   done
-  for run in "$root 0 0" "$root 0 1" "$root 1 0" "$root 1 1" ${BASE:+"$BASE 1 0"}; do
+  for run in "now:$root" "now:$root BURST_BATCHED_DECODE=0" "now:$root BURST_CUDA_GRAPHS=1" \
+             ${BASE:+"base:$BASE"} ${BASE_ENV:+"base:$root $BASE_ENV"}; do
     set -- $run
-    name=$(name_of "$1")
-    echo "== bench_decode $name, BURST_BATCHED_DECODE=$2 BURST_CUDA_GRAPHS=$3"
-    BURST_BATCHED_DECODE=$2 BURST_CUDA_GRAPHS=$3 "$1/build-gpu/bench/bench_decode" /tmp/llama7b 1,8,32,64 1024 20 cuda bf16 2>&1 | grep -E '^\||CUDA graphs'
+    name=${1%%:*} tree=${1#*:}
+    shift
+    echo "== bench_decode $name${*:+, $*}"
+    env "$@" "$tree/build-gpu/bench/bench_decode" /tmp/llama7b 1,8,32,64 1024 20 cuda bf16 2>&1 | grep -E '^\||CUDA graphs'
   done
   # GPU time per op of the decode steps (rows n<=1 and n<=64; the prefills' rows are larger)
   # beside their wall time: what launch gaps and host work cost, against CUDA graphs' promise.
@@ -77,11 +85,11 @@ bench)
   BURST_PROFILE=1 BURST_BATCHED_DECODE=1 "$root/build-gpu/bench/bench_decode" /tmp/llama7b 1,64 1024 20 cuda bf16 2>&1 |
     grep -E '^profile|^\|' | grep -vE 'n<=(128|256|512|1024|2048|4096|8192|16384|32768|65536) ' | head -60
   big=${ns##*,}
-  for tree in $trees; do
-    name=$(name_of "$tree")
+  for run in $runs; do
+    name=${run%%:*} tree=${run#*:}
     echo "== profile $name, N=$big"
-    BURST_PROFILE=1 "$tree/build-gpu/bench/bench_prefill" /tmp/llama7b "$big" "${batches##*,}" 1 bf16 7b 2>&1 |
-      grep '^profile' | head -25
+    env $(env_of "$name") BURST_PROFILE=1 "$tree/build-gpu/bench/bench_prefill" /tmp/llama7b "$big" "${batches##*,}" 1 \
+      bf16 7b 2>&1 | grep '^profile' | head -25
   done
   python3 - "$log" <<'PY'
 import json, sys

@@ -116,6 +116,16 @@ burst_status backend_weight(burst_backend *b, const weights_tensor *t, burst_wei
     return b->ops->weight(b, t, out, err);
 }
 
+burst_status backend_weight_group(burst_backend *b, const weights_tensor *const *t, int n, burst_weight *out,
+                                  burst_error *err) {
+    BURST_ASSERT(t && out && n > 0);
+    for (int i = 0; i < n; i++) BURST_ASSERT(t[i] && (t[i]->ndim == 1 || t[i]->ndim == 2));
+    if (b->ops->weight_group) return b->ops->weight_group(b, t, n, out, err);
+    burst_status st = BURST_OK;
+    for (int i = 0; i < n && !st; i++) st = b->ops->weight(b, t[i], &out[i], err);
+    return st;
+}
+
 void backend_embed(burst_backend *b, float *x, const burst_weight *table, const int *tokens, int n) {
     BURST_ASSERT(x && table && tokens && n >= 0);
     for (int i = 0; i < n; i++) BURST_ASSERT(tokens[i] >= 0 && tokens[i] < table->rows);
@@ -133,6 +143,15 @@ void backend_matmul(burst_backend *b, void *out, burst_dtype out_dtype, const vo
                     burst_dtype x_dtype, const burst_weight *W, int n) {
     BURST_ASSERT(out && x && W && out != x && n >= 0 && f32_or_bf16(out_dtype) && f32_or_bf16(x_dtype));
     b->ops->matmul(b, out, out_dtype, 0, x, x_dtype, W, n);
+}
+
+int backend_matmul_group(burst_backend *b, void *const *out, burst_dtype out_dtype, const void *x,
+                         burst_dtype x_dtype, const burst_weight *const *W, int count, int n) {
+    BURST_ASSERT(out && x && W && count > 0 && n >= 0 && f32_or_bf16(out_dtype) && f32_or_bf16(x_dtype));
+    for (int i = 0; i < count; i++) BURST_ASSERT(out[i] && W[i] && out[i] != x && W[i]->cols == W[0]->cols);
+    if (b->ops->matmul_group && b->ops->matmul_group(b, out, out_dtype, x, x_dtype, W, count, n)) return 1;
+    for (int i = 0; i < count; i++) b->ops->matmul(b, out[i], out_dtype, 0, x, x_dtype, W[i], n);
+    return 0;
 }
 
 void backend_matmul_add(burst_backend *b, float *out, const void *x, burst_dtype x_dtype,
@@ -157,8 +176,7 @@ void backend_matmul_swiglu(burst_backend *b, void *out, const void *x, burst_dty
     BURST_ASSERT(out && x && W_gate && W_up && up_scratch && out != x && n >= 0 && f32_or_bf16(dtype));
     BURST_ASSERT(W_gate->rows == W_up->rows && W_gate->cols == W_up->cols);
     if (b->ops->matmul_swiglu && b->ops->matmul_swiglu(b, out, x, dtype, W_gate, W_up, n)) return;
-    b->ops->matmul(b, out, dtype, 0, x, dtype, W_gate, n);
-    b->ops->matmul(b, up_scratch, dtype, 0, x, dtype, W_up, n);
+    backend_matmul_group(b, (void *[]){out, up_scratch}, dtype, x, dtype, (const burst_weight *[]){W_gate, W_up}, 2, n);
     b->ops->swiglu(b, out, up_scratch, dtype, (int64_t)n * W_gate->rows);
 }
 

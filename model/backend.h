@@ -80,6 +80,12 @@ void backend_convert_batch(burst_backend *b, burst_dtype to, const convert_job *
 burst_status backend_weight(burst_backend *b, const weights_tensor *t, burst_weight *out,
                             burst_error *err);
 
+// backend_weight of n tensors, out[i] for t[i]. Where the backend copies weights (CUDA), into one
+// allocation, each at a multiple of 256 bytes after the one before: backend_matmul_group then
+// runs neighbours of one shape as one batched GEMM.
+burst_status backend_weight_group(burst_backend *b, const weights_tensor *const *t, int n, burst_weight *out,
+                                  burst_error *err);
+
 // x (n, dim) = rows tokens[0..n) of table (vocab, dim).
 void backend_embed(burst_backend *b, float *x, const burst_weight *table, const int *tokens, int n);
 // out (n, dim) of out_dtype = x / rms(x) * w, per row, in float32; out may equal x (F32 only).
@@ -88,6 +94,12 @@ void backend_rmsnorm(burst_backend *b, void *out, burst_dtype out_dtype, const f
 // out (n, W.rows) of out_dtype = x (n, W.cols) of x_dtype @ W^T, accumulated in float32.
 void backend_matmul(burst_backend *b, void *out, burst_dtype out_dtype, const void *x,
                     burst_dtype x_dtype, const burst_weight *W, int n);
+// out[i] (n, W[i].rows) of out_dtype = x @ W[i]^T for i < count, outputs disjoint. The CUDA
+// backend runs them as one batched GEMM where the weights are one backend_weight_group of a
+// single shape and the outputs lie equally spaced (the QKV projections of 7B and 13B, the MLP's
+// gate and up), and returns 1; elsewhere count matmuls, and 0.
+int backend_matmul_group(burst_backend *b, void *const *out, burst_dtype out_dtype, const void *x,
+                         burst_dtype x_dtype, const burst_weight *const *W, int count, int n);
 // out (n, W.rows) float32 += x @ W^T: the residual add fused into the matmul (a GEMM with beta 1
 // on the GPU), which saves writing and re-reading the product.
 void backend_matmul_add(burst_backend *b, float *out, const void *x, burst_dtype x_dtype,
@@ -108,8 +120,8 @@ void backend_swiglu(burst_backend *b, void *gate, const void *up, burst_dtype dt
 // The MLP's first half: out (n, W_gate.rows) of dtype = silu(x W_gate^T) * (x W_up^T), x (n,
 // W_gate.cols) of dtype. The CPU's AMX matmul fuses it where both weights are in tiles: x read
 // once, SwiGLU computed from the two projections' float32 sums as they are stored (so unrounded
-// to dtype in between); elsewhere backend_matmul twice, the up projection into up_scratch (n,
-// W_up.rows of dtype), and backend_swiglu.
+// to dtype in between); elsewhere backend_matmul_group of the two, the up projection into
+// up_scratch (n, W_up.rows of dtype), and backend_swiglu.
 void backend_matmul_swiglu(burst_backend *b, void *out, const void *x, burst_dtype dtype, const burst_weight *W_gate,
                            const burst_weight *W_up, void *up_scratch, int n);
 // Local attention (attention/flash.h) on the backend's buffers.

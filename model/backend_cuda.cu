@@ -123,6 +123,7 @@ typedef struct {
     int cudnn_min_rows;         // flash_cudnn for blocks of at least this many query rows, else 0
     int cudnn_always;           // 1: for every such block cuDNN takes, plan or not (BURST_FLASH=cudnn)
     int batched;                // BURST_BATCHED_DECODE (1 unless "0"): attention_batch / convert_batch in few launches
+    int grouped_gemm;           // BURST_GROUPED_GEMM (1 unless "0"): cuda_matmul_group batches a group's GEMMs
     int graphs;                 // BURST_CUDA_GRAPHS=1: cuda_graph_begin / cuda_graph_end run decode steps as graphs
     graph_mode mode;            // of the step between them
     int graph_rows;             // its rows
@@ -679,21 +680,20 @@ void convert_to(cuda_ctx *c, void *dst, burst_dtype to, const void *src, burst_d
     CUDA_CHECK(cudaGetLastError());
 }
 
-burst_status cuda_weight(burst_backend *b, const weights_tensor *t, burst_weight *out, burst_error *err) {
-    cuda_ctx *c = ctx_of(b);
+// Weights of a group (cuda_weight_group) start at multiples of this many bytes after the one
+// before: aligned for cuBLAS, and equally spaced where their shapes are one (cuda_matmul_group).
+constexpr size_t WEIGHT_ALIGN = 256;
+
+size_t weight_bytes(const cuda_ctx *c, const weights_tensor *t) {
+    return (size_t)t->numel * (c->fp32 ? sizeof(float) : sizeof(__nv_bfloat16));
+}
+
+size_t weight_span(size_t bytes) { return (bytes + WEIGHT_ALIGN - 1) / WEIGHT_ALIGN * WEIGHT_ALIGN; }
+
+// t, in the backend's weight dtype, at dst on the device.
+burst_weight upload_weight(cuda_ctx *c, const weights_tensor *t, void *dst) {
     const burst_dtype to = c->fp32 ? DTYPE_F32 : DTYPE_BF16;
     const size_t in_size = dtype_size(t->dtype), out_size = dtype_size(to);
-    void *dst = NULL;
-    if (cudaMalloc(&dst, (size_t)t->numel * out_size) != cudaSuccess) {
-        cudaGetLastError();
-        return BURST_FAIL(err, BURST_ERR_NOMEM, "cuda:%d: %s: cannot allocate %.3f GB of device memory",
-                          c->device, t->name, (double)t->numel * out_size / 1e9);
-    }
-    if (c->n_weights == c->cap_weights) {
-        c->cap_weights = c->cap_weights ? 2 * c->cap_weights : 64;
-        c->weights = (void **)burst_realloc(c->weights, (size_t)c->cap_weights * sizeof(void *));
-    }
-    c->weights[c->n_weights++] = dst;
     if (t->dtype == to) {
         CUDA_CHECK(cudaMemcpyAsync(dst, t->data, t->nbytes, cudaMemcpyHostToDevice, c->stream));
     } else { // stage chunks of the file dtype, convert on the device
@@ -708,9 +708,35 @@ burst_status cuda_weight(burst_backend *b, const weights_tensor *t, burst_weight
         }
     }
     CUDA_CHECK(cudaStreamSynchronize(c->stream)); // pageable source: done before returning
-    *out = (burst_weight){.dtype = to, .data = dst, .rows = t->ndim == 2 ? t->shape[0] : 1,
-                          .cols = t->shape[t->ndim - 1]};
+    return (burst_weight){.dtype = to, .data = dst, .rows = t->ndim == 2 ? t->shape[0] : 1, .cols = t->shape[t->ndim - 1]};
+}
+
+// n weights in one allocation, each at weight_span of the one before.
+burst_status cuda_weight_group(burst_backend *b, const weights_tensor *const *t, int n, burst_weight *out,
+                               burst_error *err) {
+    cuda_ctx *c = ctx_of(b);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += weight_span(weight_bytes(c, t[i]));
+    void *dst = NULL;
+    if (cudaMalloc(&dst, total) != cudaSuccess) {
+        cudaGetLastError();
+        return BURST_FAIL(err, BURST_ERR_NOMEM, "cuda:%d: %s%s: cannot allocate %.3f GB of device memory", c->device,
+                          t[0]->name, n > 1 ? " and the weights grouped with it" : "", (double)total / 1e9);
+    }
+    if (c->n_weights == c->cap_weights) {
+        c->cap_weights = c->cap_weights ? 2 * c->cap_weights : 64;
+        c->weights = (void **)burst_realloc(c->weights, (size_t)c->cap_weights * sizeof(void *));
+    }
+    c->weights[c->n_weights++] = dst;
+    for (int i = 0; i < n; i++) {
+        out[i] = upload_weight(c, t[i], dst);
+        dst = (char *)dst + weight_span(weight_bytes(c, t[i]));
+    }
     return BURST_OK;
+}
+
+burst_status cuda_weight(burst_backend *b, const weights_tensor *t, burst_weight *out, burst_error *err) {
+    return cuda_weight_group(b, &t, 1, out, err);
 }
 
 void cuda_embed(burst_backend *b, float *x, const burst_weight *table, const int *tokens, int n) {
@@ -811,12 +837,25 @@ void cuda_convert_batch(burst_backend *b, burst_dtype to, const convert_job *job
     profile_stop(c, t);
 }
 
-// out = x W^T, or out += x W^T, by cuBLAS with the weights' dtype for both operands: bf16 mode
-// rounds a float32 x to bf16 first, fp32 mode widens a bf16 x. cuBLAS writes bf16 or float32
-// outputs of bf16 GEMMs and adds to float32 ones (beta 1); fp32 mode's bf16 outputs, which it has
-// no GEMM for, go through a float32 copy. (A GEMV kernel of our own for decode's rows, one warp a
-// weight row with 16-byte loads, was slower on an H200: 7.5 against 6.3 ms a 7B step of one
-// sequence, 22 against 7.5 of eight; removed.)
+// x as the GEMM on W reads it: in W's dtype (bf16 mode rounds float32 rows to bf16, fp32 mode
+// widens bf16 ones), in mm_in where it converts.
+const void *matmul_input(cuda_ctx *c, const void *x, burst_dtype x_dtype, const burst_weight *W, int n) {
+    if (x_dtype == W->dtype) return x;
+    const int64_t cols = W->cols;
+    void *conv = dev_grow(c, &c->mm_in, (size_t)n * cols * dtype_size(W->dtype));
+    const int t = profile_start(c, "matmul input to %s %lld n<=%lld", dtype_name(W->dtype), (long long)cols,
+                                pow2_at_least(n));
+    if (W->dtype == DTYPE_BF16) round_bf16(c, (__nv_bfloat16 *)conv, (const float *)x, n, cols, cols);
+    else convert_to(c, conv, DTYPE_F32, x, DTYPE_BF16, n * cols);
+    profile_stop(c, t);
+    return conv;
+}
+
+// out = x W^T, or out += x W^T, by cuBLAS with the weights' dtype for both operands
+// (matmul_input). cuBLAS writes bf16 or float32 outputs of bf16 GEMMs and adds to float32 ones
+// (beta 1); fp32 mode's bf16 outputs, which it has no GEMM for, go through a float32 copy. (A
+// GEMV kernel of our own for decode's rows, one warp a weight row with 16-byte loads, was slower
+// on an H200: 7.5 against 6.3 ms a 7B step of one sequence, 22 against 7.5 of eight; removed.)
 void cuda_matmul(burst_backend *b, void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                  const burst_weight *W, int n) {
     cuda_ctx *c = ctx_of(b);
@@ -824,16 +863,7 @@ void cuda_matmul(burst_backend *b, void *out, burst_dtype out_dtype, int accumul
     graph_note(c, "matmul", out, out_dtype, accumulate, x, x_dtype, W->data, W->dtype, W->rows, W->cols, n);
     if (replaying(c)) return;
     const int64_t rows = W->rows, cols = W->cols;
-    const void *xin = x;
-    if (x_dtype != W->dtype) {
-        void *conv = dev_grow(c, &c->mm_in, (size_t)n * cols * dtype_size(W->dtype));
-        const int t = profile_start(c, "matmul input to %s %lld n<=%lld", dtype_name(W->dtype), (long long)cols,
-                                    pow2_at_least(n));
-        if (W->dtype == DTYPE_BF16) round_bf16(c, (__nv_bfloat16 *)conv, (const float *)x, n, cols, cols);
-        else convert_to(c, conv, DTYPE_F32, x, DTYPE_BF16, n * cols);
-        profile_stop(c, t);
-        xin = conv;
-    }
+    const void *xin = matmul_input(c, x, x_dtype, W, n);
     const cudaDataType ab = W->dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     void *dst = out;
     if (out_dtype == DTYPE_BF16 && W->dtype == DTYPE_F32) dst = dev_grow(c, &c->mm_out, (size_t)n * rows * sizeof(float));
@@ -845,6 +875,44 @@ void cuda_matmul(burst_backend *b, void *out, burst_dtype out_dtype, int accumul
                               xin, ab, (int)cols, &beta, dst, ct, (int)rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (dst != out) round_bf16(c, (__nv_bfloat16 *)out, (const float *)dst, n, rows, rows);
     profile_stop(c, t);
+}
+
+// backend_matmul_group as one strided-batched GEMM (x shared: stride 0), where the weights are of
+// one shape and dtype at weight_span of each other (cuda_weight_group lays a group out so), and
+// the outputs equally spaced without overlap; 0 (nothing run) otherwise, or with
+// BURST_GROUPED_GEMM=0, or where fp32 mode wants bf16 outputs. One-row GEMMs are where it pays:
+// cuBLAS read a 4096x4096 weight at ~1.7 TB/s against ~3.1 for an 11008x4096 one (H200).
+int cuda_matmul_group(burst_backend *b, void *const *out, burst_dtype out_dtype, const void *x, burst_dtype x_dtype,
+                      const burst_weight *const *W, int count, int n) {
+    cuda_ctx *c = ctx_of(b);
+    const burst_weight *W0 = W[0];
+    const int64_t rows = W0->rows, cols = W0->cols;
+    const size_t es = dtype_size(W0->dtype), out_es = dtype_size(out_dtype);
+    const size_t w_span = weight_span((size_t)(rows * cols) * es);
+    const ptrdiff_t out_span = count > 1 ? (const char *)out[1] - (const char *)out[0] : 0;
+    bool fits = c->grouped_gemm && count > 1 && !(out_dtype == DTYPE_BF16 && W0->dtype == DTYPE_F32) &&
+                out_span >= (ptrdiff_t)((size_t)n * rows * out_es) && out_span % (ptrdiff_t)out_es == 0;
+    for (int i = 1; fits && i < count; i++)
+        fits = W[i]->dtype == W0->dtype && W[i]->rows == rows && W[i]->cols == cols &&
+               (const char *)W[i]->data == (const char *)W0->data + i * w_span &&
+               (const char *)out[i] == (const char *)out[0] + i * out_span;
+    if (!fits) return 0;
+    if (n == 0) return 1;
+    graph_note(c, "matmul group", out[0], (int64_t)out_span, count, out_dtype, x, x_dtype, W0->data, W0->dtype, rows,
+               cols, n);
+    if (replaying(c)) return 1;
+    const void *xin = matmul_input(c, x, x_dtype, W0, n);
+    const cudaDataType ab = W0->dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cudaDataType ct = out_dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    const float one = 1.0f, zero = 0.0f;
+    const int t = profile_start(c, "matmul %dx %lldx%lld%s n<=%lld", count, (long long)rows, (long long)cols,
+                                out_dtype == DTYPE_BF16 ? " to bf16" : "", pow2_at_least(n));
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, n, (int)cols, &one, W0->data, ab,
+                                            (int)cols, (long long)(w_span / es), xin, ab, (int)cols, 0, &zero, out[0], ct,
+                                            (int)rows, (long long)(out_span / (ptrdiff_t)out_es), count,
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    profile_stop(c, t);
+    return 1;
 }
 
 void cuda_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads, int head_dim, const rope_params *p) {
@@ -1123,9 +1191,11 @@ const backend_ops cuda_ops = {
     .copy = cuda_copy,
     .convert = cuda_convert,
     .weight = cuda_weight,
+    .weight_group = cuda_weight_group,
     .embed = cuda_embed,
     .rmsnorm = cuda_rmsnorm,
     .matmul = cuda_matmul,
+    .matmul_group = cuda_matmul_group,
     .matmul_transient = cuda_matmul_transient,
     .rope = cuda_rope,
     .swiglu = cuda_swiglu,
@@ -1167,10 +1237,11 @@ extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **o
     if (flash && *flash && strcmp(flash, "ours") && strcmp(flash, "cudnn"))
         return BURST_FAIL(err, BURST_ERR_INVALID, "BURST_FLASH=%s: want ours or cudnn (unset: cuDNN where its plan pays)",
                           flash);
-    int prof, batched, graphs;
+    int prof, batched, grouped, graphs;
     burst_status st;
     if ((st = env_switch("BURST_PROFILE", "a GPU time table per op", 0, &prof, err)) ||
         (st = env_switch("BURST_BATCHED_DECODE", "a step's sequences in few launches, the default", 1, &batched, err)) ||
+        (st = env_switch("BURST_GROUPED_GEMM", "a weight group's GEMMs as one, the default", 1, &grouped, err)) ||
         (st = env_switch("BURST_CUDA_GRAPHS", "decode steps as CUDA graphs", 0, &graphs, err)))
         return st;
     int count = 0;
@@ -1196,6 +1267,7 @@ extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **o
     c->cudnn_min_rows = flash && strcmp(flash, "ours") == 0 ? 0 : CUDNN_MIN_ROWS;
     c->cudnn_always = flash && strcmp(flash, "cudnn") == 0;
     c->batched = batched;
+    c->grouped_gemm = grouped;
     c->graphs = graphs;
     c->launcher = (cuda_launcher){graph_launch, c};
     c->mm_in.in_graphs = c->mm_out.in_graphs = c->decode_ws.in_graphs = true;

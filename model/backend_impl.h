@@ -19,12 +19,18 @@ typedef struct {
     void (*convert)(burst_backend *b, void *dst, burst_dtype to, const float *src, int64_t n);
     burst_status (*weight)(burst_backend *b, const weights_tensor *t, burst_weight *out,
                            burst_error *err);
+    // optional: backend_weight_group (else weight for each)
+    burst_status (*weight_group)(burst_backend *b, const weights_tensor *const *t, int n, burst_weight *out,
+                                 burst_error *err);
     void (*embed)(burst_backend *b, float *x, const burst_weight *table, const int *tokens, int n);
     void (*rmsnorm)(burst_backend *b, void *out, burst_dtype out_dtype, const float *x,
                     const burst_weight *w, int n, float eps);
     // out (of out_dtype) = x @ W^T, or out (F32) += x @ W^T when accumulate
     void (*matmul)(burst_backend *b, void *out, burst_dtype out_dtype, int accumulate, const void *x,
                    burst_dtype x_dtype, const burst_weight *W, int n);
+    // optional: backend_matmul_group as one call, where it returns 1 (0: matmul for each)
+    int (*matmul_group)(burst_backend *b, void *const *out, burst_dtype out_dtype, const void *x, burst_dtype x_dtype,
+                        const burst_weight *const *W, int count, int n);
     size_t (*matmul_transient)(burst_backend *b, int n, int64_t cols); // optional: allocates nothing
     size_t (*attention_transient)(burst_backend *b, int64_t max_keys, int head_dim, burst_dtype kv_dtype); // optional: nothing
     void (*rope)(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads, int head_dim,

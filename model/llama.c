@@ -24,12 +24,12 @@ typedef struct {
     float *x;        // (max_batch, dim) the residual stream
     float *xb, *xb2; // (max_batch, dim); xb holds the matmuls' input in the backend's act dtype
     float *q;        // (max_batch, dim)
-    float *k, *v;    // (max_batch, kv_dim)
+    float *k, *v;    // (max_batch, kv_dim) each, in q's allocation after it
     float *att;      // (max_batch, dim)
     float *lse;      // (n_heads, max_batch)
     float *part_o;   // (max_batch, dim) replicated segments' partials over their new tokens (G > 1)
     float *part_lse; // (n_heads, max_batch) (G > 1)
-    float *hb, *hb2; // (max_batch, hidden_dim) in the act dtype
+    float *hb, *hb2; // (max_batch, hidden_dim) each in the act dtype, hb2 in hb's allocation
     float *last;     // (max_logits, dim) the rows whose logits llama_forward returns (rank 0 only)
     float *logits;   // (max_logits, vocab) their logits, or a block of all_rows rows' (rank 0 only)
     void *ring;      // ring_workspace_bytes(G, max_batch, shard_cap, ...) (G > 1; else NULL)
@@ -117,26 +117,50 @@ static void ops_copy(void *ctx, const copy_job *jobs, int n) { backend_copy(ctx,
 static void ops_sync(void *ctx) { backend_sync(ctx); }
 
 // Looks up "name" (printf-style) with the given shape and hands it to the rank's backend.
-static burst_status get_weight(llama_model *m, llama_rank *R, burst_weight *out, int64_t rows,
-                               int64_t cols, burst_error *err, const char *fmt, ...)
-    __attribute__((format(printf, 7, 8)));
-static burst_status get_weight(llama_model *m, llama_rank *R, burst_weight *out, int64_t rows,
-                               int64_t cols, burst_error *err, const char *fmt, ...) {
+// The checkpoint's tensor named by fmt and ap, of shape (rows, cols), or (cols) where rows is 0.
+static burst_status find_tensor_v(llama_model *m, const weights_tensor **t, int64_t rows, int64_t cols,
+                                  burst_error *err, const char *fmt, va_list ap) {
     char name[160];
+    vsnprintf(name, sizeof name, fmt, ap);
+    int64_t shape[2] = {rows, cols};
+    return rows ? weights_get(m->w, name, 2, shape, t, err) : weights_get(m->w, name, 1, shape + 1, t, err);
+}
+
+static burst_status find_tensor(llama_model *m, const weights_tensor **t, int64_t rows, int64_t cols,
+                                burst_error *err, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static burst_status find_tensor(llama_model *m, const weights_tensor **t, int64_t rows, int64_t cols,
+                                burst_error *err, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
+    burst_status st = find_tensor_v(m, t, rows, cols, err, fmt, ap);
     va_end(ap);
-    int64_t shape[2] = {rows, cols};
-    const weights_tensor *t;
-    burst_status st = rows ? weights_get(m->w, name, 2, shape, &t, err)
-                           : weights_get(m->w, name, 1, shape + 1, &t, err);
-    if (st || (st = backend_weight(R->be, t, out, err))) return st;
+    return st;
+}
+
+// Makes n tensors rank R's weights, as one group (backend_weight_group).
+static burst_status take_weights(llama_model *m, llama_rank *R, const weights_tensor *const *t, int n,
+                                 burst_weight *out, burst_error *err) {
+    burst_status st = backend_weight_group(R->be, t, n, out, err);
+    if (st) return st;
     // Host ranks share the first one's weights; device ranks each upload theirs.
     const int last_reader = R->rank == (backend_on_host(m->opt.backend) ? m->first : m->first + m->n_local - 1);
-    if (out->data == t->data && R->rank == m->first) m->mapped_bytes += t->nbytes;
-    else if (out->data != t->data && last_reader) weights_release(t); // the backend's copy is all it reads
+    for (int i = 0; i < n; i++)
+        if (out[i].data == t[i]->data && R->rank == m->first) m->mapped_bytes += t[i]->nbytes;
+        else if (out[i].data != t[i]->data && last_reader) weights_release(t[i]); // the backend's copy is all it reads
     return BURST_OK;
+}
+
+// find_tensor and take_weights of one tensor.
+static burst_status get_weight(llama_model *m, llama_rank *R, burst_weight *out, int64_t rows, int64_t cols,
+                               burst_error *err, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static burst_status get_weight(llama_model *m, llama_rank *R, burst_weight *out, int64_t rows, int64_t cols,
+                               burst_error *err, const char *fmt, ...) {
+    const weights_tensor *t;
+    va_list ap;
+    va_start(ap, fmt);
+    burst_status st = find_tensor_v(m, &t, rows, cols, err, fmt, ap);
+    va_end(ap);
+    return st ? st : take_weights(m, R, &t, 1, out, err);
 }
 
 static burst_status load_tensors(llama_model *m, llama_rank *R, burst_error *err) {
@@ -144,6 +168,7 @@ static burst_status load_tensors(llama_model *m, llama_rank *R, burst_error *err
     const double t0 = burst_now();
     int64_t dim = c->dim, kv_dim = (int64_t)c->n_kv_heads * c->head_dim, hid = c->hidden_dim;
     burst_status st;
+    const weights_tensor *t[3];
     if ((st = get_weight(m, R, &R->embed, c->vocab_size, dim, err, "model.embed_tokens.weight")) ||
         (st = get_weight(m, R, &R->final_norm, 0, dim, err, "model.norm.weight")))
         return st;
@@ -153,16 +178,21 @@ static burst_status load_tensors(llama_model *m, llama_rank *R, burst_error *err
     R->layers = burst_calloc((size_t)c->n_layers, sizeof(llama_layer));
     for (int l = 0; l < c->n_layers; l++) {
         llama_layer *L = &R->layers[l];
+        // Q, K, V, and gate and up, each as a group: one batched GEMM apiece on a GPU.
+        burst_weight qkv[3], gate_up[2];
         if ((st = get_weight(m, R, &L->attn_norm, 0, dim, err, "model.layers.%d.input_layernorm.weight", l)) ||
-            (st = get_weight(m, R, &L->wq, dim, dim, err, "model.layers.%d.self_attn.q_proj.weight", l)) ||
-            (st = get_weight(m, R, &L->wk, kv_dim, dim, err, "model.layers.%d.self_attn.k_proj.weight", l)) ||
-            (st = get_weight(m, R, &L->wv, kv_dim, dim, err, "model.layers.%d.self_attn.v_proj.weight", l)) ||
+            (st = find_tensor(m, &t[0], dim, dim, err, "model.layers.%d.self_attn.q_proj.weight", l)) ||
+            (st = find_tensor(m, &t[1], kv_dim, dim, err, "model.layers.%d.self_attn.k_proj.weight", l)) ||
+            (st = find_tensor(m, &t[2], kv_dim, dim, err, "model.layers.%d.self_attn.v_proj.weight", l)) ||
+            (st = take_weights(m, R, t, 3, qkv, err)) ||
             (st = get_weight(m, R, &L->wo, dim, dim, err, "model.layers.%d.self_attn.o_proj.weight", l)) ||
             (st = get_weight(m, R, &L->ffn_norm, 0, dim, err, "model.layers.%d.post_attention_layernorm.weight", l)) ||
-            (st = get_weight(m, R, &L->w_gate, hid, dim, err, "model.layers.%d.mlp.gate_proj.weight", l)) ||
-            (st = get_weight(m, R, &L->w_up, hid, dim, err, "model.layers.%d.mlp.up_proj.weight", l)) ||
+            (st = find_tensor(m, &t[0], hid, dim, err, "model.layers.%d.mlp.gate_proj.weight", l)) ||
+            (st = find_tensor(m, &t[1], hid, dim, err, "model.layers.%d.mlp.up_proj.weight", l)) ||
+            (st = take_weights(m, R, t, 2, gate_up, err)) ||
             (st = get_weight(m, R, &L->w_down, dim, hid, err, "model.layers.%d.mlp.down_proj.weight", l)))
             return st;
+        L->wq = qkv[0], L->wk = qkv[1], L->wv = qkv[2], L->w_gate = gate_up[0], L->w_up = gate_up[1];
         // Uploading a large checkpoint to a device, or copying it into AMX tiles, takes a while:
         // say how far it got.
         if (weights_bytes(m->w) > ((size_t)256 << 20) && (l + 1) % 8 == 0 && burst_now() - t0 > 1.0)
@@ -187,16 +217,18 @@ static size_t alloc_scratch(llama_model *m, llama_rank *R, bool size_only) {
     s->x = scratch(R, B * c->dim);
     s->xb = scratch(R, B * c->dim);
     s->xb2 = scratch(R, B * c->dim);
-    s->q = scratch(R, B * c->dim);
-    s->k = scratch(R, B * kv_dim);
-    s->v = scratch(R, B * kv_dim);
+    // q, k, v in one buffer, as hb and hb2: each trio or pair is one batched GEMM's output on a
+    // GPU (backend_matmul_group), which wants its matrices equally spaced.
+    s->q = scratch(R, B * (c->dim + 2 * kv_dim));
+    s->k = s->q ? s->q + B * c->dim : NULL;
+    s->v = s->k ? s->k + B * kv_dim : NULL;
     s->att = scratch(R, B * c->dim);
     s->lse = scratch(R, B * c->n_heads);
     s->part_o = scratch(R, m->G > 1 ? B * c->dim : 0); // replicated segments only (G > 1)
     s->part_lse = scratch(R, m->G > 1 ? B * c->n_heads : 0);
     int64_t hidden_floats = (B * c->hidden_dim * (int64_t)dtype_size(backend_act_dtype(R->be)) + 3) / 4;
-    s->hb = scratch(R, hidden_floats); // in the act dtype: half the bytes on a GPU
-    s->hb2 = scratch(R, hidden_floats);
+    s->hb = scratch(R, 2 * hidden_floats); // in the act dtype: half the bytes on a GPU
+    s->hb2 = s->hb ? s->hb + hidden_floats : NULL;
     if (R->rank == 0) { // the logits are computed on rank 0 alone
         s->last = scratch(R, (int64_t)llama_max_logits(m) * c->dim);
         s->logits = scratch(R, (int64_t)llama_max_logits(m) * c->vocab_size);
@@ -220,8 +252,8 @@ static size_t alloc_scratch(llama_model *m, llama_rank *R, bool size_only) {
 
 static void free_rank(llama_rank *R) {
     llama_scratch *s = &R->s;
-    void *bufs[] = {s->x, s->xb, s->xb2, s->q, s->k, s->v, s->att, s->lse, s->part_o, s->part_lse,
-                     s->hb, s->hb2, s->last, s->logits, s->ring, s->merge};
+    void *bufs[] = {s->x, s->xb, s->xb2, s->q, s->att, s->lse, s->part_o, s->part_lse, // (q holds k and v,
+                    s->hb, s->last, s->logits, s->ring, s->merge};                   // hb holds hb2)
     for (size_t i = 0; R->be && i < sizeof bufs / sizeof bufs[0]; i++) backend_release(R->be, bufs[i]);
     if (R->kv.k) kv_cache_free(&R->kv, R->be);
     free(R->tok), free(R->pos), free(R->row0), free(R->calls), free(R->jobs), free(R->parts), free(R->merges), free(R->copies);
@@ -763,9 +795,8 @@ static burst_status rank_ops(llama_model *m, llama_rank *R, int n, int *n_logits
         // attention block: x += Wo · attn(rope(Wq xn), rope(Wk xn), Wv xn)
         if (n > 0) {
             backend_rmsnorm(be, s->xb, act, s->x, &L->attn_norm, n, c->norm_eps);
-            backend_matmul(be, s->q, DTYPE_F32, s->xb, act, &L->wq, n);
-            backend_matmul(be, s->k, DTYPE_F32, s->xb, act, &L->wk, n);
-            backend_matmul(be, s->v, DTYPE_F32, s->xb, act, &L->wv, n);
+            backend_matmul_group(be, (void *[]){s->q, s->k, s->v}, DTYPE_F32, s->xb, act,
+                                 (const burst_weight *[]){&L->wq, &L->wk, &L->wv}, 3, n);
             backend_rope(be, s->q, R->pos, n, c->n_heads, c->head_dim, &m->rope);
             backend_rope(be, s->k, R->pos, n, c->n_kv_heads, c->head_dim, &m->rope);
         }

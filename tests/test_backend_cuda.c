@@ -226,6 +226,27 @@ static void test_rmsnorm(const backends *B) {
             }
 }
 
+// A matmul's output on the GPU (got) against the CPU's (want), n x rows of ot, within the bounds
+// that x (n x cols of xt) and the weight's values (w_approx) set.
+static int compare_matmul(const backends *B, const char *what, burst_dtype xt, const float *x, burst_dtype ot,
+                          const float *got, const float *want, const float *w_approx, int n, int rows, int cols) {
+    double r = 0, terms = 0; // rms of the products; largest sqrt(sum_j (x_j w_j)^2)
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < rows; o++) {
+            double ss = 0, sum = 0;
+            for (int j = 0; j < cols; j++) {
+                double t = (double)test_act_value(xt, x, (int64_t)i * cols + j) * w_approx[(int64_t)o * cols + j];
+                ss += t * t, sum += t;
+            }
+            if (ss > terms * terms) terms = sqrt(ss);
+            r += sum * sum;
+        }
+    r = sqrt(r / ((double)n * rows));
+    if (B->fp32) return compare_act(what, ot, got, want, (int64_t)n * rows, F32_NMSE, MM32_ATOL_RMS * r, F32_RTOL);
+    return compare_act(what, ot, got, want, (int64_t)n * rows, n * rows >= 1000 ? MM16_NMSE : 1, MM16_ATOL_TERMS * terms,
+                       MM16_RTOL);
+}
+
 // out = x W^T with x and out in each act dtype, and out += x W^T (backend_matmul_add).
 static void test_matmul(const backends *B) {
     static const int shapes[][2] = {{77, 1003}, {300, 64}, {1, 17}}; // (rows, cols) of W
@@ -256,24 +277,81 @@ static void test_matmul(const backends *B) {
                     char what[128];
                     snprintf(what, sizeof what, "matmul %s n=%d W=(%d,%d) x %s %s %s", dtype_name(DTYPES[di]), n, rows,
                              cols, dtype_name(xt), acc ? "+=" : "to", dtype_name(ot));
-                    double r = 0, terms = 0; // rms of the products; largest sqrt(sum_j (x_j w_j)^2)
-                    for (int i = 0; i < n; i++)
-                        for (int o = 0; o < rows; o++) {
-                            double ss = 0, sum = 0;
-                            for (int j = 0; j < cols; j++) {
-                                double t = (double)test_act_value(xt, x, (int64_t)i * cols + j) * w.approx[(int64_t)o * cols + j];
-                                ss += t * t, sum += t;
-                            }
-                            if (ss > terms * terms) terms = sqrt(ss);
-                            r += sum * sum;
-                        }
-                    r = sqrt(r / ((double)n * rows));
-                    if (B->fp32) check(compare_act(what, ot, got, want, (int64_t)n * rows, F32_NMSE, MM32_ATOL_RMS * r, F32_RTOL));
-                    else check(compare_act(what, ot, got, want, (int64_t)n * rows, n * rows >= 1000 ? MM16_NMSE : 1,
-                                           MM16_ATOL_TERMS * terms, MM16_RTOL));
+                    check(compare_matmul(B, what, xt, x, ot, got, want, w.approx, n, rows, cols));
                     CUDA_CHECK(cudaFree(dx));
                     CUDA_CHECK(cudaFree(dout));
                     free(x), free(want), free(got), free(w.data), free(w.approx);
+                }
+}
+
+// backend_matmul_group: weights loaded as one group (backend_weight_group) into outputs `GAP`
+// words apart in one buffer, against the CPU's matmul of each weight; the words between outputs
+// must stay untouched. One batched GEMM where the shapes are one (and fp32 mode does not want
+// bf16 outputs); separate matmuls (0 back) for the K/V-headed shapes of grouped-query attention.
+static void test_matmul_group(const backends *B) {
+    enum { GAP = 5 };
+    static const struct { int count, rows[3], cols; } groups[] = {{3, {77, 77, 77}, 1003}, {2, {300, 300}, 64},
+                                                                  {3, {40, 24, 24}, 130}};
+    static const struct { burst_dtype x, out; } variants[] = {{DTYPE_F32, DTYPE_F32}, {DTYPE_BF16, DTYPE_F32},
+                                                              {DTYPE_BF16, DTYPE_BF16}};
+    for (int gi = 0; gi < 3; gi++)
+        for (int vi = 0; vi < 3; vi++)
+            for (int di = 0; di < 3; di++)
+                for (int ni = 0; ni < 3; ni++) {
+                    const int count = groups[gi].count, cols = groups[gi].cols, n = NS[ni];
+                    const burst_dtype xt = variants[vi].x, ot = variants[vi].out;
+                    test_weight w[3];
+                    const weights_tensor *t[3];
+                    burst_weight cw[3], gw[3];
+                    const burst_weight *gws[3];
+                    int64_t span = 0; // words from one output to the next
+                    for (int i = 0; i < count; i++) {
+                        w[i] = make_weight(DTYPES[di], groups[gi].rows[i], cols, -1, 1);
+                        t[i] = &w[i].t, gws[i] = &gw[i];
+                        int64_t words = test_act_words(ot, (int64_t)n * groups[gi].rows[i]) + GAP;
+                        if (words > span) span = words;
+                    }
+                    burst_error err;
+                    BURST_ASSERT(!backend_weight_group(B->cpu, t, count, cw, &err));
+                    if (backend_weight_group(B->gpu, t, count, gw, &err)) {
+                        printf("FAIL weight group upload: %s\n", err.msg);
+                        exit(1);
+                    }
+                    float *x = host_act(xt, (int64_t)n * cols, -1, 1), *start = host_random(count * span, -1, 1);
+                    float *got = host_clone(start, count * span), *dx = dev_upload(x, test_act_words(xt, (int64_t)n * cols));
+                    float *dout = dev_upload(got, count * span);
+                    void *outs[3];
+                    for (int i = 0; i < count; i++) outs[i] = dout + i * span;
+                    const int one_gemm = backend_matmul_group(B->gpu, outs, ot, dx, xt, gws, count, n);
+                    const int want_one = gi < 2 && !(B->fp32 && ot == DTYPE_BF16);
+                    dev_download(B->gpu, got, dout, count * span);
+                    char what[128];
+                    snprintf(what, sizeof what, "matmul group of %d %s n=%d W=(%d,%d) x %s to %s", count,
+                             dtype_name(DTYPES[di]), n, groups[gi].rows[0], cols, dtype_name(xt), dtype_name(ot));
+                    if (one_gemm != want_one) printf("FAIL %s: %s, want %s\n", what, one_gemm ? "one GEMM" : "apart",
+                                                     want_one ? "one GEMM" : "apart");
+                    check(one_gemm == want_one);
+                    for (int i = 0; i < count; i++) {
+                        const int rows = groups[gi].rows[i];
+                        const int64_t words = test_act_words(ot, (int64_t)n * rows);
+                        float *want = host_act(ot, (int64_t)n * rows, -1, 1), *got_i = test_alloc_guarded(words);
+                        memcpy(got_i, got + i * span, (size_t)words * 4); // (the whole buffer's guards: below)
+                        backend_matmul(B->cpu, want, ot, x, xt, &cw[i], n);
+                        check(compare_matmul(B, what, xt, x, ot, got_i, want, w[i].approx, n, rows, cols));
+                        const int64_t gap_end = i + 1 < count ? (i + 1) * span : count * span;
+                        for (int64_t j = i * span + words; j < gap_end; j++)
+                            if (memcmp(&got[j], &start[j], 4)) {
+                                printf("FAIL %s: word %lld past output %d was written\n", what, (long long)(j - i * span - words), i);
+                                check(0);
+                                break;
+                            }
+                        free(want), free(got_i);
+                    }
+                    check(test_guard_ok(got, count * span, what));
+                    CUDA_CHECK(cudaFree(dx));
+                    CUDA_CHECK(cudaFree(dout));
+                    free(x), free(start), free(got);
+                    for (int i = 0; i < count; i++) free(w[i].data), free(w[i].approx);
                 }
 }
 
@@ -639,6 +717,7 @@ int main(void) {
         test_embed(&B);
         test_rmsnorm(&B);
         test_matmul(&B);
+        test_matmul_group(&B);
         test_rope(&B);
         test_elementwise(&B);
         test_convert(&B);
