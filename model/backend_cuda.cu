@@ -889,16 +889,17 @@ int cuda_matmul_group(burst_backend *b, void *const *out, burst_dtype out_dtype,
     const int64_t rows = W0->rows, cols = W0->cols;
     const size_t es = dtype_size(W0->dtype), out_es = dtype_size(out_dtype);
     const size_t w_span = weight_span((size_t)(rows * cols) * es);
-    const ptrdiff_t out_span = count > 1 ? (const char *)out[1] - (const char *)out[0] : 0;
+    // (as integers: pointers into different allocations may not be subtracted)
+    const int64_t out_span = count > 1 ? (int64_t)((uintptr_t)out[1] - (uintptr_t)out[0]) : 0;
     bool fits = c->grouped_gemm && count > 1 && !(out_dtype == DTYPE_BF16 && W0->dtype == DTYPE_F32) &&
-                out_span >= (ptrdiff_t)((size_t)n * rows * out_es) && out_span % (ptrdiff_t)out_es == 0;
+                out_span >= (int64_t)((size_t)n * rows * out_es) && out_span % (int64_t)out_es == 0;
     for (int i = 1; fits && i < count; i++)
         fits = W[i]->dtype == W0->dtype && W[i]->rows == rows && W[i]->cols == cols &&
-               (const char *)W[i]->data == (const char *)W0->data + i * w_span &&
-               (const char *)out[i] == (const char *)out[0] + i * out_span;
+               (uintptr_t)W[i]->data == (uintptr_t)W0->data + i * w_span &&
+               (uintptr_t)out[i] == (uintptr_t)out[0] + i * out_span;
     if (!fits) return 0;
     if (n == 0) return 1;
-    graph_note(c, "matmul group", out[0], (int64_t)out_span, count, out_dtype, x, x_dtype, W0->data, W0->dtype, rows,
+    graph_note(c, "matmul group", out[0], out_span, count, out_dtype, x, x_dtype, W0->data, W0->dtype, rows,
                cols, n);
     if (replaying(c)) return 1;
     const void *xin = matmul_input(c, x, x_dtype, W0, n);
@@ -909,7 +910,7 @@ int cuda_matmul_group(burst_backend *b, void *const *out, burst_dtype out_dtype,
                                 out_dtype == DTYPE_BF16 ? " to bf16" : "", pow2_at_least(n));
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, n, (int)cols, &one, W0->data, ab,
                                             (int)cols, (long long)(w_span / es), xin, ab, (int)cols, 0, &zero, out[0], ct,
-                                            (int)rows, (long long)(out_span / (ptrdiff_t)out_es), count,
+                                            (int)rows, (long long)(out_span / (int64_t)out_es), count,
                                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     profile_stop(c, t);
     return 1;

@@ -201,6 +201,9 @@ static burst_status load_tensors(llama_model *m, llama_rank *R, burst_error *err
     return BURST_OK;
 }
 
+// n floats rounded up to a multiple of 256 bytes.
+static int64_t round_up_256(int64_t n_floats) { return (n_floats + 63) / 64 * 64; }
+
 static float *scratch(llama_rank *R, int64_t n_floats) {
     size_t bytes = (size_t)n_floats * sizeof(float);
     R->scratch_bytes += bytes;
@@ -218,15 +221,17 @@ static size_t alloc_scratch(llama_model *m, llama_rank *R, bool size_only) {
     s->xb = scratch(R, B * c->dim);
     s->xb2 = scratch(R, B * c->dim);
     // q, k, v in one buffer, as hb and hb2: each trio or pair is one batched GEMM's output on a
-    // GPU (backend_matmul_group), which wants its matrices equally spaced.
-    s->q = scratch(R, B * (c->dim + 2 * kv_dim));
-    s->k = s->q ? s->q + B * c->dim : NULL;
-    s->v = s->k ? s->k + B * kv_dim : NULL;
+    // GPU (backend_matmul_group), which wants its matrices equally spaced. Each starts 256-byte
+    // aligned, as an allocation of its own would (the GPU's vector loads and GEMMs want it).
+    const int64_t q_span = round_up_256(B * c->dim), kv_span = round_up_256(B * kv_dim);
+    s->q = scratch(R, q_span + 2 * kv_span);
+    s->k = s->q ? s->q + q_span : NULL;
+    s->v = s->k ? s->k + kv_span : NULL;
     s->att = scratch(R, B * c->dim);
     s->lse = scratch(R, B * c->n_heads);
     s->part_o = scratch(R, m->G > 1 ? B * c->dim : 0); // replicated segments only (G > 1)
     s->part_lse = scratch(R, m->G > 1 ? B * c->n_heads : 0);
-    int64_t hidden_floats = (B * c->hidden_dim * (int64_t)dtype_size(backend_act_dtype(R->be)) + 3) / 4;
+    int64_t hidden_floats = round_up_256((B * c->hidden_dim * (int64_t)dtype_size(backend_act_dtype(R->be)) + 3) / 4);
     s->hb = scratch(R, 2 * hidden_floats); // in the act dtype: half the bytes on a GPU
     s->hb2 = s->hb ? s->hb + hidden_floats : NULL;
     if (R->rank == 0) { // the logits are computed on rank 0 alone

@@ -284,73 +284,87 @@ static void test_matmul(const backends *B) {
                 }
 }
 
-// backend_matmul_group: weights loaded as one group (backend_weight_group) into outputs `GAP`
-// words apart in one buffer, against the CPU's matmul of each weight; the words between outputs
-// must stay untouched. One batched GEMM where the shapes are one (and fp32 mode does not want
-// bf16 outputs); separate matmuls (0 back) for the K/V-headed shapes of grouped-query attention.
+// backend_matmul_group: weights loaded as one group (backend_weight_group) into outputs in one
+// buffer, against the CPU's matmul of each weight; the words between outputs must stay untouched.
+// One batched GEMM where the shapes are one and the outputs equally spaced, with words between
+// them or none (and fp32 mode does not want bf16 outputs); separate matmuls (0 back) for weights
+// given out of their group's order, for unequally spaced outputs, and for the K/V-headed shapes
+// of grouped-query attention.
+enum group_layout { SPACED, PACKED, REVERSED, UNEVEN };
 static void test_matmul_group(const backends *B) {
     enum { GAP = 5 };
-    static const struct { int count, rows[3], cols; } groups[] = {{3, {77, 77, 77}, 1003}, {2, {300, 300}, 64},
-                                                                  {3, {40, 24, 24}, 130}};
+    static const struct { int count, rows[3], cols; enum group_layout layout; } cases[] = {
+        {3, {77, 77, 77}, 1003, SPACED}, {3, {77, 77, 77}, 1003, PACKED}, {3, {77, 77, 77}, 1003, REVERSED},
+        {3, {77, 77, 77}, 1003, UNEVEN}, {2, {300, 300}, 64, SPACED},     {3, {40, 24, 24}, 130, SPACED}};
     static const struct { burst_dtype x, out; } variants[] = {{DTYPE_F32, DTYPE_F32}, {DTYPE_BF16, DTYPE_F32},
                                                               {DTYPE_BF16, DTYPE_BF16}};
-    for (int gi = 0; gi < 3; gi++)
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
         for (int vi = 0; vi < 3; vi++)
             for (int di = 0; di < 3; di++)
                 for (int ni = 0; ni < 3; ni++) {
-                    const int count = groups[gi].count, cols = groups[gi].cols, n = NS[ni];
+                    const int count = cases[ci].count, cols = cases[ci].cols, n = NS[ni];
+                    const enum group_layout layout = cases[ci].layout;
                     const burst_dtype xt = variants[vi].x, ot = variants[vi].out;
                     test_weight w[3];
                     const weights_tensor *t[3];
                     burst_weight cw[3], gw[3];
                     const burst_weight *gws[3];
-                    int64_t span = 0; // words from one output to the next
+                    int64_t span = 0, at[3], total; // words from one output to the next; each output's first word
+                    int same_shape = 1;
                     for (int i = 0; i < count; i++) {
-                        w[i] = make_weight(DTYPES[di], groups[gi].rows[i], cols, -1, 1);
-                        t[i] = &w[i].t, gws[i] = &gw[i];
-                        int64_t words = test_act_words(ot, (int64_t)n * groups[gi].rows[i]) + GAP;
+                        w[i] = make_weight(DTYPES[di], cases[ci].rows[i], cols, -1, 1);
+                        t[i] = &w[i].t;
+                        int64_t words = test_act_words(ot, (int64_t)n * cases[ci].rows[i]) + (layout == PACKED ? 0 : GAP);
                         if (words > span) span = words;
+                        same_shape &= cases[ci].rows[i] == cases[ci].rows[0];
                     }
+                    for (int i = 0; i < count; i++) at[i] = (i + (layout == UNEVEN && i == count - 1)) * span;
+                    total = at[count - 1] + span;
                     burst_error err;
                     BURST_ASSERT(!backend_weight_group(B->cpu, t, count, cw, &err));
                     if (backend_weight_group(B->gpu, t, count, gw, &err)) {
                         printf("FAIL weight group upload: %s\n", err.msg);
                         exit(1);
                     }
-                    float *x = host_act(xt, (int64_t)n * cols, -1, 1), *start = host_random(count * span, -1, 1);
-                    float *got = host_clone(start, count * span), *dx = dev_upload(x, test_act_words(xt, (int64_t)n * cols));
-                    float *dout = dev_upload(got, count * span);
+                    int order[3]; // output i is x times weight order[i]
+                    for (int i = 0; i < count; i++) order[i] = layout == REVERSED ? count - 1 - i : i, gws[i] = &gw[order[i]];
+                    float *x = host_act(xt, (int64_t)n * cols, -1, 1), *start = host_random(total, -1, 1);
+                    float *got = host_clone(start, total), *dx = dev_upload(x, test_act_words(xt, (int64_t)n * cols));
+                    float *dout = dev_upload(got, total);
                     void *outs[3];
-                    for (int i = 0; i < count; i++) outs[i] = dout + i * span;
+                    for (int i = 0; i < count; i++) outs[i] = dout + at[i];
                     const int one_gemm = backend_matmul_group(B->gpu, outs, ot, dx, xt, gws, count, n);
-                    const int want_one = gi < 2 && !(B->fp32 && ot == DTYPE_BF16);
-                    dev_download(B->gpu, got, dout, count * span);
-                    char what[128];
-                    snprintf(what, sizeof what, "matmul group of %d %s n=%d W=(%d,%d) x %s to %s", count,
-                             dtype_name(DTYPES[di]), n, groups[gi].rows[0], cols, dtype_name(xt), dtype_name(ot));
+                    const int want_one = same_shape && (layout == SPACED || layout == PACKED) && !(B->fp32 && ot == DTYPE_BF16);
+                    dev_download(B->gpu, got, dout, total);
+                    static const char *layouts[] = {"spaced", "packed", "reversed", "uneven"};
+                    char what[160];
+                    snprintf(what, sizeof what, "matmul group of %d (%s) %s n=%d W=(%d,%d) x %s to %s", count,
+                             layouts[layout], dtype_name(DTYPES[di]), n, cases[ci].rows[0], cols, dtype_name(xt),
+                             dtype_name(ot));
                     if (one_gemm != want_one) printf("FAIL %s: %s, want %s\n", what, one_gemm ? "one GEMM" : "apart",
                                                      want_one ? "one GEMM" : "apart");
                     check(one_gemm == want_one);
+                    unsigned char *written = burst_calloc((size_t)total, 1);
                     for (int i = 0; i < count; i++) {
-                        const int rows = groups[gi].rows[i];
+                        const int rows = cases[ci].rows[order[i]];
                         const int64_t words = test_act_words(ot, (int64_t)n * rows);
                         float *want = host_act(ot, (int64_t)n * rows, -1, 1), *got_i = test_alloc_guarded(words);
-                        memcpy(got_i, got + i * span, (size_t)words * 4); // (the whole buffer's guards: below)
-                        backend_matmul(B->cpu, want, ot, x, xt, &cw[i], n);
-                        check(compare_matmul(B, what, xt, x, ot, got_i, want, w[i].approx, n, rows, cols));
-                        const int64_t gap_end = i + 1 < count ? (i + 1) * span : count * span;
-                        for (int64_t j = i * span + words; j < gap_end; j++)
-                            if (memcmp(&got[j], &start[j], 4)) {
-                                printf("FAIL %s: word %lld past output %d was written\n", what, (long long)(j - i * span - words), i);
-                                check(0);
-                                break;
-                            }
+                        memcpy(got_i, got + at[i], (size_t)words * 4); // (the whole buffer's guards: below)
+                        memset(written + at[i], 1, (size_t)words);
+                        backend_matmul(B->cpu, want, ot, x, xt, &cw[order[i]], n);
+                        check(compare_matmul(B, what, xt, x, ot, got_i, want, w[order[i]].approx, n, rows, cols));
                         free(want), free(got_i);
                     }
-                    check(test_guard_ok(got, count * span, what));
+                    for (int64_t j = 0; j < total; j++)
+                        if (!written[j] && memcmp(&got[j], &start[j], 4)) {
+                            printf("FAIL %s: word %lld, outside every output, was written\n", what, (long long)j);
+                            check(0);
+                            break;
+                        }
+                    check(test_guard_ok(got, total, what));
                     CUDA_CHECK(cudaFree(dx));
                     CUDA_CHECK(cudaFree(dout));
-                    free(x), free(start), free(got);
+                    free(x), free(start), free(got), free(written);
                     for (int i = 0; i < count; i++) free(w[i].data), free(w[i].approx);
                 }
 }
