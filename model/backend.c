@@ -149,9 +149,10 @@ int backend_matmul_group(burst_backend *b, void *const *out, burst_dtype out_dty
                          burst_dtype x_dtype, const burst_weight *const *W, int count, int n) {
     BURST_ASSERT(out && x && W && count > 0 && n >= 0 && f32_or_bf16(out_dtype) && f32_or_bf16(x_dtype));
     for (int i = 0; i < count; i++) BURST_ASSERT(out[i] && W[i] && out[i] != x && W[i]->cols == W[0]->cols);
-    if (b->ops->matmul_group && b->ops->matmul_group(b, out, out_dtype, x, x_dtype, W, count, n)) return 1;
+    const int gemms = b->ops->matmul_group ? b->ops->matmul_group(b, out, out_dtype, x, x_dtype, W, count, n) : 0;
+    if (gemms) return gemms;
     for (int i = 0; i < count; i++) b->ops->matmul(b, out[i], out_dtype, 0, x, x_dtype, W[i], n);
-    return 0;
+    return count;
 }
 
 void backend_matmul_add(burst_backend *b, float *out, const void *x, burst_dtype x_dtype,

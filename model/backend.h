@@ -94,10 +94,10 @@ void backend_rmsnorm(burst_backend *b, void *out, burst_dtype out_dtype, const f
 // out (n, W.rows) of out_dtype = x (n, W.cols) of x_dtype @ W^T, accumulated in float32.
 void backend_matmul(burst_backend *b, void *out, burst_dtype out_dtype, const void *x,
                     burst_dtype x_dtype, const burst_weight *W, int n);
-// out[i] (n, W[i].rows) of out_dtype = x @ W[i]^T for i < count, outputs disjoint. The CUDA
-// backend runs them as one batched GEMM where the weights are one backend_weight_group of a
-// single shape and the outputs lie equally spaced (the QKV projections of 7B and 13B, the MLP's
-// gate and up), and returns 1; elsewhere count matmuls, and 0.
+// out[i] (n, W[i].rows) of out_dtype = x @ W[i]^T for i < count, outputs disjoint; returns the
+// number of GEMMs that ran. The CUDA backend runs neighbours of one shape in one backend_weight_group
+// whose outputs lie equally spaced as one batched GEMM: Q, K and V of 7B and 13B (1), K and V of
+// grouped-query models (2), the MLP's gate and up (1); elsewhere count matmuls (count).
 int backend_matmul_group(burst_backend *b, void *const *out, burst_dtype out_dtype, const void *x,
                          burst_dtype x_dtype, const burst_weight *const *W, int count, int n);
 // out (n, W.rows) float32 += x @ W^T: the residual add fused into the matmul (a GEMM with beta 1

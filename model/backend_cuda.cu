@@ -877,31 +877,36 @@ void cuda_matmul(burst_backend *b, void *out, burst_dtype out_dtype, int accumul
     profile_stop(c, t);
 }
 
-// backend_matmul_group as one strided-batched GEMM (x shared: stride 0), where the weights are of
-// one shape and dtype at weight_span of each other (cuda_weight_group lays a group out so), and
-// the outputs equally spaced without overlap; 0 (nothing run) otherwise, or with
-// BURST_GROUPED_GEMM=0, or where fp32 mode wants bf16 outputs. One-row GEMMs are where it pays:
-// cuBLAS read a 4096x4096 weight at ~1.7 TB/s against ~3.1 for an 11008x4096 one (H200).
-int cuda_matmul_group(burst_backend *b, void *const *out, burst_dtype out_dtype, const void *x, burst_dtype x_dtype,
-                      const burst_weight *const *W, int count, int n) {
-    cuda_ctx *c = ctx_of(b);
+// How many weights from W[0] on one strided-batched GEMM can take (1: W[0] alone): neighbours of
+// one shape and dtype at weight_span of each other (cuda_weight_group lays a group out so), whose
+// outputs are equally spaced without overlap. 1 with BURST_GROUPED_GEMM=0, and where fp32 mode
+// wants bf16 outputs (through a float32 copy: cuda_matmul).
+int batch_run(const cuda_ctx *c, void *const *out, burst_dtype out_dtype, const burst_weight *const *W, int count,
+              int n) {
+    const burst_weight *W0 = W[0];
+    if (!c->grouped_gemm || count < 2 || (out_dtype == DTYPE_BF16 && W0->dtype == DTYPE_F32)) return 1;
+    const size_t out_es = dtype_size(out_dtype), w_span = weight_span((size_t)(W0->rows * W0->cols) * dtype_size(W0->dtype));
+    // (as integers: pointers into different allocations may not be subtracted)
+    const int64_t out_span = (int64_t)((uintptr_t)out[1] - (uintptr_t)out[0]);
+    if (out_span < (int64_t)((size_t)n * W0->rows * out_es) || out_span % (int64_t)out_es) return 1;
+    int len = 1;
+    while (len < count && W[len]->dtype == W0->dtype && W[len]->rows == W0->rows && W[len]->cols == W0->cols &&
+           (uintptr_t)W[len]->data == (uintptr_t)W0->data + len * w_span &&
+           (uintptr_t)out[len] == (uintptr_t)out[0] + len * out_span)
+        len++;
+    return len;
+}
+
+// out[i] = x W[i]^T for i < count as one strided-batched GEMM (x shared: stride 0); batch_run
+// said it fits.
+void batched_gemm(cuda_ctx *c, void *const *out, burst_dtype out_dtype, const void *x, burst_dtype x_dtype,
+                  const burst_weight *const *W, int count, int n) {
     const burst_weight *W0 = W[0];
     const int64_t rows = W0->rows, cols = W0->cols;
-    const size_t es = dtype_size(W0->dtype), out_es = dtype_size(out_dtype);
-    const size_t w_span = weight_span((size_t)(rows * cols) * es);
-    // (as integers: pointers into different allocations may not be subtracted)
-    const int64_t out_span = count > 1 ? (int64_t)((uintptr_t)out[1] - (uintptr_t)out[0]) : 0;
-    bool fits = c->grouped_gemm && count > 1 && !(out_dtype == DTYPE_BF16 && W0->dtype == DTYPE_F32) &&
-                out_span >= (int64_t)((size_t)n * rows * out_es) && out_span % (int64_t)out_es == 0;
-    for (int i = 1; fits && i < count; i++)
-        fits = W[i]->dtype == W0->dtype && W[i]->rows == rows && W[i]->cols == cols &&
-               (uintptr_t)W[i]->data == (uintptr_t)W0->data + i * w_span &&
-               (uintptr_t)out[i] == (uintptr_t)out[0] + i * out_span;
-    if (!fits) return 0;
-    if (n == 0) return 1;
-    graph_note(c, "matmul group", out[0], out_span, count, out_dtype, x, x_dtype, W0->data, W0->dtype, rows,
-               cols, n);
-    if (replaying(c)) return 1;
+    const size_t es = dtype_size(W0->dtype), out_es = dtype_size(out_dtype), w_span = weight_span((size_t)(rows * cols) * es);
+    const int64_t out_span = (int64_t)((uintptr_t)out[1] - (uintptr_t)out[0]);
+    graph_note(c, "matmul group", out[0], out_span, count, out_dtype, x, x_dtype, W0->data, W0->dtype, rows, cols, n);
+    if (replaying(c)) return;
     const void *xin = matmul_input(c, x, x_dtype, W0, n);
     const cudaDataType ab = W0->dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     const cudaDataType ct = out_dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -913,7 +918,23 @@ int cuda_matmul_group(burst_backend *b, void *const *out, burst_dtype out_dtype,
                                             (int)rows, (long long)(out_span / (int64_t)out_es), count,
                                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     profile_stop(c, t);
-    return 1;
+}
+
+// backend_matmul_group: each run of neighbours that fit (batch_run) as one batched GEMM, the
+// others alone; 0 (nothing run) where no two fit. One-row GEMMs are where it pays: cuBLAS read a
+// 4096x4096 weight at ~1.7 TB/s against ~3.1 for an 11008x4096 one (H200). Grouped-query models
+// batch K and V (Q has another shape).
+int cuda_matmul_group(burst_backend *b, void *const *out, burst_dtype out_dtype, const void *x, burst_dtype x_dtype,
+                      const burst_weight *const *W, int count, int n) {
+    cuda_ctx *c = ctx_of(b);
+    if (n == 0) return 0; // (the wrapper's matmuls do nothing)
+    int gemms = 0, batched = 0;
+    for (int i = 0, len; i < count; i += len, gemms++) batched |= (len = batch_run(c, out + i, out_dtype, W + i, count - i, n)) > 1;
+    if (!batched) return 0;
+    for (int i = 0, len; i < count; i += len)
+        if ((len = batch_run(c, out + i, out_dtype, W + i, count - i, n)) > 1) batched_gemm(c, out + i, out_dtype, x, x_dtype, W + i, len, n);
+        else cuda_matmul(b, out[i], out_dtype, 0, x, x_dtype, W[i], n);
+    return gemms;
 }
 
 void cuda_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads, int head_dim, const rope_params *p) {

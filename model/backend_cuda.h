@@ -19,8 +19,9 @@
 //     On an H200, 7B steps of 8 / 32 / 64 sequences took 7.7 / 11.8 / 17.1 ms with it against
 //     13.2 / 36.0 / 66.0 without (bench_decode, 1K keys).
 //   - Weight groups (backend_weight_group: Q/K/V and gate/up in model/llama.c) go into one
-//     allocation each; backend_matmul_group runs a group of one shape as one strided-batched
-//     cuBLAS GEMM (BURST_GROUPED_GEMM=0, read at creation, runs its GEMMs one by one instead).
+//     allocation each; backend_matmul_group runs neighbours of one shape there as one
+//     strided-batched cuBLAS GEMM (BURST_GROUPED_GEMM=0, read at creation, runs its GEMMs one by
+//     one instead).
 //   - BURST_CUDA_GRAPHS=1 (read at creation): backend_graph_begin / _end run decode steps as CUDA
 //     graphs, recorded once and replayed (model/backend_cuda.cu); off by default, since with
 //     batched decode an H200 gained ~2% at 1-8 sequences and nothing at 32-64.

@@ -28,7 +28,7 @@ typedef struct {
     // out (of out_dtype) = x @ W^T, or out (F32) += x @ W^T when accumulate
     void (*matmul)(burst_backend *b, void *out, burst_dtype out_dtype, int accumulate, const void *x,
                    burst_dtype x_dtype, const burst_weight *W, int n);
-    // optional: backend_matmul_group as one call, where it returns 1 (0: matmul for each)
+    // optional: backend_matmul_group, returning its GEMMs' count (0: none ran; matmul for each)
     int (*matmul_group)(burst_backend *b, void *const *out, burst_dtype out_dtype, const void *x, burst_dtype x_dtype,
                         const burst_weight *const *W, int count, int n);
     size_t (*matmul_transient)(burst_backend *b, int n, int64_t cols); // optional: allocates nothing

@@ -72,8 +72,8 @@ for i, case in enumerate(CASES):
         # (model/backend_cuda.cu): every case records some and replays some.
         plain = {}
         graphs = "BURST_CUDA_GRAPHS"
-        # And with BURST_GROUPED_GEMM=0: Q, K, V (where they are one shape: cases 1 and 3) and
-        # gate and up as separate GEMMs rather than one batched GEMM a group.
+        # And with BURST_GROUPED_GEMM=0: Q, K, V (or K and V of grouped-query cases) and gate
+        # and up as separate GEMMs rather than one batched GEMM a group.
         variants = [(b, kv, {}) for b, kv in MAX_REL] + [(b, kv, {graphs: "1"}) for b, kv in MAX_REL] + \
                    [(b, kv, {graphs: "1", "BURST_BATCHED_DECODE": "0"}) for b, kv in MAX_REL] + \
                    [(b, kv, {"BURST_GROUPED_GEMM": "0"}) for b, kv in MAX_REL]
@@ -142,13 +142,13 @@ if os.path.isdir(STORIES):  # head_dim 8: the split-KV attention kernel (attenti
         print(f"{'ok  ' if ok else 'FAIL'} --backend {backend} without --kv-dtype: {want}: {r.stderr[:300]!r:.200}")
         # BURST_PROFILE=1: a row per op and shape class. A prefill of 2 tokens, then 2 one-token steps
         # (the third token needs none); wq and wo (64x64, wo adding to the residual: "+=") in 5
-        # layers, gate and up (172x64) as one batched GEMM (to the act dtype); the head (512x64)
-        # on last rows. (wk and wv are 32x64, grouped-query: not wq's shape, so GEMMs of their own.)
+        # layers, wk and wv (32x64, grouped-query: not wq's shape) as one batched GEMM, and so
+        # gate and up (172x64, to the act dtype); the head (512x64) on last rows.
         rows = {m[1]: int(m[2]) for m in (re.match(r"profile cuda:0: (.*?) +(\d+) calls", l) for l in r.stderr.splitlines()) if m}
         to = " to bf16" if backend == "cuda" else ""
         want_calls = {"matmul 64x64 n<=2": 5, "matmul 64x64 += n<=2": 5, "matmul 64x64 n<=1": 10,
-                      "matmul 64x64 += n<=1": 10, "matmul 512x64 n<=1": 3, f"matmul 2x 172x64{to} n<=2": 5,
-                      f"matmul 2x 172x64{to} n<=1": 10}
+                      "matmul 64x64 += n<=1": 10, "matmul 512x64 n<=1": 3, "matmul 2x 32x64 n<=2": 5,
+                      "matmul 2x 32x64 n<=1": 10, f"matmul 2x 172x64{to} n<=2": 5, f"matmul 2x 172x64{to} n<=1": 10}
         got = {k: rows.get(k) for k in want_calls}
         ok = got == want_calls
         failures += not ok
