@@ -283,9 +283,14 @@ static burst_status check_memory(llama_model *m, burst_error *err) {
     size_t ctx_part = kv_cache_bytes(&want) + ring_blocks, attn_part[m->n_local], batch_part[m->n_local];
     const int64_t widest = c->hidden_dim > c->dim ? c->hidden_dim : c->dim;
     for (int i = 0; i < m->n_local; i++) {
-        attn_part[i] = backend_attention_transient_bytes(m->ranks[i].be, m->shard_cap, c->head_dim, m->opt.kv_dtype);
+        // (the attention's bytes that do not grow with the keys count with --batch's)
+        burst_backend *be = m->ranks[i].be;
+        const size_t attn_fixed = backend_attention_transient_bytes(be, m->opt.max_batch, 0, c->n_heads, c->n_kv_heads,
+                                                                    c->head_dim, m->opt.kv_dtype);
+        attn_part[i] = backend_attention_transient_bytes(be, m->opt.max_batch, m->shard_cap, c->n_heads, c->n_kv_heads,
+                                                         c->head_dim, m->opt.kv_dtype) - attn_fixed;
         batch_part[i] = alloc_scratch(m, &m->ranks[i], true) - ring_blocks +
-                        backend_matmul_transient_bytes(m->ranks[i].be, m->opt.max_batch, widest);
+                        backend_matmul_transient_bytes(be, m->opt.max_batch, widest) + attn_fixed;
     }
     int pool[m->n_local];
     size_t free_b[m->n_local];
