@@ -709,6 +709,37 @@ static void test_alloc(const backends *B) {
     free(h);
 }
 
+// The memory check's count of the attention's own buffers (backend_attention_transient_bytes)
+// against what one flash-path call of 2048 rows over 20000 keys of an f32 cache takes from the
+// device: its bf16 Q and O (34 MB) and K/V (328 MB, more than the 256 MB margin). A first call
+// of 1024 rows over 64 keys loads the kernels and cuDNN's handle first.
+static void test_attention_transient(const backends *B) {
+    enum { HEADS = 32, D = 128, NQ = 2048, NK = 20000, WARM_NQ = 1024, WARM_NK = 64 };
+    const int64_t w = (int64_t)HEADS * D;
+    float *q = backend_alloc(B->gpu, sizeof(float) * NQ * w), *o = backend_alloc(B->gpu, sizeof(float) * NQ * w);
+    float *k = backend_alloc(B->gpu, sizeof(float) * NK * w), *v = backend_alloc(B->gpu, sizeof(float) * NK * w);
+    float *lse = backend_alloc(B->gpu, sizeof(float) * NQ * HEADS);
+    flash_args a = {.q = q, .k = k, .v = v, .o = o, .lse = lse, .q_stride = w, .kv_stride = w, .o_stride = w,
+                    .nq = WARM_NQ, .nk = WARM_NK, .n_heads = HEADS, .n_kv_heads = HEADS, .head_dim = D,
+                    .q_pos0 = NK - NQ, .causal = 1, .scale = 0.088f, .kv_dtype = DTYPE_F32};
+    backend_attention(B->gpu, &a);
+    backend_sync(B->gpu);
+    size_t free0, free1, total;
+    CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+    a.nq = NQ, a.nk = NK;
+    backend_attention(B->gpu, &a);
+    backend_sync(B->gpu);
+    CUDA_CHECK(cudaMemGetInfo(&free1, &total));
+    const size_t took = free0 > free1 ? free0 - free1 : 0,
+                 counted = backend_attention_transient_bytes(B->gpu, NQ, NK, HEADS, HEADS, D, DTYPE_F32);
+    const int ok = took <= counted;
+    printf("%s attention transient: a call took %.1f MB of device memory, the memory check counts %.1f MB\n",
+           ok ? "ok  " : "FAIL", took / 1e6, counted / 1e6);
+    check(ok);
+    float *bufs[] = {q, o, k, v, lse};
+    for (int i = 0; i < 5; i++) backend_release(B->gpu, bufs[i]);
+}
+
 int main(void) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -725,6 +756,7 @@ int main(void) {
         }
         printf("== backend %s\n", backend_name(B.gpu));
         test_alloc(&B);
+        if (!fp32) test_attention_transient(&B); // (fp32 mode: the split-KV kernel alone, no copies)
         test_embed(&B);
         test_rmsnorm(&B);
         test_matmul(&B);
