@@ -116,7 +116,6 @@ static void ops_merge(void *ctx, const online_softmax_args *calls, int n) { back
 static void ops_copy(void *ctx, const copy_job *jobs, int n) { backend_copy(ctx, jobs, n); }
 static void ops_sync(void *ctx) { backend_sync(ctx); }
 
-// Looks up "name" (printf-style) with the given shape and hands it to the rank's backend.
 // The checkpoint's tensor named by fmt and ap, of shape (rows, cols), or (cols) where rows is 0.
 static burst_status find_tensor_v(llama_model *m, const weights_tensor **t, int64_t rows, int64_t cols,
                                   burst_error *err, const char *fmt, va_list ap) {
