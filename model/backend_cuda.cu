@@ -60,6 +60,11 @@ constexpr int THREADS = 256;
 constexpr int CUDNN_MIN_ROWS = 1024;
 constexpr size_t CUBLAS_WORKSPACE = 32u << 20; // cuBLAS asks for 32 MiB on Hopper
 constexpr size_t UPLOAD_CHUNK = 64u << 20;     // bytes per staged weight upload
+// Split-K (BURST_SPLIT_K, on unless "0"): a += matmul of at most SPLIT_K_MAX_ROWS rows (decode's
+// output projections) whose columns split SPLIT_K ways into multiples of 8 runs as SPLIT_K GEMMs
+// of a column slice each (one strided-batched call), summed into out by split_k_sum_kernel.
+constexpr int SPLIT_K = 4, SPLIT_K_MAX_ROWS = 8;
+constexpr int64_t SPLIT_K_MIN_COLS = 2048;
 // BURST_CUDA_GRAPHS=1: steps of at most this many rows, none of more than DECODE_CUDA_MAX_ROWS
 // of one sequence (decode), run as CUDA graphs; the graphs of GRAPH_SLOTS steps are kept.
 constexpr int GRAPH_MAX_ROWS = 64, GRAPH_SLOTS = 16;
@@ -124,6 +129,7 @@ typedef struct {
     int cudnn_always;           // 1: for every such block cuDNN takes, plan or not (BURST_FLASH=cudnn)
     int batched;                // BURST_BATCHED_DECODE (1 unless "0"): attention_batch / convert_batch in few launches
     int grouped_gemm;           // BURST_GROUPED_GEMM (1 unless "0"): cuda_matmul_group batches a group's GEMMs
+    int split_k;                // BURST_SPLIT_K (1 unless "0"): decode's += matmuls split their columns
     int graphs;                 // BURST_CUDA_GRAPHS=1: cuda_graph_begin / cuda_graph_end run decode steps as graphs
     graph_mode mode;            // of the step between them
     int graph_rows;             // its rows
@@ -149,6 +155,7 @@ typedef struct {
     dev_buf mm_out;             // fp32 mode: bf16 matmul outputs before their rounding
     dev_buf q16, k16, v16;      // bf16 roundings of attention inputs
     dev_buf decode_ws;          // decode_cuda's split partials
+    dev_buf split_k_part;       // split-K GEMMs' partial sums
     dev_buf argmax_out;         // backend_argmax's indices before they go to the host
     dev_buf staging;            // weight upload staging (file dtype)
     upload_buf tokens, pos;
@@ -553,6 +560,15 @@ __global__ void rope_kernel(float *x, const int64_t *pos, int n, int n_heads, in
 // gate = silu(gate) * up, V elements a thread and step: V = 1, or one 16-byte vector (8 bf16 or 4
 // floats) where gate, up and n allow. One bf16 element a thread ran at ~1.5 TB/s on an H200 (45
 // ms of a 32K prefill of 7B against ~14 for rmsnorm's and rope's traffic).
+// out[i] += the sum of part[k * n + i] over k < splits: split-K's partial sums, added in order.
+__global__ void split_k_sum_kernel(float *out, const float *part, int64_t n, int splits) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float sum = 0.0f;
+        for (int k = 0; k < splits; k++) sum += part[k * n + i];
+        out[i] += sum;
+    }
+}
+
 template <typename T, int V> __global__ void swiglu_kernel(T *gate, const T *up, int64_t n_vec) {
     for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n_vec; t += (int64_t)gridDim.x * blockDim.x) {
         alignas(16) T g[V], u[V]; // (registers, once unrolled; aligned for the 16-byte moves)
@@ -576,7 +592,8 @@ void cuda_free(burst_backend *b) {
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
     profile_print_free(c);
     for (int i = 0; i < c->n_weights; i++) CUDA_CHECK(cudaFree(c->weights[i]));
-    dev_buf *bufs[] = {&c->mm_in, &c->mm_out, &c->q16, &c->k16, &c->v16, &c->decode_ws, &c->argmax_out, &c->staging};
+    dev_buf *bufs[] = {&c->mm_in,     &c->mm_out,  &c->q16,        &c->k16,    &c->v16,
+                       &c->decode_ws, &c->split_k_part, &c->argmax_out, &c->staging};
     for (dev_buf *d : bufs) CUDA_CHECK(cudaFree(d->p));
     for (upload_buf *u : {&c->tokens, &c->pos}) {
         CUDA_CHECK(cudaFreeHost(u->host));
@@ -621,10 +638,11 @@ size_t cuda_memory_free(burst_backend *b, int *pool) {
 
 // What cuda_matmul's buffers grow to for n rows of a weight of up to cols columns or rows (the
 // memory check at start): the input rounded to bf16 (bf16 mode) or widened to float32 (fp32
-// mode), and fp32 mode's bf16 outputs computed in float32 first.
+// mode), fp32 mode's bf16 outputs computed in float32 first, and split-K's partial sums.
 size_t cuda_matmul_transient(burst_backend *b, int n, int64_t cols) {
     const cuda_ctx *c = (const cuda_ctx *)b->ctx;
-    return c->fp32 ? 2 * (size_t)n * (size_t)cols * sizeof(float) : (size_t)n * (size_t)cols * sizeof(__nv_bfloat16);
+    const size_t split_k = c->split_k ? (size_t)SPLIT_K * SPLIT_K_MAX_ROWS * (size_t)cols * sizeof(float) : 0;
+    return split_k + (c->fp32 ? 2 * (size_t)n * (size_t)cols * sizeof(float) : (size_t)n * (size_t)cols * sizeof(__nv_bfloat16));
 }
 
 // What cuda_attention's buffers grow to (the memory check at start). The flash path (bf16 mode,
@@ -867,6 +885,26 @@ const void *matmul_input(cuda_ctx *c, const void *x, burst_dtype x_dtype, const 
     return conv;
 }
 
+// out += x W^T for a few rows, the columns split SPLIT_K ways (see SPLIT_K): one GEMM of one row
+// covers a 4096x4096 weight with few thread blocks, read at ~1.7 TB/s on an H200 (~3.1 for
+// 11008x4096); SPLIT_K slices of the columns give it SPLIT_K times as many. xin in W's dtype.
+void split_k_matmul(cuda_ctx *c, float *out, const void *xin, const burst_weight *W, int n) {
+    const int64_t rows = W->rows, cols = W->cols, slice = cols / SPLIT_K, part_n = (int64_t)n * rows;
+    // (sized for SPLIT_K_MAX_ROWS rows at once: a step of more rows would otherwise regrow it, and
+    // drop the recorded graphs)
+    float *part = (float *)dev_grow(c, &c->split_k_part, (size_t)SPLIT_K * SPLIT_K_MAX_ROWS * rows * sizeof(float));
+    const cudaDataType ab = W->dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    const float one = 1.0f, zero = 0.0f;
+    const int t = profile_start(c, "matmul %lldx%lld += split-k n<=%lld", (long long)rows, (long long)cols, pow2_at_least(n));
+    // Slice k: W's columns [k slice, (k + 1) slice) (column-major A: rows of it, lda cols) by x's.
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, n, (int)slice, &one, W->data, ab,
+                                            (int)cols, slice, xin, ab, (int)cols, slice, &zero, part, CUDA_R_32F,
+                                            (int)rows, part_n, SPLIT_K, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    split_k_sum_kernel<<<blocks_for(part_n, 4), THREADS, 0, c->stream>>>(out, part, part_n, SPLIT_K);
+    CUDA_CHECK(cudaGetLastError());
+    profile_stop(c, t);
+}
+
 // out = x W^T, or out += x W^T, by cuBLAS with the weights' dtype for both operands
 // (matmul_input). cuBLAS writes bf16 or float32 outputs of bf16 GEMMs and adds to float32 ones
 // (beta 1); fp32 mode's bf16 outputs, which it has no GEMM for, go through a float32 copy. (A
@@ -881,6 +919,8 @@ void cuda_matmul(burst_backend *b, void *out, burst_dtype out_dtype, int accumul
     const int64_t rows = W->rows, cols = W->cols;
     const void *xin = matmul_input(c, x, x_dtype, W, n);
     const cudaDataType ab = W->dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    if (accumulate && c->split_k && n <= SPLIT_K_MAX_ROWS && cols >= SPLIT_K_MIN_COLS && cols % (8 * SPLIT_K) == 0)
+        return split_k_matmul(c, (float *)out, xin, W, n);
     void *dst = out;
     if (out_dtype == DTYPE_BF16 && W->dtype == DTYPE_F32) dst = dev_grow(c, &c->mm_out, (size_t)n * rows * sizeof(float));
     const cudaDataType ct = dst == out && out_dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -1276,11 +1316,12 @@ extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **o
     if (flash && *flash && strcmp(flash, "ours") && strcmp(flash, "cudnn"))
         return BURST_FAIL(err, BURST_ERR_INVALID, "BURST_FLASH=%s: want ours or cudnn (unset: cuDNN where its plan pays)",
                           flash);
-    int prof, batched, grouped, graphs;
+    int prof, batched, grouped, split_k, graphs;
     burst_status st;
     if ((st = env_switch("BURST_PROFILE", "a GPU time table per op", 0, &prof, err)) ||
         (st = env_switch("BURST_BATCHED_DECODE", "a step's sequences in few launches, the default", 1, &batched, err)) ||
         (st = env_switch("BURST_GROUPED_GEMM", "a weight group's GEMMs as one, the default", 1, &grouped, err)) ||
+        (st = env_switch("BURST_SPLIT_K", "decode's output projections as split-K GEMMs, the default", 1, &split_k, err)) ||
         (st = env_switch("BURST_CUDA_GRAPHS", "decode steps as CUDA graphs", 0, &graphs, err)))
         return st;
     int count = 0;
@@ -1307,9 +1348,10 @@ extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **o
     c->cudnn_always = flash && strcmp(flash, "cudnn") == 0;
     c->batched = batched;
     c->grouped_gemm = grouped;
+    c->split_k = split_k;
     c->graphs = graphs;
     c->launcher = (cuda_launcher){graph_launch, c};
-    c->mm_in.in_graphs = c->mm_out.in_graphs = c->decode_ws.in_graphs = true;
+    c->mm_in.in_graphs = c->mm_out.in_graphs = c->decode_ws.in_graphs = c->split_k_part.in_graphs = true;
     CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasCreate(&c->blas));
     CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));

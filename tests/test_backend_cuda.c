@@ -249,13 +249,14 @@ static int compare_matmul(const backends *B, const char *what, burst_dtype xt, c
 
 // out = x W^T with x and out in each act dtype, and out += x W^T (backend_matmul_add).
 static void test_matmul(const backends *B) {
-    static const int shapes[][2] = {{77, 1003}, {300, 64}, {1, 17}}; // (rows, cols) of W
+    // (rows, cols) of W; (100, 2048) accumulated over 1 or 7 rows: split-K (model/backend_cuda.cu)
+    static const int shapes[][2] = {{77, 1003}, {300, 64}, {1, 17}, {100, 2048}};
     // (x, out, accumulate): float32 throughout, accumulated, bf16 in and out, bf16 in accumulated
     static const struct { burst_dtype x, out; int acc; } variants[] = {
         {DTYPE_F32, DTYPE_F32, 0}, {DTYPE_F32, DTYPE_F32, 1}, {DTYPE_BF16, DTYPE_BF16, 0}, {DTYPE_BF16, DTYPE_F32, 1}};
     for (int vi = 0; vi < 4; vi++)
         for (int di = 0; di < 3; di++)
-            for (int si = 0; si < 3; si++)
+            for (int si = 0; si < 4; si++)
                 for (int ni = 0; ni < 3; ni++) {
                     const int n = NS[ni], rows = shapes[si][0], cols = shapes[si][1], acc = variants[vi].acc;
                     const burst_dtype xt = variants[vi].x, ot = variants[vi].out;

@@ -2,7 +2,7 @@
 (chunked prefill, then decode steps through the KV cache) from forward_dump, in fp32 mode
 ("cuda-fp32") and bf16 mode ("cuda"), each with a float32 and a bf16 KV cache (against the CPU
 with the same cache), and each with BURST_CUDA_GRAPHS=1, with batched decode (the default) and
-without (BURST_BATCHED_DECODE=0), also against itself without graphs, and with BURST_GROUPED_GEMM=0; ring prefill and sharded decode over G = 2, 4, 8 virtual ranks on one GPU
+without (BURST_BATCHED_DECODE=0), also against itself without graphs, and with BURST_GROUPED_GEMM=0 BURST_SPLIT_K=0; ring prefill and sharded decode over G = 2, 4, 8 virtual ranks on one GPU
 against G = 1; and `burst generate` greedy text on stories260K, identical between cpu and
 cuda-fp32, with 1 and 3 ranks and both caches, also from burstd with --speculate 4, and four streams at
 once with BURST_BATCHED_DECODE=1 on 1 and 3 ranks (and BURST_CUDA_GRAPHS=1 on 1). Skips (77) when the build has no CUDA or no device."""
@@ -46,6 +46,9 @@ CASES = [  # model shape, prompt length, prefill chunk, decode steps
     dict(model=dict(dim=256, hidden=100, layers=2, heads=4, kv_heads=2, vocab=300, dtype="bf16",  # the GPU's rope
                     rope_scaling={"type": "yarn", "factor": 8.0, "original_max_position_embeddings": 64}),
          n=150, batch=64, dec=3),
+    # 2048 columns into the output projections: decode's split-K GEMMs (model/backend_cuda.cu)
+    dict(model=dict(dim=2048, hidden=2048, layers=1, heads=16, kv_heads=16, vocab=300, dtype="bf16"), n=20, batch=64,
+         dec=3),
 ]
 
 
@@ -72,11 +75,12 @@ for i, case in enumerate(CASES):
         # (model/backend_cuda.cu): every case records some and replays some.
         plain = {}
         graphs = "BURST_CUDA_GRAPHS"
-        # And with BURST_GROUPED_GEMM=0: Q, K, V (or K and V of grouped-query cases) and gate
-        # and up as separate GEMMs rather than one batched GEMM a group.
+        # And with BURST_GROUPED_GEMM=0 BURST_SPLIT_K=0: Q, K, V (or K and V of grouped-query
+        # cases) and gate and up as separate GEMMs rather than one batched GEMM a group, and the
+        # last case's decode output projections as one GEMM each rather than split-K.
         variants = [(b, kv, {}) for b, kv in MAX_REL] + [(b, kv, {graphs: "1"}) for b, kv in MAX_REL] + \
                    [(b, kv, {graphs: "1", "BURST_BATCHED_DECODE": "0"}) for b, kv in MAX_REL] + \
-                   [(b, kv, {"BURST_GROUPED_GEMM": "0"}) for b, kv in MAX_REL]
+                   [(b, kv, {"BURST_GROUPED_GEMM": "0", "BURST_SPLIT_K": "0"}) for b, kv in MAX_REL]
         for backend, kv, switches in variants:
             switch = " ".join(f"{k}={v}" for k, v in switches.items())
             rc, ref = refs[kv]
