@@ -11,8 +11,8 @@
 #   bash bench/gpu_compare.sh sanitize                   # compute-sanitizer memcheck of the kernel tests
 # bench: bench_prefill (random LLaMA-7B shape, bf16 KV cache) at NS tokens (default
 # 4096,16384,32768) with chunks of BATCHES (default 8192,32768), now and base one after the other,
-# twice; then bench_decode (S sequences of 1024 tokens, one step each; now as it is, with batched
-# decode off, and with BURST_CUDA_GRAPHS=1; base as it is); a BURST_PROFILE run of now's decode
+# twice; then bench_decode (S sequences of 1024 tokens, one step each; now as it is and with
+# BURST_CUDA_GRAPHS=1; base as it is); a BURST_PROFILE run of now's decode
 # steps; then one BURST_PROFILE run of each at the largest N (GPU time per op). BASE_ENV (without
 # BASE): the base runs are this checkout's, with these settings (VAR=value words) in their
 # environment. Logs go to $OUT (or /tmp); the tables print.
@@ -71,7 +71,7 @@ bench)
         2>"$out/prefill_${name}_$rep.err" | grep '^{' | sed "s/^{/{\"tree\": \"$name\", /" | tee -a "$log"
     done
   done
-  for run in "now:$root" "now:$root BURST_BATCHED_DECODE=0" "now:$root BURST_CUDA_GRAPHS=1" \
+  for run in "now:$root" "now:$root BURST_CUDA_GRAPHS=1" \
              ${BASE:+"base:$BASE"} ${BASE_ENV:+"base:$root $BASE_ENV"}; do
     set -- $run
     name=${1%%:*} tree=${1#*:}
