@@ -7,7 +7,8 @@
 #   bash bench/gpu_compare.sh tests                      # the gpu-labelled tests, here
 #   BASE=.gpu-kit/base bash bench/gpu_compare.sh bench   # time to first token, decode, profiles
 #   (without BASE, build and bench run this checkout alone: the same tables, no base column)
-#   BASE_ENV="BURST_GROUPED_GEMM=0 BURST_SPLIT_K=0" bash bench/gpu_compare.sh bench  # base: this checkout so
+#   BASE_ENV="BURST_GROUPED_GEMM=0 BURST_SPLIT_K=0" bash bench/gpu_compare.sh bench
+#                                                        # base: this checkout with those settings
 #   bash bench/gpu_compare.sh sanitize                   # compute-sanitizer memcheck of the kernel tests
 # bench: bench_prefill (random LLaMA-7B shape, bf16 KV cache) at NS tokens (default
 # 4096,16384,32768) with chunks of BATCHES (default 8192,32768), now and base one after the other,

@@ -95,7 +95,7 @@ void backend_rmsnorm(burst_backend *b, void *out, burst_dtype out_dtype, const f
 void backend_matmul(burst_backend *b, void *out, burst_dtype out_dtype, const void *x,
                     burst_dtype x_dtype, const burst_weight *W, int n);
 // out[i] (n, W[i].rows) of out_dtype = x @ W[i]^T for i < count, outputs disjoint; returns the
-// number of GEMMs that ran. The CUDA backend runs neighbours of one shape in one backend_weight_group
+// number of GEMMs that ran (count where n is 0). The CUDA backend runs neighbours of one shape in one backend_weight_group
 // whose outputs lie equally spaced as one batched GEMM: Q, K and V of 7B and 13B (1), K and V of
 // grouped-query models (2), the MLP's gate and up (1); elsewhere count matmuls (count).
 int backend_matmul_group(burst_backend *b, void *const *out, burst_dtype out_dtype, const void *x,

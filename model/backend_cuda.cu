@@ -557,9 +557,6 @@ __global__ void rope_kernel(float *x, const int64_t *pos, int n, int n_heads, in
     }
 }
 
-// gate = silu(gate) * up, V elements a thread and step: V = 1, or one 16-byte vector (8 bf16 or 4
-// floats) where gate, up and n allow. One bf16 element a thread ran at ~1.5 TB/s on an H200 (45
-// ms of a 32K prefill of 7B against ~14 for rmsnorm's and rope's traffic).
 // out[i] += the sum of part[k * n + i] over k < splits: split-K's partial sums, added in order.
 __global__ void split_k_sum_kernel(float *out, const float *part, int64_t n, int splits) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
@@ -569,6 +566,9 @@ __global__ void split_k_sum_kernel(float *out, const float *part, int64_t n, int
     }
 }
 
+// gate = silu(gate) * up, V elements a thread and step: V = 1, or one 16-byte vector (8 bf16 or 4
+// floats) where gate, up and n allow. One bf16 element a thread ran at ~1.5 TB/s on an H200 (45
+// ms of a 32K prefill of 7B against ~14 for rmsnorm's and rope's traffic).
 template <typename T, int V> __global__ void swiglu_kernel(T *gate, const T *up, int64_t n_vec) {
     for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n_vec; t += (int64_t)gridDim.x * blockDim.x) {
         alignas(16) T g[V], u[V]; // (registers, once unrolled; aligned for the 16-byte moves)
@@ -639,7 +639,7 @@ size_t cuda_memory_free(burst_backend *b, int *pool) {
 // What cuda_matmul's buffers grow to for n rows of a weight of up to cols columns or rows (the
 // memory check at start): the input rounded to bf16 (bf16 mode) or widened to float32 (fp32
 // mode), fp32 mode's bf16 outputs computed in float32 first, and split-K's partial sums.
-size_t cuda_matmul_transient(burst_backend *b, int n, int64_t cols) {
+size_t cuda_matmul_transient(burst_backend *b, int n, int64_t cols) { // (split-K: cols bounds the rows too)
     const cuda_ctx *c = (const cuda_ctx *)b->ctx;
     const size_t split_k = c->split_k ? (size_t)SPLIT_K * SPLIT_K_MAX_ROWS * (size_t)cols * sizeof(float) : 0;
     return split_k + (c->fp32 ? 2 * (size_t)n * (size_t)cols * sizeof(float) : (size_t)n * (size_t)cols * sizeof(__nv_bfloat16));

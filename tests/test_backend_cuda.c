@@ -712,8 +712,10 @@ static void test_alloc(const backends *B) {
 
 // The memory check's count of the attention's own buffers (backend_attention_transient_bytes)
 // against what one flash-path call of 2048 rows over 20000 keys of an f32 cache takes from the
-// device: its bf16 Q and O (34 MB) and K/V (328 MB, more than the 256 MB margin). A first call
-// of 1024 rows over 64 keys loads the kernels and cuDNN's handle first.
+// device: its bf16 Q (and O, were it cuDNN's) and K/V copies, 361 MB counted. Both calls are too
+// small for a cuDNN plan (flash_cudnn_worth), so our flash kernel runs: the count less its margin
+// for cuDNN and the split-KV partials (what 0 rows count) must hold them, within 8 MB of 2 MB
+// pages. A first call of 1024 rows over 64 keys loads the kernel first.
 static void test_attention_transient(const backends *B) {
     enum { HEADS = 32, D = 128, NQ = 2048, NK = 20000, WARM_NQ = 1024, WARM_NK = 64 };
     const int64_t w = (int64_t)HEADS * D;
@@ -732,10 +734,11 @@ static void test_attention_transient(const backends *B) {
     backend_sync(B->gpu);
     CUDA_CHECK(cudaMemGetInfo(&free1, &total));
     const size_t took = free0 > free1 ? free0 - free1 : 0,
-                 counted = backend_attention_transient_bytes(B->gpu, NQ, NK, HEADS, HEADS, D, DTYPE_F32);
-    const int ok = took <= counted;
-    printf("%s attention transient: a call took %.1f MB of device memory, the memory check counts %.1f MB\n",
-           ok ? "ok  " : "FAIL", took / 1e6, counted / 1e6);
+                 counted = backend_attention_transient_bytes(B->gpu, NQ, NK, HEADS, HEADS, D, DTYPE_F32),
+                 margin = backend_attention_transient_bytes(B->gpu, 0, 0, HEADS, HEADS, D, DTYPE_F32);
+    const int ok = took <= counted - margin + ((size_t)8 << 20);
+    printf("%s attention transient: a call took %.1f MB of device memory, the memory check counts %.1f MB "
+           "besides its %.0f MB margin\n", ok ? "ok  " : "FAIL", took / 1e6, (counted - margin) / 1e6, margin / 1e6);
     check(ok);
     float *bufs[] = {q, o, k, v, lse};
     for (int i = 0; i < 5; i++) backend_release(B->gpu, bufs[i]);

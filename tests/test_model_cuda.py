@@ -48,7 +48,7 @@ CASES = [  # model shape, prompt length, prefill chunk, decode steps
          n=150, batch=64, dec=3),
     # 2048 columns into the output projections: decode's split-K GEMMs (model/backend_cuda.cu)
     dict(model=dict(dim=2048, hidden=2048, layers=1, heads=16, kv_heads=16, vocab=300, dtype="bf16"), n=20, batch=64,
-         dec=3),
+         dec=3, split_k=True),
 ]
 
 
@@ -123,6 +123,15 @@ for i, case in enumerate(CASES):
                 failures += not ok
                 print(f"{'ok  ' if ok else 'FAIL'} case {i} {backend} KV {kv} G={G} against G=1: rel err {rel:.2e} "
                       f"(max {MAX_REL_RANKS[backend, kv]:g}){'' if g is not None else ': ' + r.stderr[-300:]}")
+        if case.get("split_k"):
+            # Each decode step's two output projections (wo, down: 2048 columns, one row) ran as
+            # split-K GEMMs, by the profile's rows; the prefill's 20 rows did not.
+            r, _ = dump("cuda", "bf16", d, toks, case["n"], case["batch"], env={"BURST_PROFILE": "1"})
+            calls = {m[1]: int(m[2]) for m in (re.match(r"profile cuda:0: (.*?) +(\d+) calls", l) for l in r.stderr.splitlines()) if m}
+            got = calls.get("matmul 2048x2048 += split-k n<=1")
+            ok = got == 2 * case["dec"]
+            failures += not ok
+            print(f"{'ok  ' if ok else 'FAIL'} case {i} BURST_PROFILE=1: {got} split-K GEMMs (want {2 * case['dec']})")
 
 if os.path.isdir(STORIES):  # head_dim 8: the split-KV attention kernel (attention/decode_cuda.h)
     texts = {}
