@@ -724,6 +724,9 @@ size_t weight_bytes(const cuda_ctx *c, const weights_tensor *t) {
 
 size_t weight_span(size_t bytes) { return (bytes + WEIGHT_ALIGN - 1) / WEIGHT_ALIGN * WEIGHT_ALIGN; }
 
+// Bytes from a weight to the next in its group (cuda_weight_group's layout).
+size_t weight_stride(const burst_weight *W) { return weight_span((size_t)(W->rows * W->cols) * dtype_size(W->dtype)); }
+
 // t, in the backend's weight dtype, at dst on the device.
 burst_weight upload_weight(cuda_ctx *c, const weights_tensor *t, void *dst) {
     const burst_dtype to = c->fp32 ? DTYPE_F32 : DTYPE_BF16;
@@ -764,7 +767,7 @@ burst_status cuda_weight_group(burst_backend *b, const weights_tensor *const *t,
     c->weights[c->n_weights++] = dst;
     for (int i = 0; i < n; i++) {
         out[i] = upload_weight(c, t[i], dst);
-        dst = (char *)dst + weight_span(weight_bytes(c, t[i]));
+        dst = (char *)dst + weight_stride(&out[i]);
     }
     return BURST_OK;
 }
@@ -871,6 +874,9 @@ void cuda_convert_batch(burst_backend *b, burst_dtype to, const convert_job *job
     profile_stop(c, t);
 }
 
+// cuBLAS's name for a bf16 or float32 operand.
+cudaDataType blas_type(burst_dtype dt) { return dt == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
 // x as the GEMM on W reads it: in W's dtype (bf16 mode rounds float32 rows to bf16, fp32 mode
 // widens bf16 ones), in mm_in where it converts.
 const void *matmul_input(cuda_ctx *c, const void *x, burst_dtype x_dtype, const burst_weight *W, int n) {
@@ -893,7 +899,7 @@ void split_k_matmul(cuda_ctx *c, float *out, const void *xin, const burst_weight
     // (sized for SPLIT_K_MAX_ROWS rows at once: a step of more rows would otherwise regrow it, and
     // drop the recorded graphs)
     float *part = (float *)dev_grow(c, &c->split_k_part, (size_t)SPLIT_K * SPLIT_K_MAX_ROWS * rows * sizeof(float));
-    const cudaDataType ab = W->dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cudaDataType ab = blas_type(W->dtype);
     const float one = 1.0f, zero = 0.0f;
     const int t = profile_start(c, "matmul %lldx%lld += split-k n<=%lld", (long long)rows, (long long)cols, pow2_at_least(n));
     // Slice k: W's columns [k slice, (k + 1) slice) (column-major A: rows of it, lda cols) by x's.
@@ -918,12 +924,12 @@ void cuda_matmul(burst_backend *b, void *out, burst_dtype out_dtype, int accumul
     if (replaying(c)) return;
     const int64_t rows = W->rows, cols = W->cols;
     const void *xin = matmul_input(c, x, x_dtype, W, n);
-    const cudaDataType ab = W->dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     if (accumulate && c->split_k && n <= SPLIT_K_MAX_ROWS && cols >= SPLIT_K_MIN_COLS && cols % (8 * SPLIT_K) == 0)
         return split_k_matmul(c, (float *)out, xin, W, n);
+    const cudaDataType ab = blas_type(W->dtype);
     void *dst = out;
     if (out_dtype == DTYPE_BF16 && W->dtype == DTYPE_F32) dst = dev_grow(c, &c->mm_out, (size_t)n * rows * sizeof(float));
-    const cudaDataType ct = dst == out && out_dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cudaDataType ct = dst == out ? blas_type(out_dtype) : CUDA_R_32F;
     const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     const int t = profile_start(c, "matmul %lldx%lld%s n<=%lld", (long long)rows, (long long)cols,
                                 accumulate ? " +=" : out_dtype == DTYPE_BF16 ? " to bf16" : "", pow2_at_least(n));
@@ -941,7 +947,7 @@ int batch_run(const cuda_ctx *c, void *const *out, burst_dtype out_dtype, const 
               int n) {
     const burst_weight *W0 = W[0];
     if (!c->grouped_gemm || count < 2 || (out_dtype == DTYPE_BF16 && W0->dtype == DTYPE_F32)) return 1;
-    const size_t out_es = dtype_size(out_dtype), w_span = weight_span((size_t)(W0->rows * W0->cols) * dtype_size(W0->dtype));
+    const size_t out_es = dtype_size(out_dtype), w_span = weight_stride(W0);
     // (as integers: pointers into different allocations may not be subtracted)
     const int64_t out_span = (int64_t)((uintptr_t)out[1] - (uintptr_t)out[0]);
     if (out_span < (int64_t)((size_t)n * W0->rows * out_es) || out_span % (int64_t)out_es) return 1;
@@ -959,13 +965,12 @@ void batched_gemm(cuda_ctx *c, void *const *out, burst_dtype out_dtype, const vo
                   const burst_weight *const *W, int count, int n) {
     const burst_weight *W0 = W[0];
     const int64_t rows = W0->rows, cols = W0->cols;
-    const size_t es = dtype_size(W0->dtype), out_es = dtype_size(out_dtype), w_span = weight_span((size_t)(rows * cols) * es);
+    const size_t es = dtype_size(W0->dtype), out_es = dtype_size(out_dtype), w_span = weight_stride(W0);
     const int64_t out_span = (int64_t)((uintptr_t)out[1] - (uintptr_t)out[0]);
     graph_note(c, "matmul group", out[0], out_span, count, out_dtype, x, x_dtype, W0->data, W0->dtype, rows, cols, n);
     if (replaying(c)) return;
     const void *xin = matmul_input(c, x, x_dtype, W0, n);
-    const cudaDataType ab = W0->dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
-    const cudaDataType ct = out_dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cudaDataType ab = blas_type(W0->dtype), ct = blas_type(out_dtype);
     const float one = 1.0f, zero = 0.0f;
     const int t = profile_start(c, "matmul %dx %lldx%lld%s n<=%lld", count, (long long)rows, (long long)cols,
                                 out_dtype == DTYPE_BF16 ? " to bf16" : "", pow2_at_least(n));

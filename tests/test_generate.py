@@ -86,7 +86,7 @@ with tempfile.TemporaryDirectory() as tmp:
 
 # The CUDA backend's diagnostic switches: a misspelt value is an error, found before any GPU is needed.
 for var, val in (("BURST_FLASH", "flahs"), ("BURST_PROFILE", "yes"), ("BURST_BATCHED_DECODE", "on"),
-                 ("BURST_CUDA_GRAPHS", "true")):
+                 ("BURST_CUDA_GRAPHS", "true"), ("BURST_GROUPED_GEMM", "off"), ("BURST_SPLIT_K", "4")):
     r = subprocess.run([BIN, "generate", "--model", STORIES, "--prompt", "x", "--backend", "cuda"], capture_output=True,
                        text=True, timeout=120, env={**os.environ, var: val})
     if "has no CUDA" in r.stderr:
