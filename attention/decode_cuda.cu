@@ -300,16 +300,28 @@ struct plan {
     int split_keys, splits;  // keys per split, splits
 };
 
+// Vectors a block holds for n_vecs of them: the fewest of 1, 2, 4, 8 that hold them, at most 8.
+int vecs_per_block(int64_t n_vecs) {
+    int nv = 1;
+    while (nv < MAX_VECS && nv < n_vecs) nv *= 2;
+    return nv;
+}
+
+// Key splits that bring a call of `blocks` blocks a split to BLOCKS_PER_SM blocks on each of n_sm
+// SMs: the most plan_for gives it (fewer where the keys run out first).
+int64_t splits_to_fill(int64_t blocks, int n_sm) {
+    return std::max((int64_t)1, ((int64_t)BLOCKS_PER_SM * n_sm + blocks - 1) / blocks);
+}
+
 // The split over keys [0, k_end) that some row can see, for a GPU of n_sm SMs (nq > 0).
 plan plan_for(const flash_args *a, int n_sm) {
     const int64_t n_vecs = (int64_t)a->nq * (a->n_heads / a->n_kv_heads);
     plan pl;
-    for (pl.nv = 1; pl.nv < MAX_VECS && pl.nv < n_vecs; pl.nv *= 2) {}
+    pl.nv = vecs_per_block(n_vecs);
     pl.chunks = (int)((n_vecs + pl.nv - 1) / pl.nv);
     int64_t k_end = a->nk;
     if (a->causal) k_end = std::min(k_end, std::max((int64_t)0, a->q_pos0 + a->nq - a->k_pos0));
-    const int64_t blocks = (int64_t)pl.chunks * a->n_kv_heads;
-    const int64_t want = std::max((int64_t)1, ((int64_t)BLOCKS_PER_SM * n_sm + blocks - 1) / blocks);
+    const int64_t want = splits_to_fill((int64_t)pl.chunks * a->n_kv_heads, n_sm);
     int64_t keys = (k_end + want - 1) / want;
     keys = std::max((int64_t)MIN_SPLIT_KEYS, (keys + 15) / 16 * 16); // whole steps of 4 warps
     pl.split_keys = (int)keys;
@@ -389,6 +401,23 @@ extern "C" size_t decode_cuda_batch_workspace_floats(const flash_args *calls, in
     size_t total = 0;
     for (int i = 0; i < n; i++) total += call_workspace(&calls[i], n_sm);
     return total;
+}
+
+// Bounds for a set of calls of nq_i rows (sum R, n calls) on n_sm SMs: a call's splits never
+// pass splits_to_fill of its blocks, and a call of more rows has no fewer blocks than one of a
+// single row (nv grows with the rows only up to the 8 a block holds), so no more splits than
+// `one_row` below. Its workspace, splits x n_heads x nq x (d+1) floats, is then at most
+// one_row x n_heads x nq x (d+1): summed, R rows' worth. And a call that splits at all has fewer
+// than BLOCKS_PER_SM x n_sm blocks, so splits < 2 x BLOCKS_PER_SM x n_sm / blocks, while
+// blocks x nv >= n_heads x nq: its workspace is under 2 x BLOCKS_PER_SM x n_sm x nv x (d+1),
+// whatever its rows: summed, n calls' worth.
+extern "C" size_t decode_cuda_workspace_bound_floats(int max_rows, int max_calls, int n_heads, int n_kv_heads,
+                                                     int head_dim) {
+    if (max_rows <= 0 || max_calls <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads) return 0;
+    const int n_sm = sm_count(), group = n_heads / n_kv_heads, nv = vecs_per_block(group);
+    const int64_t one_row = splits_to_fill((int64_t)((group + nv - 1) / nv) * n_kv_heads, n_sm);
+    const int64_t by_rows = one_row * n_heads * max_rows, by_calls = (int64_t)2 * BLOCKS_PER_SM * n_sm * MAX_VECS * max_calls;
+    return (size_t)std::min(by_rows, by_calls) * (size_t)(head_dim + 1);
 }
 
 extern "C" burst_status decode_cuda(const flash_args *a, float *workspace, size_t workspace_floats_given,

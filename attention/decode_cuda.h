@@ -42,6 +42,11 @@ int decode_cuda_splits(const flash_args *a);
 // Floats of workspace decode_cuda needs (0 when it runs one split).
 size_t decode_cuda_workspace_floats(const flash_args *a);
 
+// At least decode_cuda_batch_workspace_floats of any max_calls or fewer calls of n_heads and
+// n_kv_heads heads of head_dim, of max_rows query rows in all, over any keys, on the current
+// device: what a workspace grows to (the memory check at start).
+size_t decode_cuda_workspace_bound_floats(int max_rows, int max_calls, int n_heads, int n_kv_heads, int head_dim);
+
 burst_status decode_cuda(const flash_args *a, float *workspace, size_t workspace_floats,
                          const cuda_launcher *launcher, cudaStream_t stream, burst_error *err);
 

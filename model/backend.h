@@ -109,12 +109,13 @@ void backend_matmul_add(burst_backend *b, float *out, const void *x, burst_dtype
 // GPU's x rounded to bf16), for the memory check at start.
 size_t backend_matmul_transient_bytes(burst_backend *b, int n, int64_t cols);
 // Bytes the attention calls of a step allocate for their duration or keep for the next, for the
-// memory check at start: calls of up to max_rows query rows of n_heads heads, in all, over up to
-// max_keys keys of n_kv_heads. On the CPU with AMX, each thread's copy of a KV head's K and V^T;
-// on a GPU, Q and cuDNN's O in bf16, K/V rounded to bf16 from a float32 cache, and a margin for
-// the split-KV kernel's partials and cuDNN's workspace (model/backend_cuda.cu).
-size_t backend_attention_transient_bytes(burst_backend *b, int max_rows, int64_t max_keys, int n_heads, int n_kv_heads,
-                                         int head_dim, burst_dtype kv_dtype);
+// memory check at start: up to max_calls calls (sequences) of up to max_rows query rows of n_heads
+// heads, in all, over up to max_keys keys of n_kv_heads. On the CPU with AMX, each thread's copy
+// of a KV head's K and V^T; on a GPU, Q and cuDNN's O in bf16, K/V rounded to bf16 from a float32
+// cache, the split-KV kernel's partials, and a margin for cuDNN's handle and workspace
+// (model/backend_cuda.cu).
+size_t backend_attention_transient_bytes(burst_backend *b, int max_rows, int max_calls, int64_t max_keys, int n_heads,
+                                         int n_kv_heads, int head_dim, burst_dtype kv_dtype);
 // Rotary embedding in place on x (n, n_heads, head_dim), rotate-half layout (Hugging Face);
 // row i has position pos[i]; frequencies and scaling from p (model/rope.h).
 void backend_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads,

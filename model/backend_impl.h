@@ -32,8 +32,8 @@ typedef struct {
     int (*matmul_group)(burst_backend *b, void *const *out, burst_dtype out_dtype, const void *x, burst_dtype x_dtype,
                         const burst_weight *const *W, int count, int n);
     size_t (*matmul_transient)(burst_backend *b, int n, int64_t cols); // optional: allocates nothing
-    size_t (*attention_transient)(burst_backend *b, int max_rows, int64_t max_keys, int n_heads, int n_kv_heads,
-                                  int head_dim, burst_dtype kv_dtype); // optional: nothing
+    size_t (*attention_transient)(burst_backend *b, int max_rows, int max_calls, int64_t max_keys, int n_heads,
+                                  int n_kv_heads, int head_dim, burst_dtype kv_dtype); // optional: nothing
     void (*rope)(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads, int head_dim,
                  const rope_params *p);
     void (*swiglu)(burst_backend *b, void *gate, const void *up, burst_dtype dtype, int64_t n);

@@ -450,8 +450,8 @@ static void test_bf16_nearest(void) {
 // the backend's 3 threads' K and V^T of one KV head, keys padded to 32 (1000 -> 1024), 2 bytes each;
 // nothing for an f32 cache or without AMX (the vector loops' buffers do not grow with the keys).
 static void test_attention_transient(burst_backend *be) {
-    const size_t bf16 = backend_attention_transient_bytes(be, 64, 1000, 8, 2, 128, DTYPE_BF16);
-    const size_t f32 = backend_attention_transient_bytes(be, 64, 1000, 8, 2, 128, DTYPE_F32);
+    const size_t bf16 = backend_attention_transient_bytes(be, 64, 4, 1000, 8, 2, 128, DTYPE_BF16);
+    const size_t f32 = backend_attention_transient_bytes(be, 64, 4, 1000, 8, 2, 128, DTYPE_F32);
     const size_t want = amx_usable() ? (size_t)3 * 2 * 1024 * 128 * 2 : 0;
     const int ok = bf16 == want && f32 == 0;
     printf("%s attention transient bytes: bf16 cache %zu (want %zu), f32 cache %zu (want 0)\n", ok ? "ok  " : "FAIL", bf16, want, f32);

@@ -710,36 +710,53 @@ static void test_alloc(const backends *B) {
     free(h);
 }
 
-// The memory check's count of the attention's own buffers (backend_attention_transient_bytes)
-// against what one flash-path call of 2048 rows over 20000 keys of an f32 cache takes from the
-// device: its bf16 Q (and O, were it cuDNN's) and K/V copies, 361 MB counted. Both calls are too
-// small for a cuDNN plan (flash_cudnn_worth), so our flash kernel runs: the count less its margin
-// for cuDNN and the split-KV partials (what 0 rows count) must hold them, within 8 MB of 2 MB
-// pages. A first call of 1024 rows over 64 keys loads the kernel first.
+// Device memory the attention calls[0..n) take from the GPU: the backend's buffers they grow.
+static size_t attention_took(const backends *B, const flash_args *calls, int n) {
+    size_t free0, free1, total;
+    backend_sync(B->gpu);
+    CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+    backend_attention_batch(B->gpu, calls, n);
+    backend_sync(B->gpu);
+    CUDA_CHECK(cudaMemGetInfo(&free1, &total));
+    return free0 > free1 ? free0 - free1 : 0;
+}
+
+// The memory check's count of the attention's own buffers (backend_attention_transient_bytes),
+// less its margin for cuDNN (what 0 rows count), against what calls take from the device, within
+// 2 MB pages. A decode step of 24 sequences over 20000 keys of an f32 cache: the split-KV kernel's
+// partials (in both modes). Then, in bf16 mode, one flash-path call of 2048 rows over those keys:
+// its bf16 Q (and O, were it cuDNN's) and K/V copies, 361 MB counted. Both flash calls are too
+// small for a cuDNN plan (flash_cudnn_worth), so our flash kernel runs; a first one of 1024 rows
+// over 64 keys loads it.
 static void test_attention_transient(const backends *B) {
-    enum { HEADS = 32, D = 128, NQ = 2048, NK = 20000, WARM_NQ = 1024, WARM_NK = 64 };
+    enum { HEADS = 32, D = 128, NQ = 2048, NK = 20000, WARM_NQ = 1024, WARM_NK = 64, SEQS = 24 };
     const int64_t w = (int64_t)HEADS * D;
     float *q = backend_alloc(B->gpu, sizeof(float) * NQ * w), *o = backend_alloc(B->gpu, sizeof(float) * NQ * w);
     float *k = backend_alloc(B->gpu, sizeof(float) * NK * w), *v = backend_alloc(B->gpu, sizeof(float) * NK * w);
     float *lse = backend_alloc(B->gpu, sizeof(float) * NQ * HEADS);
+    const size_t margin = backend_attention_transient_bytes(B->gpu, 0, 0, 0, HEADS, HEADS, D, DTYPE_F32);
     flash_args a = {.q = q, .k = k, .v = v, .o = o, .lse = lse, .q_stride = w, .kv_stride = w, .o_stride = w,
-                    .nq = WARM_NQ, .nk = WARM_NK, .n_heads = HEADS, .n_kv_heads = HEADS, .head_dim = D,
-                    .q_pos0 = NK - NQ, .causal = 1, .scale = 0.088f, .kv_dtype = DTYPE_F32};
-    backend_attention(B->gpu, &a);
-    backend_sync(B->gpu);
-    size_t free0, free1, total;
-    CUDA_CHECK(cudaMemGetInfo(&free0, &total));
-    a.nq = NQ, a.nk = NK;
-    backend_attention(B->gpu, &a);
-    backend_sync(B->gpu);
-    CUDA_CHECK(cudaMemGetInfo(&free1, &total));
-    const size_t took = free0 > free1 ? free0 - free1 : 0,
-                 counted = backend_attention_transient_bytes(B->gpu, NQ, NK, HEADS, HEADS, D, DTYPE_F32),
-                 margin = backend_attention_transient_bytes(B->gpu, 0, 0, HEADS, HEADS, D, DTYPE_F32);
-    const int ok = took <= counted - margin + ((size_t)8 << 20);
-    printf("%s attention transient: a call took %.1f MB of device memory, the memory check counts %.1f MB "
-           "besides its %.0f MB margin\n", ok ? "ok  " : "FAIL", took / 1e6, (counted - margin) / 1e6, margin / 1e6);
+                    .nq = 1, .nk = NK, .n_heads = HEADS, .n_kv_heads = HEADS, .head_dim = D,
+                    .q_pos0 = NK - 1, .causal = 1, .scale = 0.088f, .kv_dtype = DTYPE_F32};
+    flash_args step[SEQS];
+    for (int i = 0; i < SEQS; i++) step[i] = a, step[i].q += i * w, step[i].o += i * w, step[i].lse += i * HEADS;
+    size_t took = attention_took(B, step, SEQS),
+           counted = backend_attention_transient_bytes(B->gpu, SEQS, SEQS, NK, HEADS, HEADS, D, DTYPE_F32) - margin;
+    int ok = took <= counted + ((size_t)2 << 20);
+    printf("%s attention transient: a decode step of %d sequences took %.1f MB of device memory, the memory check "
+           "counts %.1f MB besides its %.0f MB margin\n", ok ? "ok  " : "FAIL", SEQS, took / 1e6, counted / 1e6, margin / 1e6);
     check(ok);
+    if (!B->fp32) { // (fp32 mode: the split-KV kernel alone, no copies)
+        a.nq = WARM_NQ, a.nk = WARM_NK, a.q_pos0 = NK - NQ;
+        attention_took(B, &a, 1);
+        a.nq = NQ, a.nk = NK;
+        took = attention_took(B, &a, 1);
+        counted = backend_attention_transient_bytes(B->gpu, NQ, 1, NK, HEADS, HEADS, D, DTYPE_F32) - margin;
+        ok = took <= counted + ((size_t)8 << 20);
+        printf("%s attention transient: a flash call took %.1f MB of device memory, the memory check counts %.1f MB "
+               "besides its %.0f MB margin\n", ok ? "ok  " : "FAIL", took / 1e6, counted / 1e6, margin / 1e6);
+        check(ok);
+    }
     float *bufs[] = {q, o, k, v, lse};
     for (int i = 0; i < 5; i++) backend_release(B->gpu, bufs[i]);
 }
@@ -760,7 +777,7 @@ int main(void) {
         }
         printf("== backend %s\n", backend_name(B.gpu));
         test_alloc(&B);
-        if (!fp32) test_attention_transient(&B); // (fp32 mode: the split-KV kernel alone, no copies)
+        test_attention_transient(&B);
         test_embed(&B);
         test_rmsnorm(&B);
         test_matmul(&B);

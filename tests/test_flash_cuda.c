@@ -308,6 +308,43 @@ static int test_decode(int *n) {
     return fails;
 }
 
+// decode_cuda_workspace_bound_floats against decode_cuda_batch_workspace_floats: random steps
+// (calls of 1 row, a few, or hundreds, over 0 to 200000 keys, causal or not, every head layout)
+// never ask more than the bound; steps of one-row calls over 2^24 keys (past 16 x splits^2, so that
+// rounding keys a split up to 16 costs no split) ask exactly that. Returns
+// the failures; adds its checks to *n.
+static int test_decode_bound(int *n) {
+    static const int heads[][2] = {{32, 32}, {32, 8}, {12, 3}, {16, 2}, {8, 4}, {64, 8}, {40, 40}, {4, 1}};
+    static const int dims[] = {64, 128, 37, 256};
+    enum { STEPS = 2000, MAX_CALLS = 40 };
+    flash_args calls[MAX_CALLS];
+    int fails = 0;
+    for (int step = 0; step < STEPS + 8; step++) {
+        const int tight = step >= STEPS; // then one step of one-row calls per head layout
+        const int *hp = heads[tight ? step - STEPS : (int)(test_rand_u64() % 8)], d = dims[test_rand_u64() % 4];
+        const int n_calls = 1 + (int)(test_rand_u64() % MAX_CALLS);
+        int rows = 0;
+        for (int i = 0; i < n_calls; i++) {
+            const int kind = (int)(test_rand_u64() % 4);
+            const int nq = tight || kind < 2 ? 1 : kind == 2 ? 1 + (int)(test_rand_u64() % 8) : 1 + (int)(test_rand_u64() % 1500);
+            const int nk = tight ? 1 << 24 : (int)(test_rand_u64() % 200001);
+            calls[i] = (flash_args){.nq = nq, .nk = nk, .n_heads = hp[0], .n_kv_heads = hp[1], .head_dim = d,
+                                    .q_pos0 = nk - (int64_t)(test_rand_u64() % (nk + 1)), .causal = !tight && kind % 2,
+                                    .kv_dtype = DTYPE_BF16};
+            rows += nq;
+        }
+        const size_t asked = decode_cuda_batch_workspace_floats(calls, n_calls),
+                     bound = decode_cuda_workspace_bound_floats(rows, n_calls, hp[0], hp[1], d);
+        const int ok = tight ? asked == bound : asked <= bound;
+        if (!ok || tight)
+            printf("%s decode bound: %d calls of %d rows, heads %d/%d, d=%d: %zu floats asked, bound %zu%s\n",
+                   ok ? "ok  " : "FAIL", n_calls, rows, hp[0], hp[1], d, asked, bound, tight ? " (want equal)" : "");
+        fails += !ok;
+    }
+    *n += STEPS + 8;
+    return fails;
+}
+
 // flash_cudnn_worth (attention/flash_cudnn.h): a small shape whose plan flash_cudnn has built is
 // taken at once; a large block at once; a small new shape from its 64th call on; a causal block
 // counts the (row, key) pairs it sees. Returns the failures; adds its checks to *n.
@@ -409,6 +446,7 @@ int main(void) {
     if (flash_cudnn_compiled()) fails += test_worth(&n);
     fails += test_decode(&n);
     fails += test_decode_batch(&n);
+    fails += test_decode_bound(&n);
     printf("%s: %d of %d cases failed (cuDNN %s, declined %d)\n", fails ? "FAIL" : "ok", fails, n,
            flash_cudnn_compiled() ? "built" : "not built", cudnn_declined);
     return fails ? 1 : 0;
