@@ -1,0 +1,1 @@
+burst_py_test(test_dockerfile test_dockerfile.py)
