@@ -4,7 +4,7 @@
 // and the fallback: flash_cudnn returns BURST_ERR_INVALID, having written nothing, for any case it
 // does not take, and the caller then runs flash_cuda on the same arguments. Not taken: a build
 // without cuDNN; nk == 0; causal with q_pos0 < k_pos0 (rows that see no key); head_dim not a
-// multiple of 8; Q/K/V rows or lse not 16-byte aligned; a graph no cuDNN engine accepts.
+// multiple of 8; Q/K/V/O rows or lse not 16-byte aligned; a graph no cuDNN engine accepts.
 // cuDNN writes O in bf16 only: it is staged and widened, so O carries one bf16 rounding that
 // flash_cuda's does not (2^-9 relative; the ring merge then works on fp32 as before).
 //
