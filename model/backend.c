@@ -161,10 +161,10 @@ void backend_matmul_add(burst_backend *b, float *out, const void *x, burst_dtype
     b->ops->matmul(b, out, DTYPE_F32, 1, x, x_dtype, W, n);
 }
 
-void backend_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads,
+void backend_rope(burst_backend *b, float *q, int n_heads, float *k, int n_kv_heads, const int64_t *pos, int n,
                   int head_dim, const rope_params *p) {
-    BURST_ASSERT(x && pos && p && n >= 0 && head_dim % 2 == 0);
-    b->ops->rope(b, x, pos, n, n_heads, head_dim, p);
+    BURST_ASSERT(q && k && q != k && pos && p && n >= 0 && n_heads > 0 && n_kv_heads > 0 && head_dim % 2 == 0);
+    b->ops->rope(b, q, n_heads, k, n_kv_heads, pos, n, head_dim, p);
 }
 
 void backend_swiglu(burst_backend *b, void *gate, const void *up, burst_dtype dtype, int64_t n) {

@@ -116,9 +116,10 @@ size_t backend_matmul_transient_bytes(burst_backend *b, int n, int64_t cols);
 // (model/backend_cuda.cu).
 size_t backend_attention_transient_bytes(burst_backend *b, int max_rows, int max_calls, int64_t max_keys, int n_heads,
                                          int n_kv_heads, int head_dim, burst_dtype kv_dtype);
-// Rotary embedding in place on x (n, n_heads, head_dim), rotate-half layout (Hugging Face);
-// row i has position pos[i]; frequencies and scaling from p (model/rope.h).
-void backend_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads,
+// Rotary embedding in place on q (n, n_heads, head_dim) and k (n, n_kv_heads, head_dim), rotate-half
+// layout (Hugging Face); row i has position pos[i]; frequencies and scaling from p (model/rope.h).
+// Both in one call: each angle is worked out once for both, and a GPU launches once a layer.
+void backend_rope(burst_backend *b, float *q, int n_heads, float *k, int n_kv_heads, const int64_t *pos, int n,
                   int head_dim, const rope_params *p);
 // gate (n) = silu(gate) * up, both of dtype, computed in float32.
 void backend_swiglu(burst_backend *b, void *gate, const void *up, burst_dtype dtype, int64_t n);

@@ -205,9 +205,19 @@ static const float *rope_table(burst_backend *b, const int64_t *pos, int n, int 
     return c->rope_cs;
 }
 
-// Each row's pairs turn, head by head: the inner loop runs along a head's pairs, which the
-// vectoriser takes (along the heads, head_dim floats apart, it would go element by element).
-static void cpu_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads,
+// The heads of one row (n_heads x 2 half pairs at v) turned by the row's cos c and sin s: the inner
+// loop runs along a head's pairs, which the vectoriser takes (along the heads, head_dim floats
+// apart, it would go element by element).
+static void rope_row(float *v, int n_heads, int half, const float *c, const float *s) {
+    for (int h = 0; h < n_heads; h++, v += 2 * half)
+        for (int j = 0; j < half; j++) {
+            const float x1 = v[j], x2 = v[j + half];
+            v[j] = x1 * c[j] - x2 * s[j];
+            v[j + half] = x2 * c[j] + x1 * s[j];
+        }
+}
+
+static void cpu_rope(burst_backend *b, float *q, int n_heads, float *k, int n_kv_heads, const int64_t *pos, int n,
                      int head_dim, const rope_params *p) {
     const int half = head_dim / 2;
     if (n <= 0) return;
@@ -215,14 +225,8 @@ static void cpu_rope(burst_backend *b, float *x, const int64_t *pos, int n, int 
     #pragma omp parallel for num_threads(nthreads(b)) schedule(static)
     for (int i = 0; i < n; i++) {
         const float *c = cs + (int64_t)i * half, *s = sn + (int64_t)i * half;
-        for (int h = 0; h < n_heads; h++) {
-            float *v = x + ((int64_t)i * n_heads + h) * head_dim;
-            for (int j = 0; j < half; j++) {
-                const float x1 = v[j], x2 = v[j + half];
-                v[j] = x1 * c[j] - x2 * s[j];
-                v[j + half] = x2 * c[j] + x1 * s[j];
-            }
-        }
+        rope_row(q + (int64_t)i * n_heads * head_dim, n_heads, half, c, s);
+        rope_row(k + (int64_t)i * n_kv_heads * head_dim, n_kv_heads, half, c, s);
     }
 }
 

@@ -533,23 +533,29 @@ __global__ void __launch_bounds__(THREADS) rmsnorm_kernel(O *out, const float *x
     for (int64_t j = threadIdx.x; j < dim; j += THREADS) oi[j] = from_f32<O>(xi[j] * r * to_f32(w[j]));
 }
 
-// One thread per (token, frequency, group of ROPE_HEADS heads): the angle is computed once per
-// group, and a one-token decode step spreads over n_heads / ROPE_HEADS times more threads (7B on
-// the H100: 8.4 us a call against 15 us with one thread per frequency; 62 against 66 us at 4096).
+// One thread per (token, frequency, group of ROPE_HEADS heads of q or of k): the angle is computed
+// once per group, and a one-token decode step spreads over n_heads / ROPE_HEADS times more threads
+// (7B on the H100, q alone: 8.4 us a call against 15 us with one thread per frequency; 62 against
+// 66 us at 4096). q's groups come first, then k's, in one launch.
 constexpr int ROPE_HEADS = 8;
-__global__ void rope_kernel(float *x, const int64_t *pos, int n, int n_heads, int head_dim, rope_params p) {
-    const int half = head_dim / 2, groups = (n_heads + ROPE_HEADS - 1) / ROPE_HEADS;
+__device__ __host__ inline int rope_groups(int heads) { return (heads + ROPE_HEADS - 1) / ROPE_HEADS; }
+__global__ void rope_kernel(float *q, int n_heads, float *k, int n_kv_heads, const int64_t *pos, int n, int head_dim,
+                            rope_params p) {
+    const int half = head_dim / 2, q_groups = rope_groups(n_heads), groups = q_groups + rope_groups(n_kv_heads);
     const int64_t total = (int64_t)n * half * groups;
     for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = t / ((int64_t)half * groups);
         const int rest = (int)(t - i * half * groups), g = rest / half, j = rest - g * half;
+        const bool in_q = g < q_groups;
+        float *x = in_q ? q : k;
+        const int heads = in_q ? n_heads : n_kv_heads, h0 = (in_q ? g : g - q_groups) * ROPE_HEADS;
         const double a = (double)pos[i] * rope_inv_freq(&p, j, head_dim);
         double sd, cd;
         sincos(a, &sd, &cd);
         const float c = (float)cd * p.mscale, s = (float)sd * p.mscale;
-        const int h_end = min(n_heads, (g + 1) * ROPE_HEADS);
-        for (int h = g * ROPE_HEADS; h < h_end; h++) {
-            float *v = x + (i * n_heads + h) * head_dim;
+        const int h_end = min(heads, h0 + ROPE_HEADS);
+        for (int h = h0; h < h_end; h++) {
+            float *v = x + (i * heads + h) * head_dim;
             const float x1 = v[j], x2 = v[j + half];
             v[j] = x1 * c - x2 * s;
             v[j + half] = x2 * c + x1 * s;
@@ -1000,15 +1006,17 @@ int cuda_matmul_group(burst_backend *b, void *const *out, burst_dtype out_dtype,
     return gemms;
 }
 
-void cuda_rope(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads, int head_dim, const rope_params *p) {
+void cuda_rope(burst_backend *b, float *q, int n_heads, float *k, int n_kv_heads, const int64_t *pos, int n,
+               int head_dim, const rope_params *p) {
     cuda_ctx *c = ctx_of(b);
     if (n == 0) return;
     const int64_t *d_pos = (const int64_t *)upload(c, &c->pos, pos, (size_t)n * sizeof(int64_t));
-    graph_note(c, "rope", x, d_pos, n, n_heads, head_dim, p->theta, p->factor, p->ramp_lo, p->ramp_hi, p->mscale);
+    graph_note(c, "rope", q, n_heads, k, n_kv_heads, d_pos, n, head_dim, p->theta, p->factor, p->ramp_lo, p->ramp_hi,
+               p->mscale);
     if (replaying(c)) return;
     const int t = profile_start(c, "rope n<=%lld", pow2_at_least(n));
-    const int64_t threads = (int64_t)n * (head_dim / 2) * ((n_heads + ROPE_HEADS - 1) / ROPE_HEADS);
-    rope_kernel<<<blocks_for(threads, 1), THREADS, 0, c->stream>>>(x, d_pos, n, n_heads, head_dim, *p);
+    const int64_t threads = (int64_t)n * (head_dim / 2) * (rope_groups(n_heads) + rope_groups(n_kv_heads));
+    rope_kernel<<<blocks_for(threads, 1), THREADS, 0, c->stream>>>(q, n_heads, k, n_kv_heads, d_pos, n, head_dim, *p);
     CUDA_CHECK(cudaGetLastError());
     profile_stop(c, t);
 }

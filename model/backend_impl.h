@@ -34,8 +34,8 @@ typedef struct {
     size_t (*matmul_transient)(burst_backend *b, int n, int64_t cols); // optional: allocates nothing
     size_t (*attention_transient)(burst_backend *b, int max_rows, int max_calls, int64_t max_keys, int n_heads,
                                   int n_kv_heads, int head_dim, burst_dtype kv_dtype); // optional: nothing
-    void (*rope)(burst_backend *b, float *x, const int64_t *pos, int n, int n_heads, int head_dim,
-                 const rope_params *p);
+    void (*rope)(burst_backend *b, float *q, int n_heads, float *k, int n_kv_heads, const int64_t *pos, int n,
+                 int head_dim, const rope_params *p);
     void (*swiglu)(burst_backend *b, void *gate, const void *up, burst_dtype dtype, int64_t n);
     // optional: backend_matmul_swiglu in one, where it returns 1 (0: the three ops run instead)
     int (*matmul_swiglu)(burst_backend *b, void *out, const void *x, burst_dtype dtype, const burst_weight *W_gate,

@@ -806,8 +806,7 @@ static burst_status rank_ops(llama_model *m, llama_rank *R, int n, int *n_logits
             backend_rmsnorm(be, s->xb, act, s->x, &L->attn_norm, n, c->norm_eps);
             backend_matmul_group(be, (void *[]){s->q, s->k, s->v}, DTYPE_F32, s->xb, act,
                                  (const burst_weight *[]){&L->wq, &L->wk, &L->wv}, 3, n);
-            backend_rope(be, s->q, R->pos, n, c->n_heads, c->head_dim, &m->rope);
-            backend_rope(be, s->k, R->pos, n, c->n_kv_heads, c->head_dim, &m->rope);
+            backend_rope(be, s->q, c->n_heads, s->k, c->n_kv_heads, R->pos, n, c->head_dim, &m->rope);
         }
         // Every rank takes part in every segment's communication, rows or not.
         if (m->G == 1) attend_local(m, R, l);

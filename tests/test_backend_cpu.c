@@ -349,31 +349,41 @@ static void test_weight_bf16_copy(void) {
     free(h), free(got), free(tokens);
 }
 
-// Rotary embedding of n rows of h heads at positions pos, in place, against float64 angles of the
-// same frequencies.
-static void check_rope(burst_backend *be, const int64_t *pos, int n, int h, int d, const rope_params *p, const char *what) {
+// x (n rows of h heads of d) turned at positions pos by float64 angles: the reference.
+static double *rope_ref(const act_buf *x, const int64_t *pos, int n, int h, int d, const rope_params *p) {
     const int half = d / 2;
-    act_buf x = act_random(DTYPE_F32, (int64_t)n * h * d, -2, 2);
     double *ref = burst_malloc((size_t)n * h * d * sizeof(double));
     for (int i = 0; i < n; i++)
         for (int j = 0; j < half; j++) {
             const double a = (double)pos[i] * rope_inv_freq(p, j, d), c = cos(a) * p->mscale, sn = sin(a) * p->mscale;
             for (int hh = 0; hh < h; hh++) {
                 const int64_t o = ((int64_t)i * h + hh) * d + j;
-                ref[o] = x.as_f64[o] * c - x.as_f64[o + half] * sn;
-                ref[o + half] = x.as_f64[o + half] * c + x.as_f64[o] * sn;
+                ref[o] = x->as_f64[o] * c - x->as_f64[o + half] * sn;
+                ref[o + half] = x->as_f64[o + half] * c + x->as_f64[o] * sn;
             }
         }
-    backend_rope(be, x.p, pos, n, h, d, p);
-    act_check(what, &x, ref, 1e-6);
-    free(ref), act_free(&x);
+    return ref;
+}
+
+// Rotary embedding of n rows of q (h heads) and k (hk heads) at positions pos, in place, against
+// float64 angles of the same frequencies.
+static void check_rope(burst_backend *be, const int64_t *pos, int n, int h, int hk, int d, const rope_params *p,
+                       const char *what) {
+    act_buf q = act_random(DTYPE_F32, (int64_t)n * h * d, -2, 2), k = act_random(DTYPE_F32, (int64_t)n * hk * d, -2, 2);
+    double *ref_q = rope_ref(&q, pos, n, h, d, p), *ref_k = rope_ref(&k, pos, n, hk, d, p);
+    backend_rope(be, q.p, h, k.p, hk, pos, n, d, p);
+    char what_k[96];
+    snprintf(what_k, sizeof what_k, "%s (k, %d heads)", what, hk);
+    act_check(what, &q, ref_q, 1e-6);
+    act_check(what_k, &k, ref_k, 1e-6);
+    free(ref_q), free(ref_k), act_free(&q), act_free(&k);
 }
 
 // head_dims from one pair to 150, positions past float32's exact angles, plain and scaled
 // frequencies (a ramp, an mscale). Then the backend's table of the last positions' angles: the same
 // positions again (kept), the same count at other positions, other parameters, and back.
 static void test_rope(burst_backend *be) {
-    static const int head_dims[] = {2, 6, 128, 300}, n_heads[] = {3, 1, 2, 3};
+    static const int head_dims[] = {2, 6, 128, 300}, n_heads[] = {3, 1, 2, 3}, n_kv_heads[] = {1, 1, 2, 2};
     static const rope_params params[] = {{10000, 1, 0, 1, 1.0f}, {500000, 8, 10, 40, 1.25f}};
     static const int64_t pos[] = {0, 1, 17, 4095, 100003}, other[] = {0, 1, 17, 4096, 100003};
     const int n = (int)(sizeof pos / sizeof pos[0]);
@@ -381,12 +391,12 @@ static void test_rope(burst_backend *be) {
     for (int pi = 0; pi < 2; pi++)
         for (int k = 0; k < 4; k++) {
             snprintf(what, sizeof what, "rope head_dim=%d heads=%d %s", head_dims[k], n_heads[k], pi ? "scaled" : "plain");
-            check_rope(be, pos, n, n_heads[k], head_dims[k], &params[pi], what);
+            check_rope(be, pos, n, n_heads[k], n_kv_heads[k], head_dims[k], &params[pi], what);
         }
     static const struct { const int64_t *pos; int p; const char *what; } seq[] = {
         {pos, 0, "rope table: positions"}, {pos, 0, "rope table: the same again"}, {other, 0, "rope table: one position moved"},
         {other, 1, "rope table: other parameters"}, {pos, 0, "rope table: back to the first"}};
-    for (size_t i = 0; i < sizeof seq / sizeof seq[0]; i++) check_rope(be, seq[i].pos, n, 2, 128, &params[seq[i].p], seq[i].what);
+    for (size_t i = 0; i < sizeof seq / sizeof seq[0]; i++) check_rope(be, seq[i].pos, n, 2, 1, 128, &params[seq[i].p], seq[i].what);
 }
 
 // backend_argmax against a plain scan on test_fill_argmax_rows' rows (ties, a row of -INFINITY:

@@ -368,13 +368,15 @@ static void test_matmul_group(const backends *B) {
                 }
 }
 
+// q and k turned in one call, against the CPU's.
 static void test_rope(const backends *B) {
-    // (n_heads, head_dim); 13 heads: two of the GPU kernel's groups of 8, the second one short
-    static const int dims[][2] = {{1, 8}, {3, 10}, {13, 128}};
+    // (n_heads, n_kv_heads, head_dim); 13 and 11 heads: two of the GPU kernel's groups of 8 each,
+    // the second one short, k's groups after q's
+    static const int dims[][3] = {{1, 1, 8}, {3, 1, 10}, {13, 11, 128}};
     for (int si = 0; si < 3; si++)
         for (int ni = 0; ni < 3; ni++) {
-            const int n = NS[ni], heads = dims[si][0], hd = dims[si][1];
-            const int64_t len = (int64_t)n * heads * hd;
+            const int n = NS[ni], heads = dims[si][0], kv_heads = dims[si][1], hd = dims[si][2];
+            const int64_t len = (int64_t)n * heads * hd, len_k = (int64_t)n * kv_heads * hd;
             int64_t *pos = burst_malloc((size_t)n * sizeof(int64_t));
             for (int i = 0; i < n; i++) pos[i] = si == 1 ? i : (int64_t)(test_rand_u64() % 1000000);
             // No scaling; linear; YaRN (its ramp falls inside head_dim 128's pairs).
@@ -385,15 +387,19 @@ static void test_rope(const backends *B) {
                 cfg.rope_beta_fast = 32, cfg.rope_beta_slow = 1, cfg.rope_attention_factor = 1.277f;
             rope_params rp = rope_params_of(&cfg);
             float *want = host_random(len, -1, 1), *got = host_clone(want, len), *d = dev_upload(got, len);
-            backend_rope(B->gpu, d, pos, n, heads, hd, &rp);
-            backend_rope(B->cpu, want, pos, n, heads, hd, &rp);
+            float *want_k = host_random(len_k, -1, 1), *got_k = host_clone(want_k, len_k), *d_k = dev_upload(got_k, len_k);
+            backend_rope(B->gpu, d, heads, d_k, kv_heads, pos, n, hd, &rp);
+            backend_rope(B->cpu, want, heads, want_k, kv_heads, pos, n, hd, &rp);
             dev_download(B->gpu, got, d, len);
+            dev_download(B->gpu, got_k, d_k, len_k);
             char what[96];
-            snprintf(what, sizeof what, "rope n=%d heads=%d head_dim=%d theta=%g scaling %d", n, heads, hd,
+            snprintf(what, sizeof what, "rope n=%d heads=%d/%d head_dim=%d theta=%g scaling %d", n, heads, kv_heads, hd,
                      cfg.rope_theta, (int)cfg.rope_scaling);
             check(compare(what, got, want, len, F32_NMSE, F32_ATOL, F32_RTOL));
+            check(compare(what, got_k, want_k, len_k, F32_NMSE, F32_ATOL, F32_RTOL));
             CUDA_CHECK(cudaFree(d));
-            free(want), free(got), free(pos);
+            CUDA_CHECK(cudaFree(d_k));
+            free(want), free(got), free(want_k), free(got_k), free(pos);
         }
 }
 
