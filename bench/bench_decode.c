@@ -1,7 +1,7 @@
 // Time of one decode step of S sequences at once, each with N tokens of context: the step of a
 // server with S requests generating, on any backend (llama_forward with S one-token segments), with
 // the logits to the host (no sampling), and again with each row's argmax instead (what greedy
-// requests take: llama_segment.argmax). Slot 0 is prefilled once and copied to the others.
+// requests take: llama_segment.sampled). Slot 0 is prefilled once and copied to the others.
 //
 //   bench_decode DIR S1,S2,... N [STEPS] [BACKEND] [KV_DTYPE] [THREADS] [RANKS]
 // DIR is a Hugging Face LLaMA directory (tests/make_random_model.py writes one of any shape);
@@ -36,7 +36,7 @@ static double median_step(llama_model *m, int S, int N, int steps, int argmax, l
     burst_error err;
     for (int k = 0; k < UNTIMED + steps; k++) {
         for (int s = 0; s < S; s++)
-            segs[s] = (llama_segment){.slot = s, .n = 1, .argmax = argmax ? ids + s : NULL}, tokens[s] = 1 + (s + k) % 100;
+            segs[s] = (llama_segment){.slot = s, .n = 1, .sampled = argmax ? ids + s : NULL}, tokens[s] = 1 + (s + k) % 100;
         double t0 = omp_get_wtime();
         if (llama_forward(m, segs, S, tokens, argmax ? NULL : logits, NULL, NULL, &err)) fail("decode", &err);
         if (k >= UNTIMED) t[k - UNTIMED] = omp_get_wtime() - t0;

@@ -235,9 +235,10 @@ void backend_sync(burst_backend *b) {
     if (b->ops->sync) b->ops->sync(b);
 }
 
-void backend_argmax(burst_backend *b, int *out, const float *x, int rows, int64_t cols) {
-    BURST_ASSERT(out && x && rows >= 0 && cols >= 1 && cols <= INT32_MAX && !b->in_graph);
-    b->ops->argmax(b, out, x, rows, cols);
+void backend_sample(burst_backend *b, int *out, const float *x, int rows, int64_t cols, const float *temperature,
+                    const float *unit) {
+    BURST_ASSERT(out && x && rows >= 0 && cols >= 1 && cols <= INT32_MAX && (!temperature || unit) && !b->in_graph);
+    b->ops->sample(b, out, x, rows, cols, temperature, unit);
 }
 
 void backend_merge(burst_backend *b, const online_softmax_args *calls, int n) {

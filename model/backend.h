@@ -139,15 +139,19 @@ void backend_attention_batch(burst_backend *b, const flash_args *calls, int n);
 // n online-softmax merges of attention partials (attention/online_softmax.h) on the backend's
 // buffers, outputs disjoint: a step's decoding sequences in one launch on a GPU.
 void backend_merge(burst_backend *b, const online_softmax_args *calls, int n);
-// out (rows, on the host) = the index of each row's largest value, the first of equal ones, of x
-// (rows, cols) float32; synchronous. Greedy sampling where the logits live: a GPU hands back 4
-// bytes a row instead of the row. Rows holding NaN may give any index.
-void backend_argmax(burst_backend *b, int *out, const float *x, int rows, int64_t cols);
+// out (rows, on the host) = a token id drawn from each row of logits x (rows, cols) float32, where
+// the logits live (a GPU hands back 4 bytes a row instead of the row); synchronous. Row r at
+// temperature[r] <= 0 (or temperature NULL: every row) gives the index of its largest value, the
+// first of equal ones; else it draws as model/sampler.h's sampler_pick_unfiltered with unit[r].
+// The CPU's draw is that function's; a GPU's sums run in another order, so at a bucket's edge it
+// may pick a neighbouring id. Rows holding NaN may give any index.
+void backend_sample(burst_backend *b, int *out, const float *x, int rows, int64_t cols, const float *temperature,
+                    const float *unit);
 // The ops queued between backend_graph_begin and backend_graph_end (a step of `rows` rows, at
 // most `seq_rows` of them one sequence's) may be recorded and run together at backend_graph_end:
 // the CUDA backend runs decode steps as CUDA graphs under BURST_CUDA_GRAPHS=1, recorded once and
 // replayed with the step's new positions and key counts (model/backend_cuda.cu). Between the two,
-// nothing may wait for the backend or read its buffers (backend_to_host, backend_argmax,
+// nothing may wait for the backend or read its buffers (backend_to_host, backend_sample,
 // backend_sync, backend_alloc, backend_release, a transfer): the wrappers assert so on every
 // backend, so that the CPU's tests hold llama.c to it too. backend_graph_end returns 1 when the
 // ops have run (or are queued), 0 when the backend ran none of them (the step was not the graph

@@ -21,6 +21,7 @@
 #include "backend_impl.h"
 #include "matmul_amx.h"
 #include "matmul_cpu.h"
+#include "sampler.h"
 #include "swiglu.h"
 
 typedef struct {
@@ -271,15 +272,17 @@ static void cpu_merge(burst_backend *b, const online_softmax_args *calls, int n)
     online_softmax_merge(calls, n);
 }
 
-// The first of the largest, as model/sampler.c's greedy pick.
-static void cpu_argmax(burst_backend *b, int *out, const float *x, int rows, int64_t cols) {
-    #pragma omp parallel for num_threads(nthreads(b)) schedule(static) if (rows > 1)
-    for (int r = 0; r < rows; r++) {
-        const float *row = x + (int64_t)r * cols;
-        int64_t best = 0;
-        for (int64_t j = 1; j < cols; j++)
-            if (row[j] > row[best]) best = j;
-        out[r] = (int)best;
+// model/sampler.c's own draw, row by row.
+static void cpu_sample(burst_backend *b, int *out, const float *x, int rows, int64_t cols, const float *temperature,
+                       const float *unit) {
+    #pragma omp parallel num_threads(nthreads(b)) if (rows > 1)
+    {
+        struct sampler_cand *scratch = temperature ? burst_malloc(sizeof *scratch * (size_t)cols) : NULL;
+        #pragma omp for schedule(static)
+        for (int r = 0; r < rows; r++)
+            out[r] = sampler_pick_unfiltered(x + (int64_t)r * cols, (int)cols, temperature ? temperature[r] : 0,
+                                             temperature ? unit[r] : 0, scratch);
+        free(scratch);
     }
 }
 
@@ -291,7 +294,7 @@ static void cpu_argmax(burst_backend *b, int *out, const float *x, int rows, int
         .weight = cpu_weight, .embed = cpu_embed, .rmsnorm = cpu_rmsnorm, .matmul = cpu_matmul,                      \
         .matmul_transient = cpu_matmul_transient, .attention_transient = cpu_attention_transient, .rope = cpu_rope,  \
         .swiglu = cpu_swiglu, .matmul_swiglu = cpu_matmul_swiglu, .attention = cpu_attention,                        \
-        .attention_batch = cpu_attention_batch, .merge = cpu_merge, .argmax = cpu_argmax,                            \
+        .attention_batch = cpu_attention_batch, .merge = cpu_merge, .sample = cpu_sample,                            \
     }
 static const backend_ops cpu_ops = CPU_OPS("cpu", DTYPE_F32), cpu_bf16_ops = CPU_OPS("cpu-bf16", DTYPE_BF16);
 

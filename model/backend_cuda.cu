@@ -10,8 +10,9 @@
 // DECODE_CUDA_MAX_ROWS query rows) and fp32 mode run attention/decode_cuda.h, exact fp32 on the
 // fp32 Q/K/V in place; bf16 mode packs larger blocks to bf16 for cuDNN or the flash kernel:
 // cuDNN where flash_cudnn_worth says its plan exists or pays (BURST_FLASH=cudnn: always, =ours:
-// never). argmax: one block per row, (value, index) reductions that keep the lower index of
-// equal values, so that greedy sampling picks the CPU's token.
+// never). sample: one block per row, (value, index) reductions that keep the lower index of
+// equal values, so that greedy sampling picks the CPU's token; at a temperature, exp sums over
+// slices of the row, then a walk of the slice the draw falls in.
 // Matmul: cublasGemmEx, out^T = W x^T in cuBLAS's column-major terms (W^T as op(A), x^T as B).
 // bf16 mode keeps the matmuls' inputs in bf16 (backend_act_dtype): rmsnorm and swiglu write them
 // so, the gate and up GEMMs write bf16 for swiglu, and the residual adds ride in the output
@@ -156,9 +157,9 @@ typedef struct {
     dev_buf q16, k16, v16;      // bf16 roundings of attention inputs
     dev_buf decode_ws;          // decode_cuda's split partials
     dev_buf split_k_part;       // split-K GEMMs' partial sums
-    dev_buf argmax_out;         // backend_argmax's indices before they go to the host
+    dev_buf sample_out;         // backend_sample's ids before they go to the host
     dev_buf staging;            // weight upload staging (file dtype)
-    upload_buf tokens, pos;
+    upload_buf tokens, pos, sampling; // (sampling: backend_sample's temperatures and units)
     void **weights;             // (n_weights) device copies owned by the backend
     int n_weights, cap_weights;
     profile *prof;              // NULL unless BURST_PROFILE=1
@@ -490,12 +491,17 @@ __device__ __forceinline__ void keep_best(float &v, int &i, float v2, int i2) {
     if (v2 > v || (v2 == v && i2 < i)) v = v2, i = i2;
 }
 
-// One block a row (cols <= INT32_MAX): each thread's best over its strided columns, then the
-// warps', then the block's.
-__global__ void __launch_bounds__(THREADS) argmax_kernel(int *out, const float *x, int64_t cols) {
-    __shared__ float s_v[THREADS / 32];
-    __shared__ int s_i[THREADS / 32];
+// One block a row (cols <= INT32_MAX), tu its (temperature, unit) pairs (NULL: all greedy). The
+// first largest value: each thread's best over its strided columns, then the warps', then the
+// block's. A row at a temperature t > 0 then draws as sampler_pick_unfiltered: each thread sums
+// exp((x - max) / t) over its own contiguous slice of the columns, thread 0 adds the slices' sums
+// in order and finds the slice whose buckets hold unit x total, and that slice's thread walks its
+// columns. (The CPU adds column by column: at a bucket's edge the two may pick neighbouring ids.)
+__global__ void __launch_bounds__(THREADS) sample_kernel(int *out, const float *x, int64_t cols, const float *tu) {
+    __shared__ float s_v[THREADS / 32], s_sum[THREADS], s_max, s_r, s_before;
+    __shared__ int s_i[THREADS / 32], s_slice;
     const float *row = x + (int64_t)blockIdx.x * cols;
+    const float t = tu ? tu[2 * blockIdx.x] : 0.0f;
     float v = -INFINITY;
     int i = INT32_MAX; // none yet: -INFINITY values still win on their index
     for (int64_t j = threadIdx.x; j < cols; j += THREADS) keep_best(v, i, row[j], (int)j);
@@ -503,9 +509,38 @@ __global__ void __launch_bounds__(THREADS) argmax_kernel(int *out, const float *
         keep_best(v, i, __shfl_xor_sync(0xffffffffu, v, off), __shfl_xor_sync(0xffffffffu, i, off));
     if (threadIdx.x % 32 == 0) s_v[threadIdx.x / 32] = v, s_i[threadIdx.x / 32] = i;
     __syncthreads();
-    if (threadIdx.x) return;
-    for (int w = 1; w < THREADS / 32; w++) keep_best(v, i, s_v[w], s_i[w]);
-    out[blockIdx.x] = i == INT32_MAX ? 0 : i; // a row of NaN
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < THREADS / 32; w++) keep_best(v, i, s_v[w], s_i[w]);
+        out[blockIdx.x] = i == INT32_MAX ? 0 : i; // (a row of NaN); a draw below overwrites it
+        s_max = v;
+    }
+    if (t <= 0) return; // (t is the block's: all its threads leave)
+    __syncthreads();
+    const float max = s_max;
+    const int64_t slice = (cols + THREADS - 1) / THREADS, lo = min(cols, threadIdx.x * slice), hi = min(cols, lo + slice);
+    float sum = 0.0f;
+    for (int64_t j = lo; j < hi; j++) sum += expf((row[j] - max) / t);
+    s_sum[threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float total = 0.0f, before = 0.0f;
+        for (int k = 0; k < THREADS; k++) total += s_sum[k];
+        const float r = tu[2 * blockIdx.x + 1] * total;
+        int k = 0;
+        while (k < THREADS - 1 && !(r < before + s_sum[k])) before += s_sum[k++];
+        s_slice = k, s_r = r, s_before = before;
+    }
+    __syncthreads();
+    if (threadIdx.x != s_slice) return;
+    float acc = s_before;
+    for (int64_t j = lo; j < hi; j++) {
+        acc += expf((row[j] - max) / t);
+        if (s_r < acc) {
+            out[blockIdx.x] = (int)j;
+            return;
+        }
+    }
+    out[blockIdx.x] = (int)(hi > lo ? hi - 1 : cols - 1); // rounding (or NaN) left r past the buckets
 }
 
 template <typename W>
@@ -599,9 +634,9 @@ void cuda_free(burst_backend *b) {
     profile_print_free(c);
     for (int i = 0; i < c->n_weights; i++) CUDA_CHECK(cudaFree(c->weights[i]));
     dev_buf *bufs[] = {&c->mm_in,     &c->mm_out,  &c->q16,        &c->k16,    &c->v16,
-                       &c->decode_ws, &c->split_k_part, &c->argmax_out, &c->staging};
+                       &c->decode_ws, &c->split_k_part, &c->sample_out, &c->staging};
     for (dev_buf *d : bufs) CUDA_CHECK(cudaFree(d->p));
-    for (upload_buf *u : {&c->tokens, &c->pos}) {
+    for (upload_buf *u : {&c->tokens, &c->pos, &c->sampling}) {
         CUDA_CHECK(cudaFreeHost(u->host));
         CUDA_CHECK(cudaFree(u->dev));
         CUDA_CHECK(cudaEventDestroy(u->done));
@@ -1136,12 +1171,20 @@ void cuda_attention_batch(burst_backend *b, const flash_args *calls, int n) {
     free(split_kv);
 }
 
-void cuda_argmax(burst_backend *b, int *out, const float *x, int rows, int64_t cols) {
+void cuda_sample(burst_backend *b, int *out, const float *x, int rows, int64_t cols, const float *temperature,
+                 const float *unit) {
     cuda_ctx *c = ctx_of(b);
     if (rows == 0) return;
-    int *d = (int *)dev_grow(c, &c->argmax_out, sizeof(int) * (size_t)rows);
-    const int t = profile_start(c, "argmax n<=%lld", pow2_at_least(rows));
-    argmax_kernel<<<(unsigned)rows, THREADS, 0, c->stream>>>(d, x, cols);
+    int *d = (int *)dev_grow(c, &c->sample_out, sizeof(int) * (size_t)rows);
+    const float *d_tu = nullptr; // (temperature, unit) a row
+    if (temperature) {
+        float *tu = (float *)burst_malloc(2 * sizeof(float) * (size_t)rows);
+        for (int r = 0; r < rows; r++) tu[2 * r] = temperature[r], tu[2 * r + 1] = unit[r];
+        d_tu = (const float *)upload(c, &c->sampling, tu, 2 * sizeof(float) * (size_t)rows);
+        free(tu);
+    }
+    const int t = profile_start(c, "sample n<=%lld", pow2_at_least(rows));
+    sample_kernel<<<(unsigned)rows, THREADS, 0, c->stream>>>(d, x, cols, d_tu);
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(cudaMemcpyAsync(out, d, sizeof(int) * (size_t)rows, cudaMemcpyDeviceToHost, c->stream));
     profile_stop(c, t);
@@ -1297,7 +1340,7 @@ const backend_ops cuda_ops = {
     .attention_batch = cuda_attention_batch,
     .convert_batch = cuda_convert_batch,
     .merge = cuda_merge,
-    .argmax = cuda_argmax,
+    .sample = cuda_sample,
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .sync = cuda_sync,
@@ -1374,7 +1417,7 @@ extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **o
     CUBLAS_CHECK(cublasSetWorkspace(c->blas, c->blas_ws, CUBLAS_WORKSPACE));
     // fp32 mode: CUBLAS_COMPUTE_32F under the default math mode never uses TF32.
     CUBLAS_CHECK(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
-    for (upload_buf *u : {&c->tokens, &c->pos}) CUDA_CHECK(cudaEventCreateWithFlags(&u->done, cudaEventDisableTiming));
+    for (upload_buf *u : {&c->tokens, &c->pos, &c->sampling}) CUDA_CHECK(cudaEventCreateWithFlags(&u->done, cudaEventDisableTiming));
     if (prof) c->prof = (profile *)burst_calloc(1, sizeof *c->prof);
     burst_backend *b = (burst_backend *)burst_malloc(sizeof *b);
     *b = (burst_backend){.ops = fp32 ? &cuda_ops_fp32 : &cuda_ops, .ctx = c};

@@ -45,7 +45,8 @@ typedef struct {
     void (*attention_batch)(burst_backend *b, const flash_args *calls, int n);
     void (*convert_batch)(burst_backend *b, burst_dtype to, const convert_job *jobs, int n);
     void (*merge)(burst_backend *b, const online_softmax_args *calls, int n);
-    void (*argmax)(burst_backend *b, int *out, const float *x, int rows, int64_t cols);
+    void (*sample)(burst_backend *b, int *out, const float *x, int rows, int64_t cols, const float *temperature,
+                   const float *unit);
     void (*graph_begin)(burst_backend *b, int rows, int seq_rows); // optional: backend_graph_begin
     int (*graph_end)(burst_backend *b);
     void (*sync)(burst_backend *b);                            // optional: ops are synchronous

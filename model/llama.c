@@ -93,7 +93,8 @@ struct llama_model {
     llama_call call;
     int row_block;        // rows of an all_rows segment's logits computed at a time
     float *rows_host;     // (row_block, vocab) those logits on the host; the process of rank 0 only
-    int *argmax;          // (max_logits) the argmax of each row of logits; the process of rank 0 only
+    int *sampled;         // (max_logits) backend_sample's id of each row of logits; the process of rank 0 only
+    float *temperature, *unit; // (max_logits each) its arguments
     atomic_int faulty;    // a node was lost or NCCL aborted: see llama_fault (read by other threads; set after fault)
     burst_error fault;
 };
@@ -454,7 +455,8 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
     if (*ml > m->opt.max_batch) *ml = m->opt.max_batch;
     if (m->first == 0) {
         m->rows_host = burst_malloc(sizeof(float) * (size_t)m->row_block * (size_t)m->cfg.vocab_size);
-        m->argmax = burst_malloc(sizeof(int) * (size_t)*ml);
+        m->sampled = burst_malloc(sizeof(int) * (size_t)*ml);
+        m->temperature = burst_malloc(sizeof(float) * (size_t)*ml), m->unit = burst_malloc(sizeof(float) * (size_t)*ml);
     }
     m->ranks = burst_calloc((size_t)m->n_local, sizeof(llama_rank));
     for (int i = 0; i < m->n_local; i++)
@@ -497,7 +499,7 @@ void llama_free(llama_model *m) {
     free(m->shard_len);
     free(m->pos_rank);
     free(m->rows_host);
-    free(m->argmax);
+    free(m->sampled), free(m->temperature), free(m->unit);
     weights_close(m->w);
     free(m);
 }
@@ -857,17 +859,24 @@ static burst_status rank_forward(llama_model *m, llama_rank *R) {
         st = rank_ops(m, R, n, &n_logits);
     } while (graph && !backend_graph_end(be));
     if (st || R->rank != 0) return st;
-    // Segments that take the argmax get it from the backend; the logits go to the host unless
-    // every segment does.
-    int argmax_segs = 0;
-    for (int i = 0; i < n_segs; i++) argmax_segs += m->call.segs[i].argmax != NULL;
-    if (argmax_segs) {
-        backend_argmax(be, m->argmax, R->s.logits, n_logits, c->vocab_size);
-        for (int i = 0, row = 0; i < n_segs; row += seg_logits(&m->call.segs[i]), i++)
-            if (m->call.segs[i].argmax)
-                memcpy(m->call.segs[i].argmax, m->argmax + row, sizeof(int) * (size_t)seg_logits(&m->call.segs[i]));
+    // Segments that take ids get them from the backend (the others' rows greedy, unread); the
+    // logits go to the host unless every segment does.
+    int sampled_segs = 0, drawn = 0;
+    for (int i = 0, row = 0; i < n_segs; row += seg_logits(&m->call.segs[i]), i++) {
+        const llama_segment *sg = &m->call.segs[i];
+        const int draws = sg->sampled && sg->temperature;
+        sampled_segs += sg->sampled != NULL, drawn |= draws;
+        for (int j = 0; j < seg_logits(sg); j++)
+            m->temperature[row + j] = draws ? sg->temperature[j] : 0, m->unit[row + j] = draws ? sg->unit[j] : 0;
     }
-    if (argmax_segs < n_segs) backend_to_host(be, m->call.logits, R->s.logits, (int64_t)n_logits * c->vocab_size);
+    if (sampled_segs) {
+        backend_sample(be, m->sampled, R->s.logits, n_logits, c->vocab_size, drawn ? m->temperature : NULL,
+                       drawn ? m->unit : NULL);
+        for (int i = 0, row = 0; i < n_segs; row += seg_logits(&m->call.segs[i]), i++)
+            if (m->call.segs[i].sampled)
+                memcpy(m->call.segs[i].sampled, m->sampled + row, sizeof(int) * (size_t)seg_logits(&m->call.segs[i]));
+    }
+    if (sampled_segs < n_segs) backend_to_host(be, m->call.logits, R->s.logits, (int64_t)n_logits * c->vocab_size);
     return BURST_OK;
 }
 
@@ -930,8 +939,10 @@ burst_status llama_forward(llama_model *m, const llama_segment *segs, int n_segs
     for (int i = 0; i < n_segs; i++) {
         if (segs[i].all_rows && !rows)
             return BURST_FAIL(err, BURST_ERR_INVALID, "segment %d wants every row's logits but there is no rows callback", i);
-        if (!segs[i].argmax && !logits)
+        if (!segs[i].sampled && !logits)
             return BURST_FAIL(err, BURST_ERR_INVALID, "segment %d wants its logits but there is no logits buffer", i);
+        if (segs[i].temperature && (!segs[i].sampled || !segs[i].unit))
+            return BURST_FAIL(err, BURST_ERR_INVALID, "segment %d has temperatures but no ids or units", i);
     }
     if (m->cl) {
         int32_t *cmd = burst_malloc(sizeof(int32_t) * (size_t)(3 + 4 * n_segs + n)), *seg = cmd + 3;

@@ -52,10 +52,13 @@ typedef struct {
     int n;        // tokens, appended after the slot's current length
     int all_rows; // 1: the logits of every one of its tokens also go to llama_forward's rows callback
     int n_logits; // logits of its last n_logits tokens go to llama_forward's logits (0: 1, the last)
-    // Not NULL: the index of the largest logit of each of those rows (the first of equal ones) goes
-    // here, computed where the logits are (greedy sampling on the GPU: 4 bytes back a row). When
-    // every segment has one, the logits stay there: llama_forward's logits may be NULL.
-    int *argmax;
+    // Not NULL: a token id drawn from each of those rows goes here, drawn where the logits are
+    // (backend_sample; on a GPU 4 bytes back a row): the first largest logit where temperature is
+    // NULL, else row j's at temperature[j] with unit[j] (model/sampler.h's sampler_pick_unfiltered;
+    // temperature[j] <= 0: greedy). When every segment has one, the logits stay there:
+    // llama_forward's logits may be NULL.
+    int *sampled;
+    const float *temperature, *unit;
 } llama_segment;
 
 // Receives the logits of tokens row0 .. row0 + n_rows - 1 of segment seg (one with all_rows):
@@ -79,7 +82,7 @@ int llama_max_logits(const llama_model *m);        // rows of logits one llama_f
 // Runs the segments' tokens (concatenated in segment order) and writes the logits of each
 // segment's last n_logits tokens, in token order, to logits on the host: (n_segs, vocab) when
 // every n_logits is 0 or 1, at most llama_max_logits rows in all (not when every segment takes
-// its argmax instead). Segments with all_rows also hand every token's logits to rows (NULL when
+// its ids instead). Segments with all_rows also hand every token's logits to rows (NULL when
 // no segment asks). Fails without side effects if a slot would overflow ctx or the batch exceeds
 // max_batch.
 burst_status llama_forward(llama_model *m, const llama_segment *segs, int n_segs, const int *tokens,

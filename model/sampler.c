@@ -73,24 +73,50 @@ static const float *adjust(sampler *s, const float *logits) {
     return x;
 }
 
+// cand[i] = (exp((logits[i] - max) / temperature), i) for i < n; returns their sum, added in id order.
+static float candidates(const float *logits, int n, float temperature, struct sampler_cand *cand) {
+    float max = logits[argmax(logits, n)], sum = 0;
+    for (int i = 0; i < n; i++) {
+        float e = expf((logits[i] - max) / temperature);
+        cand[i] = (struct sampler_cand){e, i};
+        sum += e;
+    }
+    return sum;
+}
+
+// The id of the bucket that r falls in, the kept candidates' probs laid end to end in order; the
+// last one where rounding left r just past them.
+static int walk(const struct sampler_cand *cand, int keep, float r) {
+    float acc = 0;
+    for (int i = 0; i < keep; i++) {
+        acc += cand[i].prob;
+        if (r < acc) return cand[i].id;
+    }
+    return cand[keep - 1].id;
+}
+
+int sampler_pick_unfiltered(const float *logits, int n, float temperature, float u, struct sampler_cand *scratch) {
+    if (temperature <= 0) return argmax(logits, n);
+    return walk(scratch, n, u * candidates(logits, n, temperature, scratch));
+}
+
+static int filters(const sampler *s) {
+    return (s->p.top_k > 0 && s->p.top_k < s->vocab) || s->p.top_p < 1.0f || s->p.min_p > 0;
+}
+
 static int pick(sampler *s, const float *logits) {
     int n = s->vocab;
     if (s->p.temperature <= 0) return argmax(logits, n);
-    float max = logits[argmax(logits, n)], sum = 0;
-    for (int i = 0; i < n; i++) {
-        float e = expf((logits[i] - max) / s->p.temperature);
-        s->cand[i] = (struct sampler_cand){e, i};
-        sum += e;
-    }
+    if (!filters(s)) return sampler_pick_unfiltered(logits, n, s->p.temperature, random_unit(s), s->cand);
+    float sum = candidates(logits, n, s->p.temperature, s->cand);
     int keep = n;
-    int filter = (s->p.top_k > 0 && s->p.top_k < n) || s->p.top_p < 1.0f || s->p.min_p > 0;
     // The filters keep a prefix of the candidates sorted most likely first. Sorting all of them
     // (about 5 ms for 32000) would cost half a 7B decode step on a GPU, so only those at least floor
     // times as likely as the most likely (whose prob is 1) are sorted, for the first floor (min_p,
     // else 0.1, down by 10x) under which they hold the prefix: min_p's at once, top_k's within
     // them, top_p's when their mass reaches it (counted first, sorted only then). Floor 0 is the
     // last: NaN logits (a broken model) are never kept, and must not loop forever.
-    for (float floor = s->p.min_p > 0 ? s->p.min_p : 0.1f; filter; floor = floor > 1e-9f ? floor * 0.1f : 0) {
+    for (float floor = s->p.min_p > 0 ? s->p.min_p : 0.1f;; floor = floor > 1e-9f ? floor * 0.1f : 0) {
         int m = 0;
         float held = 0;
         for (int i = 0; i < n; i++)
@@ -109,17 +135,10 @@ static int pick(sampler *s, const float *logits) {
         }
         if (whole) break;
     }
-    if (filter) {
-        if (keep < 1) keep = 1; // every prob NaN: any id will do
-        sum = 0;
-        for (int i = 0; i < keep; i++) sum += s->cand[i].prob;
-    }
-    float r = random_unit(s) * sum, acc = 0;
-    for (int i = 0; i < keep; i++) {
-        acc += s->cand[i].prob;
-        if (r < acc) return s->cand[i].id;
-    }
-    return s->cand[keep - 1].id; // rounding left r just past the last bucket
+    if (keep < 1) keep = 1; // every prob NaN: any id will do
+    sum = 0;
+    for (int i = 0; i < keep; i++) sum += s->cand[i].prob;
+    return walk(s->cand, keep, random_unit(s) * sum);
 }
 
 int sampler_sample(sampler *s, const float *logits) {
@@ -129,6 +148,17 @@ int sampler_sample(sampler *s, const float *logits) {
 }
 
 int sampler_greedy(const sampler *s) { return s->p.temperature <= 0 && !s->adjusted; }
+
+int sampler_unfiltered(const sampler *s) { return !s->adjusted && (s->p.temperature <= 0 || !filters(s)); }
+
+void sampler_peek_units(const sampler *s, int n, float *out) {
+    sampler t = *s; // (a copy of the generator; nothing else of it is touched)
+    for (int i = 0; i < n; i++) out[i] = t.p.temperature > 0 ? random_unit(&t) : 0;
+}
+
+void sampler_skip(sampler *s) {
+    if (s->p.temperature > 0) random_unit(s);
+}
 
 void sampler_logprobs(const float *logits, int vocab, int id, int n_top, sampled_logprobs *out) {
     BURST_ASSERT(n_top >= 0 && n_top <= SAMPLER_MAX_TOP_LOGPROBS && "sampler_logprobs: n_top out of range");

@@ -40,8 +40,23 @@ void sampler_free(sampler *s);
 // logits (vocab) is only read.
 int sampler_sample(sampler *s, const float *logits);
 // Whether sampler_sample is the first largest logit and nothing else (temperature 0, no bias, no
-// penalties): the caller may then take that index from where the logits are (backend_argmax).
+// penalties).
 int sampler_greedy(const sampler *s);
+
+// Sampling where the logits are (backend_sample on a GPU: 4 bytes back a row instead of the row).
+// sampler_unfiltered: whether sampler_sample draws from the logits as they are, greedy or at a
+// temperature with no top_k, top_p or min_p, and no bias or penalty: then its token is
+// sampler_pick_unfiltered of the logits at its temperature with the unit its generator draws
+// next. sampler_peek_units gives the next n of those units without drawing them (0 for greedy),
+// one a token in turn; sampler_skip draws one, for a token taken from elsewhere.
+int sampler_unfiltered(const sampler *s);
+void sampler_peek_units(const sampler *s, int n, float *out);
+void sampler_skip(sampler *s);
+// Greedy (temperature <= 0): the first largest logit. Else the bucket that u (in [0, 1)) times
+// the sum of exp((logit - max) / temperature) falls in, the buckets in id order (sums in float,
+// in id order; the last id where rounding leaves it past them). scratch: n entries. Any id in
+// range for NaN logits.
+int sampler_pick_unfiltered(const float *logits, int n, float temperature, float u, struct sampler_cand *scratch);
 
 enum { SAMPLER_MAX_TOP_LOGPROBS = 20 }; // OpenAI's limit on top_logprobs
 

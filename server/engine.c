@@ -66,7 +66,8 @@ struct engine {
     engine_seq *seq;        // (n_slots)
     slot_tokens *held;      // (n_slots) what each slot's K/V cache holds
     float *logits;          // (llama_max_logits, vocab)
-    int *argmax;            // (llama_max_logits) the argmax of the rows of segments that take it
+    int *sampled;           // (llama_max_logits) the ids drawn where the logits are, of segments that take them
+    float *temperature, *unit; // (llama_max_logits each) their draws' arguments (llama_segment)
     llama_segment *segs;    // (n_slots)
     int *seg_seq;           // (n_slots) the slot of each segment
     int *seg_row;           // (n_slots) the first row of each segment's logits
@@ -369,12 +370,14 @@ static void hold_tokens(engine *e, int n_segs) {
     }
 }
 
-// Samples the next token of slot s from its logits row, or takes the row's argmax where the model
-// gave it instead (argmax_samples); reads nothing of the engine that another slot's sampling
-// writes, so the slots may sample side by side.
-static presampled presample(engine *e, int s, const float *logits, const int *argmax) {
+// Samples the next token of slot s from its logits row, or takes the id the model drew from the
+// row where the logits are (sampled_there; the sampler's generator moves on as if it had drawn
+// it); reads nothing of the engine that another slot's sampling writes, so the slots may sample
+// side by side.
+static presampled presample(engine *e, int s, const float *logits, const int *sampled) {
     engine_seq *q = &e->seq[s];
-    presampled p = {.id = argmax ? *argmax : sampler_sample(&q->smp, logits)};
+    presampled p = {.id = sampled ? *sampled : sampler_sample(&q->smp, logits)};
+    if (sampled) sampler_skip(&q->smp);
     if (q->req->logprobs) // of the raw logits, as vLLM's default (sampler_sample only read them)
         sampler_logprobs(logits, e->vocab, p.id, q->req->top_logprobs, &p.lp);
     return p;
@@ -420,8 +423,8 @@ static int seq_take(engine *e, int s, const presampled *p) {
     return id;
 }
 
-static int seq_sample(engine *e, int s, const float *logits, const int *argmax) {
-    presampled p = presample(e, s, logits, argmax);
+static int seq_sample(engine *e, int s, const float *logits, const int *sampled) {
+    presampled p = presample(e, s, logits, sampled);
     return seq_take(e, s, &p);
 }
 
@@ -434,8 +437,8 @@ static void seq_decode(engine *e, int i, const float *rows) {
     int base = h->len - n; // what the slot held before this step
     for (;; j++) {
         h->len = base + j + 1; // the K/V that stand while row j is sampled: through fed token j
-        const int *argmax = e->segs[i].argmax ? e->segs[i].argmax + j : NULL;
-        int id = j ? seq_sample(e, s, rows + (int64_t)j * e->vocab, argmax) : seq_take(e, s, &e->pre[i]);
+        const int *sampled = e->segs[i].sampled ? e->segs[i].sampled + j : NULL;
+        int id = j ? seq_sample(e, s, rows + (int64_t)j * e->vocab, sampled) : seq_take(e, s, &e->pre[i]);
         if (!e->seq[s].req || j + 1 == n || id != h->tokens[base + j + 1]) break;
     }
     if (llama_slot_len(e->model, s) > h->len) llama_slot_truncate(e->model, s, h->len);
@@ -504,10 +507,22 @@ static int draft(engine *e, int s, int room, int *out) {
     return draft_lookup(h->tokens, h->len + 1, most, out);
 }
 
-// Whether slot s's tokens may come from its rows' argmax, computed where the logits are (on a GPU:
-// 4 bytes back a row instead of the row; a step whose rows all do brings no logits back): greedy
-// without logit bias or penalties, and no logprobs.
-static int argmax_samples(const engine_seq *q) { return sampler_greedy(&q->smp) && !q->req->logprobs; }
+// Whether slot s's tokens may be drawn where the logits are (backend_sample; on a GPU 4 bytes back a
+// row instead of the row, and a step whose rows all are brings no logits back): greedy or at a
+// temperature alone, without filters, logit bias or penalties (sampler_unfiltered), and no logprobs.
+static int sampled_there(const engine_seq *q) { return sampler_unfiltered(&q->smp) && !q->req->logprobs; }
+
+// Segment seg's rows (from row `row` on, n of them) drawn where the logits are: greedy, or at slot
+// s's temperature with the next n units of its generator, one a row in turn (seq_decode takes the
+// rows in order, and presample moves the generator on by one for each row taken).
+static void sample_there(engine *e, llama_segment *seg, int s, int row, int n) {
+    const sampler *smp = &e->seq[s].smp;
+    seg->sampled = e->sampled + row;
+    if (sampler_greedy(smp)) return;
+    seg->temperature = e->temperature + row, seg->unit = e->unit + row;
+    for (int j = 0; j < n; j++) e->temperature[row + j] = smp->p.temperature;
+    sampler_peek_units(smp, n, e->unit + row);
+}
 
 // Fills e->segs/e->tokens/e->seg_row for one step; returns the number of segments. Decoding
 // requests first, one token each and any drafts; then prompt chunks of at most prefill_chunk
@@ -526,8 +541,8 @@ static int build_batch(engine *e) {
         e->tokens[n_tok] = q->last;
         int k = draft(e, s, room, e->tokens + n_tok + 1); // 0 without --speculate (draft_len 0)
         room -= k;
-        e->segs[n_segs] = (llama_segment){.slot = s, .n = 1 + k, .n_logits = 1 + k,
-                                          .argmax = argmax_samples(q) ? e->argmax + n_rows : NULL};
+        e->segs[n_segs] = (llama_segment){.slot = s, .n = 1 + k, .n_logits = 1 + k};
+        if (sampled_there(q)) sample_there(e, &e->segs[n_segs], s, n_rows, 1 + k);
         e->seg_row[n_segs] = n_rows;
         e->seg_seq[n_segs++] = s;
         n_tok += 1 + k, n_rows += 1 + k;
@@ -552,11 +567,12 @@ static int build_batch(engine *e) {
             break;
         }
         memcpy(e->tokens + n_tok, q->req->prompt + q->n_prefilled, sizeof(int) * (size_t)n);
-        // A chunk that does not end the prompt gives no token; one that does also gives the first
-        // tokens of the request's other choices, each from its own sampler.
-        int by_argmax = n < left || (argmax_samples(q) && q->req->n_choices == 1);
+        // A chunk that does not end the prompt gives no token (its row's greedy id goes unread);
+        // one that does also gives the first tokens of the request's other choices, each from its
+        // own sampler.
         e->segs[n_segs] = (llama_segment){.slot = best, .n = n, .all_rows = q->prompt_lp && left > 1,
-                                          .argmax = by_argmax ? e->argmax + n_rows : NULL};
+                                          .sampled = n < left ? e->sampled + n_rows : NULL};
+        if (n == left && sampled_there(q) && q->req->n_choices == 1) sample_there(e, &e->segs[n_segs], best, n_rows, 1);
         e->seg_row[n_segs] = n_rows++;
         e->seg_seq[n_segs++] = best;
         n_tok += n;
@@ -656,7 +672,7 @@ static void presample_all(engine *e, int n_segs) {
     #pragma omp parallel for num_threads(e->threads < n ? e->threads : n) schedule(dynamic) if (n > 1)
     for (int i = 0; i < n_segs; i++)
         e->pre[i] = samples(e, i) ? presample(e, e->seg_seq[i], e->logits + (int64_t)e->seg_row[i] * e->vocab,
-                                              e->segs[i].argmax)
+                                              e->segs[i].sampled)
                                   : (presampled){.id = -1};
 }
 
@@ -718,7 +734,9 @@ burst_status engine_start(llama_model *m, const tokenizer *tok, metrics *met, co
     e->seq = burst_calloc((size_t)e->n_slots, sizeof *e->seq);
     e->held = burst_calloc((size_t)e->n_slots, sizeof *e->held);
     e->logits = burst_malloc(sizeof(float) * (size_t)llama_max_logits(m) * (size_t)e->vocab);
-    e->argmax = burst_malloc(sizeof(int) * (size_t)llama_max_logits(m));
+    e->sampled = burst_malloc(sizeof(int) * (size_t)llama_max_logits(m));
+    e->temperature = burst_malloc(sizeof(float) * (size_t)llama_max_logits(m));
+    e->unit = burst_malloc(sizeof(float) * (size_t)llama_max_logits(m));
     e->segs = burst_malloc(sizeof *e->segs * (size_t)e->n_slots);
     e->seg_seq = burst_malloc(sizeof(int) * (size_t)e->n_slots);
     e->seg_row = burst_malloc(sizeof(int) * (size_t)e->n_slots);
@@ -769,7 +787,7 @@ void engine_free(engine *e) {
     free(e->seg_seq);
     free(e->segs);
     free(e->logits);
-    free(e->argmax);
+    free(e->sampled), free(e->temperature), free(e->unit);
     for (int s = 0; s < e->n_slots; s++) free(e->held[s].tokens);
     free(e->held);
     free(e->seq);

@@ -13,5 +13,5 @@ burst_test(test_backend_cpu SOURCES test_backend_cpu.c LIBS burst_model LABELS m
 # Again without AMX, so that the float32 GEMM stays tested on CPUs that have it.
 add_test(NAME test_backend_cpu_no_amx COMMAND test_backend_cpu)
 set_tests_properties(test_backend_cpu_no_amx PROPERTIES LABELS model ENVIRONMENT BURST_AMX=0)
-burst_test(test_forward_argmax SOURCES test_forward_argmax.c LIBS burst_model LABELS model)
+burst_test(test_forward_sampled SOURCES test_forward_sampled.c LIBS burst_model LABELS model)
 burst_test(test_sampler SOURCES test_sampler.c LIBS burst_model LABELS model)

@@ -14,6 +14,7 @@
 #include "common/amx.h"
 #include "model/backend.h"
 #include "model/matmul_cpu.h"
+#include "model/sampler.h"
 #include "tests/test_util.h"
 
 // float32 results: sums in another order than float64's over up to 600 terms.
@@ -399,9 +400,10 @@ static void test_rope(burst_backend *be) {
     for (size_t i = 0; i < sizeof seq / sizeof seq[0]; i++) check_rope(be, seq[i].pos, n, 2, 1, 128, &params[seq[i].p], seq[i].what);
 }
 
-// backend_argmax against a plain scan on test_fill_argmax_rows' rows (ties, a row of -INFINITY:
-// index 0, one whose largest value is its last).
-static void test_argmax(burst_backend *be) {
+// backend_sample, greedy, against a plain scan on test_fill_argmax_rows' rows (ties, a row of
+// -INFINITY: index 0, one whose largest value is its last); at temperatures (every other row
+// greedy), against model/sampler.h's draw of each row with its unit.
+static void test_sample(burst_backend *be) {
     static const int rows_of[] = {1, 7, 70};
     static const int64_t cols_of[] = {1, 5, 32000};
     for (int ri = 0; ri < 3; ri++)
@@ -412,7 +414,7 @@ static void test_argmax(burst_backend *be) {
             test_fill_argmax_rows(x, rows, cols);
             int *got = burst_malloc(sizeof(int) * (size_t)(rows + 1)), want_ok = 1;
             got[rows] = -7; // a guard
-            backend_argmax(be, got, x, rows, cols);
+            backend_sample(be, got, x, rows, cols, NULL, NULL);
             for (int r = 0; r < rows; r++) {
                 int64_t best = 0;
                 for (int64_t j = 0; j < cols; j++)
@@ -422,8 +424,20 @@ static void test_argmax(burst_backend *be) {
                     want_ok = 0;
                 }
             }
+            float *temperature = burst_malloc(sizeof(float) * (size_t)rows), *unit = burst_malloc(sizeof(float) * (size_t)rows);
+            for (int r = 0; r < rows; r++) temperature[r] = r % 2 ? test_uniform(0.2f, 2) : 0, unit[r] = test_uniform(0, 1);
+            backend_sample(be, got, x, rows, cols, temperature, unit);
+            struct sampler_cand *scratch = burst_malloc(sizeof *scratch * (size_t)cols);
+            for (int r = 0; r < rows; r++) {
+                const int want = sampler_pick_unfiltered(x + r * cols, (int)cols, temperature[r], unit[r], scratch);
+                if (got[r] != want) {
+                    if (want_ok) printf("  drawn row %d (T %g, u %g): got %d want %d\n", r, temperature[r], unit[r], got[r], want);
+                    want_ok = 0;
+                }
+            }
+            free(scratch), free(temperature), free(unit);
             want_ok &= got[rows] == -7;
-            printf("%s argmax rows=%d cols=%lld\n", want_ok ? "ok  " : "FAIL", rows, (long long)cols);
+            printf("%s sample rows=%d cols=%lld: greedy, and drawn at temperatures\n", want_ok ? "ok  " : "FAIL", rows, (long long)cols);
             check(want_ok);
             free(x), free(got);
         }
@@ -484,7 +498,7 @@ int main(void) {
     test_matmul_swiglu(be, 0);
     test_matmul_swiglu(be, 1);
     test_rope(be);
-    test_argmax(be);
+    test_sample(be);
     test_attention_transient(be);
     backend_free(be);
     printf("%d failures\n", failures);

@@ -680,9 +680,23 @@ static void test_merge(const backends *B) {
     }
 }
 
-// backend_argmax against the CPU's on test_fill_argmax_rows' rows (ties, a row of -INFINITY, one
-// whose largest value is its last).
-static void test_argmax(const backends *B) {
+// Whether id is a draw of unit u from row x (cols) at temperature t > 0 up to float sums: u times
+// the float64 sum of exp((x - max) / t) falls in id's bucket, the buckets in id order, widened by
+// 1e-5 of the sum either way.
+static int draw_fits(const float *x, int64_t cols, float t, float u, int id) {
+    double max = -INFINITY, total = 0, before = 0;
+    for (int64_t j = 0; j < cols; j++) max = x[j] > max ? x[j] : max;
+    for (int64_t j = 0; j < cols; j++) total += exp(((double)x[j] - max) / t);
+    for (int64_t j = 0; j < id; j++) before += exp(((double)x[j] - max) / t);
+    const double r = (double)u * total, tol = 1e-5 * total, mine = exp(((double)x[id] - max) / t);
+    return id >= 0 && id < cols && r >= before - tol && r <= before + mine + tol;
+}
+
+// backend_sample against the CPU's. Greedy (temperature NULL) on test_fill_argmax_rows' rows (ties,
+// a row of -INFINITY, one whose largest value is its last): the CPU's indices. At temperatures
+// (every third row greedy) on bell-shaped logits, units from 0 to under 1: every id a draw of its
+// unit (draw_fits), and at most one row in 20 other than the CPU's (whose sums run in another order).
+static void test_sample(const backends *B) {
     static const int rows_of[] = {1, 7, 70};
     static const int64_t cols_of[] = {1, 37, 32000};
     for (int ri = 0; ri < 3; ri++)
@@ -693,14 +707,35 @@ static void test_argmax(const backends *B) {
             test_fill_argmax_rows(x, rows, cols);
             float *d = dev_upload(x, n);
             int *want = calloc((size_t)rows, sizeof(int)), *got = calloc((size_t)rows, sizeof(int));
-            backend_argmax(B->cpu, want, x, rows, cols);
-            backend_argmax(B->gpu, got, d, rows, cols);
+            backend_sample(B->cpu, want, x, rows, cols, NULL, NULL);
+            backend_sample(B->gpu, got, d, rows, cols, NULL, NULL);
             int ok = memcmp(got, want, sizeof(int) * (size_t)rows) == 0;
-            printf("%s argmax rows=%d cols=%lld: %s\n", ok ? "ok  " : "FAIL", rows, (long long)cols,
+            printf("%s sample greedy rows=%d cols=%lld: %s\n", ok ? "ok  " : "FAIL", rows, (long long)cols,
                    ok ? "the CPU's indices" : "indices differ from the CPU's");
             check(ok);
             CUDA_CHECK(cudaFree(d));
-            free(x), free(want), free(got);
+            float *temperature = calloc((size_t)rows, sizeof(float)), *unit = calloc((size_t)rows, sizeof(float));
+            for (int64_t i = 0; i < n; i++) x[i] = 3 * (test_uniform(-1, 1) + test_uniform(-1, 1) + test_uniform(-1, 1));
+            for (int r = 0; r < rows; r++)
+                temperature[r] = r % 3 ? test_uniform(0.2f, 2) : 0, unit[r] = r == 1 ? 0 : r == 2 ? 0.99999994f : test_uniform(0, 1);
+            d = dev_upload(x, n);
+            backend_sample(B->cpu, want, x, rows, cols, temperature, unit);
+            backend_sample(B->gpu, got, d, rows, cols, temperature, unit);
+            int fit = 1, other = 0;
+            for (int r = 0; r < rows; r++) {
+                const int same = got[r] == want[r];
+                other += !same;
+                if (!same && (temperature[r] <= 0 || !draw_fits(x + r * cols, cols, temperature[r], unit[r], got[r]))) {
+                    if (fit) printf("  row %d (T %g, u %.8f): id %d, the CPU's %d\n", r, temperature[r], unit[r], got[r], want[r]);
+                    fit = 0;
+                }
+            }
+            ok = fit && other * 20 <= rows;
+            printf("%s sample drawn rows=%d cols=%lld: %d of the ids other than the CPU's, %s\n", ok ? "ok  " : "FAIL", rows,
+                   (long long)cols, other, fit ? "all draws of their units" : "some not draws of their units");
+            check(ok);
+            CUDA_CHECK(cudaFree(d));
+            free(x), free(want), free(got), free(temperature), free(unit);
         }
 }
 
@@ -811,7 +846,7 @@ int main(void) {
         test_convert(&B);
         test_attention(&B);
         test_merge(&B);
-        test_argmax(&B);
+        test_sample(&B);
         for (int batched = 0; batched < 2; batched++) {
             backends Bb = B;
             setenv("BURST_BATCHED_DECODE", batched ? "1" : "0", 1);

@@ -61,6 +61,7 @@ int main(void) {
                        min_ps[] = {0, 0, 0.01f, 0.05f, 0.3f}, scales[] = {0.1f, 1, 3, 10};
     float *logits = malloc(sizeof(float) * 32000);
     cand *c = malloc(sizeof(cand) * 32000);
+    struct sampler_cand *scratch = malloc(sizeof *scratch * 32000);
     int failures = 0, cases = 0;
     for (int vi = 0; vi < 5; vi++)
         for (int round = 0; round < (vi == 4 ? 40 : 150); round++) {
@@ -77,20 +78,32 @@ int main(void) {
                 if (infs && test_rand_u64() % 3 == 0) logits[i] = -INFINITY;
             }
             logits[test_rand_u64() % n] = 2 * scale; // finite somewhere
-            sampler s;
+            sampler s, skipping;
             sampler_init(&s, &p, n);
+            sampler_init(&skipping, &p, n);
+            // Unfiltered, the draws are sampler_pick_unfiltered's with the units peeked before
+            // them, and a sampler that skips a draw then samples gives the next.
+            const int unfiltered = p.top_p >= 1.0f && (p.top_k == 0 || p.top_k >= n) && p.min_p <= 0;
+            float units[12];
+            sampler_peek_units(&s, 12, units);
+            if (sampler_unfiltered(&s) != unfiltered) failures++, printf("FAIL sampler_unfiltered: want %d\n", unfiltered);
             uint64_t state = p.seed;
             for (int draw = 0; draw < 12; draw++) {
                 int got = sampler_sample(&s, logits), want = reference(&p, &state, logits, n, c);
-                if (got != want) {
+                int picked = unfiltered ? sampler_pick_unfiltered(logits, n, p.temperature, units[draw], scratch) : got;
+                int skipped = got;
+                if (draw % 2 == 0) sampler_skip(&skipping); // (then the odd draws are compared)
+                else skipped = sampler_sample(&skipping, logits);
+                if (got != want || picked != want || skipped != want) {
                     if (failures++ < 10)
                         printf("FAIL vocab %d T %g top_p %g top_k %d min_p %g scale %g ties %d -inf %d, draw %d: "
-                               "id %d, want %d\n", n, p.temperature, p.top_p, p.top_k, p.min_p, scale, ties, infs, draw,
-                               got, want);
+                               "id %d (unfiltered pick %d, after skips %d), want %d\n", n, p.temperature, p.top_p, p.top_k,
+                               p.min_p, scale, ties, infs, draw, got, picked, skipped, want);
                     break;
                 }
             }
             sampler_free(&s);
+            sampler_free(&skipping);
             cases++;
         }
     // NaN logits (a broken model): an id in range, whatever the filters.
@@ -105,6 +118,6 @@ int main(void) {
         if (id < 0 || id >= 300) failures++, printf("FAIL NaN logits (%s): id %d\n", all ? "all" : "half", id);
     }
     printf("%s: %d cases of 12 draws, %d failed\n", failures ? "FAIL" : "ok", cases, failures);
-    free(logits), free(c);
+    free(logits), free(c), free(scratch);
     return failures != 0;
 }

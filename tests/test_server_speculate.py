@@ -4,7 +4,8 @@ a daemon without it gives:
 - greedy text, and logprobs within 1e-4 (the drafts' rows are computed in one batch, so float32
   rounding may differ), for several prompts, one at a time and four at once, whole and streamed;
 - sampled text with a seed (temperature, top_p, penalties): each token takes the same random
-  draw as it would at a step of its own;
+  draw as it would at a step of its own; at a temperature alone also where the model draws it
+  (backend_sample), where the text must be what the host's draws give;
 - stop strings, max_tokens of 1 to 3 (no drafts past the end), n = 2 choices, and a context
   that ends the completion (no drafts past it);
 - the next turn of a chat, whose prompt reuses the slot's K/V: drafts the model refused must
@@ -82,6 +83,15 @@ def run(ranks):
             same(f"{tag}: max_tokens {n}", complete(d, STORY, max_tokens=n), complete(ref, STORY, max_tokens=n))
         same(f"{tag}: n = 2 choices, sampled", complete(d, STORY, n=2, temperature=1, seed=3),
              complete(ref, STORY, n=2, temperature=1, seed=3))
+        # A temperature alone, without logprobs, is drawn where the logits are (backend_sample)
+        # with the units the seed's generator gives, a drafted row's only if it is taken; with
+        # logprobs the host draws from the same logits with its generator: the same text.
+        for seed in (5, 6):
+            alone = {"temperature": 0.9, "seed": seed, "logprobs": None}
+            same(f"{tag}: temperature alone (seed {seed}), drawn where the logits are", complete(d, STORY, **alone),
+                 complete(ref, STORY, **alone), logprobs=False)
+            same(f"{tag}: temperature alone (seed {seed}): the host's draws give the same text",
+                 complete(ref, STORY, **alone), complete(ref, STORY, temperature=0.9, seed=seed), logprobs=False)
 
         # The next turn reuses the slot's K/V (prefix cache) up to the answer's last token.
         turn1 = complete(d, STORY, max_tokens=40)

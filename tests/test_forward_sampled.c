@@ -1,12 +1,14 @@
-// llama_segment.argmax on the real stories260K model, on 1 and 3 ranks: a decode step of three
-// sequences (one with two rows, as a draft makes) gives, when every segment asks for the argmax,
-// the first largest logit of each row the same step gave with its logits; a step where some
-// segments ask and others do not gives both, the logits unchanged. A call with no logits buffer
-// for a segment that wants its logits fails with BURST_ERR_INVALID and changes nothing: the next
-// step gives what it would have.
+// llama_segment.sampled on the real stories260K model, on 1 and 3 ranks: a decode step of three
+// sequences (one with two rows, as a draft makes) gives, when every segment asks for ids, the
+// first largest logit of each row the same step gave with its logits; at temperatures (one
+// segment greedy, the others drawn with given units), model/sampler.h's draw from those logits;
+// a step where some segments ask and others do not gives both, the logits unchanged. A call with
+// no logits buffer for a segment that wants its logits fails with BURST_ERR_INVALID and changes
+// nothing: the next step gives what it would have.
 #include <string.h>
 
 #include "model/llama.h"
+#include "model/sampler.h"
 #include "test_util.h"
 
 enum { SEGS = 3, ROWS = 4, CTX = 128 };
@@ -25,15 +27,24 @@ static int first_largest(const float *row, int n) {
     return best;
 }
 
-// One step after the prompts: slots 0 and 2 decode one token, slot 1 two; argmax_of says which
-// segments take the argmax (into ids, at their rows). Then every slot is cut back to `len`.
-static burst_status step(llama_model *m, const int64_t *len, int argmax_of, float *logits, int *ids,
+// The rows' temperatures and units where segments 1 and 2 draw (segment 0 greedy), and the first
+// row of each segment.
+static const float TEMPERATURE[ROWS] = {0, 0.8f, 0.8f, 1.3f}, UNIT[ROWS] = {0, 0.3f, 0.9f, 0.55f};
+static const int ROW_OF[SEGS] = {0, 1, 3};
+
+// One step after the prompts: slots 0 and 2 decode one token, slot 1 two; ids_of says which
+// segments take ids (into ids, at their rows), drawn that segments 1 and 2 draw theirs at
+// TEMPERATURE with UNIT. Then every slot is cut back to `len`.
+static burst_status step(llama_model *m, const int64_t *len, int ids_of, int drawn, float *logits, int *ids,
                          burst_error *err) {
     static const int tokens[ROWS] = {5, 9, 11, 17};
     llama_segment segs[SEGS];
-    for (int i = 0, row = 0; i < SEGS; row += segs[i].n_logits, i++)
+    for (int i = 0; i < SEGS; i++) {
+        const int row = ROW_OF[i];
         segs[i] = (llama_segment){.slot = i, .n = i == 1 ? 2 : 1, .n_logits = i == 1 ? 2 : 1,
-                                  .argmax = argmax_of >> i & 1 ? ids + row : NULL};
+                                  .sampled = ids_of >> i & 1 ? ids + row : NULL};
+        if (drawn && i > 0) segs[i].temperature = TEMPERATURE + row, segs[i].unit = UNIT + row;
+    }
     burst_status st = llama_forward(m, segs, SEGS, tokens, logits, NULL, NULL, err);
     for (int i = 0; i < SEGS; i++) llama_slot_truncate(m, i, len[i]);
     return st;
@@ -57,29 +68,40 @@ static void run(int ranks) {
         if (llama_prefill(m, i, prompt, 7 + i, 0, want, &err)) printf("FAIL prefill: %s\n", err.msg), failures++;
         len[i] = llama_slot_len(m, i);
     }
-    int ids[ROWS], mixed[ROWS], want_ids[ROWS];
+    int ids[ROWS], mixed[ROWS], want_ids[ROWS], want_drawn[ROWS];
     char what[768];
-    step(m, len, 0, want, NULL, &err);
-    for (int r = 0; r < ROWS; r++) want_ids[r] = first_largest(want + (int64_t)r * vocab, vocab);
+    step(m, len, 0, 0, want, NULL, &err);
+    struct sampler_cand *scratch = burst_malloc(sizeof *scratch * (size_t)vocab);
+    for (int r = 0; r < ROWS; r++) {
+        want_ids[r] = first_largest(want + (int64_t)r * vocab, vocab);
+        want_drawn[r] = sampler_pick_unfiltered(want + (int64_t)r * vocab, vocab, TEMPERATURE[r], UNIT[r], scratch);
+    }
+    free(scratch);
 
-    burst_status st = step(m, len, 7, NULL, ids, &err); // every segment: no logits buffer at all
+    burst_status st = step(m, len, 7, 0, NULL, ids, &err); // every segment: no logits buffer at all
     snprintf(what, sizeof what, "G=%d every segment's argmax, no logits buffer: the first largest logit of each row", ranks);
     check(st == BURST_OK && !memcmp(ids, want_ids, sizeof ids), what);
 
+    st = step(m, len, 7, 1, NULL, ids, &err);
+    snprintf(what, sizeof what, "G=%d segments 1 and 2 drawn at temperatures 0.8 and 1.3, 0 greedy: the sampler's ids "
+             "%d %d %d %d (greedy %d %d %d %d)", ranks, want_drawn[0], want_drawn[1], want_drawn[2], want_drawn[3],
+             want_ids[0], want_ids[1], want_ids[2], want_ids[3]);
+    check(st == BURST_OK && !memcmp(ids, want_drawn, sizeof ids), what);
+
     for (int r = 0; r < ROWS; r++) mixed[r] = -1;
     for (int64_t i = 0; i < ROWS * (int64_t)vocab; i++) got[i] = NAN;
-    st = step(m, len, 5, got, mixed, &err); // segments 0 and 2 (rows 0 and 3) take the argmax
+    st = step(m, len, 5, 0, got, mixed, &err); // segments 0 and 2 (rows 0 and 3) take the argmax
     snprintf(what, sizeof what, "G=%d segments 0 and 2 take the argmax, 1 its logits: all rows' logits as before", ranks);
     check(st == BURST_OK && mixed[0] == want_ids[0] && mixed[3] == want_ids[3] && mixed[1] == -1 && mixed[2] == -1 &&
               !memcmp(got, want, sizeof(float) * ROWS * (size_t)vocab),
           what);
 
-    st = step(m, len, 2, NULL, ids, &err); // segments 0 and 2 want logits, and there is no buffer
+    st = step(m, len, 2, 0, NULL, ids, &err); // segments 0 and 2 want logits, and there is no buffer
     snprintf(what, sizeof what, "G=%d no logits buffer for segments that want theirs: refused (%s)", ranks, err.msg);
     check(st == BURST_ERR_INVALID && strstr(err.msg, "segment 0 wants its logits but there is no logits buffer"), what);
     int kept = 1;
     for (int i = 0; i < SEGS; i++) kept &= llama_slot_len(m, i) == len[i];
-    st = step(m, len, 0, got, NULL, &err);
+    st = step(m, len, 0, 0, got, NULL, &err);
     snprintf(what, sizeof what, "G=%d after the refusal: slots as they were, the next step's logits as before", ranks);
     check(kept && st == BURST_OK && !memcmp(got, want, sizeof(float) * ROWS * (size_t)vocab), what);
     free(want), free(got);
