@@ -413,10 +413,11 @@ extern "C" size_t decode_cuda_batch_workspace_floats(const flash_args *calls, in
 // whatever its rows: summed, n calls' worth.
 extern "C" size_t decode_cuda_workspace_bound_floats(int max_rows, int max_calls, int n_heads, int n_kv_heads,
                                                      int head_dim) {
-    if (max_rows <= 0 || max_calls <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads) return 0;
+    if (max_rows <= 0 || max_calls <= 0 || n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads) return 0;
     const int n_sm = sm_count(), group = n_heads / n_kv_heads, nv = vecs_per_block(group);
     const int64_t one_row = splits_to_fill((int64_t)((group + nv - 1) / nv) * n_kv_heads, n_sm);
-    const int64_t by_rows = one_row * n_heads * max_rows, by_calls = (int64_t)2 * BLOCKS_PER_SM * n_sm * MAX_VECS * max_calls;
+    const int64_t by_rows = one_row * n_heads * max_rows;
+    const int64_t by_calls = (int64_t)2 * BLOCKS_PER_SM * n_sm * MAX_VECS * max_calls;
     return (size_t)std::min(by_rows, by_calls) * (size_t)(head_dim + 1);
 }
 

@@ -212,7 +212,8 @@ size_t backend_matmul_transient_bytes(burst_backend *b, int n, int64_t cols) {
 
 size_t backend_attention_transient_bytes(burst_backend *b, int max_rows, int max_calls, int64_t max_keys, int n_heads,
                                          int n_kv_heads, int head_dim, burst_dtype kv_dtype) {
-    BURST_ASSERT(max_rows >= 0 && max_calls >= 0 && max_keys >= 0 && n_heads > 0 && n_kv_heads > 0 && head_dim > 0);
+    BURST_ASSERT(max_rows >= 0 && (max_calls > 0 || max_rows == 0) && max_keys >= 0 && n_heads > 0 && n_kv_heads > 0 &&
+                 head_dim > 0);
     return b->ops->attention_transient
                ? b->ops->attention_transient(b, max_rows, max_calls, max_keys, n_heads, n_kv_heads, head_dim, kv_dtype)
                : 0;

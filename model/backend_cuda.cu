@@ -687,7 +687,8 @@ size_t cuda_matmul_transient(burst_backend *b, int n, int64_t cols) { // (split-
 }
 
 // What cuda_attention's buffers grow to (the memory check at start). The split-KV kernel's
-// workspace, which decode_workspace grows to less than twice the most a step asks. The flash
+// workspace, which decode_workspace grows to less than twice the most a step asks, while a graph
+// being recorded may still hold the one before it (dev_grow): three times that at most. The flash
 // path (bf16 mode, blocks of more than DECODE_CUDA_MAX_ROWS rows, head_dim 64 or 128) keeps Q
 // rounded to bf16 and flash_cudnn its bf16 O, each up to max_rows rows, and K/V rounded to bf16
 // unless the cache holds them so. cuDNN's handle and workspace are not known before the calls:
@@ -697,7 +698,7 @@ size_t cuda_attention_transient(burst_backend *b, int max_rows, int max_calls, i
                                 int n_kv_heads, int head_dim, burst_dtype kv_dtype) {
     const cuda_ctx *c = ctx_of(b); // (selects its device, whose SMs set the split-KV kernel's splits)
     size_t bytes = CUDNN_MARGIN +
-                   2 * sizeof(float) * decode_cuda_workspace_bound_floats(max_rows, max_calls, n_heads, n_kv_heads, head_dim);
+                   3 * sizeof(float) * decode_cuda_workspace_bound_floats(max_rows, max_calls, n_heads, n_kv_heads, head_dim);
     if (c->fp32 || max_rows <= DECODE_CUDA_MAX_ROWS || (head_dim != 64 && head_dim != 128)) return bytes;
     bytes += 2 * (size_t)max_rows * n_heads * head_dim * sizeof(__nv_bfloat16);
     if (kv_dtype != DTYPE_BF16) bytes += 2 * (size_t)max_keys * n_kv_heads * head_dim * sizeof(__nv_bfloat16);

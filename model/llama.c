@@ -285,10 +285,10 @@ static burst_status check_memory(llama_model *m, burst_error *err) {
     for (int i = 0; i < m->n_local; i++) {
         // (the attention's bytes that do not grow with the keys count with --batch's)
         burst_backend *be = m->ranks[i].be;
-        const size_t attn_fixed = backend_attention_transient_bytes(be, m->opt.max_batch, m->opt.n_slots, 0, c->n_heads, c->n_kv_heads,
-                                                                    c->head_dim, m->opt.kv_dtype);
-        attn_part[i] = backend_attention_transient_bytes(be, m->opt.max_batch, m->opt.n_slots, m->shard_cap, c->n_heads, c->n_kv_heads,
-                                                         c->head_dim, m->opt.kv_dtype) - attn_fixed;
+        const size_t attn_fixed = backend_attention_transient_bytes(be, m->opt.max_batch, m->opt.n_slots, 0, c->n_heads,
+                                                                    c->n_kv_heads, c->head_dim, m->opt.kv_dtype);
+        attn_part[i] = backend_attention_transient_bytes(be, m->opt.max_batch, m->opt.n_slots, m->shard_cap, c->n_heads,
+                                                         c->n_kv_heads, c->head_dim, m->opt.kv_dtype) - attn_fixed;
         batch_part[i] = alloc_scratch(m, &m->ranks[i], true) - ring_blocks +
                         backend_matmul_transient_bytes(be, m->opt.max_batch, widest) + attn_fixed;
     }
