@@ -1,20 +1,24 @@
 // Time of one decode step of S sequences at once, each with N tokens of context: the step of a
 // server with S requests generating, on any backend (llama_forward with S one-token segments), with
-// the logits to the host (no sampling), and again with each row's argmax instead (what greedy
-// requests take: llama_segment.sampled). Slot 0 is prefilled once and copied to the others.
+// the logits to the host (no sampling); again with each row's argmax instead (what greedy requests
+// take: llama_segment.sampled); with each row drawn at temperature 0.8 where the logits are (what
+// requests at a temperature alone take); and with the logits to the host and each row drawn there
+// at 0.8 on the threads (what the engine does for filtered sampling, and did for all sampling).
+// Slot 0 is prefilled once and copied to the others.
 //
 //   bench_decode DIR S1,S2,... N [STEPS] [BACKEND] [KV_DTYPE] [THREADS] [RANKS]
 // DIR is a Hugging Face LLaMA directory (tests/make_random_model.py writes one of any shape);
 // BACKEND cpu (default), cpu-bf16, cuda or cuda-fp32; KV_DTYPE f32 (default) or bf16; STEPS 20; RANKS 1 (G:
 // each sequence sharded over G ranks, decode attention merged across them). Prints a table of ms
-// per step and per token, and per step with argmax, each the median of STEPS steps after 3
-// untimed ones.
+// per step and per token, and per step with argmax and with the two draws, each the median of
+// STEPS steps after 3 untimed ones.
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/llama.h"
+#include "model/sampler.h"
 
 static int by_value(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -27,18 +31,33 @@ static void fail(const char *what, const burst_error *err) {
 }
 
 enum { UNTIMED = 3, MAX_STEPS = 1000 };
+enum { LOGITS, ARGMAX, DRAWN_THERE, DRAWN_ON_HOST, MODES };
+static const float TEMPERATURE = 0.8f;
 
 // The median seconds of `steps` decode steps of slots 0..S-1 (each N tokens long, and cut back to
-// N after), their logits to the host or (argmax) only each row's argmax.
-static double median_step(llama_model *m, int S, int N, int steps, int argmax, llama_segment *segs, int *tokens,
-                          float *logits, int *ids) {
+// N after) in the given mode, with temperature and unit (S each) for the draws.
+static double median_step(llama_model *m, int S, int N, int steps, int mode, llama_segment *segs, int *tokens,
+                          float *logits, int *ids, const float *temperature, const float *unit) {
     double t[MAX_STEPS];
     burst_error err;
+    const int vocab = llama_config_of(m)->vocab_size, there = mode == ARGMAX || mode == DRAWN_THERE;
     for (int k = 0; k < UNTIMED + steps; k++) {
-        for (int s = 0; s < S; s++)
-            segs[s] = (llama_segment){.slot = s, .n = 1, .sampled = argmax ? ids + s : NULL}, tokens[s] = 1 + (s + k) % 100;
+        for (int s = 0; s < S; s++) {
+            segs[s] = (llama_segment){.slot = s, .n = 1, .sampled = there ? ids + s : NULL}, tokens[s] = 1 + (s + k) % 100;
+            if (mode == DRAWN_THERE) segs[s].temperature = temperature + s, segs[s].unit = unit + s;
+        }
         double t0 = omp_get_wtime();
-        if (llama_forward(m, segs, S, tokens, argmax ? NULL : logits, NULL, NULL, &err)) fail("decode", &err);
+        if (llama_forward(m, segs, S, tokens, there ? NULL : logits, NULL, NULL, &err)) fail("decode", &err);
+        if (mode == DRAWN_ON_HOST) {
+            #pragma omp parallel
+            {
+                struct sampler_cand *scratch = malloc(sizeof *scratch * (size_t)vocab);
+                #pragma omp for schedule(dynamic)
+                for (int s = 0; s < S; s++)
+                    ids[s] = sampler_pick_unfiltered(logits + (int64_t)s * vocab, vocab, TEMPERATURE, unit[s], scratch);
+                free(scratch);
+            }
+        }
         if (k >= UNTIMED) t[k - UNTIMED] = omp_get_wtime() - t0;
     }
     for (int s = 0; s < S; s++) llama_slot_truncate(m, s, N);
@@ -73,20 +92,25 @@ int main(int argc, char **argv) {
     float *logits = malloc(sizeof(float) * (size_t)most * (size_t)c->vocab_size);
     llama_segment *segs = malloc(sizeof *segs * (size_t)most);
     int *ids = malloc(sizeof(int) * (size_t)most);
+    float *temperature = malloc(sizeof(float) * (size_t)most), *unit = malloc(sizeof(float) * (size_t)most);
+    for (int s = 0; s < most; s++) temperature[s] = TEMPERATURE, unit[s] = (float)((s * 0.618034) - (int)(s * 0.618034));
     for (int i = 0; i < N; i++) tokens[i] = 1 + (7919 * i) % (c->vocab_size - 1);
     if (llama_prefill(m, 0, tokens, N, 0, logits, &err)) fail("prefill", &err);
     printf("bench_decode %s: dim %d, %d layers, vocab %d; context %d, backend %s, KV %s, %d threads, %d ranks\n", argv[1],
            c->dim, c->n_layers, c->vocab_size, N, backend, dtype_name(kv), o.n_threads ? o.n_threads : omp_get_num_procs(),
            o.n_ranks);
-    printf("| sequences | ms per step | ms per token | ms per step, argmax |\n|---|---|---|---|\n");
+    printf("| sequences | ms per step | ms per token | ms per step, argmax | T %.1f drawn there | T %.1f on the host |\n"
+           "|---|---|---|---|---|---|\n", TEMPERATURE, TEMPERATURE);
     for (int l = 0; l < n_list; l++) {
         const int S = slots[l];
         for (int s = 1; s < S; s++) llama_slot_copy(m, s, 0, N);
-        double with_logits = median_step(m, S, N, steps, 0, segs, tokens, logits, ids);
-        double with_argmax = median_step(m, S, N, steps, 1, segs, tokens, logits, ids);
-        printf("| %d | %.3f | %.4f | %.3f |\n", S, 1e3 * with_logits, 1e3 * with_logits / S, 1e3 * with_argmax);
+        double ms[MODES];
+        for (int mode = 0; mode < MODES; mode++)
+            ms[mode] = 1e3 * median_step(m, S, N, steps, mode, segs, tokens, logits, ids, temperature, unit);
+        printf("| %d | %.3f | %.4f | %.3f | %.3f | %.3f |\n", S, ms[LOGITS], ms[LOGITS] / S, ms[ARGMAX], ms[DRAWN_THERE],
+               ms[DRAWN_ON_HOST]);
     }
-    free(tokens), free(logits), free(segs), free(ids);
+    free(tokens), free(logits), free(segs), free(ids), free(temperature), free(unit);
     llama_free(m);
     return 0;
 }
