@@ -143,8 +143,9 @@ void backend_merge(burst_backend *b, const online_softmax_args *calls, int n);
 // the logits live (a GPU hands back 4 bytes a row instead of the row); synchronous. Row r at
 // temperature[r] <= 0 (or temperature NULL: every row) gives the index of its largest value, the
 // first of equal ones; else it draws as model/sampler.h's sampler_pick_unfiltered with unit[r].
-// The CPU's draw is that function's; a GPU's sums run in another order, so at a bucket's edge it
-// may pick a neighbouring id. Rows holding NaN may give any index.
+// The CPU's draw is that function's; a GPU adds by slices of the row (within ~1e-6 of the sum,
+// where a float sum term by term drifts to ~1e-5), so for a few draws in a hundred it picks
+// another id than the host's sampler would, as likely a draw. Rows holding NaN may give any index.
 void backend_sample(burst_backend *b, int *out, const float *x, int rows, int64_t cols, const float *temperature,
                     const float *unit);
 // The ops queued between backend_graph_begin and backend_graph_end (a step of `rows` rows, at

@@ -86,6 +86,7 @@ typedef struct {
     void *host, *dev; // pinned host copy of the last upload, and its device copy
     size_t cap, len;
     cudaEvent_t done; // the last copy out of `host` has finished
+    bool in_graphs;   // graph steps use it (the tokens and positions): recorded graphs must not outlive it
 } upload_buf;
 
 // BURST_PROFILE=1: the GPU time of every op, between two events recorded around its launches,
@@ -299,7 +300,7 @@ const void *upload(cuda_ctx *c, upload_buf *u, const void *src, size_t bytes) {
         CUDA_CHECK(cudaStreamSynchronize(c->stream)); // `dev` may still be read
         CUDA_CHECK(cudaFreeHost(u->host));
         CUDA_CHECK(cudaFree(u->dev));
-        graph_drop_all(c); // recorded steps may read it
+        if (u->in_graphs) graph_drop_all(c); // recorded steps may read it
         CUDA_CHECK(cudaMallocHost(&u->host, bytes));
         CUDA_CHECK(cudaMalloc(&u->dev, bytes));
         u->cap = bytes;
@@ -1419,6 +1420,7 @@ extern "C" burst_status backend_cuda_new(int device, int fp32, burst_backend **o
     // fp32 mode: CUBLAS_COMPUTE_32F under the default math mode never uses TF32.
     CUBLAS_CHECK(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
     for (upload_buf *u : {&c->tokens, &c->pos, &c->sampling}) CUDA_CHECK(cudaEventCreateWithFlags(&u->done, cudaEventDisableTiming));
+    c->tokens.in_graphs = c->pos.in_graphs = true;
     if (prof) c->prof = (profile *)burst_calloc(1, sizeof *c->prof);
     burst_backend *b = (burst_backend *)burst_malloc(sizeof *b);
     *b = (burst_backend){.ops = fp32 ? &cuda_ops_fp32 : &cuda_ops, .ctx = c};

@@ -153,11 +153,12 @@ int sampler_unfiltered(const sampler *s) { return !s->adjusted && (s->p.temperat
 
 void sampler_peek_units(const sampler *s, int n, float *out) {
     sampler t = *s; // (a copy of the generator; nothing else of it is touched)
-    for (int i = 0; i < n; i++) out[i] = t.p.temperature > 0 ? random_unit(&t) : 0;
+    for (int i = 0; i < n; i++) out[i] = !(t.p.temperature <= 0) ? random_unit(&t) : 0; // (as pick draws)
 }
 
 void sampler_skip(sampler *s) {
-    if (s->p.temperature > 0) random_unit(s);
+    BURST_ASSERT(!s->adjusted); // (penalties would count the token)
+    if (!(s->p.temperature <= 0)) random_unit(s);
 }
 
 void sampler_logprobs(const float *logits, int vocab, int id, int n_top, sampled_logprobs *out) {

@@ -682,20 +682,24 @@ static void test_merge(const backends *B) {
 
 // Whether id is a draw of unit u from row x (cols) at temperature t > 0 up to float sums: u times
 // the float64 sum of exp((x - max) / t) falls in id's bucket, the buckets in id order, widened by
-// 1e-5 of the sum either way.
+// 2e-5 of the sum either way. (The kernel's sums of 256 slices, each of up to 125 terms, then of
+// the slices, stay within ~1e-6 of the sum; a float sum term by term over 32000, the CPU's, drifts
+// to ~1e-5, so the two pick other ids in a few rows in a hundred.)
 static int draw_fits(const float *x, int64_t cols, float t, float u, int id) {
+    if (id < 0 || id >= cols) return 0;
     double max = -INFINITY, total = 0, before = 0;
     for (int64_t j = 0; j < cols; j++) max = x[j] > max ? x[j] : max;
     for (int64_t j = 0; j < cols; j++) total += exp(((double)x[j] - max) / t);
     for (int64_t j = 0; j < id; j++) before += exp(((double)x[j] - max) / t);
-    const double r = (double)u * total, tol = 1e-5 * total, mine = exp(((double)x[id] - max) / t);
-    return id >= 0 && id < cols && r >= before - tol && r <= before + mine + tol;
+    const double r = (double)u * total, tol = 2e-5 * total, mine = exp(((double)x[id] - max) / t);
+    return r >= before - tol && r <= before + mine + tol;
 }
 
 // backend_sample against the CPU's. Greedy (temperature NULL) on test_fill_argmax_rows' rows (ties,
 // a row of -INFINITY, one whose largest value is its last): the CPU's indices. At temperatures
-// (every third row greedy) on bell-shaped logits, units from 0 to under 1: every id a draw of its
-// unit (draw_fits), and at most one row in 20 other than the CPU's (whose sums run in another order).
+// (every third row greedy: the CPU's index) on bell-shaped logits, units from 0 to under 1: every
+// drawn id a draw of its unit (draw_fits); how many differ from the CPU's is printed. A guard word
+// after the ids must stay.
 static void test_sample(const backends *B) {
     static const int rows_of[] = {1, 7, 70};
     static const int64_t cols_of[] = {1, 37, 32000};
@@ -706,7 +710,8 @@ static void test_sample(const backends *B) {
             float *x = test_alloc_guarded(n);
             test_fill_argmax_rows(x, rows, cols);
             float *d = dev_upload(x, n);
-            int *want = calloc((size_t)rows, sizeof(int)), *got = calloc((size_t)rows, sizeof(int));
+            int *want = calloc((size_t)rows, sizeof(int)), *got = calloc((size_t)rows + 1, sizeof(int));
+            got[rows] = -7;
             backend_sample(B->cpu, want, x, rows, cols, NULL, NULL);
             backend_sample(B->gpu, got, d, rows, cols, NULL, NULL);
             int ok = memcmp(got, want, sizeof(int) * (size_t)rows) == 0;
@@ -721,16 +726,15 @@ static void test_sample(const backends *B) {
             d = dev_upload(x, n);
             backend_sample(B->cpu, want, x, rows, cols, temperature, unit);
             backend_sample(B->gpu, got, d, rows, cols, temperature, unit);
-            int fit = 1, other = 0;
+            int fit = got[rows] == -7, other = 0;
             for (int r = 0; r < rows; r++) {
-                const int same = got[r] == want[r];
-                other += !same;
-                if (!same && (temperature[r] <= 0 || !draw_fits(x + r * cols, cols, temperature[r], unit[r], got[r]))) {
+                other += got[r] != want[r];
+                if (temperature[r] <= 0 ? got[r] != want[r] : !draw_fits(x + r * cols, cols, temperature[r], unit[r], got[r])) {
                     if (fit) printf("  row %d (T %g, u %.8f): id %d, the CPU's %d\n", r, temperature[r], unit[r], got[r], want[r]);
                     fit = 0;
                 }
             }
-            ok = fit && other * 20 <= rows;
+            ok = fit;
             printf("%s sample drawn rows=%d cols=%lld: %d of the ids other than the CPU's, %s\n", ok ? "ok  " : "FAIL", rows,
                    (long long)cols, other, fit ? "all draws of their units" : "some not draws of their units");
             check(ok);

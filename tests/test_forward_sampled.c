@@ -34,7 +34,7 @@ static const int ROW_OF[SEGS] = {0, 1, 3};
 
 // One step after the prompts: slots 0 and 2 decode one token, slot 1 two; ids_of says which
 // segments take ids (into ids, at their rows), drawn that segments 1 and 2 draw theirs at
-// TEMPERATURE with UNIT. Then every slot is cut back to `len`.
+// TEMPERATURE with UNIT where they take ids. Then every slot is cut back to `len`.
 static burst_status step(llama_model *m, const int64_t *len, int ids_of, int drawn, float *logits, int *ids,
                          burst_error *err) {
     static const int tokens[ROWS] = {5, 9, 11, 17};
@@ -43,7 +43,7 @@ static burst_status step(llama_model *m, const int64_t *len, int ids_of, int dra
         const int row = ROW_OF[i];
         segs[i] = (llama_segment){.slot = i, .n = i == 1 ? 2 : 1, .n_logits = i == 1 ? 2 : 1,
                                   .sampled = ids_of >> i & 1 ? ids + row : NULL};
-        if (drawn && i > 0) segs[i].temperature = TEMPERATURE + row, segs[i].unit = UNIT + row;
+        if (drawn && i > 0 && segs[i].sampled) segs[i].temperature = TEMPERATURE + row, segs[i].unit = UNIT + row;
     }
     burst_status st = llama_forward(m, segs, SEGS, tokens, logits, NULL, NULL, err);
     for (int i = 0; i < SEGS; i++) llama_slot_truncate(m, i, len[i]);
@@ -90,9 +90,9 @@ static void run(int ranks) {
 
     for (int r = 0; r < ROWS; r++) mixed[r] = -1;
     for (int64_t i = 0; i < ROWS * (int64_t)vocab; i++) got[i] = NAN;
-    st = step(m, len, 5, 0, got, mixed, &err); // segments 0 and 2 (rows 0 and 3) take the argmax
-    snprintf(what, sizeof what, "G=%d segments 0 and 2 take the argmax, 1 its logits: all rows' logits as before", ranks);
-    check(st == BURST_OK && mixed[0] == want_ids[0] && mixed[3] == want_ids[3] && mixed[1] == -1 && mixed[2] == -1 &&
+    st = step(m, len, 5, 1, got, mixed, &err); // segments 0 (greedy) and 2 (drawn) take ids: rows 0 and 3
+    snprintf(what, sizeof what, "G=%d segment 0 takes the argmax, 2 a draw, 1 its logits: all rows' logits as before", ranks);
+    check(st == BURST_OK && mixed[0] == want_ids[0] && mixed[3] == want_drawn[3] && mixed[1] == -1 && mixed[2] == -1 &&
               !memcmp(got, want, sizeof(float) * ROWS * (size_t)vocab),
           what);
 

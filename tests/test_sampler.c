@@ -106,6 +106,17 @@ int main(void) {
             sampler_free(&skipping);
             cases++;
         }
+    // Greedy: unfiltered, its peeked units 0, and a skip draws nothing (the generator stays).
+    sampler g;
+    sampler_init(&g, &(sampler_params){.temperature = 0, .top_p = 1, .seed = 9}, 300);
+    float zeros[3] = {1, 1, 1};
+    const uint64_t rng = g.rng;
+    sampler_peek_units(&g, 3, zeros);
+    sampler_skip(&g);
+    if (!sampler_unfiltered(&g) || zeros[0] != 0 || zeros[1] != 0 || zeros[2] != 0 || g.rng != rng)
+        failures++, printf("FAIL greedy: unfiltered %d, peeked %g %g %g, generator %s\n", sampler_unfiltered(&g), zeros[0],
+                           zeros[1], zeros[2], g.rng == rng ? "kept" : "moved");
+    sampler_free(&g);
     // NaN logits (a broken model): an id in range, whatever the filters.
     for (int i = 0; i < 300; i++) logits[i] = i % 2 ? NAN : test_uniform(-1, 1);
     for (int all = 0; all < 2; all++) {

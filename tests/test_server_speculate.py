@@ -92,6 +92,9 @@ def run(ranks):
                  complete(ref, STORY, **alone), logprobs=False)
             same(f"{tag}: temperature alone (seed {seed}): the host's draws give the same text",
                  complete(ref, STORY, **alone), complete(ref, STORY, temperature=0.9, seed=seed), logprobs=False)
+        same(f"{tag}: n = 2 choices at a temperature alone, drawn where the logits are",
+             complete(d, STORY, n=2, temperature=1, seed=3, logprobs=None),
+             complete(ref, STORY, n=2, temperature=1, seed=3), logprobs=False)
 
         # The next turn reuses the slot's K/V (prefix cache) up to the answer's last token.
         turn1 = complete(d, STORY, max_tokens=40)
