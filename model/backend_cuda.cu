@@ -497,7 +497,8 @@ __device__ __forceinline__ void keep_best(float &v, int &i, float v2, int i2) {
 // block's. A row at a temperature t > 0 then draws as sampler_pick_unfiltered: each thread sums
 // exp((x - max) / t) over its own contiguous slice of the columns, thread 0 adds the slices' sums
 // in order and finds the slice whose buckets hold unit x total, and that slice's thread walks its
-// columns. (The CPU adds column by column: at a bucket's edge the two may pick neighbouring ids.)
+// columns. (The CPU adds column by column, which drifts further from the exact sum: for a few
+// draws in a hundred the two pick other ids, each as likely a draw: model/backend.h.)
 __global__ void __launch_bounds__(THREADS) sample_kernel(int *out, const float *x, int64_t cols, const float *tu) {
     __shared__ float s_v[THREADS / 32], s_sum[THREADS], s_max, s_r, s_before;
     __shared__ int s_i[THREADS / 32], s_slice;

@@ -3,8 +3,8 @@
 // first largest logit of each row the same step gave with its logits; at temperatures (one
 // segment greedy, the others drawn with given units), model/sampler.h's draw from those logits;
 // a step where some segments ask and others do not gives both, the logits unchanged. A call with
-// no logits buffer for a segment that wants its logits fails with BURST_ERR_INVALID and changes
-// nothing: the next step gives what it would have.
+// no logits buffer for a segment that wants its logits, or with temperatures for one that takes no
+// ids, fails with BURST_ERR_INVALID and changes nothing: the next step gives what it would have.
 #include <string.h>
 
 #include "model/llama.h"
@@ -101,6 +101,13 @@ static void run(int ranks) {
     check(st == BURST_ERR_INVALID && strstr(err.msg, "segment 0 wants its logits but there is no logits buffer"), what);
     int kept = 1;
     for (int i = 0; i < SEGS; i++) kept &= llama_slot_len(m, i) == len[i];
+    // Temperatures for a segment that takes no ids: refused, nothing run.
+    const int token = 5;
+    const llama_segment drawn_nowhere = {.slot = 0, .n = 1, .temperature = TEMPERATURE, .unit = UNIT};
+    st = llama_forward(m, &drawn_nowhere, 1, &token, got, NULL, NULL, &err);
+    snprintf(what, sizeof what, "G=%d temperatures for a segment without ids: refused (%s)", ranks, err.msg);
+    check(st == BURST_ERR_INVALID && strstr(err.msg, "segment 0 has temperatures but no ids or units") &&
+              llama_slot_len(m, 0) == len[0], what);
     st = step(m, len, 0, 0, got, NULL, &err);
     snprintf(what, sizeof what, "G=%d after the refusal: slots as they were, the next step's logits as before", ranks);
     check(kept && st == BURST_OK && !memcmp(got, want, sizeof(float) * ROWS * (size_t)vocab), what);
