@@ -191,7 +191,7 @@ with tempfile.TemporaryDirectory() as tmp:
         deadline = time.time() + 30
         while d.metric("num_requests_running") < 4 and time.time() < deadline:
             time.sleep(0.01)
-        small = post(d, C, {"prompt": "Tim", "max_tokens": 4})
+        small = post(d, C, {"prompt": "Tim", "max_tokens": 4, "ignore_eos": True})
         t.join(120)
         check("n=4 on 4 slots: four choices of 300 tokens; a request behind it waited and ran",
               len(out["big"]["choices"]) == 4 and out["big"]["usage"]["completion_tokens"] == 1200

@@ -392,7 +392,9 @@ with Burstd(STORIES, "--prefill-chunk", str(CHUNK), "--batch", str(CHUNK), "--th
               and streamed == completion_entries(c["logprobs"]), (streamed[-3:], c["logprobs"]["tokens"][-3:]))
 
     # stream_options.include_usage: true adds a last chunk with no choices; false or absent, none.
-    for path, body in ((C, {"prompt": PROMPT, "max_tokens": 5}), (H, {"messages": MESSAGES, "max_tokens": 5})):
+    # Greedy: an unseeded draw can end at EOS before max_tokens (finish_reason "stop").
+    for path, body in ((C, {"prompt": PROMPT, "max_tokens": 5, "temperature": 0}),
+                       (H, {"messages": MESSAGES, "max_tokens": 5, "temperature": 0})):
         for include in (True, False, None):
             b = {**body, "stream_options": {"include_usage": include}} if include is not None else body
             st, events = srv.stream(path, b)
