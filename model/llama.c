@@ -860,7 +860,7 @@ static burst_status rank_forward(llama_model *m, llama_rank *R) {
     } while (graph && !backend_graph_end(be));
     if (st || R->rank != 0) return st;
     // Segments that take ids get them from the backend (the others' rows greedy, unread); the
-    // logits go to the host unless every segment does.
+    // rows of the others go to the host, a run of adjacent ones at a time.
     int sampled_segs = 0, drawn = 0;
     for (int i = 0, row = 0; i < n_segs; row += seg_logits(&m->call.segs[i]), i++) {
         const llama_segment *sg = &m->call.segs[i];
@@ -876,7 +876,14 @@ static burst_status rank_forward(llama_model *m, llama_rank *R) {
             if (m->call.segs[i].sampled)
                 memcpy(m->call.segs[i].sampled, m->sampled + row, sizeof(int) * (size_t)seg_logits(&m->call.segs[i]));
     }
-    if (sampled_segs < n_segs) backend_to_host(be, m->call.logits, R->s.logits, (int64_t)n_logits * c->vocab_size);
+    for (int i = 0, row = 0; i < n_segs;) {
+        int first = row;
+        for (; i < n_segs && !m->call.segs[i].sampled; i++) row += seg_logits(&m->call.segs[i]);
+        if (row > first)
+            backend_to_host(be, m->call.logits + (int64_t)first * c->vocab_size,
+                            R->s.logits + (int64_t)first * c->vocab_size, (int64_t)(row - first) * c->vocab_size);
+        for (; i < n_segs && m->call.segs[i].sampled; i++) row += seg_logits(&m->call.segs[i]);
+    }
     return BURST_OK;
 }
 

@@ -55,8 +55,8 @@ typedef struct {
     // Not NULL: a token id drawn from each of those rows goes here, drawn where the logits are
     // (backend_sample; on a GPU 4 bytes back a row): the first largest logit where temperature is
     // NULL, else row j's at temperature[j] with unit[j] (model/sampler.h's sampler_pick_unfiltered;
-    // temperature[j] <= 0: greedy). When every segment has one, the logits stay there:
-    // llama_forward's logits may be NULL.
+    // temperature[j] <= 0: greedy). Its rows of llama_forward's logits are left as they were;
+    // when every segment has one, the logits stay there: llama_forward's logits may be NULL.
     int *sampled;
     const float *temperature, *unit;
 } llama_segment;
