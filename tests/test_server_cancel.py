@@ -82,10 +82,13 @@ with tempfile.TemporaryDirectory() as tmp:
         c.close()
         return r.status, lines
 
-    with Burstd(tmp, "--slots", "1", "--idle-timeout", "1", "--stream-ping", "0.5") as srv:
+    # The holder must outlast the wait below (~1.6 s): 4000 tokens took 5.2 s on a loaded 2-core
+    # Xeon, perhaps 2 s on an idle faster one; 16000 (--ctx 16384, past the model's 4096: only its
+    # length matters) keep it far longer. It is cut off below either way.
+    with Burstd(tmp, "--slots", "1", "--idle-timeout", "1", "--stream-ping", "0.5", "--ctx", "16384") as srv:
         holder = srv.connect()
         holder.request("POST", "/v1/completions", body=json.dumps({
-            "prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": True, "stream": True}),
+            "prompt": "Once upon a time", "max_tokens": 16000, "ignore_eos": True, "stream": True}),
             headers={"Content-Type": "application/json"})
         held = holder.getresponse()
         held.readline()  # it runs; a thread reads the rest, so that its client is never idle

@@ -225,10 +225,13 @@ with tempfile.TemporaryDirectory() as tmp:
               resp.status == 200 and first.startswith(b"data: ") and all(gone), (ids, d.log()[-600:]))
 
     # --max-wait counts a request's choices: with one of two slots decoding a long request, n=1
-    # gets the free slot at once, n=2 would wait for the long one and is refused.
-    with Burstd(tmp, "--slots", "2", "--max-wait", "1") as d:
+    # gets the free slot at once, n=2 would wait for the long one and is refused. The long one is
+    # 16000 tokens (--ctx 16384, past the model's 4096: only its length matters): 3000 were
+    # estimated at 1 to 4 s on a loaded 2-core Xeon, close enough to --max-wait 1 (and to the
+    # Retry-After > 1 below) that an idle or faster machine would admit n=2.
+    with Burstd(tmp, "--slots", "2", "--max-wait", "1", "--ctx", "16384") as d:
         c = d.connect()
-        c.request("POST", C, body=b'{"prompt": "Tim", "max_tokens": 3000, "stream": true, "ignore_eos": true}',
+        c.request("POST", C, body=b'{"prompt": "Tim", "max_tokens": 16000, "stream": true, "ignore_eos": true}',
                   headers={"Content-Type": "application/json"})
         resp = c.getresponse()
         for _ in range(20):  # decode steps behind it: the estimate has their time
@@ -236,7 +239,7 @@ with tempfile.TemporaryDirectory() as tmp:
         one = d.request("POST", C, {"prompt": "Sam", "max_tokens": 2})
         two = d.request("POST", C, {"prompt": "Sam", "max_tokens": 2, "n": 2})
         c.close()
-        check("--max-wait 1 beside a 3000-token request: n=1 runs, n=2 gets 429 wait_too_long",
+        check("--max-wait 1 beside a 16000-token request: n=1 runs, n=2 gets 429 wait_too_long",
               one[0] == 200 and two[0] == 429 and two[2]["error"]["code"] == "wait_too_long"
               and int(two[1]["Retry-After"]) > 1, (one[0], two[0], two[2], two[1].get("Retry-After")))
 check.exit()
