@@ -85,15 +85,20 @@ def together(d, prompts):
     """Answers to prompts that burstd admits in one go: hold_slots holds every slot while they
     queue (in the order given, each sent once the one before waits), then leaves. Returns the
     answers and the order in which burstd logged their ends."""
-    c = hold_slots(d, 500)
+    # 4000 tokens (the daemon's --ctx 4096): 500 took only ~0.2 s here, near what the queueing
+    # takes; it leaves when told either way.
+    c = hold_slots(d, 4000)
     answers = [None] * len(prompts)
 
     def send(i):
         answers[i] = complete(d, prompts[i], max_tokens=4)
     threads = [threading.Thread(target=send, args=(i,)) for i in range(len(prompts))]
+    deadline = time.time() + 60
     for i, t in enumerate(threads):
         t.start()
         while d.metric("num_requests_waiting") < i + 1:
+            if time.time() > deadline:
+                raise RuntimeError(f"prompt {i} never queued behind the request holding the slots")
             time.sleep(0.01)
     check("all queued behind the request that holds every slot", d.metric("num_requests_running") == 3)
     c.close()  # it leaves: every slot frees at once
@@ -109,7 +114,8 @@ def run(ranks):
     global REF_PORT
     tag = f"{ranks} rank(s)"
     hits.clear()
-    with Burstd(STORIES, "--slots", "3", "--ranks", str(ranks), "--prefill-chunk", "64", "--batch", "64") as d, \
+    with Burstd(STORIES, "--slots", "3", "--ranks", str(ranks), "--prefill-chunk", "64", "--batch", "64",
+                "--ctx", "4096") as d, \
             Burstd(STORIES, "--slots", "2", "--prefix-cache", "off") as ref:
         REF_PORT = ref.port
         p = ids(100)
