@@ -42,6 +42,11 @@ static net_addr addr_of(const struct sockaddr_storage *ss) {
     return a;
 }
 
+static uint16_t port_of(const struct sockaddr_storage *ss) {
+    return ntohs(ss->ss_family == AF_INET ? ((const struct sockaddr_in *)ss)->sin_port
+                                          : ((const struct sockaddr_in6 *)ss)->sin6_port);
+}
+
 // The socket address of ip:port, in ip's family; returns its length.
 static socklen_t sockaddr_of(const net_addr *ip, uint16_t port, struct sockaddr_storage *ss) {
     memset(ss, 0, sizeof *ss);
@@ -122,7 +127,7 @@ burst_status net_listen(const net_addr *ip, uint16_t port, int *fd, uint16_t *bo
         return BURST_FAIL(err, BURST_ERR_IO, "listen on %s: %s", where, strerror(e));
     }
     *fd = s;
-    *bound = ntohs(sa.ss_family == AF_INET ? ((struct sockaddr_in *)&sa)->sin_port : ((struct sockaddr_in6 *)&sa)->sin6_port);
+    *bound = port_of(&sa);
     return BURST_OK;
 }
 
@@ -156,18 +161,27 @@ burst_status net_connect(const net_addr *ip, uint16_t port, double deadline, int
     for (;;) {
         int s = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (s < 0) return BURST_FAIL(err, BURST_ERR_IO, "socket for %s: %s", where, strerror(errno));
-        if (connect(s, (struct sockaddr *)&sa, len) == 0) {
+        int e = connect(s, (struct sockaddr *)&sa, len) ? errno : net_self_connected(s) ? ECONNREFUSED : 0;
+        if (!e) {
             tune(s);
             *fd = s;
             return BURST_OK;
         }
-        int e = errno;
         close(s);
         // Refused or unreachable: the peer may not be up yet; try again until the deadline.
         if (burst_now() >= deadline)
             return BURST_FAIL(err, BURST_ERR_IO, "connect to %s: %s (gave up)", where, strerror(e));
         nanosleep(&(struct timespec){.tv_nsec = 200 * 1000 * 1000}, NULL);
     }
+}
+
+int net_self_connected(int fd) {
+    struct sockaddr_storage me = {0}, peer = {0};
+    socklen_t me_len = sizeof me, peer_len = sizeof peer;
+    if (getsockname(fd, (struct sockaddr *)&me, &me_len) || getpeername(fd, (struct sockaddr *)&peer, &peer_len))
+        return 0;
+    net_addr a = addr_of(&me), b = addr_of(&peer);
+    return me.ss_family == peer.ss_family && port_of(&me) == port_of(&peer) && !memcmp(&a, &b, sizeof a);
 }
 
 net_addr net_peer_ip(int fd) {

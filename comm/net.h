@@ -26,8 +26,13 @@ void net_format(char *out, size_t cap, const net_addr *ip, uint16_t port);
 burst_status net_listen(const net_addr *ip, uint16_t port, int *fd, uint16_t *bound, burst_error *err);
 // Accepts one connection before the deadline (burst_now() seconds); *peer_ip is the peer's address.
 burst_status net_accept(int listen_fd, double deadline, int *fd, net_addr *peer_ip, burst_error *err);
-// Connects, retrying while the peer is not listening yet, until the deadline.
+// Connects, retrying while the peer is not listening yet, until the deadline. A connection to
+// itself counts as refused: with nobody listening on a port of the ephemeral range, the kernel
+// may give the socket that very port and join it to itself (TCP simultaneous open), which would
+// then hold the port the peer is about to listen on.
 burst_status net_connect(const net_addr *ip, uint16_t port, double deadline, int *fd, burst_error *err);
+// 1 when fd is connected to itself (its own address and port at both ends).
+int net_self_connected(int fd);
 // The address of the far end of a connected socket.
 net_addr net_peer_ip(int fd);
 
