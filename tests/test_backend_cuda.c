@@ -39,8 +39,11 @@
 #define MM16_NMSE 1e-4
 #define MM16_RTOL 1e-2
 #define MM16_ATOL_TERMS 1.4e-2
-// fp32 GEMM: cuBLAS sums in another order over up to 1003 terms: relative ~1e-6 of sum|x w|.
-#define MM32_ATOL_RMS 1e-5
+// fp32 GEMM: cuBLAS sums in another order over up to 1003 terms: ~1e-7 of the terms' norm, whatever
+// the sum cancels to; elementwise bound 1e-5 of the largest output's term norm. Under 1000 outputs
+// the nmse is left out, as above: one output that cancels to near 0 (the (1, 17) weight at one
+// row) makes that difference a large relative error (test_backend_cpu's 1e-10 bound failed so).
+#define MM32_ATOL_TERMS 1e-5
 // bf16 flash attention (Q/K/V rounded, P rounded before P V): test_flash_cuda sees O errors up to
 // 1.3e-3 with rounded inputs in the reference; rounding the inputs adds about as much again.
 #define FA16_NMSE 1e-4
@@ -231,19 +234,19 @@ static void test_rmsnorm(const backends *B) {
 // that x (n x cols of xt) and the weight's values (w_approx) set.
 static int compare_matmul(const backends *B, const char *what, burst_dtype xt, const float *x, burst_dtype ot,
                           const float *got, const float *want, const float *w_approx, int n, int rows, int cols) {
-    double r = 0, terms = 0; // rms of the products; largest sqrt(sum_j (x_j w_j)^2)
+    double terms = 0; // largest sqrt(sum_j (x_j w_j)^2)
     for (int i = 0; i < n; i++)
         for (int o = 0; o < rows; o++) {
-            double ss = 0, sum = 0;
+            double ss = 0;
             for (int j = 0; j < cols; j++) {
                 double t = (double)test_act_value(xt, x, (int64_t)i * cols + j) * w_approx[(int64_t)o * cols + j];
-                ss += t * t, sum += t;
+                ss += t * t;
             }
             if (ss > terms * terms) terms = sqrt(ss);
-            r += sum * sum;
         }
-    r = sqrt(r / ((double)n * rows));
-    if (B->fp32) return compare_act(what, ot, got, want, (int64_t)n * rows, F32_NMSE, MM32_ATOL_RMS * r, F32_RTOL);
+    if (B->fp32)
+        return compare_act(what, ot, got, want, (int64_t)n * rows, n * rows >= 1000 ? F32_NMSE : 1,
+                           MM32_ATOL_TERMS * terms, F32_RTOL);
     return compare_act(what, ot, got, want, (int64_t)n * rows, n * rows >= 1000 ? MM16_NMSE : 1, MM16_ATOL_TERMS * terms,
                        MM16_RTOL);
 }
