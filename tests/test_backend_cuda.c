@@ -49,7 +49,10 @@
 #define FA16_NMSE 1e-4
 #define FA16_ATOL 1e-2
 #define FA16_RTOL 1e-2
-#define FA16_LSE_ATOL 1e-2 // scores move by ~2^-9 x |q||k| scale, lse by a weighted mean of that
+// Scores move by ~2^-9 x |q||k| scale, lse by a weighted mean of that: a row that sees one key
+// takes its score's error whole, here sd 2.3e-3 (simulated: past 1e-2 at 2e-5 a value, past 1.2e-2
+// at 1e-6, and 12 such values a run); 1.5e-2 is 6.6 sd.
+#define FA16_LSE_ATOL 1.5e-2
 #define FA16_LSE_NMSE 1    // lse can sit near 0 (nq = nk = 1: 0.1672 for 0.1692, nmse 1.3e-4): atol decides
 // bf16 outputs (an act dtype of bf16): the GPU's and the CPU's float32 results may round to
 // neighbouring bf16 values, one ulp apart (2^-7 of the value at most), on top of the op's error.
@@ -109,13 +112,15 @@ static float *host_act(burst_dtype dt, int64_t n, float lo, float hi) {
     return h;
 }
 
-// compare() for n activations of dt; bf16 ones allow one ulp more, and its nmse on top of the op's.
+// compare() for n activations of dt; bf16 ones allow one ulp more, and its nmse on top of the op's:
+// BF16_OUT_NMSE, or under 1000 outputs BF16_ULP^2, what one output of a few alone adds when rounded
+// the other way (swiglu of n = 1: ~1.5e-5 an element by simulation, nmse (2^-8)^2 to (2^-7)^2).
 static int compare_act(const char *what, burst_dtype dt, const float *got, const float *want, int64_t n, double nmse,
                        double atol, double rtol) {
     if (dt == DTYPE_F32) return compare(what, got, want, n, nmse, atol, rtol);
     float *g = test_alloc_guarded(n), *w = test_alloc_guarded(n);
     for (int64_t i = 0; i < n; i++) g[i] = test_act_value(dt, got, i), w[i] = test_act_value(dt, want, i);
-    int ok = compare(what, g, w, n, nmse + BF16_OUT_NMSE, atol, rtol + BF16_ULP) &&
+    int ok = compare(what, g, w, n, nmse + (n >= 1000 ? BF16_OUT_NMSE : BF16_ULP * BF16_ULP), atol, rtol + BF16_ULP) &&
              test_guard_ok(got, test_act_words(dt, n), what);
     free(g), free(w);
     return ok;
@@ -526,7 +531,9 @@ static void test_attention_cases(const backends *B, const attn_case *cases, int 
             check(compare(what_l, b->l_got, b->l_want, b->nl, FA16_LSE_NMSE, FA16_LSE_ATOL, 0));
         } else {
             check(compare(what, b->o_got, b->o_want, b->nq_el, F32_NMSE, F32_ATOL, F32_RTOL));
-            check(compare(what_l, b->l_got, b->l_want, b->nl, F32_NMSE, F32_ATOL, F32_RTOL));
+            // lse nmse only over 1000 values or more: nq = nk = 1's one lse is its score, ~N(0, 1),
+            // from two fp32 dot products ~8e-8 apart (simulated): past 1e-5 of it in 0.5% of runs a mode.
+            check(compare(what_l, b->l_got, b->l_want, b->nl, b->nl >= 1000 ? F32_NMSE : 1, F32_ATOL, F32_RTOL));
         }
         void *dbufs[] = {b->dq, b->dk, b->dv, b->d_o, b->dl, b->dk16, b->dv16};
         for (int j = 0; j < 7; j++) CUDA_CHECK(cudaFree(dbufs[j]));
