@@ -21,9 +21,9 @@
 //   - Weight groups (backend_weight_group: Q/K/V and gate/up in model/llama.c) go into one
 //     allocation each; backend_matmul_group runs neighbours of one shape there as one
 //     strided-batched cuBLAS GEMM (BURST_GROUPED_GEMM=0, read at creation, runs its GEMMs one by
-//     one instead). backend_matmul_add of up to 8 rows on a weight of 2048 columns or more
-//     (decode's output projections) runs as 4 GEMMs of a quarter of the columns each, in one
-//     batched call, and a sum (split-K; BURST_SPLIT_K=0, read at creation: one GEMM).
+//     one instead). backend_matmul_add of up to 8 rows on a weight of 2048 columns or more, a
+//     multiple of 32 (decode's output projections), runs as 4 GEMMs of a quarter of the columns
+//     each, in one batched call, and a sum (split-K; BURST_SPLIT_K=0, read at creation: one GEMM).
 //   - BURST_CUDA_GRAPHS=1 (read at creation): backend_graph_begin / _end run decode steps as CUDA
 //     graphs, recorded once and replayed (model/backend_cuda.cu); off by default, since with
 //     batched decode an H200 gained ~2% at 1-8 sequences and nothing at 32-64.

@@ -239,16 +239,25 @@ static void test_rmsnorm(const backends *B) {
 // that x (n x cols of xt) and the weight's values (w_approx) set.
 static int compare_matmul(const backends *B, const char *what, burst_dtype xt, const float *x, burst_dtype ot,
                           const float *got, const float *want, const float *w_approx, int n, int rows, int cols) {
-    double terms = 0; // largest sqrt(sum_j (x_j w_j)^2)
-    for (int i = 0; i < n; i++)
-        for (int o = 0; o < rows; o++) {
-            double ss = 0;
-            for (int j = 0; j < cols; j++) {
-                double t = (double)test_act_value(xt, x, (int64_t)i * cols + j) * w_approx[(int64_t)o * cols + j];
-                ss += t * t;
-            }
-            if (ss > terms * terms) terms = sqrt(ss);
-        }
+    // The largest sqrt(sum_j (x_j w_j)^2), from the squares taken once and the (i, o) pairs side by
+    // side: term by term it took ~16 s of host time a run (both modes), inside a GPU's lease.
+    double *x2 = burst_malloc(sizeof(double) * (size_t)n * cols), *w2 = burst_malloc(sizeof(double) * (size_t)rows * cols);
+    for (int64_t i = 0; i < (int64_t)n * cols; i++) x2[i] = (double)test_act_value(xt, x, i) * test_act_value(xt, x, i);
+    for (int64_t i = 0; i < (int64_t)rows * cols; i++) w2[i] = (double)w_approx[i] * w_approx[i];
+    double most = 0; // largest sum_j (x_j w_j)^2
+    #pragma omp parallel for reduction(max : most) schedule(static)
+    for (int64_t io = 0; io < (int64_t)n * rows; io++) {
+        const double *a = x2 + io / rows * cols, *b = w2 + io % rows * cols;
+        double ss[4] = {0, 0, 0, 0}; // four chains, so that the adds do not wait on each other
+        int j = 0;
+        for (; j + 4 <= cols; j += 4)
+            for (int k = 0; k < 4; k++) ss[k] += a[j + k] * b[j + k];
+        for (; j < cols; j++) ss[0] += a[j] * b[j];
+        const double sum = ss[0] + ss[1] + ss[2] + ss[3];
+        if (sum > most) most = sum;
+    }
+    const double terms = sqrt(most);
+    free(x2), free(w2);
     if (B->fp32)
         return compare_act(what, ot, got, want, (int64_t)n * rows, n * rows >= 1000 ? F32_NMSE : 1,
                            MM32_ATOL_TERMS * terms, F32_RTOL);
@@ -258,16 +267,20 @@ static int compare_matmul(const backends *B, const char *what, burst_dtype xt, c
 
 // out = x W^T with x and out in each act dtype, and out += x W^T (backend_matmul_add).
 static void test_matmul(const backends *B) {
-    // (rows, cols) of W; (100, 2048) accumulated over 1 or 7 rows: split-K (model/backend_cuda.cu)
-    static const int shapes[][2] = {{77, 1003}, {300, 64}, {1, 17}, {100, 2048}};
+    // (rows, cols) of W. Accumulated over 1, 7 or 8 rows (8: the most that split, filling the
+    // partial sums' buffer), (100, 2048) and (77, 2048) run split-K (model/backend_cuda.cu), 77 rows
+    // putting the partial sums at odd offsets; (100, 2056), not divisible by 32 columns, one GEMM.
+    static const int shapes[][2] = {{77, 1003}, {300, 64}, {1, 17}, {100, 2048}, {77, 2048}, {100, 2056}};
+    enum { SHAPES = sizeof shapes / sizeof shapes[0] };
+    static const int ns[] = {1, 7, 8, 1000};
     // (x, out, accumulate): float32 throughout, accumulated, bf16 in and out, bf16 in accumulated
     static const struct { burst_dtype x, out; int acc; } variants[] = {
         {DTYPE_F32, DTYPE_F32, 0}, {DTYPE_F32, DTYPE_F32, 1}, {DTYPE_BF16, DTYPE_BF16, 0}, {DTYPE_BF16, DTYPE_F32, 1}};
     for (int vi = 0; vi < 4; vi++)
         for (int di = 0; di < 3; di++)
-            for (int si = 0; si < 4; si++)
-                for (int ni = 0; ni < 3; ni++) {
-                    const int n = NS[ni], rows = shapes[si][0], cols = shapes[si][1], acc = variants[vi].acc;
+            for (int si = 0; si < SHAPES; si++)
+                for (int ni = 0; ni < 4; ni++) {
+                    const int n = ns[ni], rows = shapes[si][0], cols = shapes[si][1], acc = variants[vi].acc;
                     const burst_dtype xt = variants[vi].x, ot = variants[vi].out;
                     const int64_t out_words = test_act_words(ot, (int64_t)n * rows);
                     test_weight w = make_weight(DTYPES[di], rows, cols, -1, 1);
@@ -412,19 +425,33 @@ static void test_rope(const backends *B) {
 }
 
 static void test_elementwise(const backends *B) {
-    static const int64_t lens[] = {1, 7, 37003, 8, 40000}; // the last two in 16-byte vectors (SwiGLU)
-    for (int li = 0; li < 5; li++)
+    // 8 and 40000 go in 16-byte vectors (SwiGLU), and the last 40000 one element a thread: its
+    // buffers start a word past the 16-byte alignment (skew)
+    static const int64_t lens[] = {1, 7, 37003, 8, 40000, 40000};
+    for (int li = 0; li < 6; li++)
         for (int op = 0; op < 3; op++) { // swiglu in float32, in bf16, copy
             const int64_t n = lens[li];
+            const int skew = li == 5;
             const burst_dtype dt = op == 1 ? DTYPE_BF16 : DTYPE_F32;
             const int64_t words = test_act_words(dt, n);
             float *want = host_act(dt, n, -8, 8), *y = host_act(dt, n, -2, 2), *got = host_clone(want, words);
             float *d = dev_upload(got, words), *dy = dev_upload(y, words);
-            if (op < 2) backend_swiglu(B->gpu, d, dy, dt, n), backend_swiglu(B->cpu, want, y, dt, n);
-            else backend_copy(B->gpu, &(copy_job){d, dy, (size_t)n * 4}, 1), backend_copy(B->cpu, &(copy_job){want, y, (size_t)n * 4}, 1);
-            dev_download(B->gpu, got, d, words);
+            if (skew) { // (the same values one word on: the host buffers stay as they are)
+                CUDA_CHECK(cudaFree(d));
+                CUDA_CHECK(cudaFree(dy));
+                CUDA_CHECK(cudaMalloc((void **)&d, (size_t)(words + 1 + TEST_GUARD_WORDS) * 4));
+                CUDA_CHECK(cudaMalloc((void **)&dy, (size_t)(words + 1 + TEST_GUARD_WORDS) * 4));
+                CUDA_CHECK(cudaMemcpy(d + 1, got, (size_t)(words + TEST_GUARD_WORDS) * 4, cudaMemcpyHostToDevice));
+                CUDA_CHECK(cudaMemcpy(dy + 1, y, (size_t)(words + TEST_GUARD_WORDS) * 4, cudaMemcpyHostToDevice));
+                CUDA_CHECK(cudaDeviceSynchronize());
+            }
+            float *dd = d + skew, *ddy = dy + skew;
+            if (op < 2) backend_swiglu(B->gpu, dd, ddy, dt, n), backend_swiglu(B->cpu, want, y, dt, n);
+            else backend_copy(B->gpu, &(copy_job){dd, ddy, (size_t)n * 4}, 1), backend_copy(B->cpu, &(copy_job){want, y, (size_t)n * 4}, 1);
+            dev_download(B->gpu, got, dd, words);
             char what[64];
-            snprintf(what, sizeof what, "%s n=%lld", op < 2 ? (op ? "swiglu bf16" : "swiglu f32") : "copy", (long long)n);
+            snprintf(what, sizeof what, "%s n=%lld%s", op < 2 ? (op ? "swiglu bf16" : "swiglu f32") : "copy", (long long)n,
+                     skew ? " off 16-byte alignment" : "");
             check(op == 2 ? compare(what, got, want, n, 0, 0, 0) : compare_act(what, dt, got, want, n, F32_NMSE, F32_ATOL, F32_RTOL));
             CUDA_CHECK(cudaFree(d));
             CUDA_CHECK(cudaFree(dy));
@@ -712,9 +739,10 @@ static int draw_fits(const float *x, int64_t cols, float t, float u, int id) {
 // after the ids must stay.
 static void test_sample(const backends *B) {
     static const int rows_of[] = {1, 7, 70};
-    static const int64_t cols_of[] = {1, 37, 32000};
+    // (the draw's 256 slices: of 125 columns each at 32000; of 126 at 32003, the last short or empty)
+    static const int64_t cols_of[] = {1, 37, 32000, 32003};
     for (int ri = 0; ri < 3; ri++)
-        for (int ci = 0; ci < 3; ci++) {
+        for (int ci = 0; ci < 4; ci++) {
             const int rows = rows_of[ri];
             const int64_t cols = cols_of[ci], n = rows * cols;
             float *x = test_alloc_guarded(n);
@@ -781,7 +809,10 @@ static size_t attention_took(const backends *B, const flash_args *calls, int n) 
 // against what calls take from the device, within 2 MB pages. A decode step of 24 sequences, one
 // row each, over 20000 keys of an f32 cache (in both modes): a fresh split-KV workspace grows to
 // what it asks, which for one-row calls over that many keys is decode_cuda_workspace_bound_floats
-// itself, and the count must hold three times that (dev_grow). Then, in bf16 mode, one flash-path
+// itself, and the count must hold three times that (dev_grow). A step over 300 keys (3 splits)
+// runs first: CUDA loads a kernel at its first launch, which may take device memory inside the
+// window measured (the flash kernel's first call below is there for the same reason); its
+// workspace (1.2 MB) is then freed as the measured step's grows. Then, in bf16 mode, one flash-path
 // call of 2048 rows over those keys: its bf16 Q (and O, were it cuDNN's) and K/V copies, 361 MB.
 // Without cuDNN (cudnn 0) both flash calls are too small for a plan (flash_cudnn_worth), so our
 // flash kernel runs, a first one of 1024 rows over 64 keys loading it: the count less its margin
@@ -790,7 +821,7 @@ static size_t attention_took(const backends *B, const flash_args *calls, int n) 
 // loads its kernels and builds a plan: the whole count must hold it, and it must take more than
 // the four copies (our kernel, had cuDNN declined, makes no O copy).
 static void test_attention_transient(const backends *B, int cudnn) {
-    enum { HEADS = 32, D = 128, NQ = 2048, NK = 20000, WARM_NQ = 1024, WARM_NK = 64, SEQS = 24 };
+    enum { HEADS = 32, D = 128, NQ = 2048, NK = 20000, WARM_NQ = 1024, WARM_NK = 64, SEQS = 24, WARM_DECODE_NK = 300 };
     const int64_t w = (int64_t)HEADS * D;
     float *q = backend_alloc(B->gpu, sizeof(float) * NQ * w), *o = backend_alloc(B->gpu, sizeof(float) * NQ * w);
     float *k = backend_alloc(B->gpu, sizeof(float) * NK * w), *v = backend_alloc(B->gpu, sizeof(float) * NK * w);
@@ -802,6 +833,9 @@ static void test_attention_transient(const backends *B, int cudnn) {
     if (!cudnn) {
         flash_args step[SEQS];
         for (int i = 0; i < SEQS; i++) step[i] = a, step[i].q += i * w, step[i].o += i * w, step[i].lse += i * HEADS;
+        for (int i = 0; i < SEQS; i++) step[i].nk = WARM_DECODE_NK, step[i].q_pos0 = WARM_DECODE_NK - 1;
+        attention_took(B, step, SEQS);
+        for (int i = 0; i < SEQS; i++) step[i].nk = NK, step[i].q_pos0 = NK - 1;
         const size_t asked = sizeof(float) * decode_cuda_workspace_bound_floats(SEQS, SEQS, HEADS, HEADS, D),
                      took = attention_took(B, step, SEQS),
                      counted = backend_attention_transient_bytes(B->gpu, SEQS, SEQS, 0, HEADS, HEADS, D, DTYPE_F32) - margin;
