@@ -498,7 +498,10 @@ __device__ __forceinline__ void keep_best(float &v, int &i, float v2, int i2) {
 // exp((x - max) / t) over its own contiguous slice of the columns, thread 0 adds the slices' sums
 // in order and finds the slice whose buckets hold unit x total, and that slice's thread walks its
 // columns. (The CPU adds column by column, which drifts further from the exact sum: for a few
-// draws in a hundred the two pick other ids, each as likely a draw: model/backend.h.)
+// draws in a hundred the two pick other ids, each as likely a draw: model/backend.h.) The walk
+// adds the slice's terms to what came before it where thread 0 added their sum, so the two ends
+// differ by rounding; an r between them (~1.5e-5 of draws, by a float32 simulation) falls in the
+// slice's last bucket that has a width, not in its last column, which may have none (-inf).
 __global__ void __launch_bounds__(THREADS) sample_kernel(int *out, const float *x, int64_t cols, const float *tu) {
     __shared__ float s_v[THREADS / 32], s_sum[THREADS], s_max, s_r, s_before;
     __shared__ int s_i[THREADS / 32], s_slice;
@@ -535,14 +538,17 @@ __global__ void __launch_bounds__(THREADS) sample_kernel(int *out, const float *
     __syncthreads();
     if (threadIdx.x != s_slice) return;
     float acc = s_before;
+    int64_t last = -1; // the last column with a bucket of some width
     for (int64_t j = lo; j < hi; j++) {
-        acc += expf((row[j] - max) / t);
+        const float e = expf((row[j] - max) / t);
+        acc += e;
         if (s_r < acc) {
             out[blockIdx.x] = (int)j;
             return;
         }
+        if (e > 0) last = j;
     }
-    out[blockIdx.x] = (int)(hi > lo ? hi - 1 : cols - 1); // rounding (or NaN) left r past the buckets
+    out[blockIdx.x] = (int)(last >= 0 ? last : cols - 1); // rounding left r past the walk's sum (or NaN)
 }
 
 template <typename W>

@@ -732,6 +732,44 @@ static int draw_fits(const float *x, int64_t cols, float t, float u, int id) {
     return r >= before - tol && r <= before + mine + tol;
 }
 
+// Units just under the end of a bucket, on rows where half the columns are -inf (no bucket): the
+// kernel's walk through its slice adds in another order than the slice's sum it chose the slice
+// by, and where rounding leaves the unit between the two, the draw must still be a column with a
+// bucket (before, the slice's last column: -inf for half the slices). A numpy float32 simulation
+// of the old walk on rows like these drew a -inf column in 17 of 4000.
+static void test_sample_bucket_ends(const backends *B) {
+    enum { ROWS = 4000, COLS = 4000 };
+    const int64_t n = (int64_t)ROWS * COLS;
+    float *x = test_alloc_guarded(n), *temperature = burst_malloc(sizeof(float) * ROWS), *unit = burst_malloc(sizeof(float) * ROWS);
+    for (int r = 0; r < ROWS; r++) {
+        float *row = x + (int64_t)r * COLS;
+        for (int c = 0; c < COLS; c++)
+            row[c] = c && test_uniform(0, 1) < 0.5f ? -INFINITY : 3 * (test_uniform(-1, 1) + test_uniform(-1, 1));
+        const float t = temperature[r] = test_uniform(0.5f, 2);
+        double max = -INFINITY, total = 0, upto = 0;
+        for (int c = 0; c < COLS; c++) max = row[c] > max ? row[c] : max;
+        for (int c = 0; c < COLS; c++) total += exp(((double)row[c] - max) / t);
+        int end = (int)(test_rand_u64() % COLS); // a finite column's bucket end, at or after a random column
+        while (row[end] == -INFINITY) end = (end + 1) % COLS;
+        for (int c = 0; c <= end; c++) upto += exp(((double)row[c] - max) / t);
+        unit[r] = fminf((float)(upto / total * (1 - test_uniform(0, 2e-7f))), 0x1.fffffep-1f); // (units are under 1)
+    }
+    float *d = dev_upload(x, n);
+    int *got = burst_malloc(sizeof(int) * ROWS), none = 0, unfit = 0;
+    backend_sample(B->gpu, got, d, ROWS, COLS, temperature, unit);
+    for (int r = 0; r < ROWS; r++) {
+        const float *row = x + (int64_t)r * COLS;
+        none += got[r] < 0 || got[r] >= COLS || row[got[r]] == -INFINITY;
+        unfit += !draw_fits(row, COLS, temperature[r], unit[r], got[r]);
+    }
+    const int ok = none == 0 && unfit == 0;
+    printf("%s sample drawn at bucket ends, %d rows of %d columns, half -inf: %d -inf columns drawn, %d ids not draws "
+           "of their units\n", ok ? "ok  " : "FAIL", ROWS, COLS, none, unfit);
+    check(ok);
+    CUDA_CHECK(cudaFree(d));
+    free(x), free(temperature), free(unit), free(got);
+}
+
 // backend_sample against the CPU's. Greedy (temperature NULL) on test_fill_argmax_rows' rows (ties,
 // a row of -INFINITY, one whose largest value is its last): the CPU's indices. At temperatures
 // (every third row greedy: the CPU's index) on bell-shaped logits, units from 0 to under 1: every
@@ -902,6 +940,7 @@ int main(void) {
         test_attention(&B);
         test_merge(&B);
         test_sample(&B);
+        test_sample_bucket_ends(&B);
         for (int batched = 0; batched < 2; batched++) {
             backends Bb = B;
             setenv("BURST_BATCHED_DECODE", batched ? "1" : "0", 1);
