@@ -267,10 +267,11 @@ static int compare_matmul(const backends *B, const char *what, burst_dtype xt, c
 
 // out = x W^T with x and out in each act dtype, and out += x W^T (backend_matmul_add).
 static void test_matmul(const backends *B) {
-    // (rows, cols) of W. Accumulated over 1, 7 or 8 rows (8: the most that split, filling the
-    // partial sums' buffer), (100, 2048) and (77, 2048) run split-K (model/backend_cuda.cu), 77 rows
-    // putting the partial sums at odd offsets; (100, 2056), not divisible by 32 columns, one GEMM.
-    static const int shapes[][2] = {{77, 1003}, {300, 64}, {1, 17}, {100, 2048}, {77, 2048}, {100, 2056}};
+    // (rows, cols) of W. Accumulated over 1, 7 or 8 rows (8: the most that split; on (100, 2048)
+    // they fill the partial sums' buffer), (100, 2048) and (77, 2048) run split-K
+    // (model/backend_cuda.cu), 77 rows putting the partial sums at odd offsets; (100, 2050), not a
+    // multiple of 32 columns, one GEMM (nor of 4: split-K's slices would leave columns out).
+    static const int shapes[][2] = {{77, 1003}, {300, 64}, {1, 17}, {100, 2048}, {77, 2048}, {100, 2050}};
     enum { SHAPES = sizeof shapes / sizeof shapes[0] };
     static const int ns[] = {1, 7, 8, 1000};
     // (x, out, accumulate): float32 throughout, accumulated, bf16 in and out, bf16 in accumulated
@@ -279,7 +280,7 @@ static void test_matmul(const backends *B) {
     for (int vi = 0; vi < 4; vi++)
         for (int di = 0; di < 3; di++)
             for (int si = 0; si < SHAPES; si++)
-                for (int ni = 0; ni < 4; ni++) {
+                for (int ni = 0; ni < (int)(sizeof ns / sizeof ns[0]); ni++) {
                     const int n = ns[ni], rows = shapes[si][0], cols = shapes[si][1], acc = variants[vi].acc;
                     const burst_dtype xt = variants[vi].x, ot = variants[vi].out;
                     const int64_t out_words = test_act_words(ot, (int64_t)n * rows);
@@ -426,7 +427,8 @@ static void test_rope(const backends *B) {
 
 static void test_elementwise(const backends *B) {
     // 8 and 40000 go in 16-byte vectors (SwiGLU), and the last 40000 one element a thread: its
-    // buffers start a word past the 16-byte alignment (skew)
+    // buffers start a word past the 16-byte alignment (skew). (A copy of one job is a
+    // cudaMemcpyAsync at any alignment: test_batch runs the copy kernel's unaligned moves.)
     static const int64_t lens[] = {1, 7, 37003, 8, 40000, 40000};
     for (int li = 0; li < 6; li++)
         for (int op = 0; op < 3; op++) { // swiglu in float32, in bf16, copy
@@ -845,7 +847,7 @@ static size_t attention_took(const backends *B, const flash_args *calls, int n) 
 
 // The memory check's count of the attention's own buffers (backend_attention_transient_bytes)
 // against what calls take from the device, within 2 MB pages. A decode step of 24 sequences, one
-// row each, over 20000 keys of an f32 cache (in both modes): a fresh split-KV workspace grows to
+// row each, over 20000 keys of an f32 cache (in both modes): the split-KV workspace grows to
 // what it asks, which for one-row calls over that many keys is decode_cuda_workspace_bound_floats
 // itself, and the count must hold three times that (dev_grow). A step over 300 keys (3 splits)
 // runs first: CUDA loads a kernel at its first launch, which may take device memory inside the

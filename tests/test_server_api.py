@@ -323,8 +323,8 @@ with Burstd(STORIES, "--idle-timeout", "2", "--max-connections", "3") as srv:
     check("... so is a connection that never sends", closed_within(idle, 10) == b"")
     check("... and one idle after its completion", json.loads(answered)["choices"]
           and closed_within(after.sock, 10) == b"")
-    # A closed connection's thread may still be ending, and till it has, burstd counts it and
-    # refuses (resets) a new connection past the limit.
+    # A closed connection's thread may still be ending, and till it has, libmicrohttpd counts it
+    # and refuses a new connection past the limit (a reset, or a close before any answer).
     deadline, open_now = time.time() + 10, None
     while open_now != 1 and time.time() < deadline:
         try:
