@@ -67,13 +67,16 @@ static void check(int ok) { failures += !ok; }
 
 // A cudaMemcpy from pageable memory may return before its DMA lands, and the backend's stream
 // does not wait for the legacy stream: synchronize the device before the backend reads the copy.
-static float *dev_upload(const float *h, int64_t n) { // h holds n floats plus guard words
+// The copy starts skew words into the allocation (off its 256-byte alignment), which the returned
+// pointer is (cudaFree it).
+static float *dev_upload_skewed(const float *h, int64_t n, int skew) { // h holds n floats plus guard words
     float *d;
-    CUDA_CHECK(cudaMalloc((void **)&d, (size_t)(n + TEST_GUARD_WORDS) * 4));
-    CUDA_CHECK(cudaMemcpy(d, h, (size_t)(n + TEST_GUARD_WORDS) * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMalloc((void **)&d, (size_t)(skew + n + TEST_GUARD_WORDS) * 4));
+    CUDA_CHECK(cudaMemcpy(d + skew, h, (size_t)(n + TEST_GUARD_WORDS) * 4, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaDeviceSynchronize());
     return d;
 }
+static float *dev_upload(const float *h, int64_t n) { return dev_upload_skewed(h, n, 0); }
 // Through the backend: its stream is non-blocking, so a plain cudaMemcpy would not wait for it.
 static void dev_download(burst_backend *gpu, float *h, const float *d, int64_t n) {
     backend_to_host(gpu, h, d, n + TEST_GUARD_WORDS);
@@ -437,16 +440,7 @@ static void test_elementwise(const backends *B) {
             const burst_dtype dt = op == 1 ? DTYPE_BF16 : DTYPE_F32;
             const int64_t words = test_act_words(dt, n);
             float *want = host_act(dt, n, -8, 8), *y = host_act(dt, n, -2, 2), *got = host_clone(want, words);
-            float *d = dev_upload(got, words), *dy = dev_upload(y, words);
-            if (skew) { // (the same values one word on: the host buffers stay as they are)
-                CUDA_CHECK(cudaFree(d));
-                CUDA_CHECK(cudaFree(dy));
-                CUDA_CHECK(cudaMalloc((void **)&d, (size_t)(words + 1 + TEST_GUARD_WORDS) * 4));
-                CUDA_CHECK(cudaMalloc((void **)&dy, (size_t)(words + 1 + TEST_GUARD_WORDS) * 4));
-                CUDA_CHECK(cudaMemcpy(d + 1, got, (size_t)(words + TEST_GUARD_WORDS) * 4, cudaMemcpyHostToDevice));
-                CUDA_CHECK(cudaMemcpy(dy + 1, y, (size_t)(words + TEST_GUARD_WORDS) * 4, cudaMemcpyHostToDevice));
-                CUDA_CHECK(cudaDeviceSynchronize());
-            }
+            float *d = dev_upload_skewed(got, words, skew), *dy = dev_upload_skewed(y, words, skew);
             float *dd = d + skew, *ddy = dy + skew;
             if (op < 2) backend_swiglu(B->gpu, dd, ddy, dt, n), backend_swiglu(B->cpu, want, y, dt, n);
             else backend_copy(B->gpu, &(copy_job){dd, ddy, (size_t)n * 4}, 1), backend_copy(B->cpu, &(copy_job){want, y, (size_t)n * 4}, 1);
@@ -719,6 +713,20 @@ static void test_merge(const backends *B) {
     }
 }
 
+// The float64 buckets of row x (cols) at temperature t, exp((x - max) / t) a column, laid end to
+// end in column order: returns their sum; column k's bucket is [*start, *end) (0 <= k < cols).
+static double bucket_of(const float *x, int64_t cols, float t, int64_t k, double *start, double *end) {
+    double max = -INFINITY, total = 0;
+    *start = *end = 0;
+    for (int64_t j = 0; j < cols; j++) max = x[j] > max ? x[j] : max;
+    for (int64_t j = 0; j < cols; j++) {
+        if (j == k) *start = total;
+        total += exp(((double)x[j] - max) / t);
+        if (j == k) *end = total;
+    }
+    return total;
+}
+
 // Whether id is a draw of unit u from row x (cols) at temperature t > 0 up to float sums: u times
 // the float64 sum of exp((x - max) / t) falls in id's bucket, the buckets in id order, widened by
 // 2e-5 of the sum either way. (The kernel's sums of 256 slices, each of up to 125 terms, then of
@@ -726,12 +734,9 @@ static void test_merge(const backends *B) {
 // to ~1e-5, so the two pick other ids in a few rows in a hundred.)
 static int draw_fits(const float *x, int64_t cols, float t, float u, int id) {
     if (id < 0 || id >= cols) return 0;
-    double max = -INFINITY, total = 0, before = 0;
-    for (int64_t j = 0; j < cols; j++) max = x[j] > max ? x[j] : max;
-    for (int64_t j = 0; j < cols; j++) total += exp(((double)x[j] - max) / t);
-    for (int64_t j = 0; j < id; j++) before += exp(((double)x[j] - max) / t);
-    const double r = (double)u * total, tol = 2e-5 * total, mine = exp(((double)x[id] - max) / t);
-    return r >= before - tol && r <= before + mine + tol;
+    double start, end;
+    const double total = bucket_of(x, cols, t, id, &start, &end), r = (double)u * total, tol = 2e-5 * total;
+    return r >= start - tol && r <= end + tol;
 }
 
 // Units just under the end of a bucket, on rows where half the columns are -inf (no bucket): the
@@ -747,13 +752,11 @@ static void test_sample_bucket_ends(const backends *B) {
         float *row = x + (int64_t)r * COLS;
         for (int c = 0; c < COLS; c++)
             row[c] = c && test_uniform(0, 1) < 0.5f ? -INFINITY : 3 * (test_uniform(-1, 1) + test_uniform(-1, 1));
-        const float t = temperature[r] = test_uniform(0.5f, 2);
-        double max = -INFINITY, total = 0, upto = 0;
-        for (int c = 0; c < COLS; c++) max = row[c] > max ? row[c] : max;
-        for (int c = 0; c < COLS; c++) total += exp(((double)row[c] - max) / t);
+        temperature[r] = test_uniform(0.5f, 2);
         int end = (int)(test_rand_u64() % COLS); // a finite column's bucket end, at or after a random column
         while (row[end] == -INFINITY) end = (end + 1) % COLS;
-        for (int c = 0; c <= end; c++) upto += exp(((double)row[c] - max) / t);
+        double start, upto;
+        const double total = bucket_of(row, COLS, temperature[r], end, &start, &upto);
         unit[r] = fminf((float)(upto / total * (1 - test_uniform(0, 2e-7f))), 0x1.fffffep-1f); // (units are under 1)
     }
     float *d = dev_upload(x, n);
