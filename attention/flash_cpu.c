@@ -3,8 +3,8 @@
 // transposed, each key's scores of the tile's query rows side by side, so that the softmax runs
 // along the rows a vector at a time (no max or sum across a vector register). A query tile of
 // more than 8 rows takes its scores against its Q transposed once for all its key tiles: each K
-// element, broadcast, multiplies a vector of queries, a few keys at a time. P V works on 4 query
-// rows at a time, each loaded V element serving the 4.
+// element, broadcast, multiplies a vector of queries, a few keys at a time. P V works on a few query
+// rows at a time, each loaded V vector serving them.
 //
 // For each (head, tile of FLASH_CPU_BQ queries, or FLASH_AMX_QUERIES on AMX), walk the key tiles
 // of FLASH_CPU_BK keys (FLASH_AMX_KEYS on AMX) that the tile can see, keeping a running row max m,
@@ -39,6 +39,7 @@
 #include "attention/online_softmax.h"
 #include "common/burst.h"
 #include "common/exp_below_88.h"
+#include "common/vec.h"
 
 enum { FLASH_CPU_BQ = 64, FLASH_CPU_BK = 64, FLASH_CPU_SPLIT_ROWS = 8, FLASH_CPU_CHUNK = 8 * FLASH_CPU_BK };
 _Static_assert((int)FLASH_CPU_BQ <= (int)FLASH_AMX_QUERIES && (int)FLASH_CPU_BK <= (int)FLASH_AMX_KEYS, "AMX tiles are the larger");
@@ -54,16 +55,17 @@ enum { SOFTMAX_ROWS = FLASH_AMX_QUERIES }; // rows softmax_tile's passes take at
 // How far a score may pass a row's running max before the max moves (softmax_tile): e^8 ~ 3000 keeps
 // the probabilities and their sums far inside float32's (and bf16's) range.
 #define LAZY_MAX 8.0f
-// Floats of running sums P V keeps in registers for 4 rows: 16 of AVX-512's 32 vector registers
-// (bench_ring: 1.33 s against 1.51 with 128); with AVX2, 128 (64 took 7.2 s against 1.9).
-// The scores keep SCORE_KEYS x SCORE_QUERIES sums in registers: 16 of AVX-512's registers; with
-// AVX2, 12 of 16, beside the 3 broadcast keys (bench_ring --head-dim 128 4096 built for x86-64-v3:
-// 3.7-4.0 s against 3.8-4.4 with 2 x 64).
-#ifdef __AVX512F__
-enum { FLASH_CPU_SUMS = 256, SCORE_KEYS = 4, SCORE_QUERIES = 64 };
-#else
-enum { FLASH_CPU_SUMS = 128, SCORE_KEYS = 3, SCORE_QUERIES = 32 };
-#endif
+// The vector loops' register tiles (common/vec.h). P V keeps PV_ROWS query rows x PV_COLS columns
+// of sums in registers beside the V vectors of a key that the rows share; the scores keep
+// SCORE_KEYS keys x SCORE_QUERIES queries of sums beside the vectors of Q^T that the keys share.
+// AVX-512: 6 x 4 vectors of sums, 4 shared, a broadcast: 29 of 32 registers; AVX2: 6 x 2, 15 of
+// 16. With 4 rows (or keys) a pass GCC folded the shared loads into every multiply-add, each vector
+// loaded once a row, and attention took ~1.4-1.9x the time (bench_ring --ranks 2 --heads 8
+// --kv-heads 2 --head-dim 128, on a 2-core Zen 5: AVX-512 0.83 s against 0.44 at N = 8192;
+// built for x86-64-v3, 0.34 s against 0.24 at N = 4096).
+enum { PV_ROWS = 6, SCORE_KEYS = 6, TILE_VECS = VEC_FLOATS >= 16 ? 4 : 2 };
+enum { PV_COLS = TILE_VECS * VEC_FLOATS, SCORE_QUERIES = TILE_VECS * VEC_FLOATS };
+_Static_assert(PV_ROWS <= 6 && SCORE_KEYS <= 6, "add_pv and scores take the last rows and keys by cases up to 5");
 
 // The online-softmax state of a block of query rows of one head.
 typedef struct {
@@ -130,70 +132,82 @@ static void q_transposed(const flash_args *a, int h, int64_t q0, int n, float *q
 // vector of queries.
 static inline __attribute__((always_inline)) void scores_keys(float *s, const float *k, int64_t k_stride,
                                                              const float *qt, int d, const int R) {
+    enum { NV = SCORE_QUERIES / VEC_FLOATS };
     for (int q0 = 0; q0 < FLASH_CPU_BQ; q0 += SCORE_QUERIES) {
-        float acc[SCORE_KEYS][SCORE_QUERIES] = {{0}};
-        for (int c = 0; c < d; c++)
-            for (int r = 0; r < R; r++) {
-                const float x = k[r * k_stride + c];
-                for (int l = 0; l < SCORE_QUERIES; l++) acc[r][l] += x * qt[c * FLASH_CPU_BQ + q0 + l];
-            }
+        vec acc[SCORE_KEYS][NV];
         for (int r = 0; r < R; r++)
-            for (int l = 0; l < SCORE_QUERIES; l++) s[r * FLASH_CPU_BQ + q0 + l] = acc[r][l];
+            for (int x = 0; x < NV; x++) acc[r][x] = (vec){0};
+        for (int c = 0; c < d; c++) {
+            vec q[NV];
+            for (int x = 0; x < NV; x++) q[x] = vec_load(qt + c * FLASH_CPU_BQ + q0 + x * VEC_FLOATS);
+            for (int r = 0; r < R; r++) {
+                const float kr = k[r * k_stride + c];
+                for (int x = 0; x < NV; x++) acc[r][x] += kr * q[x];
+            }
+        }
+        for (int r = 0; r < R; r++)
+            for (int x = 0; x < NV; x++) vec_store(s + r * FLASH_CPU_BQ + q0 + x * VEC_FLOATS, acc[r][x]);
     }
 }
 
-// The same for nk keys: SCORE_KEYS at a time, then the last ones one by one.
+// The same for nk keys: SCORE_KEYS at a time, then the last few.
 static void scores(float *s, const float *k, int64_t k_stride, const float *qt, int d, int nk) {
     int j = 0;
     for (; j + SCORE_KEYS <= nk; j += SCORE_KEYS)
         scores_keys(s + j * FLASH_CPU_BQ, k + j * k_stride, k_stride, qt, d, SCORE_KEYS);
-    for (; j < nk; j++) scores_keys(s + j * FLASH_CPU_BQ, k + j * k_stride, k_stride, qt, d, 1);
+    switch (nk - j) {
+#define KEYS(n) \
+    case n: scores_keys(s + j * FLASH_CPU_BQ, k + j * k_stride, k_stride, qt, d, n); break;
+    KEYS(1) KEYS(2) KEYS(3) KEYS(4) KEYS(5)
+#undef KEYS
+    }
 }
 
 // Columns [c0, c0 + COLS) of acc (R rows of d) += p · v (nk rows at v_stride), where p[j * ld + r]
-// is row r's probability of key j; R <= 4 and COLS constants once inlined, so that the R x COLS
-// sums stay in registers over all nk keys (acc in memory would be loaded and stored again for
-// every key) and each loaded V element serves the R rows.
+// is row r's probability of key j; R <= PV_ROWS and COLS (a multiple of VEC_FLOATS, at most PV_COLS)
+// constants once inlined, so that the R x COLS sums stay in registers over all nk keys (acc in
+// memory would be loaded and stored again for every key) and each loaded V vector serves the R rows.
 static inline __attribute__((always_inline)) void add_pv_cols(float *acc, const float *p, int64_t ld,
                                                              const float *v, int64_t v_stride, int d, int nk,
                                                              const int R, int c0, const int COLS) {
-    float s[4][128];
+    const int NV = COLS / VEC_FLOATS;
+    vec s[PV_ROWS][PV_COLS / VEC_FLOATS];
     for (int r = 0; r < R; r++)
-        for (int l = 0; l < COLS; l++) s[r][l] = acc[r * d + c0 + l];
+        for (int x = 0; x < NV; x++) s[r][x] = vec_load(acc + r * d + c0 + x * VEC_FLOATS);
     for (int j = 0; j < nk; j++) {
-        const float *vj = v + j * v_stride + c0;
+        vec vj[PV_COLS / VEC_FLOATS];
+        for (int x = 0; x < NV; x++) vj[x] = vec_load(v + j * v_stride + c0 + x * VEC_FLOATS);
         for (int r = 0; r < R; r++) {
-            const float x = p[j * ld + r];
-            for (int l = 0; l < COLS; l++) s[r][l] += x * vj[l];
+            const float pr = p[j * ld + r];
+            for (int x = 0; x < NV; x++) s[r][x] += pr * vj[x];
         }
     }
     for (int r = 0; r < R; r++)
-        for (int l = 0; l < COLS; l++) acc[r * d + c0 + l] = s[r][l];
+        for (int x = 0; x < NV; x++) vec_store(acc + r * d + c0 + x * VEC_FLOATS, s[r][x]);
 }
 
-// All d columns of R rows: FLASH_CPU_SUMS / R columns at a time (at most 128), then 32, then what
-// is left one by one.
+// All d columns of R rows: PV_COLS at a time, then a vector's width, then what is left one by one.
 static inline __attribute__((always_inline)) void add_pv_rows(float *acc, const float *p, int64_t ld,
                                                              const float *v, int64_t v_stride, int d, int nk,
                                                              const int R) {
-    const int wide = R == 1 ? 128 : R == 2 ? FLASH_CPU_SUMS / 2 : FLASH_CPU_SUMS / 4;
     int c0 = 0;
-    for (; c0 + wide <= d; c0 += wide) add_pv_cols(acc, p, ld, v, v_stride, d, nk, R, c0, wide);
-    for (; c0 + 32 <= d; c0 += 32) add_pv_cols(acc, p, ld, v, v_stride, d, nk, R, c0, 32);
+    for (; c0 + PV_COLS <= d; c0 += PV_COLS) add_pv_cols(acc, p, ld, v, v_stride, d, nk, R, c0, PV_COLS);
+    for (; c0 + VEC_FLOATS <= d; c0 += VEC_FLOATS) add_pv_cols(acc, p, ld, v, v_stride, d, nk, R, c0, VEC_FLOATS);
     for (int j = 0; c0 < d && j < nk; j++)
         for (int r = 0; r < R; r++)
             for (int c = c0; c < d; c++) acc[r * d + c] += p[j * ld + r] * v[j * v_stride + c];
 }
 
-// The same for nq rows: 4 at a time, then the last 1 to 3 (a decode row).
+// The same for nq rows: PV_ROWS at a time, then the last few.
 static void add_pv(float *acc, const float *p, int64_t ld, const float *v, int64_t v_stride, int d, int nq, int nk) {
     int r = 0;
-    for (; r + 4 <= nq; r += 4) add_pv_rows(acc + (int64_t)r * d, p + r, ld, v, v_stride, d, nk, 4);
+    for (; r + PV_ROWS <= nq; r += PV_ROWS) add_pv_rows(acc + (int64_t)r * d, p + r, ld, v, v_stride, d, nk, PV_ROWS);
     float *a = acc + (int64_t)r * d;
     switch (nq - r) {
-    case 3: add_pv_rows(a, p + r, ld, v, v_stride, d, nk, 3); break;
-    case 2: add_pv_rows(a, p + r, ld, v, v_stride, d, nk, 2); break;
-    case 1: add_pv_rows(a, p + r, ld, v, v_stride, d, nk, 1); break;
+#define ROWS(n) \
+    case n: add_pv_rows(a, p + r, ld, v, v_stride, d, nk, n); break;
+    ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5)
+#undef ROWS
     }
 }
 

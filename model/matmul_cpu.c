@@ -29,33 +29,30 @@
 #endif
 
 #include "common/burst.h"
+#include "common/vec.h"
 
 // The token count from which the GEMM takes over from the few-token path (at 16 to 24 tokens the
 // few-token path is 1.2 to 2x faster on F16 and F32 weights, at 32 as fast, at 48 slower).
 enum { MM_FEW_TOKENS = 32 };
 
-// The GEMM's register tile: GEMM_VL floats a vector; GEMM_MR rows x 2 vectors of sums, plus the
+// The GEMM's register tile: VEC_FLOATS floats a vector (common/vec.h); GEMM_MR rows x 2 vectors of sums, plus the
 // two x^T vectors and a broadcast, fill the 32 (AVX-512) or 16 (AVX2, NEON's 4-wide) registers.
 // The few-token path's: FEW_ROWS weight rows x FEW_TOKENS tokens of sums, plus the rows' widened
 // weights and a token's x.
 #if defined(__AVX512F__)
-#define GEMM_VL 16
 #define GEMM_MR 14
 #define FEW_ROWS 3
 #define FEW_TOKENS 8
 #elif defined(__AVX__)
-#define GEMM_VL 8
 #define GEMM_MR 6
 #define FEW_ROWS 2
 #define FEW_TOKENS 6
 #else
-#define GEMM_VL 4
 #define GEMM_MR 6
 #define FEW_ROWS 2
 #define FEW_TOKENS 6
 #endif
-enum { NR = 2 * GEMM_VL, KC = 256, NB = GEMM_MR * 8, MC = NR * 8 };
-typedef float vec __attribute__((vector_size(GEMM_VL * sizeof(float))));
+enum { NR = 2 * VEC_FLOATS, KC = 256, NB = GEMM_MR * 8, MC = NR * 8 };
 
 // One weight of a row w of dtype dt as float32.
 static inline float w_at(const void *w, burst_dtype dt, int64_t i) {
@@ -64,7 +61,7 @@ static inline float w_at(const void *w, burst_dtype dt, int64_t i) {
     return dt == DTYPE_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
 }
 
-// GEMM_VL weights of a row w of dtype dt from column i, as floats. GCC does not vectorize
+// VEC_FLOATS weights of a row w of dtype dt from column i, as floats. GCC does not vectorize
 // f16_to_f32 into F16C's one instruction, and its bit operations cost more than the multiply-adds
 // they feed.
 static inline vec w_vec(const void *w, burst_dtype dt, int64_t i) {
@@ -80,7 +77,7 @@ static inline vec w_vec(const void *w, burst_dtype dt, int64_t i) {
     __m128i b = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + i));
     v = (vec)(dt == DTYPE_BF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16)) : _mm256_cvtph_ps(b));
 #else
-    for (int l = 0; l < GEMM_VL; l++) v[l] = w_at(w, dt, i + l);
+    for (int l = 0; l < VEC_FLOATS; l++) v[l] = w_at(w, dt, i + l);
 #endif
     return v;
 }
@@ -92,7 +89,7 @@ void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst) 
     }
     const void *row = (const char *)w->data + first * dtype_size(w->dtype);
     int64_t i = 0;
-    for (; i + GEMM_VL <= n; i += GEMM_VL) {
+    for (; i + VEC_FLOATS <= n; i += VEC_FLOATS) {
         vec v = w_vec(row, w->dtype, i);
         memcpy(dst + i, &v, sizeof v);
     }
@@ -102,7 +99,7 @@ void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst) 
 // sums[t * FEW_ROWS + r] = the dot product of W's row r0 + r with token t's row of x, for r <
 // FEW_ROWS and t < nt <= FEW_TOKENS (rows past W's last repeat it; their sums are not used): the
 // rows' weights are widened once, in registers, for all nt tokens, and the FEW_ROWS x nt sums
-// stay in registers (nt a constant once inlined) while the columns go by, GEMM_VL at a time.
+// stay in registers (nt a constant once inlined) while the columns go by, VEC_FLOATS at a time.
 static inline __attribute__((always_inline)) void few_tile(const burst_weight *W, int64_t r0, const float *x, const int nt,
                                                            float *sums) {
     const int64_t cols = W->cols;
@@ -113,7 +110,7 @@ static inline __attribute__((always_inline)) void few_tile(const burst_weight *W
     for (int r = 0; r < FEW_ROWS; r++)
         for (int t = 0; t < nt; t++) acc[r][t] = (vec){0};
     int64_t k = 0;
-    for (; k + GEMM_VL <= cols; k += GEMM_VL) {
+    for (; k + VEC_FLOATS <= cols; k += VEC_FLOATS) {
         vec wv[FEW_ROWS];
         for (int r = 0; r < FEW_ROWS; r++) wv[r] = w_vec(w[r], W->dtype, k);
         for (int t = 0; t < nt; t++) {
@@ -125,7 +122,7 @@ static inline __attribute__((always_inline)) void few_tile(const burst_weight *W
     for (int r = 0; r < FEW_ROWS; r++)
         for (int t = 0; t < nt; t++) {
             float s = 0;
-            for (int l = 0; l < GEMM_VL; l++) s += acc[r][t][l];
+            for (int l = 0; l < VEC_FLOATS; l++) s += acc[r][t][l];
             for (int64_t j = k; j < cols; j++) s += w_at(w[r], W->dtype, j) * x[t * cols + j];
             sums[t * FEW_ROWS + r] = s;
         }
@@ -170,24 +167,24 @@ static void matmul_few(void *out, burst_dtype out_dtype, int accumulate, const f
     }
 }
 
-// c[i * MC + 0..nv x GEMM_VL) += the sum over k < kn of w[i * KC + k] * xt[k * NR + 0..nv x GEMM_VL),
+// c[i * MC + 0..nv x VEC_FLOATS) += the sum over k < kn of w[i * KC + k] * xt[k * NR + 0..nv x VEC_FLOATS),
 // for i < mr: one register tile of the GEMM, of nv = 2 vectors of tokens, or 1 for a panel's last
 // tokens. mr and nv are constants once inlined, so that the sums stay in registers.
 static inline __attribute__((always_inline)) void gemm_tile(const float *w, const float *xt, int kn, const int mr,
                                                             const int nv, float *c) {
     vec acc[GEMM_MR][2];
     for (int i = 0; i < mr; i++)
-        for (int v = 0; v < nv; v++) acc[i][v] = *(const vec *)(c + i * MC + v * GEMM_VL);
+        for (int v = 0; v < nv; v++) acc[i][v] = *(const vec *)(c + i * MC + v * VEC_FLOATS);
     for (int k = 0; k < kn; k++) {
         vec x[2];
-        for (int v = 0; v < nv; v++) x[v] = *(const vec *)(xt + k * NR + v * GEMM_VL);
+        for (int v = 0; v < nv; v++) x[v] = *(const vec *)(xt + k * NR + v * VEC_FLOATS);
         for (int i = 0; i < mr; i++) {
             float wi = w[i * KC + k];
             for (int v = 0; v < nv; v++) acc[i][v] += wi * x[v];
         }
     }
     for (int i = 0; i < mr; i++)
-        for (int v = 0; v < nv; v++) *(vec *)(c + i * MC + v * GEMM_VL) = acc[i][v];
+        for (int v = 0; v < nv; v++) *(vec *)(c + i * MC + v * VEC_FLOATS) = acc[i][v];
 }
 
 static void gemm_tile_rows(const float *w, const float *xt, int kn, int mr, int nv, float *c) {
@@ -234,7 +231,7 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
                     for (int64_t q = 0; q * NR < mc; q++)
                         for (int64_t s = 0; s < nb; s += GEMM_MR)
                             gemm_tile_rows(wf + s * KC, xt + ((i0 / NR + q) * cols + k0) * NR, kn,
-                                           (int)(nb - s < GEMM_MR ? nb - s : GEMM_MR), mc - q * NR > GEMM_VL ? 2 : 1,
+                                           (int)(nb - s < GEMM_MR ? nb - s : GEMM_MR), mc - q * NR > VEC_FLOATS ? 2 : 1,
                                            c + s * MC + q * NR);
                 }
                 store_sums(out, out_dtype, accumulate, rows, i0, mc, r0, nb, c, 1, MC);
