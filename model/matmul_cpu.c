@@ -210,6 +210,7 @@ static const size_t wf_bytes = sizeof(float) * NB * KC, c_bytes = sizeof(float) 
 static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                         const burst_weight *W, int n, int n_threads) {
     const int64_t rows = W->rows, cols = W->cols, panels = (n + NR - 1) / NR, groups = (rows + NB - 1) / NB;
+    const int64_t blocks = (n + MC - 1) / MC; // of tokens
     float *xt = burst_malloc_aligned(xt_bytes(n, cols));
     #pragma omp parallel num_threads(n_threads)
     {
@@ -219,23 +220,23 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
                 for (int64_t j = 0, t = q * NR; j < NR; j++, t++)
                     xt[(q * cols + k) * NR + j] = t < n ? act_get(x, x_dtype, t * cols + k) : 0;
         float *wf = burst_malloc_aligned(wf_bytes), *c = burst_malloc_aligned(c_bytes);
+        // The threads share (row group, token block) pairs, not row groups: a 768-row weight has 7
+        // groups, which 2 threads split 4 to 3.
         #pragma omp for schedule(static)
-        for (int64_t g = 0; g < groups; g++) {
-            int64_t r0 = g * NB, nb = rows - r0 < NB ? rows - r0 : NB;
-            for (int64_t i0 = 0; i0 < n; i0 += MC) {
-                int64_t mc = n - i0 < MC ? n - i0 : MC;
-                memset(c, 0, sizeof(float) * NB * MC);
-                for (int64_t k0 = 0; k0 < cols; k0 += KC) {
-                    int kn = (int)(cols - k0 < KC ? cols - k0 : KC);
-                    for (int64_t r = 0; r < nb; r++) weight_to_f32(W, (r0 + r) * cols + k0, kn, wf + r * KC);
-                    for (int64_t q = 0; q * NR < mc; q++)
-                        for (int64_t s = 0; s < nb; s += GEMM_MR)
-                            gemm_tile_rows(wf + s * KC, xt + ((i0 / NR + q) * cols + k0) * NR, kn,
-                                           (int)(nb - s < GEMM_MR ? nb - s : GEMM_MR), mc - q * NR > VEC_FLOATS ? 2 : 1,
-                                           c + s * MC + q * NR);
-                }
-                store_sums(out, out_dtype, accumulate, rows, i0, mc, r0, nb, c, 1, MC);
+        for (int64_t job = 0; job < groups * blocks; job++) {
+            const int64_t r0 = job / blocks * NB, nb = rows - r0 < NB ? rows - r0 : NB;
+            const int64_t i0 = job % blocks * MC, mc = n - i0 < MC ? n - i0 : MC;
+            memset(c, 0, sizeof(float) * NB * MC);
+            for (int64_t k0 = 0; k0 < cols; k0 += KC) {
+                int kn = (int)(cols - k0 < KC ? cols - k0 : KC);
+                for (int64_t r = 0; r < nb; r++) weight_to_f32(W, (r0 + r) * cols + k0, kn, wf + r * KC);
+                for (int64_t q = 0; q * NR < mc; q++)
+                    for (int64_t s = 0; s < nb; s += GEMM_MR)
+                        gemm_tile_rows(wf + s * KC, xt + ((i0 / NR + q) * cols + k0) * NR, kn,
+                                       (int)(nb - s < GEMM_MR ? nb - s : GEMM_MR), mc - q * NR > VEC_FLOATS ? 2 : 1,
+                                       c + s * MC + q * NR);
             }
+            store_sums(out, out_dtype, accumulate, rows, i0, mc, r0, nb, c, 1, MC);
         }
         free(wf), free(c);
     }
