@@ -5,6 +5,7 @@
 
 #include "backend_impl.h"
 #include "common/amx.h"
+#include "matmul_cpu.h"
 #ifdef BURST_WITH_CUDA
 #include "backend_cuda.h"
 #endif
@@ -34,12 +35,12 @@ burst_status backend_new(const char *name, int device, int n_threads, burst_back
         return BURST_FAIL(err, BURST_ERR_INVALID, "backend '%s' unknown (want %s)", name, names);
     }
     if (backend_kinds[k].on_host) {
-        // Without AMX the matmuls widen bf16 inputs back to float32: no faster, only rounded. Said once,
-        // not once a rank.
+        // Without AMX or AVX512-BF16 the matmuls widen bf16 inputs back to float32: no faster, only
+        // rounded. Said once, not once a rank.
         static atomic_flag warned = ATOMIC_FLAG_INIT;
-        if (backend_kinds[k].bf16 && !amx_usable() && !atomic_flag_test_and_set(&warned))
-            LOG_W("backend %s: AMX is off (not in this build or CPU, refused by the kernel, or BURST_AMX=0), so bf16 "
-                  "activations only lose precision: cpu is as fast", name);
+        if (backend_kinds[k].bf16 && !amx_usable() && !matmul_cpu_bf16_products() && !atomic_flag_test_and_set(&warned))
+            LOG_W("backend %s: neither AMX (not in this build or CPU, refused by the kernel, or BURST_AMX=0) nor "
+                  "AVX512-BF16 (not in this build), so bf16 activations only lose precision: cpu is as fast", name);
         *out = backend_cpu_new(n_threads, backend_kinds[k].bf16);
         return BURST_OK;
     }

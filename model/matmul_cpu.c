@@ -16,7 +16,8 @@
 // where the weights are widened n / MC times (bench/bench_matmul_cpu.c).
 //
 // Where the CPU has AMX, matmul_amx.c takes BF16 weights from 16 tokens on, F16 ones from 128, and
-// weights in tiles at every token count.
+// weights in tiles at every token count. Without AMX, where the build has AVX512-BF16, the GEMM
+// multiplies bf16 x by BF16 weights (cpu-bf16) as stored, in pairs of columns (GEMM_PAIRS).
 #include "matmul_cpu.h"
 
 #include "matmul_amx.h"
@@ -26,6 +27,15 @@
 #include <string.h>
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__F16C__))
 #include <immintrin.h>
+#endif
+// bf16 x times BF16 weights (the cpu-bf16 backend), on a CPU with AVX512-BF16 (AMD Zen 4 and later,
+// Intel Cooper Lake and later): the GEMM multiplies them as stored, a pair of adjacent columns in
+// every 32-bit lane, with the dot-product instruction that adds both products of a lane's pair to
+// its float32 sum: twice the products of a float32 multiply-add an instruction, and no widening.
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#define GEMM_PAIRS 1
+#else
+#define GEMM_PAIRS 0
 #endif
 
 #include "common/burst.h"
@@ -167,19 +177,53 @@ static void matmul_few(void *out, burst_dtype out_dtype, int accumulate, const f
     }
 }
 
+#if GEMM_PAIRS
+// gemm_tile on column pairs (GEMM_PAIRS): kp pairs of bf16 weights, row i's pair p at w + i x
+// w_stride + 2p (the weights as stored), broadcast to every lane; a token's pair p is one 32-bit
+// lane of xt: xt[p * NR + token].
+static inline __attribute__((always_inline)) void gemm_tile_pairs(const uint16_t *w, int64_t w_stride,
+                                                                  const uint32_t *xt, int kp, const int mr,
+                                                                  const int nv, float *c) {
+    __m512 acc[GEMM_MR][2];
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < nv; v++) acc[i][v] = _mm512_load_ps(c + i * MC + v * VEC_FLOATS);
+    for (int p = 0; p < kp; p++) {
+        __m512bh x[2];
+        for (int v = 0; v < nv; v++) x[v] = (__m512bh)_mm512_load_si512(xt + p * NR + v * VEC_FLOATS);
+        for (int i = 0; i < mr; i++) {
+            uint32_t pair;
+            memcpy(&pair, w + i * w_stride + 2 * p, sizeof pair);
+            const __m512bh wi = (__m512bh)_mm512_set1_epi32((int)pair);
+            for (int v = 0; v < nv; v++) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], x[v], wi);
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < nv; v++) _mm512_store_ps(c + i * MC + v * VEC_FLOATS, acc[i][v]);
+}
+#endif
+
 // c[i * MC + 0..nv x VEC_FLOATS) += the sum over k < kn of w[i * KC + k] * xt[k * NR + 0..nv x VEC_FLOATS),
 // for i < mr: one register tile of the GEMM, of nv = 2 vectors of tokens, or 1 for a panel's last
-// tokens. mr and nv are constants once inlined, so that the sums stay in registers.
-static inline __attribute__((always_inline)) void gemm_tile(const float *w, const float *xt, int kn, const int mr,
-                                                            const int nv, float *c) {
+// tokens. mr and nv are constants once inlined, so that the sums stay in registers. With pairs,
+// gemm_tile_pairs on the weights as stored (rows at w_stride) and xt of pairs instead.
+static inline __attribute__((always_inline)) void gemm_tile(const void *w, int64_t w_stride, const void *xt, int kn,
+                                                            const int mr, const int nv, int pairs, float *c) {
+#if GEMM_PAIRS
+    if (pairs) {
+        gemm_tile_pairs(w, w_stride, xt, kn / 2, mr, nv, c);
+        return;
+    }
+#endif
+    (void)w_stride, (void)pairs;
+    const float *wf = w, *xf = xt;
     vec acc[GEMM_MR][2];
     for (int i = 0; i < mr; i++)
         for (int v = 0; v < nv; v++) acc[i][v] = *(const vec *)(c + i * MC + v * VEC_FLOATS);
     for (int k = 0; k < kn; k++) {
         vec x[2];
-        for (int v = 0; v < nv; v++) x[v] = *(const vec *)(xt + k * NR + v * VEC_FLOATS);
+        for (int v = 0; v < nv; v++) x[v] = *(const vec *)(xf + k * NR + v * VEC_FLOATS);
         for (int i = 0; i < mr; i++) {
-            float wi = w[i * KC + k];
+            float wi = wf[i * KC + k];
             for (int v = 0; v < nv; v++) acc[i][v] += wi * x[v];
         }
     }
@@ -187,12 +231,13 @@ static inline __attribute__((always_inline)) void gemm_tile(const float *w, cons
         for (int v = 0; v < nv; v++) *(vec *)(c + i * MC + v * VEC_FLOATS) = acc[i][v];
 }
 
-static void gemm_tile_rows(const float *w, const float *xt, int kn, int mr, int nv, float *c) {
+static void gemm_tile_rows(const void *w, int64_t w_stride, const void *xt, int kn, int mr, int nv, int pairs,
+                           float *c) {
     switch (mr) {
 #define TILE(m) \
     case m: \
-        if (nv == 2) gemm_tile(w, xt, kn, m, 2, c); \
-        else gemm_tile(w, xt, kn, m, 1, c); \
+        if (nv == 2) gemm_tile(w, w_stride, xt, kn, m, 2, pairs, c); \
+        else gemm_tile(w, w_stride, xt, kn, m, 1, pairs, c); \
         break;
     TILE(1) TILE(2) TILE(3) TILE(4) TILE(5) TILE(6)
 #if GEMM_MR > 6
@@ -211,15 +256,23 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
                         const burst_weight *W, int n, int n_threads) {
     const int64_t rows = W->rows, cols = W->cols, panels = (n + NR - 1) / NR, groups = (rows + NB - 1) / NB;
     const int64_t blocks = (n + MC - 1) / MC; // of tokens
+    // On column pairs (GEMM_PAIRS) x^T's 32-bit lanes hold a token's bf16 pairs as stored, half as
+    // many as its columns, and the weights are read as stored.
+    const int pairs = GEMM_PAIRS && x_dtype == DTYPE_BF16 && W->dtype == DTYPE_BF16 && !W->amx_tiles && cols % 2 == 0;
+    const int64_t step = pairs ? 2 : 1, lanes = cols / step; // columns a lane, lanes a token
     float *xt = burst_malloc_aligned(xt_bytes(n, cols));
     #pragma omp parallel num_threads(n_threads)
     {
         #pragma omp for schedule(static)
         for (int64_t q = 0; q < panels; q++)
-            for (int64_t k = 0; k < cols; k++)
-                for (int64_t j = 0, t = q * NR; j < NR; j++, t++)
-                    xt[(q * cols + k) * NR + j] = t < n ? act_get(x, x_dtype, t * cols + k) : 0;
-        float *wf = burst_malloc_aligned(wf_bytes), *c = burst_malloc_aligned(c_bytes);
+            for (int64_t k = 0; k < lanes; k++)
+                for (int64_t j = 0, t = q * NR; j < NR; j++, t++) {
+                    float *to = xt + (q * lanes + k) * NR + j;
+                    if (t >= n) *to = 0;
+                    else if (pairs) memcpy(to, (const uint16_t *)x + t * cols + 2 * k, sizeof *to);
+                    else *to = act_get(x, x_dtype, t * cols + k);
+                }
+        float *wf = pairs ? NULL : burst_malloc_aligned(wf_bytes), *c = burst_malloc_aligned(c_bytes);
         // The threads share (row group, token block) pairs, not row groups: a 768-row weight has 7
         // groups, which 2 threads split 4 to 3.
         #pragma omp for schedule(static)
@@ -229,12 +282,14 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
             memset(c, 0, sizeof(float) * NB * MC);
             for (int64_t k0 = 0; k0 < cols; k0 += KC) {
                 int kn = (int)(cols - k0 < KC ? cols - k0 : KC);
-                for (int64_t r = 0; r < nb; r++) weight_to_f32(W, (r0 + r) * cols + k0, kn, wf + r * KC);
+                for (int64_t r = 0; !pairs && r < nb; r++) weight_to_f32(W, (r0 + r) * cols + k0, kn, wf + r * KC);
                 for (int64_t q = 0; q * NR < mc; q++)
                     for (int64_t s = 0; s < nb; s += GEMM_MR)
-                        gemm_tile_rows(wf + s * KC, xt + ((i0 / NR + q) * cols + k0) * NR, kn,
+                        gemm_tile_rows(pairs ? (const void *)((const uint16_t *)W->data + (r0 + s) * cols + k0)
+                                             : wf + s * KC,
+                                       cols, xt + ((i0 / NR + q) * lanes + k0 / step) * NR, kn,
                                        (int)(nb - s < GEMM_MR ? nb - s : GEMM_MR), mc - q * NR > VEC_FLOATS ? 2 : 1,
-                                       c + s * MC + q * NR);
+                                       pairs, c + s * MC + q * NR);
             }
             store_sums(out, out_dtype, accumulate, rows, i0, mc, r0, nb, c, 1, MC);
         }
@@ -242,6 +297,8 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
     }
     free(xt);
 }
+
+int matmul_cpu_bf16_products(void) { return GEMM_PAIRS; }
 
 size_t matmul_cpu_transient_bytes(int n, int64_t cols, int n_threads) {
     size_t vector = n < MM_FEW_TOKENS ? sizeof(float) * (size_t)(n * cols) // bf16 x widened

@@ -11,6 +11,10 @@ void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst);
 void matmul_cpu(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                 const burst_weight *W, int n, int n_threads);
 
+// 1 where this build's GEMM multiplies bf16 inputs by BF16 weights as stored (AVX512-BF16), and
+// so gains from them without AMX; 0 where it widens them to float32.
+int matmul_cpu_bf16_products(void);
+
 // The most bytes matmul_cpu allocates for a call of n tokens by a weight of cols columns.
 size_t matmul_cpu_transient_bytes(int n, int64_t cols, int n_threads);
 
