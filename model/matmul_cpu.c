@@ -106,16 +106,57 @@ void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst) 
     for (; i < n; i++) dst[i] = w_at(row, w->dtype, i);
 }
 
+// Whether a matmul of x (x_dtype) by W runs on column pairs (GEMM_PAIRS): bf16 x, BF16 weights in
+// rows, an even number of columns.
+static int on_pairs(burst_dtype x_dtype, const burst_weight *W) {
+    return GEMM_PAIRS && x_dtype == DTYPE_BF16 && W->dtype == DTYPE_BF16 && !W->amx_tiles && W->cols % 2 == 0;
+}
+
+#if GEMM_PAIRS
+// few_tile on column pairs: x (nt rows of bf16) and the weights as stored, 32 columns a
+// dot-product instruction, each lane's pair added to its float32 sum.
+static inline __attribute__((always_inline)) void few_tile_pairs(const uint16_t *const *w, int64_t cols,
+                                                                 const uint16_t *x, const int nt, float *sums) {
+    __m512 acc[FEW_ROWS][FEW_TOKENS];
+    for (int r = 0; r < FEW_ROWS; r++)
+        for (int t = 0; t < nt; t++) acc[r][t] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 32 <= cols; k += 32) {
+        __m512bh wv[FEW_ROWS];
+        for (int r = 0; r < FEW_ROWS; r++) wv[r] = (__m512bh)_mm512_loadu_si512(w[r] + k);
+        for (int t = 0; t < nt; t++) {
+            const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + t * cols + k);
+            for (int r = 0; r < FEW_ROWS; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xv);
+        }
+    }
+    for (int r = 0; r < FEW_ROWS; r++)
+        for (int t = 0; t < nt; t++) {
+            float s = _mm512_reduce_add_ps(acc[r][t]);
+            for (int64_t j = k; j < cols; j++) s += bf16_to_f32(w[r][j]) * bf16_to_f32(x[t * cols + j]);
+            sums[t * FEW_ROWS + r] = s;
+        }
+}
+#endif
+
 // sums[t * FEW_ROWS + r] = the dot product of W's row r0 + r with token t's row of x, for r <
 // FEW_ROWS and t < nt <= FEW_TOKENS (rows past W's last repeat it; their sums are not used): the
 // rows' weights are widened once, in registers, for all nt tokens, and the FEW_ROWS x nt sums
 // stay in registers (nt a constant once inlined) while the columns go by, VEC_FLOATS at a time.
-static inline __attribute__((always_inline)) void few_tile(const burst_weight *W, int64_t r0, const float *x, const int nt,
-                                                           float *sums) {
+// x is float32, or bf16 with pairs (few_tile_pairs).
+static inline __attribute__((always_inline)) void few_tile(const burst_weight *W, int64_t r0, const void *xp, int pairs,
+                                                           const int nt, float *sums) {
     const int64_t cols = W->cols;
     const void *w[FEW_ROWS];
     for (int r = 0; r < FEW_ROWS; r++)
         w[r] = (const char *)W->data + (r0 + r < W->rows ? r0 + r : W->rows - 1) * cols * dtype_size(W->dtype);
+#if GEMM_PAIRS
+    if (pairs) {
+        few_tile_pairs((const uint16_t *const *)w, cols, xp, nt, sums);
+        return;
+    }
+#endif
+    (void)pairs;
+    const float *x = xp;
     vec acc[FEW_ROWS][FEW_TOKENS];
     for (int r = 0; r < FEW_ROWS; r++)
         for (int t = 0; t < nt; t++) acc[r][t] = (vec){0};
@@ -151,21 +192,21 @@ static void store_sums(void *out, burst_dtype out_dtype, int accumulate, int64_t
         }
 }
 
-// The few-token path; x is F32. Each thread takes a run of FEW_ROWS-row tiles, and each tile its
+// The few-token path; x is F32, or BF16 with pairs (on_pairs). Each thread takes a run of FEW_ROWS-row tiles, and each tile its
 // tokens FEW_TOKENS at a time (the tile's weights stay in L1 for the next ones).
-static void matmul_few(void *out, burst_dtype out_dtype, int accumulate, const float *x, const burst_weight *W,
-                       int n, int n_threads) {
+static void matmul_few(void *out, burst_dtype out_dtype, int accumulate, const void *x, int pairs,
+                       const burst_weight *W, int n, int n_threads) {
     const int64_t rows = W->rows, tiles = (rows + FEW_ROWS - 1) / FEW_ROWS;
     #pragma omp parallel for num_threads(n_threads) schedule(static)
     for (int64_t tile = 0; tile < tiles; tile++) {
         const int64_t r0 = tile * FEW_ROWS, nr = rows - r0 < FEW_ROWS ? rows - r0 : FEW_ROWS;
         for (int t0 = 0; t0 < n; t0 += FEW_TOKENS) {
             const int nt = n - t0 < FEW_TOKENS ? n - t0 : FEW_TOKENS;
-            const float *xt = x + (int64_t)t0 * W->cols;
+            const void *xt = (const char *)x + (int64_t)t0 * W->cols * (pairs ? 2 : 4);
             float sums[FEW_TOKENS * FEW_ROWS];
             switch (nt) {
 #define TOKENS(t) \
-    case t: few_tile(W, r0, xt, t, sums); break;
+    case t: few_tile(W, r0, xt, pairs, t, sums); break;
             TOKENS(1) TOKENS(2) TOKENS(3) TOKENS(4) TOKENS(5) TOKENS(6)
 #if FEW_TOKENS > 6
             TOKENS(7) TOKENS(8)
@@ -258,7 +299,7 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
     const int64_t blocks = (n + MC - 1) / MC; // of tokens
     // On column pairs (GEMM_PAIRS) x^T's 32-bit lanes hold a token's bf16 pairs as stored, half as
     // many as its columns, and the weights are read as stored.
-    const int pairs = GEMM_PAIRS && x_dtype == DTYPE_BF16 && W->dtype == DTYPE_BF16 && !W->amx_tiles && cols % 2 == 0;
+    const int pairs = on_pairs(x_dtype, W);
     const int64_t step = pairs ? 2 : 1, lanes = cols / step; // columns a lane, lanes a token
     float *xt = burst_malloc_aligned(xt_bytes(n, cols));
     #pragma omp parallel num_threads(n_threads)
@@ -314,11 +355,12 @@ void matmul_cpu(void *out, burst_dtype out_dtype, int accumulate, const void *x,
         matmul_gemm(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads);
         return;
     }
-    float *xw = NULL; // bf16 inputs (cpu-bf16's activations) widened once
-    if (x_dtype != DTYPE_F32) {
+    const int pairs = on_pairs(x_dtype, W);
+    float *xw = NULL; // bf16 inputs (cpu-bf16's activations) widened once, unless multiplied as stored
+    if (x_dtype != DTYPE_F32 && !pairs) {
         xw = burst_malloc((size_t)n * W->cols * sizeof(float));
         for (int64_t i = 0; i < n * W->cols; i++) xw[i] = act_get(x, x_dtype, i);
     }
-    matmul_few(out, out_dtype, accumulate, xw ? xw : x, W, n, n_threads);
+    matmul_few(out, out_dtype, accumulate, xw ? xw : x, pairs, W, n, n_threads);
     free(xw);
 }
