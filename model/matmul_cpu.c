@@ -155,7 +155,6 @@ static inline __attribute__((always_inline)) void few_tile(const burst_weight *W
         return;
     }
 #endif
-    (void)pairs;
     const float *x = xp;
     vec acc[FEW_ROWS][FEW_TOKENS];
     for (int r = 0; r < FEW_ROWS; r++)
@@ -255,7 +254,6 @@ static inline __attribute__((always_inline)) void gemm_tile(const void *w, int64
         return;
     }
 #endif
-    (void)w_stride, (void)pairs;
     const float *wf = w, *xf = xt;
     vec acc[GEMM_MR][2];
     for (int i = 0; i < mr; i++)
