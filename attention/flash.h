@@ -37,7 +37,9 @@ typedef struct {
     burst_dtype kv_dtype; // DTYPE_F32 (0) or DTYPE_BF16
     // 1: where flash_cpu runs a query tile on AMX (attention/flash_amx.h), Q and the probabilities
     // are rounded to bf16 (one tile product a block instead of three), as the GPU's bf16 kernels
-    // round them; elsewhere it changes nothing. The cpu-bf16 backend sets it.
+    // round them; off AMX, on a bf16 cache with head_dim a multiple of 32 where the build has
+    // AVX512-BF16, the tile's products are bf16 dot products of them (attention/flash_pairs.h);
+    // elsewhere it changes nothing. The cpu-bf16 backend sets it.
     int qp_bf16;
 } flash_args;
 

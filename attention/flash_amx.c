@@ -13,6 +13,7 @@
 #include <math.h>
 
 #include "common/amx.h"
+#include "common/bf16_pairs.h"
 #include "common/exp_below_88.h"
 
 size_t flash_amx_head_bytes(int max_d, int64_t max_keys) {
@@ -112,16 +113,6 @@ void flash_amx_scores(flash_amx_scratch *w, float *s, int64_t ld, const uint16_t
                       kt);
 }
 
-// x's and y's 16 floats rounded to the nearest bf16 (one AVX512-BF16 conversion; as amx_bf16_nearest
-// but for subnormals, which become zeros, as AMX reads them), side by side as a tile row of pairs:
-// x's element j at 2 j, y's at 2 j + 1.
-static inline __m512i pair_nearest(__m512 x, __m512 y) {
-    const __m512i xy = (__m512i)_mm512_cvtne2ps_pbh(y, x); // x's 16 in the low half, y's in the high
-    const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
-                                                20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    return _mm512_permutexvar_epi16(interleave, xy);
-}
-
 // Two rows of 16 bf16, each in the top 16 bits of 32-bit lanes, side by side as a tile row of
 // pairs: x's element j at 2 j, y's at 2 j + 1.
 static inline __m512i pair_tops(__m512i x_top, __m512i y_top) {
@@ -146,7 +137,7 @@ void flash_amx_probs(flash_amx_scratch *w, const float *s, int64_t ld, int nq, i
                 __m512 x = exp_below_88_x16(_mm512_fmsub_ps(s0, sc, mf), in0 & seen);
                 __m512 y = exp_below_88_x16(_mm512_fmsub_ps(s1, sc, mf), in1 & seen);
                 sum_g = _mm512_add_ps(sum_g, _mm512_add_ps(x, y));
-                if (parts == 1) _mm512_store_si512(dst + i * TK, pair_nearest(x, y));
+                if (parts == 1) _mm512_store_si512(dst + i * TK, bf16_pairs_nearest(x, y));
                 else
                     for (int part = 0; part < parts; part++) {
                         const __m512i xp = amx_bf16_part_top(&x);

@@ -36,6 +36,7 @@
 
 #include "attention/dot_cpu.h"
 #include "attention/flash_amx.h"
+#include "attention/flash_pairs.h"
 #include "attention/online_softmax.h"
 #include "common/burst.h"
 #include "common/exp_below_88.h"
@@ -43,6 +44,8 @@
 
 enum { FLASH_CPU_BQ = 64, FLASH_CPU_BK = 64, FLASH_CPU_SPLIT_ROWS = 8, FLASH_CPU_CHUNK = 8 * FLASH_CPU_BK };
 _Static_assert((int)FLASH_CPU_BQ <= (int)FLASH_AMX_QUERIES && (int)FLASH_CPU_BK <= (int)FLASH_AMX_KEYS, "AMX tiles are the larger");
+_Static_assert((int)FLASH_CPU_BQ == (int)FLASH_PAIRS_QUERIES && (int)FLASH_CPU_BK == (int)FLASH_PAIRS_KEYS,
+               "flash_pairs takes the vector loops' tiles");
 
 // The rows of a query tile: AMX's take 128 (each K/V tile read half as often), the vector loops' 64
 // (they ran slower with 128). Also the row stride of w->s and the rows of state a tile resets.
@@ -81,7 +84,8 @@ static inline int64_t acc_at(flash_cpu_rows st, int r, int c, int d) {
 
 typedef struct {
     float *s;       // (keys, rows): scores, then probabilities, of one key tile, a key's at a time
-    float *qt;      // (head_dim, FLASH_CPU_BQ): a query tile's Q transposed, its rows past nq zero
+    float *qt;      // (head_dim, FLASH_CPU_BQ): a query tile's Q transposed, its rows past nq zero (or flash_pairs_queries')
+    uint32_t *pairs; // flash_pairs_pv's scratch, where a call takes that path
     float *kv;      // (FLASH_CPU_BK, head_dim): a bf16 key tile's K or V rows, widened
     float *mx;      // (rows): a key tile's row maxima, then the factors each row's state is rescaled by
     float *acc, *m, *l; // state of up to max_rows rows: a query tile, or a decode call's heads
@@ -290,12 +294,13 @@ static const uint16_t *bf16_rows(const flash_args *a, const void *base, int64_t 
 // One key tile [k0, k1) against the query rows [q0, q1) of head h, whose state is st: scores,
 // online softmax, then acc += P V. Many rows take their scores against w->qt, which holds them
 // transposed (flash_cpu_query_tile); a few (a decode call's) take dot products; with amx, both
-// products run on AMX.
+// products run on AMX, with pairs as bf16 dot products (attention/flash_pairs.h).
 static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, flash_cpu_rows st, int h, int hk,
-                           int64_t q0, int64_t q1, int64_t k0, int64_t k1, int masked, int amx) {
+                           int64_t q0, int64_t q1, int64_t k0, int64_t k1, int masked, int amx, int pairs) {
     const int d = a->head_dim, nq = (int)(q1 - q0), nk = (int)(k1 - k0);
     const int ld = query_tile_rows(amx); // of w->s
     if (amx) flash_amx_scores(&w->amx, w->s, ld, bf16_rows(a, a->k, 0, hk), a->kv_stride, a->nk, (int)k0, nq, nk, d);
+    else if (pairs) flash_pairs_scores(w->s, bf16_rows(a, a->k, k0, hk), a->kv_stride, (const uint32_t *)w->qt, d, nk);
     else {
         int64_t k_stride;
         const float *k = kv_tile(a, a->k, k0, nk, hk, w->kv, &k_stride);
@@ -304,6 +309,7 @@ static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, flash_cpu_
     }
     softmax_tile(a, w->s, ld, nq, nk, st, w->mx, masked, a->q_pos0 + q0 - a->k_pos0 - k0, nq, amx ? &w->amx : NULL);
     if (amx) flash_amx_pv(&w->amx, st.acc, bf16_rows(a, a->v, 0, hk), a->kv_stride, a->nk, (int)k0, nq, nk, d);
+    else if (pairs) flash_pairs_pv(st.acc, w->s, bf16_rows(a, a->v, k0, hk), a->kv_stride, d, nq, nk, w->pairs);
     else {
         int64_t v_stride;
         const float *v = kv_tile(a, a->v, k0, nk, hk, w->kv, &v_stride);
@@ -423,13 +429,15 @@ static void flash_cpu_query_tile(const flash_args *a, flash_cpu_scratch *w, int 
     flash_cpu_rows st = rows_at(w, 0, a->head_dim);
     st.transposed = amx;
     reset_rows(st, query_tile_rows(amx), a->head_dim); // every row: AMX's P V carries rows past q1 (zeros) too
+    const int pairs = !amx && q1 - q0 > FLASH_CPU_SPLIT_ROWS && flash_pairs_applies(a);
     if (amx) flash_amx_queries(&w->amx, q_row(a, q0, h), a->q_stride, (int)(q1 - q0), a->head_dim, a->qp_bf16);
+    else if (pairs) flash_pairs_queries((uint32_t *)w->qt, q_row(a, q0, h), a->q_stride, (int)(q1 - q0), a->head_dim);
     else if (q1 - q0 > FLASH_CPU_SPLIT_ROWS) q_transposed(a, h, q0, (int)(q1 - q0), w->qt); // for flash_cpu_tile
     const int64_t k_end = visible_keys(a, q1);
     const int bk = key_tile_keys(amx);
     for (int64_t k0 = 0; k0 < k_end; k0 += bk) {
         int64_t k1 = k0 + bk < k_end ? k0 + bk : k_end;
-        flash_cpu_tile(a, w, st, h, hk, q0, q1, k0, k1, tile_masked(a, q0, k1), amx);
+        flash_cpu_tile(a, w, st, h, hk, q0, q1, k0, k1, tile_masked(a, q0, k1), amx, pairs);
     }
     store_rows(a, st, h, q0, q1, a->o, a->o_stride, a->lse);
 }
@@ -533,10 +541,11 @@ void flash_cpu(const flash_args *calls, int n) {
         w.acc = burst_malloc((size_t)most_rows * (size_t)most_d * sizeof(float));
         w.m = burst_malloc((size_t)most_rows * sizeof(float));
         w.l = burst_malloc((size_t)most_rows * sizeof(float));
-        w.s = burst_malloc((size_t)most_rows * key_tile_keys(amx) * sizeof(float));
+        w.s = burst_malloc_aligned((size_t)most_rows * key_tile_keys(amx) * sizeof(float)); // (aligned: flash_pairs' loads)
         w.mx = burst_malloc((size_t)most_rows * sizeof(float));
-        w.qt = burst_malloc((size_t)FLASH_CPU_BQ * (size_t)most_d * sizeof(float));
+        w.qt = burst_malloc_aligned((size_t)FLASH_CPU_BQ * (size_t)most_d * sizeof(float));
         w.kv = bf16 ? burst_malloc((size_t)FLASH_CPU_BK * (size_t)most_d * sizeof(float)) : NULL;
+        w.pairs = bf16 ? burst_malloc_aligned(flash_pairs_scratch_words(most_d) * sizeof(uint32_t)) : NULL;
         if (amx) flash_amx_thread_begin(&w.amx, most_d, most_keys);
 #pragma omp for schedule(dynamic, 1) nowait
         for (int64_t t = 0; t < n_jobs; t++) flash_cpu_chunk(&jobs[t], &w);
@@ -558,7 +567,7 @@ void flash_cpu(const flash_args *calls, int n) {
             }
         }
         if (amx) flash_amx_thread_end(&w.amx);
-        free(w.acc), free(w.m), free(w.l), free(w.s), free(w.mx), free(w.qt), free(w.kv);
+        free(w.acc), free(w.m), free(w.l), free(w.s), free(w.mx), free(w.qt), free(w.kv), free(w.pairs);
 #pragma omp barrier
         // Each decode call's later chunks folded into its first, in key order.
         for (int i = 0; i < n_decode; i++) {

@@ -3,8 +3,8 @@
 // ranks talk through the in-process transport, or with --tcp 1 over loopback TCP (comm_tcp.c,
 // the transport of CPU ranks on several machines). --kv-bf16 1 holds K/V in bf16, as a bf16 KV
 // cache does (half the bytes on the ring; the CPU widens each tile, or, with AMX, multiplies it
-// as stored: BURST_AMX=0 times the vector loops). --qp-bf16 1 rounds Q and P to bf16 where AMX runs
-// a tile, as the cpu-bf16 backend does (flash_args.qp_bf16).
+// as stored: BURST_AMX=0 times the vector loops). --qp-bf16 1 rounds Q and P to bf16 where AMX or
+// AVX512-BF16 runs a tile, as the cpu-bf16 backend does (flash_args.qp_bf16).
 //   bench_ring [--ranks G] [--heads H] [--kv-heads K] [--head-dim D] [--tcp 0|1] [--kv-bf16 0|1] [--qp-bf16 0|1] N [N ...]
 // Causal, zigzag partition, random inputs; one run per N (no warm-up: one step is seconds long).
 #include <omp.h>
@@ -85,7 +85,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     printf("ring attention, causal zigzag, G=%d ranks x 1 thread, heads %d (kv %d), d %d, K/V %s, Q and P %s, %s transport\n",
-           G, H, K, D, kv_bf16 ? "bf16" : "f32", qp_bf16 ? "bf16 (on AMX)" : "f32", tcp ? "loopback TCP" : "in-process");
+           G, H, K, D, kv_bf16 ? "bf16" : "f32", qp_bf16 ? "bf16 (on AMX or AVX512-BF16)" : "f32", tcp ? "loopback TCP" : "in-process");
     printf("%8s %10s %14s %18s %8s\n", "N", "total s", "compute/step", "wait/transfer", "wait %");
     for (int i = first_n; i < argc; i++) {
         job jobs[64];

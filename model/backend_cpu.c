@@ -252,8 +252,8 @@ static int cpu_matmul_swiglu(burst_backend *b, void *out, const void *x, burst_d
 }
 
 // A step's sequences in one OpenMP region: for many short decode calls the region's start and
-// end cost about as much as the attention itself. cpu-bf16 rounds Q and P to bf16 where a call
-// runs on AMX (flash_args.qp_bf16).
+// end cost about as much as the attention itself. cpu-bf16 rounds Q and P to bf16 where a call's
+// query tiles run on AMX or AVX512-BF16 (flash_args.qp_bf16).
 static void cpu_attention_batch(burst_backend *b, const flash_args *calls, int n) {
     if (b->ops->act_dtype == DTYPE_F32) {
         flash_cpu(calls, n);

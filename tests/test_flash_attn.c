@@ -5,23 +5,25 @@
 // Both also take several calls at once (a step's sequences), each held to its own reference.
 // Every other case passes K/V in bf16 (a bf16 KV cache), drawn as bf16 values so that the
 // reference sees the same numbers and the fp32 bounds hold. Where the CPU has AMX, the bf16 cases
-// of more than 8 query rows and head_dim 64 or 128 take it (attention/flash_amx.h), and run again
-// with Q and P rounded to bf16 (flash_args.qp_bf16, cpu-bf16's); ctest runs this twice, the second
-// time with BURST_AMX=0.
+// of more than 8 query rows and head_dim 64 or 128 take it (attention/flash_amx.h). Every bf16 case
+// runs again with Q and P rounded to bf16 (flash_args.qp_bf16, cpu-bf16's), which off AMX takes
+// AVX512-BF16's dot products where the build has them (attention/flash_pairs.h: head_dim a multiple
+// of 32); ctest runs this twice, the second time with BURST_AMX=0.
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
 #include "attention/flash.h"
+#include "attention/flash_pairs.h"
 #include "attention/online_softmax.h"
 #include "common/amx.h"
 #include "common/burst.h"
 #include "tests/attention_ref.h"
 
-// flash_args.qp_bf16 (cpu-bf16): where the call runs on AMX (more than 8 query rows, head_dim a
-// multiple of 32), Q and P rounded to bf16 move O and lse by ~2^-9 of the scores (seen up to 4e-3;
-// bounds as the GPU's bf16 attention's), and they must move where some key is visible; elsewhere
-// the same bits as without it (o_exact, lse_exact).
+// flash_args.qp_bf16 (cpu-bf16): where the call's query tiles run on AMX or AVX512-BF16 (more than
+// 8 query rows, head_dim a multiple of 32), Q and P rounded to bf16 move O and lse by ~2^-9 of the
+// scores (seen up to 4e-3; bounds as the GPU's bf16 attention's), and they must move where some key
+// is visible; elsewhere the same bits as without it (o_exact, lse_exact).
 static int test_flash_qp_bf16(const attn_data *t, const float *o_exact, const float *lse_exact) {
     const attn_case c = t->c;
     const int64_t n_o = (int64_t)c.nq * t->o_stride, n_lse = (int64_t)c.n_heads * c.nq;
@@ -36,7 +38,7 @@ static int test_flash_qp_bf16(const attn_data *t, const float *o_exact, const fl
         for (int64_t x = 0; x < (int64_t)c.n_heads * c.head_dim; x++)
             moved = fmax(moved, fabs((double)o[i * t->o_stride + x] - o_exact[i * t->o_stride + x]));
     int ok;
-    if (amx_usable() && c.head_dim % 32 == 0 && c.nq > 8) {
+    if ((amx_usable() || flash_pairs_applies(&a)) && c.head_dim % 32 == 0 && c.nq > 8) {
         ok = check(t, what, o, lse, 1e-4, 2e-2, 2e-2, 1e-4, 2e-2, 2e-2);
         const int some_visible = !c.causal || c.k_pos0 < c.q_pos0 + c.nq;
         if (some_visible && moved == 0) printf("FAIL %s: O the same as with float32 Q and P (not rounded)\n", what);
@@ -357,13 +359,18 @@ int main(void) {
     reference(&t);
     fails += !test_flash(&t);
     fails += !test_merge(&t, 8);
+    data_free(&t);
+    // head_dim 96, a multiple of 32 but not of 64: flash_pairs' P V ends in a block of 32 dims.
+    data_init(&t, (attn_case){75, 300, 96, 4, 2, 1, 1000, 1000, DTYPE_BF16});
+    reference(&t);
+    fails += !test_flash(&t);
     fails += !test_merge_batch();
     fails += !test_flash_batch();
     fails += !test_flash_head_ranges();
     fails += !test_flash_deterministic();
     fails += !test_flash_shared_kv();
     fails += !test_flash_rising_scores();
-    n += 8;
+    n += 9;
     data_free(&t);
     printf("flash: AMX %s\n", amx_usable() ? "on (bf16 K/V, head_dim 64 and 128)" : "off");
     printf("%s: %d of %d checks failed\n", fails ? "FAIL" : "ok", fails, n);

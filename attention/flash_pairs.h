@@ -1,0 +1,33 @@
+// flash_cpu's query tiles (64 queries by 64 keys) on AVX512-BF16, off AMX, for the calls that ask
+// for bf16 Q and P (flash_args.qp_bf16: the cpu-bf16 backend) on a bf16 KV cache: the scores
+// S = Q K^T and P V as bf16 dot products summed in float32 (each instruction adds both products of
+// a pair of adjacent bf16 to a float32 sum, twice a float32 multiply-add's products), K and V read
+// as stored instead of widened, Q and P rounded to bf16 (to nearest even), as AMX's rounded mode
+// and the GPU's bf16 attention kernels round them. flash_cpu's softmax keeps the state between.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attention/flash.h"
+
+enum { FLASH_PAIRS_QUERIES = 64, FLASH_PAIRS_KEYS = 64 };
+
+// 1 where a call's query tiles take this path: built for AVX512-BF16, qp_bf16, a bf16 cache,
+// head_dim a multiple of 32.
+int flash_pairs_applies(const flash_args *a);
+
+// qp (head_dim / 2 rows of FLASH_PAIRS_QUERIES 32-bit lanes) = query rows [0, n) (n <= 64, row r
+// at q + r * q_stride, d floats) rounded to bf16: row r's dims 2p and 2p + 1 in lane r of row p.
+// Lanes past n zero.
+void flash_pairs_queries(uint32_t *qp, const float *q, int64_t q_stride, int n, int d);
+
+// s[j * FLASH_PAIRS_QUERIES + r] = K row j · query row r of qp, for j < nk <= 64 (K row j at
+// k + j * kv_stride, bf16) and every lane r.
+void flash_pairs_scores(float *s, const uint16_t *k, int64_t kv_stride, const uint32_t *qp, int d, int nk);
+
+// acc (nq rows of d floats) += P V: P the probabilities of nk <= 64 keys in s (key j's of row r at
+// s[j * FLASH_PAIRS_QUERIES + r]) rounded to bf16, V row j at v + j * kv_stride (bf16). scratch:
+// flash_pairs_scratch_words(d) 32-bit words, 64-byte aligned.
+void flash_pairs_pv(float *acc, const float *s, const uint16_t *v, int64_t kv_stride, int d, int nq, int nk,
+                    uint32_t *scratch);
+size_t flash_pairs_scratch_words(int d);
