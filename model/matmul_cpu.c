@@ -28,15 +28,6 @@
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__F16C__))
 #include <immintrin.h>
 #endif
-// bf16 x times BF16 weights (the cpu-bf16 backend), on a CPU with AVX512-BF16 (AMD Zen 4 and later,
-// Intel Cooper Lake and later): the GEMM multiplies them as stored, a pair of adjacent columns in
-// every 32-bit lane, with the dot-product instruction that adds both products of a lane's pair to
-// its float32 sum: twice the products of a float32 multiply-add an instruction, and no widening.
-#if defined(__AVX512BF16__) && defined(__AVX512F__)
-#define GEMM_PAIRS 1
-#else
-#define GEMM_PAIRS 0
-#endif
 
 #include "common/burst.h"
 #include "common/vec.h"
@@ -45,8 +36,9 @@
 // few-token path is 1.2 to 2x faster on F16 and F32 weights, at 32 as fast, at 48 slower).
 enum { MM_FEW_TOKENS = 32 };
 
-// The GEMM's register tile: VEC_FLOATS floats a vector (common/vec.h); GEMM_MR rows x 2 vectors of sums, plus the
-// two x^T vectors and a broadcast, fill the 32 (AVX-512) or 16 (AVX2, NEON's 4-wide) registers.
+// The GEMM's register tile: VEC_FLOATS floats a vector (common/vec.h); GEMM_MR rows x 2 vectors of
+// sums, plus the two x^T vectors and a broadcast, fill the 32 (AVX-512) or 16 (AVX2, NEON's 4-wide)
+// registers.
 // The few-token path's: FEW_ROWS weight rows x FEW_TOKENS tokens of sums, plus the rows' widened
 // weights and a token's x.
 #if defined(__AVX512F__)
@@ -63,6 +55,16 @@ enum { MM_FEW_TOKENS = 32 };
 #define FEW_TOKENS 6
 #endif
 enum { NR = 2 * VEC_FLOATS, KC = 256, NB = GEMM_MR * 8, MC = NR * 8 };
+
+// bf16 x times BF16 weights (the cpu-bf16 backend), on a CPU with AVX512-BF16 (AMD Zen 4 and later,
+// Intel Cooper Lake and later): both paths multiply them as stored, a pair of adjacent columns in
+// every 32-bit lane, with the dot-product instruction that adds both products of a lane's pair to
+// its float32 sum: twice the products of a float32 multiply-add an instruction, and no widening.
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#define GEMM_PAIRS 1
+#else
+#define GEMM_PAIRS 0
+#endif
 
 // One weight of a row w of dtype dt as float32.
 static inline float w_at(const void *w, burst_dtype dt, int64_t i) {
@@ -191,8 +193,9 @@ static void store_sums(void *out, burst_dtype out_dtype, int accumulate, int64_t
         }
 }
 
-// The few-token path; x is F32, or BF16 with pairs (on_pairs). Each thread takes a run of FEW_ROWS-row tiles, and each tile its
-// tokens FEW_TOKENS at a time (the tile's weights stay in L1 for the next ones).
+// The few-token path; x is F32, or BF16 with pairs (on_pairs). Each thread takes a run of
+// FEW_ROWS-row tiles, and each tile its tokens FEW_TOKENS at a time (the tile's weights stay in L1
+// for the next ones).
 static void matmul_few(void *out, burst_dtype out_dtype, int accumulate, const void *x, int pairs,
                        const burst_weight *W, int n, int n_threads) {
     const int64_t rows = W->rows, tiles = (rows + FEW_ROWS - 1) / FEW_ROWS;
