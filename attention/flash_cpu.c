@@ -492,7 +492,7 @@ size_t flash_cpu_transient_bytes(int64_t max_keys, int head_dim, burst_dtype kv_
 
 void flash_cpu(const flash_args *calls, int n) {
     BURST_ASSERT(n >= 0 && (calls || n == 0));
-    int most_d = 1, bf16 = 0, amx = 0, most_rows = FLASH_CPU_BQ, most_keys = 0, n_decode = 0; // the scratch fits every call
+    int most_d = 1, bf16 = 0, amx = 0, pairs = 0, most_rows = FLASH_CPU_BQ, most_keys = 0, n_decode = 0; // the scratch fits every call
     int64_t n_chunks = 0, n_parts = 0;
     decode_call *dc = burst_malloc(sizeof *dc * (size_t)(n > 0 ? n : 1));
     for (int j = 0; j < n; j++) {
@@ -506,6 +506,7 @@ void flash_cpu(const flash_args *calls, int n) {
         if (!is_decode(a)) {
             const int on_amx = flash_amx_applies(a->head_dim, a->kv_dtype);
             amx |= on_amx;
+            pairs |= !on_amx && flash_pairs_applies(a);
             if (on_amx && a->nk > most_keys) most_keys = a->nk; // the head copies (flash_amx.h) are for these
             if (query_tile_rows(amx) > most_rows) most_rows = query_tile_rows(amx);
             continue;
@@ -545,7 +546,7 @@ void flash_cpu(const flash_args *calls, int n) {
         w.mx = burst_malloc((size_t)most_rows * sizeof(float));
         w.qt = burst_malloc_aligned((size_t)FLASH_CPU_BQ * (size_t)most_d * sizeof(float));
         w.kv = bf16 ? burst_malloc((size_t)FLASH_CPU_BK * (size_t)most_d * sizeof(float)) : NULL;
-        w.pairs = bf16 ? burst_malloc_aligned(flash_pairs_scratch_words(most_d) * sizeof(uint32_t)) : NULL;
+        w.pairs = pairs ? burst_malloc_aligned(flash_pairs_scratch_words(most_d) * sizeof(uint32_t)) : NULL;
         if (amx) flash_amx_thread_begin(&w.amx, most_d, most_keys);
 #pragma omp for schedule(dynamic, 1) nowait
         for (int64_t t = 0; t < n_jobs; t++) flash_cpu_chunk(&jobs[t], &w);

@@ -94,15 +94,15 @@ void flash_pairs_pv(float *acc, const float *s, const uint16_t *v, int64_t kv_st
     const int np = (nk + 1) / 2; // a last odd key pairs with a zero
     uint32_t *pp = scratch, *vp = scratch + BK / 2 * BQ;
     const __m512 zero = _mm512_setzero_ps();
+    // dims [c, c + 32) of keys j and j + 1, interleaved: two lanes' worth of pairs a register
+    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36,
+                                        4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
     for (int m = 0; m < np; m++) {
         const int j = 2 * m, odd = j + 1 < nk;
         for (int x = 0; x < BQ / VEC; x++)
             _mm512_store_si512(pp + m * BQ + x * VEC, bf16_pairs_nearest(_mm512_load_ps(s + j * BQ + x * VEC),
                                                                          odd ? _mm512_load_ps(s + (j + 1) * BQ + x * VEC) : zero));
-        // dims [c, c + 32) of keys j and j + 1, interleaved: two lanes' worth of pairs a register
-        const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5,
-                                            36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-        const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
         for (int c = 0; c < d; c += 32) {
             const __m512i a = _mm512_loadu_si512(v + j * kv_stride + c);
             const __m512i b = odd ? _mm512_loadu_si512(v + (j + 1) * kv_stride + c) : _mm512_setzero_si512();
