@@ -82,7 +82,7 @@ static void transpose_v(uint16_t *rows, const uint16_t *v, int64_t kv_stride, in
             lo[j] = _mm512_maskz_loadu_epi16(k0 < nk ? ~0u : 0, v + (k0 < nk ? k0 * kv_stride : 0) + d0);
             hi[j] = _mm512_maskz_loadu_epi16(k1 < nk ? ~0u : 0, v + (k1 < nk ? k1 * kv_stride : 0) + d0);
         }
-        amx_transpose_16x16(lo), amx_transpose_16x16(hi);
+        transpose_16x16(lo), transpose_16x16(hi);
         for (int p = 0; p < T; p++) {
             const int dim = d0 + 2 * p;
             uint16_t *dst = rows + (c * (d / T) + dim / T) * TE + dim % T * TK;
@@ -165,7 +165,7 @@ void flash_amx_store(float *o, int64_t o_stride, const float *acc_t, const float
         for (int c0 = 0; c0 < d; c0 += T) {
             __m512i x[T]; // dims c0.. of queries r0.., then (transposed) queries of dims
             for (int i = 0; i < T; i++) x[i] = _mm512_loadu_si512(acc_t + (int64_t)(c0 + i) * QROWS + r0);
-            amx_transpose_16x16(x);
+            transpose_16x16(x);
             for (int j = 0; j < T && r0 + j < n; j++)
                 _mm512_storeu_ps(o + (int64_t)(r0 + j) * o_stride + c0, _mm512_mul_ps(_mm512_castsi512_ps(x[j]), _mm512_set1_ps(factor[r0 + j])));
         }

@@ -64,7 +64,7 @@ void amx_rows_to_b(uint16_t *dst, const void *x, burst_dtype dtype, int64_t stri
         for (int p = 0; p < parts; p++) { // a row of 16 pairs becomes column t of the tile, while it is in L1
             __m512i r[AMX_TILE];
             for (int t = 0; t < AMX_TILE; t++) r[t] = _mm512_load_si512(d + p * AMX_TILE_ELEMS + t * AMX_TILE_K);
-            amx_transpose_16x16(r);
+            transpose_16x16(r);
             for (int t = 0; t < AMX_TILE; t++) _mm512_store_si512(d + p * AMX_TILE_ELEMS + t * AMX_TILE_K, r[t]);
         }
     }

@@ -32,6 +32,8 @@ static inline int64_t amx_pad_to_block(int64_t n) { return (n + 2 * AMX_TILE - 1
 #define BURST_AMX_BUILD 1
 #include <immintrin.h>
 
+#include "common/avx512.h"
+
 // Every tile register 16 rows of 64 bytes; each thread loads the shapes before its first tile
 // instruction (and _tile_release() when done). A constant: built in a local variable, GCC 12
 // dropped the stores to it inlined here (as if _tile_loadconfig did not read them), and ldtilecfg
@@ -60,21 +62,13 @@ static inline __m512i amx_bf16_part_top(__m512 *v) {
 // The same, as 16 bf16.
 static inline __m256i amx_bf16_part(__m512 *v) { return _mm512_cvtepi32_epi16(_mm512_srli_epi32(amx_bf16_part_top(v), 16)); }
 
-// v's 16 floats rounded to the nearest bf16 (ties to even; a NaN kept NaN), as f32_to_bf16.
-static inline __m256i amx_bf16_nearest(__m512 v) {
-    const __m512i u = _mm512_castps_si512(v), lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
-    r = _mm512_mask_or_epi32(r, _mm512_fpclass_ps_mask(v, 0x81), u, _mm512_set1_epi32(0x00400000));
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
-}
-
 // The bf16 parts of 32 floats (a, b), as parts rows of 32 at d, d + stride, ... (d 32-byte aligned).
 // One part is the floats rounded to bf16 (an operand rounded, not split); more are truncated
 // parts that add up to them.
 static inline void amx_split_32(__m512 a, __m512 b, int parts, uint16_t *d, int64_t stride) {
     if (parts == 1) {
-        _mm256_store_si256((__m256i *)d, amx_bf16_nearest(a));
-        _mm256_store_si256((__m256i *)(d + 16), amx_bf16_nearest(b));
+        _mm256_store_si256((__m256i *)d, bf16_nearest_x16(a));
+        _mm256_store_si256((__m256i *)(d + 16), bf16_nearest_x16(b));
         return;
     }
     for (int p = 0; p < parts; p++, d += stride) {
@@ -86,24 +80,6 @@ static inline void amx_split_32(__m512 a, __m512 b, int parts, uint16_t *d, int6
 // The mask of the first n (at most 32) of 32 elements, and of 16.
 static inline __mmask32 amx_first32(int64_t n) { return n >= 32 ? ~0u : n <= 0 ? 0 : (1u << n) - 1; }
 static inline __mmask16 amx_first16(int64_t n) { return (__mmask16)amx_first32(n < 16 ? n : 16); }
-
-// 16 rows of 16 32-bit elements, transposed in place: unpacks of 32 and 64 bits make 4 x 4 blocks
-// within each 128-bit lane, two lane shuffles move the blocks.
-static inline void amx_transpose_16x16(__m512i r[16]) {
-    __m512i t[16];
-    for (int i = 0; i < 16; i += 4) {
-        __m512i a = _mm512_unpacklo_epi32(r[i], r[i + 1]), b = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-        __m512i c = _mm512_unpacklo_epi32(r[i + 2], r[i + 3]), d = _mm512_unpackhi_epi32(r[i + 2], r[i + 3]);
-        t[i] = _mm512_unpacklo_epi64(a, c), t[i + 1] = _mm512_unpackhi_epi64(a, c);
-        t[i + 2] = _mm512_unpacklo_epi64(b, d), t[i + 3] = _mm512_unpackhi_epi64(b, d);
-    } // t[4 g + j], lane l: column 4 l + j of rows 4 g .. 4 g + 3
-    for (int j = 0; j < 4; j++) {
-        __m512i b0 = _mm512_shuffle_i32x4(t[j], t[4 + j], 0x44), b1 = _mm512_shuffle_i32x4(t[j], t[4 + j], 0xee);
-        __m512i b2 = _mm512_shuffle_i32x4(t[8 + j], t[12 + j], 0x44), b3 = _mm512_shuffle_i32x4(t[8 + j], t[12 + j], 0xee);
-        r[j] = _mm512_shuffle_i32x4(b0, b2, 0x88), r[4 + j] = _mm512_shuffle_i32x4(b0, b2, 0xdd);
-        r[8 + j] = _mm512_shuffle_i32x4(b1, b3, 0x88), r[12 + j] = _mm512_shuffle_i32x4(b1, b3, 0xdd);
-    }
-}
 
 // Rows [row0, row0 + 16) of x (n rows of cols elements, stride elements apart; float32, F16 or bf16)
 // as A tiles: part p of those rows x columns [32 k, 32 k + 32) at dst[((k - k0) * parts + p) *

@@ -5,7 +5,7 @@
 #include <immintrin.h>
 
 // x's and y's 16 floats rounded to the nearest bf16 (one AVX512-BF16 conversion; as
-// amx_bf16_nearest but for subnormals, which become zeros, as AMX reads them), side by side in the
+// bf16_nearest_x16 but for subnormals, which become zeros, as AMX reads them), side by side in the
 // lanes: x's element j at bf16 2 j, y's at 2 j + 1.
 static inline __m512i bf16_pairs_nearest(__m512 x, __m512 y) {
     const __m512i xy = (__m512i)_mm512_cvtne2ps_pbh(y, x); // x's 16 in the low half, y's in the high

@@ -23,6 +23,7 @@
 // for two weights at once (the MLP's gate and up), a second L2 buffer holding the second's sums,
 // and stores SwiGLU of the two.
 #include "matmul_amx.h"
+#include "matmul_cpu.h"
 
 #include "common/amx.h"
 #include "common/burst.h"
@@ -110,10 +111,7 @@ static void store_sums(void *out, burst_dtype out_dtype, int accumulate, int64_t
             const __mmask16 m = amx_first16(mr - r);
             __m512 s = _mm512_load_ps(c + t * MC + r);
             if (up) s = swiglu_x16(s, _mm512_load_ps(up + t * MC + r));
-            float *of = (float *)out + o;
-            if (accumulate) _mm512_mask_storeu_ps(of, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, of), s));
-            else if (out_dtype == DTYPE_F32) _mm512_mask_storeu_ps(of, m, s);
-            else _mm256_mask_storeu_epi16((uint16_t *)out + o, m, amx_bf16_nearest(s));
+            act_set_x16(out, out_dtype, accumulate, o, m, s);
         }
 }
 

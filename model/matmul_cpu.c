@@ -11,7 +11,8 @@
 // x^T (one where a panel's last tokens fit in one). The weights are widened to f32 a block of NB
 // rows x KC columns at a time (in L2, then read by every panel of tokens), x is transposed once
 // per call into panels of NR tokens (a panel's KC columns stay in L1), and the sums of MC tokens
-// gather in a per-thread buffer before they are stored as out_dtype. Broadcasting weights, not
+// gather in a per-thread buffer before they are stored as out_dtype. On AVX-512 both the transpose
+// and the store go 16 x 16 blocks at a time through registers (common/avx512.h). Broadcasting weights, not
 // tokens, keeps the widening a contiguous loop and leaves the transpose to x, which is read once
 // where the weights are widened n / MC times (bench/bench_matmul_cpu.c).
 //
@@ -193,6 +194,42 @@ static void store_sums(void *out, burst_dtype out_dtype, int accumulate, int64_t
         }
 }
 
+#ifdef BURST_AVX512
+// store_sums for the GEMM's sums (sums[r * MC + i], r < nr, i < nt), 16 rows x 16 tokens at a time
+// through registers (transpose_16x16), so that each token's rows are stored as one vector.
+static void store_sums_x16(void *out, burst_dtype out_dtype, int accumulate, int64_t rows, int64_t i0, int64_t nt,
+                           int64_t r0, int64_t nr, const float *sums) {
+    for (int64_t r = 0; r < nr; r += 16) {
+        const __mmask16 m = nr - r >= 16 ? 0xffff : (__mmask16)((1u << (nr - r)) - 1);
+        for (int64_t i = 0; i < nt; i += 16) {
+            __m512i v[16];
+            for (int j = 0; j < 16; j++)
+                v[j] = r + j < nr ? _mm512_load_si512(sums + (r + j) * MC + i) : _mm512_setzero_si512();
+            transpose_16x16(v);
+            for (int64_t j = 0; j < 16 && i + j < nt; j++)
+                act_set_x16(out, out_dtype, accumulate, (i0 + i + j) * rows + r0 + r, m, _mm512_castsi512_ps(v[j]));
+        }
+    }
+}
+
+// x^T's panel q from x's tokens read as 32-bit lanes (float32, or bf16 pairs), 16 tokens x 16
+// lanes at a time through registers; tokens past n are 0.
+static void pack_panel_x16(float *xt, const uint32_t *x, int64_t n, int64_t lanes, int64_t q) {
+    for (int64_t k = 0; k < lanes; k += 16) {
+        const __mmask16 m = lanes - k >= 16 ? 0xffff : (__mmask16)((1u << (lanes - k)) - 1);
+        for (int h = 0; h < NR; h += 16) {
+            __m512i v[16];
+            for (int j = 0; j < 16; j++) {
+                const int64_t t = q * NR + h + j;
+                v[j] = t < n ? _mm512_maskz_loadu_epi32(m, x + t * lanes + k) : _mm512_setzero_si512();
+            }
+            transpose_16x16(v);
+            for (int64_t l = 0; l < 16 && k + l < lanes; l++) _mm512_store_si512(xt + (q * lanes + k + l) * NR + h, v[l]);
+        }
+    }
+}
+#endif
+
 // The few-token path; x is F32, or BF16 with pairs (on_pairs). Each thread takes a run of
 // FEW_ROWS-row tiles, and each tile its tokens FEW_TOKENS at a time (the tile's weights stay in L1
 // for the next ones).
@@ -306,7 +343,13 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
     #pragma omp parallel num_threads(n_threads)
     {
         #pragma omp for schedule(static)
-        for (int64_t q = 0; q < panels; q++)
+        for (int64_t q = 0; q < panels; q++) {
+#ifdef BURST_AVX512
+            if (pairs || x_dtype == DTYPE_F32) {
+                pack_panel_x16(xt, x, n, lanes, q);
+                continue;
+            }
+#endif
             for (int64_t k = 0; k < lanes; k++)
                 for (int64_t j = 0, t = q * NR; j < NR; j++, t++) {
                     float *to = xt + (q * lanes + k) * NR + j;
@@ -314,6 +357,7 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
                     else if (pairs) memcpy(to, (const uint16_t *)x + t * cols + 2 * k, sizeof *to);
                     else *to = act_get(x, x_dtype, t * cols + k);
                 }
+        }
         float *wf = pairs ? NULL : burst_malloc_aligned(wf_bytes), *c = burst_malloc_aligned(c_bytes);
         // The threads share (row group, token block) pairs, not row groups: a 768-row weight has 7
         // groups, which 2 threads split 4 to 3.
@@ -333,7 +377,11 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
                                        (int)(nb - s < GEMM_MR ? nb - s : GEMM_MR), mc - q * NR > VEC_FLOATS ? 2 : 1,
                                        pairs, c + s * MC + q * NR);
             }
+#ifdef BURST_AVX512
+            store_sums_x16(out, out_dtype, accumulate, rows, i0, mc, r0, nb, c);
+#else
             store_sums(out, out_dtype, accumulate, rows, i0, mc, r0, nb, c, 1, MC);
+#endif
         }
         free(wf), free(c);
     }

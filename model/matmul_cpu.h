@@ -2,6 +2,7 @@
 // other ops share with it.
 #pragma once
 #include "backend.h"
+#include "common/avx512.h"
 
 // dst[0..n) = elements [first, first + n) of a weight, as float32.
 void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst);
@@ -26,3 +27,14 @@ static inline void act_set(void *p, burst_dtype dt, int64_t i, float v) {
     if (dt == DTYPE_F32) ((float *)p)[i] = v;
     else ((uint16_t *)p)[i] = f32_to_bf16(v);
 }
+
+#ifdef BURST_AVX512
+// act_set of the 16 floats s to elements [i, i + 16) where m has their bits (F32 or BF16), or,
+// with accumulate, their sums with those elements (F32).
+static inline void act_set_x16(void *p, burst_dtype dt, int accumulate, int64_t i, __mmask16 m, __m512 s) {
+    float *f = (float *)p + i;
+    if (accumulate) _mm512_mask_storeu_ps(f, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, f), s));
+    else if (dt == DTYPE_F32) _mm512_mask_storeu_ps(f, m, s);
+    else _mm256_mask_storeu_epi16((uint16_t *)p + i, m, bf16_nearest_x16(s));
+}
+#endif

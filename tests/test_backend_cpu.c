@@ -12,6 +12,7 @@
 // And rope against float64 angles; argmax, greedy sampling's pick, against a plain scan on rows full
 // of ties; and AMX's rounding of float32 to bf16 against the scalar one.
 #include "common/amx.h"
+#include "common/avx512.h"
 #include "model/backend.h"
 #include "model/matmul_cpu.h"
 #include "model/sampler.h"
@@ -458,11 +459,12 @@ static void test_sample(burst_backend *be) {
         }
 }
 
-// AMX's rounding of an operand to one bf16 part (cpu-bf16's, amx_bf16_nearest) gives f32_to_bf16's
-// bits: ties either way, the largest finite values (which round to infinity), subnormals, infinities,
-// NaNs, and random bit patterns. Where this build has no AMX there is nothing to check.
+// The AVX-512 rounding to bf16 (AMX's operand rounded to one part, and the GEMM's bf16 outputs:
+// bf16_nearest_x16) gives f32_to_bf16's bits: ties either way, the largest finite values (which
+// round to infinity), subnormals, infinities, NaNs, and random bit patterns. Where this build has
+// no AVX-512 there is nothing to check.
 static void test_bf16_nearest(void) {
-#ifdef BURST_AMX_BUILD
+#ifdef BURST_AVX512
     enum { N = 1 << 16 };
     static const uint32_t edges[] = {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u,
                                      0x00000001u, 0x80008000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u,
@@ -472,7 +474,7 @@ static void test_bf16_nearest(void) {
     for (int i = 0; i < N; i++) u[i] = i < 16 ? edges[i] : (uint32_t)test_rand_u64();
     for (int i = 0; i < N; i += 16) {
         uint16_t got[16];
-        _mm256_storeu_si256((__m256i *)got, amx_bf16_nearest(_mm512_loadu_ps((const float *)&u[i])));
+        _mm256_storeu_si256((__m256i *)got, bf16_nearest_x16(_mm512_loadu_ps((const float *)&u[i])));
         for (int j = 0; j < 16; j++) {
             float f;
             memcpy(&f, &u[i + j], 4);
@@ -480,7 +482,7 @@ static void test_bf16_nearest(void) {
                 printf("  0x%08x: got 0x%04x want 0x%04x\n", u[i + j], got[j], f32_to_bf16(f));
         }
     }
-    printf("%s amx_bf16_nearest = f32_to_bf16 on %d values\n", bad ? "FAIL" : "ok  ", N);
+    printf("%s bf16_nearest_x16 = f32_to_bf16 on %d values\n", bad ? "FAIL" : "ok  ", N);
     check(!bad);
 #endif
 }
