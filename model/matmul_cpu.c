@@ -126,7 +126,10 @@ static inline __attribute__((always_inline)) void few_tile_pairs(const uint16_t 
     int64_t k = 0;
     for (; k + 32 <= cols; k += 32) {
         __m512bh wv[FEW_ROWS];
-        for (int r = 0; r < FEW_ROWS; r++) wv[r] = (__m512bh)_mm512_loadu_si512(w[r] + k);
+        for (int r = 0; r < FEW_ROWS; r++) {
+            wv[r] = (__m512bh)_mm512_loadu_si512(w[r] + k);
+            __builtin_prefetch(w[r] + k + FEW_ROWS * cols, 0, 2);
+        }
         for (int t = 0; t < nt; t++) {
             const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + t * cols + k);
             for (int r = 0; r < FEW_ROWS; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xv);
@@ -145,7 +148,10 @@ static inline __attribute__((always_inline)) void few_tile_pairs(const uint16_t 
 // FEW_ROWS and t < nt <= FEW_TOKENS (rows past W's last repeat it; their sums are not used): the
 // rows' weights are widened once, in registers, for all nt tokens, and the FEW_ROWS x nt sums
 // stay in registers (nt a constant once inlined) while the columns go by, VEC_FLOATS at a time.
-// x is float32, or bf16 with pairs (few_tile_pairs).
+// x is float32, or bf16 with pairs (few_tile_pairs). Both ask for the thread's next tile's rows
+// (the next FEW_ROWS: threads take runs of tiles) while they read their own: a row of 2048 BF16
+// weights is a page, where the CPU's stream prefetchers stop, so without it each row's first reads
+// waited on memory (decode steps of 8 and 16 sequences ~13% faster).
 static inline __attribute__((always_inline)) void few_tile(const burst_weight *W, int64_t r0, const void *xp, int pairs,
                                                            const int nt, float *sums) {
     const int64_t cols = W->cols;
@@ -159,13 +165,17 @@ static inline __attribute__((always_inline)) void few_tile(const burst_weight *W
     }
 #endif
     const float *x = xp;
+    const int64_t dsize = (int64_t)dtype_size(W->dtype);
     vec acc[FEW_ROWS][FEW_TOKENS];
     for (int r = 0; r < FEW_ROWS; r++)
         for (int t = 0; t < nt; t++) acc[r][t] = (vec){0};
     int64_t k = 0;
     for (; k + VEC_FLOATS <= cols; k += VEC_FLOATS) {
         vec wv[FEW_ROWS];
-        for (int r = 0; r < FEW_ROWS; r++) wv[r] = w_vec(w[r], W->dtype, k);
+        for (int r = 0; r < FEW_ROWS; r++) {
+            wv[r] = w_vec(w[r], W->dtype, k);
+            __builtin_prefetch((const char *)w[r] + (k + FEW_ROWS * cols) * dsize, 0, 2);
+        }
         for (int t = 0; t < nt; t++) {
             vec xv;
             memcpy(&xv, x + t * cols + k, sizeof xv);
