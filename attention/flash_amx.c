@@ -122,7 +122,7 @@ static inline __m512i pair_tops(__m512i x_top, __m512i y_top) {
 void flash_amx_probs(flash_amx_scratch *w, const float *s, int64_t ld, int nq, int nk, float scale, const float *m, float *sum) {
     const int parts = w->parts;
     for (int g = 0; g < amx_pad_to_block(nq) / T; g++) { // 16 query rows, their state in registers over all keys
-        const __mmask16 rows = amx_first16(nq - g * T);
+        const __mmask16 rows = mask_first16(nq - g * T);
         const __m512 mg = _mm512_maskz_loadu_ps(rows, m + g * T), sc = _mm512_set1_ps(scale);
         const __mmask16 seen = rows & _mm512_cmp_ps_mask(mg, _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ);
         const __m512 mf = _mm512_maskz_mov_ps(seen, mg); // finite

@@ -40,10 +40,10 @@ static void rows_to_a_step(uint16_t *d, const void *x, burst_dtype dtype, int64_
         const int64_t at = (row < n ? row * stride : 0) + k * AMX_TILE_K;
         uint16_t *dt = d + t * AMX_TILE_K;
         if (dtype == DTYPE_F32)
-            amx_split_32(_mm512_maskz_loadu_ps(amx_first16(left), (const float *)x + at),
-                         _mm512_maskz_loadu_ps(amx_first16(left - 16), (const float *)x + at + 16), parts, dt, AMX_TILE_ELEMS);
+            amx_split_32(_mm512_maskz_loadu_ps(mask_first16(left), (const float *)x + at),
+                         _mm512_maskz_loadu_ps(mask_first16(left - 16), (const float *)x + at + 16), parts, dt, AMX_TILE_ELEMS);
         else {
-            const __m512i h = _mm512_maskz_loadu_epi16(amx_first32(left), (const uint16_t *)x + at);
+            const __m512i h = _mm512_maskz_loadu_epi16(mask_first32(left), (const uint16_t *)x + at);
             if (dtype == DTYPE_BF16) _mm512_store_si512(dt, h);
             else amx_split_32(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), parts, dt,
                               AMX_TILE_ELEMS);

@@ -77,10 +77,6 @@ static inline void amx_split_32(__m512 a, __m512 b, int parts, uint16_t *d, int6
     }
 }
 
-// The mask of the first n (at most 32) of 32 elements, and of 16.
-static inline __mmask32 amx_first32(int64_t n) { return n >= 32 ? ~0u : n <= 0 ? 0 : (1u << n) - 1; }
-static inline __mmask16 amx_first16(int64_t n) { return (__mmask16)amx_first32(n < 16 ? n : 16); }
-
 // Rows [row0, row0 + 16) of x (n rows of cols elements, stride elements apart; float32, F16 or bf16)
 // as A tiles: part p of those rows x columns [32 k, 32 k + 32) at dst[((k - k0) * parts + p) *
 // AMX_TILE_ELEMS] for k in [k0, k0 + k_tiles), row t of the tile x's row row0 + t; `parts` bf16

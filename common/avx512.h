@@ -5,6 +5,11 @@
 #if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__)
 #define BURST_AVX512 1
 #include <immintrin.h>
+#include <stdint.h>
+
+// The mask of the first n (at most 32) of 32 elements, and of 16.
+static inline __mmask32 mask_first32(int64_t n) { return n >= 32 ? ~0u : n <= 0 ? 0 : (1u << n) - 1; }
+static inline __mmask16 mask_first16(int64_t n) { return (__mmask16)mask_first32(n < 16 ? n : 16); }
 
 // v's 16 floats rounded to the nearest bf16 (ties to even; a NaN kept NaN), as f32_to_bf16.
 static inline __m256i bf16_nearest_x16(__m512 v) {

@@ -108,7 +108,7 @@ static void store_sums(void *out, burst_dtype out_dtype, int accumulate, int64_t
     for (int64_t t = 0; t < nt; t++)
         for (int64_t r = 0; r < mr; r += TILE) {
             const int64_t o = (t0 + t) * rows + r0 + r;
-            const __mmask16 m = amx_first16(mr - r);
+            const __mmask16 m = mask_first16(mr - r);
             __m512 s = _mm512_load_ps(c + t * MC + r);
             if (up) s = swiglu_x16(s, _mm512_load_ps(up + t * MC + r));
             act_set_x16(out, out_dtype, accumulate, o, m, s);

@@ -12,9 +12,9 @@
 // rows x KC columns at a time (in L2, then read by every panel of tokens), x is transposed once
 // per call into panels of NR tokens (a panel's KC columns stay in L1), and the sums of MC tokens
 // gather in a per-thread buffer before they are stored as out_dtype. On AVX-512 both the transpose
-// and the store go 16 x 16 blocks at a time through registers (common/avx512.h). Broadcasting weights, not
-// tokens, keeps the widening a contiguous loop and leaves the transpose to x, which is read once
-// where the weights are widened n / MC times (bench/bench_matmul_cpu.c).
+// and the store go 16 x 16 blocks at a time through registers (common/avx512.h). Broadcasting
+// weights, not tokens, keeps the widening a contiguous loop and leaves the transpose to x, which is
+// read once where the weights are widened n / MC times (bench/bench_matmul_cpu.c).
 //
 // Where the CPU has AMX, matmul_amx.c takes BF16 weights from 16 tokens on, F16 ones from 128, and
 // weights in tiles at every token count. Without AMX, where the build has AVX512-BF16, the GEMM
@@ -210,7 +210,7 @@ static void store_sums(void *out, burst_dtype out_dtype, int accumulate, int64_t
 static void store_sums_x16(void *out, burst_dtype out_dtype, int accumulate, int64_t rows, int64_t i0, int64_t nt,
                            int64_t r0, int64_t nr, const float *sums) {
     for (int64_t r = 0; r < nr; r += 16) {
-        const __mmask16 m = nr - r >= 16 ? 0xffff : (__mmask16)((1u << (nr - r)) - 1);
+        const __mmask16 m = mask_first16(nr - r);
         for (int64_t i = 0; i < nt; i += 16) {
             __m512i v[16];
             for (int j = 0; j < 16; j++)
@@ -226,7 +226,7 @@ static void store_sums_x16(void *out, burst_dtype out_dtype, int accumulate, int
 // lanes at a time through registers; tokens past n are 0.
 static void pack_panel_x16(float *xt, const uint32_t *x, int64_t n, int64_t lanes, int64_t q) {
     for (int64_t k = 0; k < lanes; k += 16) {
-        const __mmask16 m = lanes - k >= 16 ? 0xffff : (__mmask16)((1u << (lanes - k)) - 1);
+        const __mmask16 m = mask_first16(lanes - k);
         for (int h = 0; h < NR; h += 16) {
             __m512i v[16];
             for (int j = 0; j < 16; j++) {
