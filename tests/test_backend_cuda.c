@@ -933,6 +933,11 @@ int main(void) {
             }
             unsetenv("BURST_FLASH");
             test_attention_transient(&Bc, 1);
+            // The attention cases again, now with cuDNN on every block of 1024 rows or more: the
+            // default backend sends only blocks whose plan pays (flash_cudnn_worth) to cuDNN, and
+            // no case here is that large, so only this run checks the backend's cuDNN calls.
+            printf("== backend %s, BURST_FLASH=cudnn: attention\n", backend_name(Bc.gpu));
+            test_attention(&Bc);
             backend_free(Bc.gpu);
         }
         test_embed(&B);
