@@ -35,7 +35,7 @@ static const char usage[] =
     "  --ranks G           ranks sharing the sequence: BurstAttention prefill, sharded KV cache\n"
     "                      (default 1)\n"
     "  --threads N         CPU threads of this process, shared out among its ranks (default: all cores)\n"
-    "  --backend NAME      cpu (default), cpu-bf16 (the normed and MLP rows, and F16 weights,\n"
+    "  --backend NAME      cpu (default), cpu-bf16 (the matmuls' inputs, and F16 weights,\n"
     "                      in bf16: with Intel AMX, or AVX512-BF16 as on AMD Zen 4 and later,\n"
     "                      prompts run ~1.7x faster), cuda, or cuda-fp32 (float32 on the GPU,\n"
     "                      for exactness); the cpu multiplies 16-bit weights, and attends a\n"

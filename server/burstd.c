@@ -62,7 +62,7 @@ static const char usage[] =
     "                    (default 1)\n"
     "  --threads N       CPU threads of this process, shared out among its ranks; as many sample\n"
     "                    the running requests' tokens side by side (default: all cores)\n"
-    "  --backend NAME    cpu (default), cpu-bf16 (the normed and MLP rows, and F16 weights, in\n"
+    "  --backend NAME    cpu (default), cpu-bf16 (the matmuls' inputs, and F16 weights, in\n"
     "                    bf16: with Intel AMX, or AVX512-BF16 as on AMD Zen 4 and later, prompts\n"
     "                    run ~1.7x faster), cuda, or cuda-fp32 (float32 on the GPU); a process's\n"
     "                    i-th rank runs on its GPU i modulo the number of GPUs; the cpu\n"

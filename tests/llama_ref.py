@@ -73,12 +73,14 @@ def bf16(x):
     u = (u + np.uint32(0x7fff) + ((u >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xffff0000)
     return u.view(np.float32).astype(np.float64)
 
-def forward(cfg, w, tokens, kv_bf16=False, act_bf16=False):
+def forward(cfg, w, tokens, kv_bf16=False, act_bf16=False, bf16_weights=False):
     """Logits (n, vocab) for every position of tokens, causal; kv_bf16: K/V rounded to bf16 as a
     bf16 KV cache holds them; act_bf16: the matmuls' inputs rounded to bf16 where the cpu-bf16
-    backend keeps them in bf16 (the normed rows, the gate and up projections and the SwiGLU rows;
-    not the attention rows nor the final norm)."""
+    backend keeps them in bf16 (the normed rows, the gate and up projections and the SwiGLU rows),
+    and, with bf16_weights (its weights BF16, or F16 rounded to bf16), where it rounds float32
+    inputs for BF16 weights (the attention rows, the final norm's)."""
     act = bf16 if act_bf16 else (lambda a: a)
+    by_weights = bf16 if act_bf16 and bf16_weights else (lambda a: a)
     D, H = cfg["hidden_size"], cfg["num_attention_heads"]
     KV = cfg.get("num_key_value_heads", H)
     hd, eps = D // H, cfg["rms_norm_eps"]
@@ -99,9 +101,9 @@ def forward(cfg, w, tokens, kv_bf16=False, act_bf16=False):
         s = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd) + mask
         s = np.exp(s - s.max(-1, keepdims=True))
         o = np.einsum("hqk,khd->qhd", s / s.sum(-1, keepdims=True), v).reshape(n, D)
-        x = x + o @ w[p + "self_attn.o_proj.weight"].T
+        x = x + by_weights(o) @ w[p + "self_attn.o_proj.weight"].T
         h = act(rmsnorm(x, w[p + "post_attention_layernorm.weight"], eps))
         g, u = act(h @ w[p + "mlp.gate_proj.weight"].T), act(h @ w[p + "mlp.up_proj.weight"].T)
         x = x + act(g / (1 + np.exp(-g)) * u) @ w[p + "mlp.down_proj.weight"].T
     head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
-    return rmsnorm(x, w["model.norm.weight"], eps) @ head.T
+    return by_weights(rmsnorm(x, w["model.norm.weight"], eps)) @ head.T

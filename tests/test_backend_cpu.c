@@ -190,6 +190,34 @@ static void test_matmul(burst_backend *be, int held) {
                     }
 }
 
+// cpu-bf16 multiplies float32 x by BF16 weights as bf16 (model/backend_cpu.c's rounds_x), and by
+// F32 ones as it is: the same bits as "cpu" (be) given x rounded, or x as it is, on the few-token
+// path and the GEMM; held: the BF16 weight as cpu-bf16 holds it (its copies freed with it).
+static void test_bf16_rounds_x(burst_backend *be, int held) {
+    burst_backend *bf = backend_cpu_new(3, 1);
+    static const int ns[] = {1, 7, 40};
+    for (int wi = 0; wi < 2; wi++)
+        for (int k = 0; k < 3; k++) {
+            const burst_dtype wdt = wi ? DTYPE_F32 : DTYPE_BF16;
+            const int n = ns[k], rows = 33, cols = 300;
+            test_weight w = weight_random(wdt, rows, cols, -1, 1);
+            const burst_weight W = held && !wi ? weight_held(bf, &w) : w.w;
+            act_buf x = act_random(DTYPE_F32, (int64_t)n * cols, -1, 1);
+            uint16_t *xr = burst_malloc(sizeof *xr * (size_t)(n * cols));
+            for (int64_t i = 0; i < n * cols; i++) xr[i] = f32_to_bf16(x.p[i]);
+            float *got = burst_malloc(sizeof *got * (size_t)(n * rows)), *want = burst_malloc(sizeof *want * (size_t)(n * rows));
+            backend_matmul(bf, got, DTYPE_F32, x.p, DTYPE_F32, &W, n);
+            if (wi) backend_matmul(be, want, DTYPE_F32, x.p, DTYPE_F32, &W, n);
+            else backend_matmul(be, want, DTYPE_F32, xr, DTYPE_BF16, &W, n);
+            const int same = memcmp(got, want, sizeof *got * (size_t)(n * rows)) == 0;
+            printf("%s cpu-bf16 matmul of float32 x by %s weights%s: the bits of cpu's with x %s, n=%d\n", same ? "ok  " : "FAIL",
+                   dtype_name(wdt), W.amx_tiles ? " in tiles" : "", wi ? "as it is" : "rounded to bf16", n);
+            check(same);
+            free(xr), free(got), free(want), free((void *)w.w.data), free(w.as_f64), act_free(&x);
+        }
+    backend_free(bf);
+}
+
 // Every half as an F16 weight: embed gives each exactly (NaN as NaN, signed zeros); matmuls with
 // one-hot rows of x give each finite one, through the path of 2 tokens (converted in registers),
 // of 32 (the GEMM's widened blocks) and of 128 (AMX's two bf16 parts, where the CPU has AMX).
@@ -510,6 +538,8 @@ int main(void) {
     test_matmul(be, 1);
     test_matmul_exact(be, 0);
     test_matmul_exact(be, 1);
+    test_bf16_rounds_x(be, 0);
+    test_bf16_rounds_x(be, 1);
     test_f16_weights(be);
     test_swiglu(be);
     test_matmul_swiglu(be, 0);

@@ -80,7 +80,8 @@ for i, case in enumerate(CASES):
         got = np.fromfile(out, dtype=np.float32).reshape(-1, cfg["vocab_size"]).astype(np.float64)
         # cpu-bf16 rounds F16 weights to bf16 at load, as the CUDA backend does at upload.
         w_used = {k: llama_ref.bf16(v) for k, v in w.items()} if backend == "cpu-bf16" and case["model"]["dtype"] == "f16" else w
-        ref = llama_ref.forward(cfg, w_used, toks, kv_bf16=kv == "bf16", act_bf16=backend == "cpu-bf16")[case["n"] - 1:]
+        ref = llama_ref.forward(cfg, w_used, toks, kv_bf16=kv == "bf16", act_bf16=backend == "cpu-bf16",
+                                bf16_weights=case["model"]["dtype"] != "f32")[case["n"] - 1:]
         rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
         # Greedy choices must agree wherever the reference's top two are not a near tie.
         top2 = np.sort(ref, -1)[:, -2:]
