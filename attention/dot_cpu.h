@@ -32,8 +32,8 @@ static inline void dot_4x4(const float *a, int64_t a_stride, const float *b, int
 
 #ifdef BURST_AVX512
 // The elements [k, k + 16) of b as floats (bf16 when b_bf16, widened), those outside m 0. Plain
-// loads where m is full: a masked load runs ~2x slower on Zen 5 (bf16's 512-bit one reads past
-// the 32 bytes it takes, across cache lines).
+// loads where m is full: with masked ones throughout, the decode attention ran ~2x slower on the
+// 2-core Zen 5.
 static inline __attribute__((always_inline)) __m512 floats16(const void *b, const int b_bf16, int64_t k, __mmask16 m) {
     if (!b_bf16) return m == 0xffff ? _mm512_loadu_ps((const float *)b + k) : _mm512_maskz_loadu_ps(m, (const float *)b + k);
     const __m256i h = m == 0xffff ? _mm256_loadu_si256((const __m256i *)((const uint16_t *)b + k))

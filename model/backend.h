@@ -27,10 +27,10 @@ typedef struct {
     int amx_tiles; // data holds bf16 AMX tiles, not rows (model/matmul_amx.h): the CPU backends on AMX
 } burst_weight;
 
-// Creates a backend by name: "cpu" (float32 activations) or "cpu-bf16" (the matmuls' inputs,
-// but float32 ones by F32 weights, and F16 weights in bf16: model/backend_cpu.c), or, when built with CUDA, "cuda" (bf16
-// weights and GEMMs) or "cuda-fp32" (float32 throughout, for exactness tests) on GPU `device`
-// (model/backend_cuda.h).
+// Creates a backend by name: "cpu" (float32 activations) or "cpu-bf16" (the matmuls' inputs, but
+// float32 ones by F32 weights, and F16 weights in bf16: model/backend_cpu.c), or, when built with
+// CUDA, "cuda" (bf16 weights and GEMMs) or "cuda-fp32" (float32 throughout, for exactness tests)
+// on GPU `device` (model/backend_cuda.h).
 burst_status backend_new(const char *name, int device, int n_threads, burst_backend **out,
                          burst_error *err);
 burst_backend *backend_cpu_new(int n_threads, int bf16);

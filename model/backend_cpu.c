@@ -2,10 +2,10 @@
 // but where cpu_weight copies them (the matmul is model/matmul_cpu.c). "cpu" keeps the matmuls'
 // inputs in float32 (an exact float32 computation); "cpu-bf16" keeps those in the backend's act
 // dtype (the normed rows and the MLP's; model/llama.c) in bf16, rounds its float32 ones by BF16
-// weights (rounds_x), and F16 weights to bf16 at load, as the CUDA backend's bf16 mode does: with AMX such a matmul needs one tile product per
-// weight tile instead of three (or five for F16 weights), and a prompt runs about 1.7x faster. Both
-// take either dtype wherever an op has a dtype argument (the tests of the CUDA backend's bf16 mode
-// use that).
+// weights (rounds_x), and F16 weights to bf16 at load, as the CUDA backend's bf16 mode does: with
+// AMX such a matmul needs one tile product per weight tile instead of three (or five for F16
+// weights), and a prompt runs about 1.7x faster. Both take either dtype wherever an op has a dtype
+// argument (the tests of the CUDA backend's bf16 mode use that).
 // Threads: OpenMP, n_threads per call.
 #define _GNU_SOURCE // malloc_usable_size
 #include <malloc.h>
@@ -163,7 +163,7 @@ static void cpu_rmsnorm(burst_backend *b, void *out, burst_dtype out_dtype, cons
 // Whether a matmul rounds its float32 x to bf16 first: cpu-bf16's by BF16 weights (the attention's
 // output before Wo, the final norm's rows before the classifier), as the CUDA backend's bf16 mode
 // rounds them. They then run on column pairs with AVX512-BF16 (twice the products an instruction:
-// decode steps of 16 sequences ~17% faster on 7B's layer shapes), and with AMX one tile product a
+// decode steps of 16 sequences ~16% faster on 7B's layer shapes), and with AMX one tile product a
 // tile instead of three.
 static int rounds_x(burst_backend *b, burst_dtype x_dtype, const burst_weight *W) {
     return backend_act_dtype(b) == DTYPE_BF16 && x_dtype == DTYPE_F32 && W->dtype == DTYPE_BF16;
