@@ -317,18 +317,16 @@ static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, flash_cpu_
     }
 }
 
-// The scores of one key (k, its KV head's slice) against nq query rows of head h into s: 4 rows
-// at a time, each loaded K element serving them (dot_rx1_as), then the last 1 to 3.
-static inline __attribute__((always_inline)) void decode_scores(const flash_args *a, int h, const void *k,
-                                                               const int kv_bf16, float *s) {
-    const float *q = q_row(a, 0, h);
-    const int64_t qs = a->q_stride;
+// The scores of one key (k, its KV head's slice of d) against n query rows (q, qs apart) into s:
+// 4 rows at a time, each loaded K element serving them (dot_rx1_as), then the last 1 to 3.
+static inline __attribute__((always_inline)) void decode_scores(const float *q, int64_t qs, int n, const void *k,
+                                                               const int kv_bf16, int d, float *s) {
     int i = 0;
-    for (; i + 4 <= a->nq; i += 4) dot_rx1_as(q + i * qs, qs, 4, k, kv_bf16, a->head_dim, s + i);
-    switch (a->nq - i) {
-    case 3: dot_rx1_as(q + i * qs, qs, 3, k, kv_bf16, a->head_dim, s + i); break;
-    case 2: dot_rx1_as(q + i * qs, qs, 2, k, kv_bf16, a->head_dim, s + i); break;
-    case 1: dot_rx1_as(q + i * qs, qs, 1, k, kv_bf16, a->head_dim, s + i); break;
+    for (; i + 4 <= n; i += 4) dot_rx1_as(q + i * qs, qs, 4, k, kv_bf16, d, s + i);
+    switch (n - i) {
+    case 3: dot_rx1_as(q + i * qs, qs, 3, k, kv_bf16, d, s + i); break;
+    case 2: dot_rx1_as(q + i * qs, qs, 2, k, kv_bf16, d, s + i); break;
+    case 1: dot_rx1_as(q + i * qs, qs, 1, k, kv_bf16, d, s + i); break;
     }
 }
 
@@ -394,8 +392,13 @@ static inline __attribute__((always_inline)) void decode_tile_as(const flash_arg
     for (int j = 0; j < nk; j++) {
         const char *k = (const char *)a->k + (size_t)((k0 + j) * a->kv_stride + (int64_t)hk0 * d) * esize;
         float *s = w->s + j * rows;
-        for (int hk = hk0; hk < hk1; hk++, k += (size_t)d * esize)
-            for (int h = hk * group; h < (hk + 1) * group; h++, s += nq) decode_scores(a, h, k, kv_bf16, s);
+        for (int hk = hk0; hk < hk1; hk++, k += (size_t)d * esize) {
+            // One row a head (a decode step): the KV head's query heads, d apart, take K together.
+            if (nq == 1) decode_scores(q_row(a, 0, hk * group), d, group, k, kv_bf16, d, s), s += group;
+            else
+                for (int h = hk * group; h < (hk + 1) * group; h++, s += nq)
+                    decode_scores(q_row(a, 0, h), a->q_stride, nq, k, kv_bf16, d, s);
+        }
     }
     softmax_tile(a, w->s, rows, rows, nk, st, w->mx, masked, a->q_pos0 - a->k_pos0 - k0, nq, NULL);
     for (int j = 0; j < nk; j += DECODE_PV_KEYS) {
