@@ -53,6 +53,8 @@ static int query_tile_rows(int amx) { return amx ? FLASH_AMX_QUERIES : FLASH_CPU
 // The keys of a key tile: 128 on AMX (attention/flash_amx.h), 64 in the vector loops.
 static int key_tile_keys(int amx) { return amx ? FLASH_AMX_KEYS : FLASH_CPU_BK; }
 enum { DECODE_PV_KEYS = 4 }; // keys a decode call's P V adds to its state at once (8: no faster)
+// How many keys ahead a decode call asks for a bf16 cache's K rows, and V rows (decode_tile_as).
+enum { DECODE_PREFETCH_K = 2, DECODE_PREFETCH_V = DECODE_PV_KEYS };
 enum { RESCALE_ROWS = 16 };  // rows of AMX's transposed sums that softmax_tile rescales together: a vector
 enum { SOFTMAX_ROWS = FLASH_AMX_QUERIES }; // rows softmax_tile's passes take at once
 // How far a score may pass a row's running max before the max moves (softmax_tile): e^8 ~ 3000 keeps
@@ -379,7 +381,10 @@ static inline __attribute__((always_inline)) void decode_pv(float *acc, int n, i
 // t is query row t % nq of head hk0 x group + t / nq, its score of key j at s[j x rows + t]. K is
 // read in place, bf16 (kv_bf16, a constant once inlined) widened in registers; P V takes V
 // DECODE_PV_KEYS keys at a time, V read in place too. (V widened into w->kv first, as the prompt's
-// tiles do, cost a decode step of 16 sequences at 1900 tokens ~12% with a bf16 cache.)
+// tiles do, cost a decode step of 16 sequences at 1900 tokens ~12% with a bf16 cache.) A bf16
+// cache's K and V rows are asked for a few keys ahead: one thread read it at ~20 GB/s, waiting on
+// the loads (perf), where the same thread with an f32 cache reads ~24 and 2 threads reach the
+// memory's ~45 (prefetching there too made it slower).
 // (Loops over KV heads and their query heads, not t with divisions: a division per head and key
 // cost more than the memory it waits on.)
 static inline __attribute__((always_inline)) void decode_tile_as(const flash_args *a, flash_cpu_scratch *w,
@@ -393,6 +398,8 @@ static inline __attribute__((always_inline)) void decode_tile_as(const flash_arg
         const char *k = (const char *)a->k + (size_t)((k0 + j) * a->kv_stride + (int64_t)hk0 * d) * esize;
         float *s = w->s + j * rows;
         for (int hk = hk0; hk < hk1; hk++, k += (size_t)d * esize) {
+            for (size_t o = 0; kv_bf16 && o < (size_t)d * esize; o += 64)
+                __builtin_prefetch(k + DECODE_PREFETCH_K * a->kv_stride * esize + o, 0, 3);
             // One row a head (a decode step): the KV head's query heads, d apart, take K together.
             if (nq == 1) decode_scores(q_row(a, 0, hk * group), d, group, k, kv_bf16, d, s), s += group;
             else
@@ -407,6 +414,9 @@ static inline __attribute__((always_inline)) void decode_tile_as(const flash_arg
             const char *v = (const char *)a->v + (size_t)((k0 + j) * a->kv_stride + (int64_t)hk * d) * esize;
             float *acc = st.acc + (int64_t)(hk - hk0) * head_rows * d;
             const float *p = w->s + j * rows + (hk - hk0) * head_rows;
+            for (int b = 0; kv_bf16 && b < DECODE_PV_KEYS; b++)
+                for (size_t o = 0; o < (size_t)d * esize; o += 64)
+                    __builtin_prefetch(v + ((DECODE_PREFETCH_V + b) * a->kv_stride) * esize + o, 0, 3);
             if (nb == DECODE_PV_KEYS) decode_pv(acc, head_rows, d, p, rows, v, kv_bf16, a->kv_stride, DECODE_PV_KEYS);
             else
                 for (int b = 0; b < nb; b++)
