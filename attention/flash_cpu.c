@@ -88,7 +88,7 @@ typedef struct {
     float *s;       // (keys, rows): scores, then probabilities, of one key tile, a key's at a time
     float *qt;      // (head_dim, FLASH_CPU_BQ): a query tile's Q transposed, its rows past nq zero (or flash_pairs_queries')
     uint32_t *pairs; // flash_pairs_pv's scratch, where a call takes that path
-    float *kv;      // (FLASH_CPU_BK, head_dim): a bf16 key tile's K or V rows, widened
+    float *kv;      // (FLASH_CPU_BK, head_dim): a prompt's bf16 key tile's K or V rows, widened (kv_tile)
     float *mx;      // (rows): a key tile's row maxima, then the factors each row's state is rescaled by
     float *acc, *m, *l; // state of up to max_rows rows: a query tile, or a decode call's heads
     flash_amx_scratch amx; // where a call takes the AMX path
@@ -533,7 +533,7 @@ size_t flash_cpu_transient_bytes(int64_t max_keys, int head_dim, burst_dtype kv_
 
 void flash_cpu(const flash_args *calls, int n) {
     BURST_ASSERT(n >= 0 && (calls || n == 0));
-    int most_d = 1, bf16 = 0, amx = 0, pairs = 0, most_rows = FLASH_CPU_BQ, most_keys = 0, n_decode = 0; // the scratch fits every call
+    int most_d = 1, widens = 0, amx = 0, pairs = 0, most_rows = FLASH_CPU_BQ, most_keys = 0, n_decode = 0; // the scratch fits every call
     int64_t n_chunks = 0, n_parts = 0;
     decode_call *dc = burst_malloc(sizeof *dc * (size_t)(n > 0 ? n : 1));
     for (int j = 0; j < n; j++) {
@@ -543,8 +543,8 @@ void flash_cpu(const flash_args *calls, int n) {
         BURST_ASSERT(a->scale > 0 && "the softmax takes row maxima before scaling");
         BURST_ASSERT((a->kv_dtype == DTYPE_F32 || a->kv_dtype == DTYPE_BF16) && "K/V must be F32 or BF16");
         if (a->head_dim > most_d) most_d = a->head_dim;
-        bf16 |= a->kv_dtype == DTYPE_BF16;
         if (!is_decode(a)) {
+            widens |= a->kv_dtype == DTYPE_BF16; // (decode calls read bf16 K/V in place)
             const int on_amx = flash_amx_applies(a->head_dim, a->kv_dtype);
             amx |= on_amx;
             pairs |= !on_amx && flash_pairs_applies(a);
@@ -586,7 +586,7 @@ void flash_cpu(const flash_args *calls, int n) {
         w.s = burst_malloc_aligned((size_t)most_rows * key_tile_keys(amx) * sizeof(float)); // (aligned: flash_pairs' loads)
         w.mx = burst_malloc((size_t)most_rows * sizeof(float));
         w.qt = burst_malloc_aligned((size_t)FLASH_CPU_BQ * (size_t)most_d * sizeof(float));
-        w.kv = bf16 ? burst_malloc((size_t)FLASH_CPU_BK * (size_t)most_d * sizeof(float)) : NULL;
+        w.kv = widens ? burst_malloc((size_t)FLASH_CPU_BK * (size_t)most_d * sizeof(float)) : NULL;
         w.pairs = pairs ? burst_malloc_aligned(flash_pairs_scratch_words(most_d) * sizeof(uint32_t)) : NULL;
         if (amx) flash_amx_thread_begin(&w.amx, most_d, most_keys);
 #pragma omp for schedule(dynamic, 1) nowait
