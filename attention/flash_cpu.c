@@ -220,11 +220,13 @@ static void add_pv(float *acc, const float *p, int64_t ld, const float *v, int64
 // Rows [0, R) (R <= SOFTMAX_ROWS) of softmax_tile's row maxima and probabilities, key by key, and
 // the state's m and l: where R is the constant SOFTMAX_ROWS, the rows' maxima and sums stay in
 // registers over all nk keys, rather than loaded and stored at every key. mx: where each row's
-// rescale factor goes. On AMX (amx), flash_amx_probs computes the probabilities. (They could ride
+// rescale factor goes. On AMX (amx), flash_amx_probs computes the probabilities, on AVX512-BF16
+// (pairs) flash_pairs_probs, each laid out for its P V. (They could ride
 // along a pass of their own against the old maxima, run again only where a max moves; but in a
 // random-weight model's prompt half the tiles moved some row's max.)
 static inline __attribute__((always_inline)) void softmax_rows(float *s, int64_t ld, int nk, float scale, float *m,
-                                                              float *l, float *mx, flash_amx_scratch *amx, const int R) {
+                                                              float *l, float *mx, flash_amx_scratch *amx, uint32_t *pairs,
+                                                              const int R) {
     // The row maxima of the unscaled scores (scale > 0 keeps their order): the scaling rides in the
     // exponent below instead of a pass that stores every score scaled.
     float top[SOFTMAX_ROWS], sum[SOFTMAX_ROWS];
@@ -245,9 +247,10 @@ static inline __attribute__((always_inline)) void softmax_rows(float *s, int64_t
         m[i] = m_row[i] = m_new > m[i] + LAZY_MAX ? m_new : m[i];
         sum[i] = l[i] * mx[i];
     }
-    if (amx) {
+    if (amx || pairs) {
         float tile_sum[SOFTMAX_ROWS];
-        flash_amx_probs(amx, s, ld, R, nk, scale, m, tile_sum);
+        if (amx) flash_amx_probs(amx, s, ld, R, nk, scale, m, tile_sum);
+        else flash_pairs_probs(pairs, s, R, nk, scale, m, tile_sum);
         for (int i = 0; i < R; i++) sum[i] += tile_sum[i];
     } else
         for (int j = 0; j < nk; j++)
@@ -266,7 +269,7 @@ static inline __attribute__((always_inline)) void softmax_rows(float *s, int64_t
 // P V weighs the keys by: in s, or on AMX (amx, n <= 128) as flash_amx_probs lays them out. Every
 // loop runs along the rows, a vector of them at a time. mx: n floats of scratch.
 static void softmax_tile(const flash_args *a, float *s, int64_t ld, int n, int nk, flash_cpu_rows st, float *mx,
-                         int masked, int64_t see0, int period, flash_amx_scratch *amx) {
+                         int masked, int64_t see0, int period, flash_amx_scratch *amx, uint32_t *pairs) {
     if (masked)
         for (int r = 0; r < n; r++) {
             const int64_t first_unseen = see0 + r % period + 1;
@@ -274,17 +277,22 @@ static void softmax_tile(const flash_args *a, float *s, int64_t ld, int n, int n
         }
     for (int r0 = 0; r0 < n; r0 += SOFTMAX_ROWS) { // a whole AMX tile's rows (a constant) at once
         float *m = st.m + r0, *l = st.l + r0;
-        if (n - r0 >= SOFTMAX_ROWS) softmax_rows(s + r0, ld, nk, a->scale, m, l, mx + r0, amx, SOFTMAX_ROWS);
-        else softmax_rows(s + r0, ld, nk, a->scale, m, l, mx + r0, amx, n - r0);
+        if (n - r0 >= SOFTMAX_ROWS) softmax_rows(s + r0, ld, nk, a->scale, m, l, mx + r0, amx, pairs, SOFTMAX_ROWS);
+        else if (n - r0 == FLASH_CPU_BQ) softmax_rows(s + r0, ld, nk, a->scale, m, l, mx + r0, amx, pairs, FLASH_CPU_BQ);
+        else softmax_rows(s + r0, ld, nk, a->scale, m, l, mx + r0, amx, pairs, n - r0);
     }
-    // Once a row's max settles, most key tiles leave it alone; AMX's transposed sums go along the
-    // rows, RESCALE_ROWS at a time.
-    for (int r0 = 0; r0 < n; r0 += st.transposed ? RESCALE_ROWS : 1) {
-        const int r1 = st.transposed ? (r0 + RESCALE_ROWS < n ? r0 + RESCALE_ROWS : n) : r0 + 1;
+    // Once a row's max settles, most key tiles leave it alone. A row's sums lie side by side, but
+    // AMX's transposed sums go along the rows, RESCALE_ROWS at a time.
+    const int d = a->head_dim;
+    if (!st.transposed)
+        for (int r = 0; r < n; r++)
+            for (int c = 0; mx[r] != 1.0f && c < d; c++) st.acc[(int64_t)r * d + c] *= mx[r];
+    for (int r0 = 0; st.transposed && r0 < n; r0 += RESCALE_ROWS) {
+        const int r1 = r0 + RESCALE_ROWS < n ? r0 + RESCALE_ROWS : n;
         int rescaled = 0;
         for (int r = r0; r < r1; r++) rescaled |= mx[r] != 1.0f;
-        for (int c = 0; rescaled && c < a->head_dim; c++)
-            for (int r = r0; r < r1; r++) st.acc[acc_at(st, r, c, a->head_dim)] *= mx[r];
+        for (int c = 0; rescaled && c < d; c++)
+            for (int r = r0; r < r1; r++) st.acc[acc_at(st, r, c, d)] *= mx[r];
     }
 }
 
@@ -309,9 +317,10 @@ static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, flash_cpu_
         if (nq > FLASH_CPU_SPLIT_ROWS) scores(w->s, k, k_stride, w->qt, d, nk);
         else dot_rows(q_row(a, q0, h), a->q_stride, nq, k, k_stride, nk, d, w->s, 1, FLASH_CPU_BQ);
     }
-    softmax_tile(a, w->s, ld, nq, nk, st, w->mx, masked, a->q_pos0 + q0 - a->k_pos0 - k0, nq, amx ? &w->amx : NULL);
+    softmax_tile(a, w->s, ld, nq, nk, st, w->mx, masked, a->q_pos0 + q0 - a->k_pos0 - k0, nq, amx ? &w->amx : NULL,
+                 pairs ? w->pairs : NULL);
     if (amx) flash_amx_pv(&w->amx, st.acc, bf16_rows(a, a->v, 0, hk), a->kv_stride, a->nk, (int)k0, nq, nk, d);
-    else if (pairs) flash_pairs_pv(st.acc, w->s, bf16_rows(a, a->v, k0, hk), a->kv_stride, d, nq, nk, w->pairs);
+    else if (pairs) flash_pairs_pv(st.acc, bf16_rows(a, a->v, k0, hk), a->kv_stride, d, nq, nk, w->pairs);
     else {
         int64_t v_stride;
         const float *v = kv_tile(a, a->v, k0, nk, hk, w->kv, &v_stride);
@@ -407,7 +416,7 @@ static inline __attribute__((always_inline)) void decode_tile_as(const flash_arg
                     decode_scores(q_row(a, 0, h), a->q_stride, nq, k, kv_bf16, d, s);
         }
     }
-    softmax_tile(a, w->s, rows, rows, nk, st, w->mx, masked, a->q_pos0 - a->k_pos0 - k0, nq, NULL);
+    softmax_tile(a, w->s, rows, rows, nk, st, w->mx, masked, a->q_pos0 - a->k_pos0 - k0, nq, NULL, NULL);
     for (int j = 0; j < nk; j += DECODE_PV_KEYS) {
         const int nb = nk - j < DECODE_PV_KEYS ? nk - j : DECODE_PV_KEYS, head_rows = group * nq;
         for (int hk = hk0; hk < hk1; hk++) {

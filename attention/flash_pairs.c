@@ -4,14 +4,19 @@
 // both products to the lane's float32 sum; the two operands' pairs must hold the same two terms.
 // Scores: pairs of dims. Q^T is laid out once per query tile as pairs of a query's dims, a query a
 // lane (qp); each K row's pair of dims, as stored, is broadcast to every lane. P V: pairs of keys.
-// P, rounded, as pairs of a row's two keys, a row a lane (pp); V as pairs of two keys' values of a
-// dim, a dim a lane (vp), laid out once per key tile; each row's pair of P is broadcast. The
-// register tiles are flash_cpu's: 6 keys (or rows) by 4 vectors of 16 sums.
+// P, rounded, as pairs of a row's two keys, a row a lane (pp), laid out as flash_pairs_probs computes
+// it, e^x in registers (flash_cpu's compiled softmax loop took ~20% of a prompt's attention, this
+// ~9%); V as pairs of two keys' values of a dim, a dim a lane (vp), laid out for each query tile
+// that reads the key tile; each row's pair of P is broadcast. The register tiles are flash_cpu's:
+// 6 keys (or rows) by 4 vectors of 16 sums.
 #include "attention/flash_pairs.h"
 
+#include <math.h>
 #include <string.h>
 
+#include "common/avx512.h"
 #include "common/bf16_pairs.h"
+#include "common/exp_below_88.h"
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 enum { BQ = FLASH_PAIRS_QUERIES, BK = FLASH_PAIRS_KEYS, TILE = 6, VEC = 16 };
@@ -89,20 +94,35 @@ static inline __attribute__((always_inline)) void pv_rows(float *acc, const uint
     if (c0 < d) pv_cols(acc, pp, vp, d, np, R, c0, 2);
 }
 
-void flash_pairs_pv(float *acc, const float *s, const uint16_t *v, int64_t kv_stride, int d, int nq, int nk,
-                    uint32_t *scratch) {
+void flash_pairs_probs(uint32_t *scratch, const float *s, int nq, int nk, float scale, const float *m, float *sum) {
+    for (int x = 0; x < BQ / VEC && x * VEC < nq; x++) { // 16 rows, their max and sum in registers
+        const __mmask16 rows = mask_first16(nq - x * VEC);
+        const __m512 mx = _mm512_maskz_loadu_ps(rows, m + x * VEC);
+        const __mmask16 seen = rows & _mm512_cmp_ps_mask(mx, _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ);
+        const __m512 mf = _mm512_maskz_mov_ps(seen, mx), sc = _mm512_set1_ps(scale); // mf finite
+        __m512 total = _mm512_setzero_ps();
+        for (int j = 0; j < nk; j += 2) { // a last odd key pairs with a zero
+            const float *sj = s + j * BQ + x * VEC;
+            const __m512 p0 = exp_below_88_x16(_mm512_fmsub_ps(_mm512_load_ps(sj), sc, mf), seen);
+            const __m512 p1 = j + 1 < nk ? exp_below_88_x16(_mm512_fmsub_ps(_mm512_load_ps(sj + BQ), sc, mf), seen)
+                                         : _mm512_setzero_ps();
+            total = _mm512_add_ps(total, _mm512_add_ps(p0, p1));
+            _mm512_store_si512(scratch + j / 2 * BQ + x * VEC, bf16_pairs_nearest(p0, p1));
+        }
+        _mm512_mask_storeu_ps(sum + x * VEC, rows, total);
+    }
+}
+
+void flash_pairs_pv(float *acc, const uint16_t *v, int64_t kv_stride, int d, int nq, int nk, uint32_t *scratch) {
     const int np = (nk + 1) / 2; // a last odd key pairs with a zero
-    uint32_t *pp = scratch, *vp = scratch + BK / 2 * BQ;
-    const __m512 zero = _mm512_setzero_ps();
+    const uint32_t *pp = scratch;
+    uint32_t *vp = scratch + BK / 2 * BQ;
     // dims [c, c + 32) of keys j and j + 1, interleaved: two lanes' worth of pairs a register
     const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36,
                                         4, 35, 3, 34, 2, 33, 1, 32, 0);
     const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
     for (int m = 0; m < np; m++) {
         const int j = 2 * m, odd = j + 1 < nk;
-        for (int x = 0; x < BQ / VEC; x++)
-            _mm512_store_si512(pp + m * BQ + x * VEC, bf16_pairs_nearest(_mm512_load_ps(s + j * BQ + x * VEC),
-                                                                         odd ? _mm512_load_ps(s + (j + 1) * BQ + x * VEC) : zero));
         for (int c = 0; c < d; c += 32) {
             const __m512i a = _mm512_loadu_si512(v + j * kv_stride + c);
             const __m512i b = odd ? _mm512_loadu_si512(v + (j + 1) * kv_stride + c) : _mm512_setzero_si512();
@@ -128,8 +148,8 @@ int flash_pairs_applies(const flash_args *a) { return 0; }
 size_t flash_pairs_scratch_words(int d) { return 0; }
 void flash_pairs_queries(uint32_t *qp, const float *q, int64_t q_stride, int n, int d) { NOT_BUILT; }
 void flash_pairs_scores(float *s, const uint16_t *k, int64_t kv_stride, const uint32_t *qp, int d, int nk) { NOT_BUILT; }
-void flash_pairs_pv(float *acc, const float *s, const uint16_t *v, int64_t kv_stride, int d, int nq, int nk,
-                    uint32_t *scratch) {
+void flash_pairs_probs(uint32_t *scratch, const float *s, int nq, int nk, float scale, const float *m, float *sum) {
     NOT_BUILT;
 }
+void flash_pairs_pv(float *acc, const uint16_t *v, int64_t kv_stride, int d, int nq, int nk, uint32_t *scratch) { NOT_BUILT; }
 #endif

@@ -25,9 +25,13 @@ void flash_pairs_queries(uint32_t *qp, const float *q, int64_t q_stride, int n, 
 // k + j * kv_stride, bf16) and every lane r.
 void flash_pairs_scores(float *s, const uint16_t *k, int64_t kv_stride, const uint32_t *qp, int d, int nk);
 
-// acc (nq rows of d floats) += P V: P the probabilities of nk <= 64 keys in s (key j's of row r at
-// s[j * FLASH_PAIRS_QUERIES + r]) rounded to bf16, V row j at v + j * kv_stride (bf16). scratch:
-// flash_pairs_scratch_words(d) 32-bit words, 64-byte aligned.
-void flash_pairs_pv(float *acc, const float *s, const uint16_t *v, int64_t kv_stride, int d, int nq, int nk,
-                    uint32_t *scratch);
+// The probabilities of rows [0, nq) for nk <= 64 keys, e^(score x scale - m[r]) (row r's score of
+// key j at s[j * FLASH_PAIRS_QUERIES + r], s 64-byte aligned; zeros for a row whose max m[r] is
+// -inf: it has seen no key), rounded to bf16 into scratch (flash_pairs_scratch_words(d) 32-bit
+// words, 64-byte aligned) for flash_pairs_pv; sum[r] = row r's sum of them before rounding.
+void flash_pairs_probs(uint32_t *scratch, const float *s, int nq, int nk, float scale, const float *m, float *sum);
+
+// acc (nq rows of d floats) += P V: P the probabilities of nk <= 64 keys that flash_pairs_probs
+// put in scratch, V row j at v + j * kv_stride (bf16).
+void flash_pairs_pv(float *acc, const uint16_t *v, int64_t kv_stride, int d, int nq, int nk, uint32_t *scratch);
 size_t flash_pairs_scratch_words(int d);
