@@ -266,8 +266,9 @@ static inline __attribute__((always_inline)) void softmax_rows(float *s, int64_t
 // (with `masked`, row r sees the keys j <= see0 + r % period: its query's position less the
 // tile's first key's; a prefill tile's rows are its queries, period n; a decode call's rows are
 // nq queries of each head, period nq), online softmax. The scores become the probabilities that
-// P V weighs the keys by: in s, or on AMX (amx, n <= 128) as flash_amx_probs lays them out. Every
-// loop runs along the rows, a vector of them at a time. mx: n floats of scratch.
+// P V weighs the keys by: in s, or on AMX (amx, n <= 128) as flash_amx_probs lays them out, or on
+// AVX512-BF16 (pairs, n <= 64) as flash_pairs_probs does. Every loop runs along the rows, a vector
+// of them at a time (64-row tiles as a constant too). mx: n floats of scratch.
 static void softmax_tile(const flash_args *a, float *s, int64_t ld, int n, int nk, flash_cpu_rows st, float *mx,
                          int masked, int64_t see0, int period, flash_amx_scratch *amx, uint32_t *pairs) {
     if (masked)
