@@ -285,10 +285,13 @@ static void softmax_tile(const flash_args *a, float *s, int64_t ld, int n, int n
     // Once a row's max settles, most key tiles leave it alone. A row's sums lie side by side, but
     // AMX's transposed sums go along the rows, RESCALE_ROWS at a time.
     const int d = a->head_dim;
-    if (!st.transposed)
+    if (!st.transposed) {
         for (int r = 0; r < n; r++)
-            for (int c = 0; mx[r] != 1.0f && c < d; c++) st.acc[(int64_t)r * d + c] *= mx[r];
-    for (int r0 = 0; st.transposed && r0 < n; r0 += RESCALE_ROWS) {
+            if (mx[r] != 1.0f)
+                for (int c = 0; c < d; c++) st.acc[(int64_t)r * d + c] *= mx[r];
+        return;
+    }
+    for (int r0 = 0; r0 < n; r0 += RESCALE_ROWS) {
         const int r1 = r0 + RESCALE_ROWS < n ? r0 + RESCALE_ROWS : n;
         int rescaled = 0;
         for (int r = r0; r < r1; r++) rescaled |= mx[r] != 1.0f;
