@@ -39,7 +39,7 @@ int main(int argc, char **argv) {
     }
     if (!ok) return fprintf(stderr, "usage: bench_matmul_cpu [--threads T] [--x-dtype f32|bf16]\n"), 2;
     burst_backend *be = backend_cpu_new(threads, x_dtype == DTYPE_BF16);
-    static const int64_t shapes[][2] = {{4096, 4096}, {11008, 4096}};
+    static const int64_t shapes[][2] = {{4096, 4096}, {11008, 4096}, {4096, 11008}};
     // 24: the few-token tiles; 32: the GEMM's first; 40: a part-filled last panel of the GEMM;
     // 512 and 2048: one and four of AMX's blocks of tokens (a prefill step, the default and larger)
     static const int ns[] = {1, 2, 4, 8, 16, 24, 32, 40, 64, 128, 256, 512, 2048};

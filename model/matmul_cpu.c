@@ -6,15 +6,16 @@
 // sums with it stay in registers (few_tile).
 //
 // More tokens (prefill): a register-blocked GEMM in the manner of GotoBLAS. It computes
-// out^T = W x^T: a tile of GEMM_MR weight rows x NR tokens (two vector registers a row) stays in
-// registers while KC columns go by, each column one broadcast weight per row times two vectors of
-// x^T (one where a panel's last tokens fit in one). The weights are widened to f32 a block of NB
-// rows x KC columns at a time (in L2, then read by every panel of tokens), x is transposed once
-// per call into panels of NR tokens (a panel's KC columns stay in L1), and the sums of MC tokens
-// gather in a per-thread buffer before they are stored as out_dtype. On AVX-512 both the transpose
-// and the store go 16 x 16 blocks at a time through registers (common/avx512.h). Broadcasting
-// weights, not tokens, keeps the widening a contiguous loop and leaves the transpose to x, which is
-// read once where the weights are widened n / MC times (bench/bench_matmul_cpu.c).
+// out^T = W x^T: a tile of GEMM_MR weight rows x NR tokens (GEMM_NV vector registers a row) stays
+// in registers while KC columns go by, each column one broadcast weight per row times GEMM_NV
+// vectors of x^T (fewer, for more rows, where a panel's last tokens fit in fewer). The weights are
+// widened to f32 a block of NB rows x KC columns at a time (in L2, then read by every panel of
+// tokens), x is transposed once per call into panels of NR tokens (a panel's KC columns stay in
+// L1), and the sums of MC tokens gather in a per-thread buffer before they are stored as
+// out_dtype. On AVX-512 both the transpose and the store go 16 x 16 blocks at a time through
+// registers (common/avx512.h). Broadcasting weights, not tokens, keeps the widening a contiguous
+// loop and leaves the transpose to x, which is read once where the weights are widened n / MC
+// times (bench/bench_matmul_cpu.c).
 //
 // Where the CPU has AMX, matmul_amx.c takes BF16 weights from 16 tokens on, F16 ones from 128, and
 // weights in tiles at every token count. Without AMX, where the build has AVX512-BF16, the GEMM
@@ -37,25 +38,39 @@
 // few-token path is 1.2 to 2x faster on F16 and F32 weights, at 32 as fast, at 48 slower).
 enum { MM_FEW_TOKENS = 32 };
 
-// The GEMM's register tile: VEC_FLOATS floats a vector (common/vec.h); GEMM_MR rows x 2 vectors of
-// sums, plus the two x^T vectors and a broadcast, fill the 32 (AVX-512) or 16 (AVX2, NEON's 4-wide)
-// registers.
+// The GEMM's register tile: VEC_FLOATS floats a vector (common/vec.h); GEMM_MR rows x GEMM_NV
+// vectors of sums, plus the x^T vectors and a broadcast, fill the 32 (AVX-512) or 16 (AVX2, NEON's
+// 4-wide) registers. On AVX-512, 6 x 4 rather than 14 x 2: 10 loads for 24 products instead of 16
+// for 28, and 6 rows read at once, where 14 rows of LLaMA's 4096 (or 2048) columns, 8 KB apart,
+// compete for the 12 lines of one L1 set (bench_matmul_cpu, 2 threads, BF16 x bf16 at 256 / 512 /
+// 2048 tokens: 4096 x 4096 +4 / +5 / +24%, 4096 x 11008 +4 / +16 / +12%; at exactly 32 tokens, one
+// panel of 2 vectors, -14% on 4096 x 4096). GEMM_NB rows and GEMM_MC tokens: the blocks of weights
+// and tokens each thread's job takes.
 // The few-token path's: FEW_ROWS weight rows x FEW_TOKENS tokens of sums, plus the rows' widened
 // weights and a token's x.
 #if defined(__AVX512F__)
-#define GEMM_MR 14
+#define GEMM_MR 6
+#define GEMM_NV 4
+#define GEMM_NB 96
+#define GEMM_MC 256
 #define FEW_ROWS 3
 #define FEW_TOKENS 8
 #elif defined(__AVX__)
 #define GEMM_MR 6
+#define GEMM_NV 2
+#define GEMM_NB 48
+#define GEMM_MC 128
 #define FEW_ROWS 2
 #define FEW_TOKENS 6
 #else
 #define GEMM_MR 6
+#define GEMM_NV 2
+#define GEMM_NB 48
+#define GEMM_MC 128
 #define FEW_ROWS 2
 #define FEW_TOKENS 6
 #endif
-enum { NR = 2 * VEC_FLOATS, KC = 256, NB = GEMM_MR * 8, MC = NR * 8 };
+enum { NR = GEMM_NV * VEC_FLOATS, KC = 256, NB = GEMM_NB, MC = GEMM_MC, MAX_TILE_ROWS = 12 };
 
 // bf16 x times BF16 weights (the cpu-bf16 backend), on a CPU with AVX512-BF16 (AMD Zen 4 and later,
 // Intel Cooper Lake and later): both paths multiply them as stored, a pair of adjacent columns in
@@ -274,11 +289,11 @@ static void matmul_few(void *out, burst_dtype out_dtype, int accumulate, const v
 static inline __attribute__((always_inline)) void gemm_tile_pairs(const uint16_t *w, int64_t w_stride,
                                                                   const uint32_t *xt, int kp, const int mr,
                                                                   const int nv, float *c) {
-    __m512 acc[GEMM_MR][2];
+    __m512 acc[MAX_TILE_ROWS][GEMM_NV];
     for (int i = 0; i < mr; i++)
         for (int v = 0; v < nv; v++) acc[i][v] = _mm512_load_ps(c + i * MC + v * VEC_FLOATS);
     for (int p = 0; p < kp; p++) {
-        __m512bh x[2];
+        __m512bh x[GEMM_NV];
         for (int v = 0; v < nv; v++) x[v] = (__m512bh)_mm512_load_si512(xt + p * NR + v * VEC_FLOATS);
         for (int i = 0; i < mr; i++) {
             uint32_t pair;
@@ -305,11 +320,11 @@ static inline __attribute__((always_inline)) void gemm_tile(const void *w, int64
     }
 #endif
     const float *wf = w, *xf = xt;
-    vec acc[GEMM_MR][2];
+    vec acc[MAX_TILE_ROWS][GEMM_NV];
     for (int i = 0; i < mr; i++)
         for (int v = 0; v < nv; v++) acc[i][v] = *(const vec *)(c + i * MC + v * VEC_FLOATS);
     for (int k = 0; k < kn; k++) {
-        vec x[2];
+        vec x[GEMM_NV];
         for (int v = 0; v < nv; v++) x[v] = *(const vec *)(xf + k * NR + v * VEC_FLOATS);
         for (int i = 0; i < mr; i++) {
             float wi = wf[i * KC + k];
@@ -320,20 +335,35 @@ static inline __attribute__((always_inline)) void gemm_tile(const void *w, int64
         for (int v = 0; v < nv; v++) *(vec *)(c + i * MC + v * VEC_FLOATS) = acc[i][v];
 }
 
+// The vectors of a panel that hold some of its first t tokens.
+static int vectors(int64_t t) { return t >= NR ? GEMM_NV : (int)((t + VEC_FLOATS - 1) / VEC_FLOATS); }
+
+// The rows of a register tile of nv vectors of tokens: GEMM_MR x GEMM_NV sums, or as many with
+// fewer vectors (a panel's last tokens; all of them for 32 tokens, where 6 x 2 sums left the
+// dot products waiting on each other: 15% slower), up to 12: more rows 4 KB apart than L1 ways.
+static int tile_rows(int nv) { return GEMM_MR * GEMM_NV / nv < MAX_TILE_ROWS ? GEMM_MR * GEMM_NV / nv : MAX_TILE_ROWS; }
+
 static void gemm_tile_rows(const void *w, int64_t w_stride, const void *xt, int kn, int mr, int nv, int pairs,
                            float *c) {
-    switch (mr) {
-#define TILE(m) \
-    case m: \
-        if (nv == 2) gemm_tile(w, w_stride, xt, kn, m, 2, pairs, c); \
-        else gemm_tile(w, w_stride, xt, kn, m, 1, pairs, c); \
-        break;
-    TILE(1) TILE(2) TILE(3) TILE(4) TILE(5) TILE(6)
-#if GEMM_MR > 6
-    TILE(7) TILE(8) TILE(9) TILE(10) TILE(11) TILE(12) TILE(13) TILE(14)
+#define TILE(m, v) \
+    case m: gemm_tile(w, w_stride, xt, kn, m, v, pairs, c); break;
+#define TILES6(v) TILE(1, v) TILE(2, v) TILE(3, v) TILE(4, v) TILE(5, v) TILE(6, v)
+#define TILES8(v) TILES6(v) TILE(7, v) TILE(8, v)
+#define TILES12(v) TILES8(v) TILE(9, v) TILE(10, v) TILE(11, v) TILE(12, v)
+    switch (nv) {
+    case 1: switch (mr) { TILES12(1) } break;
+#if GEMM_NV == 4
+    case 2: switch (mr) { TILES12(2) } break;
+    case 3: switch (mr) { TILES8(3) } break;
+    case 4: switch (mr) { TILES6(4) } break;
+#else
+    case 2: switch (mr) { TILES6(2) } break;
 #endif
-#undef TILE
     }
+#undef TILES12
+#undef TILES8
+#undef TILES6
+#undef TILE
 }
 
 // What the GEMM allocates: x^T, [panel][column][token] (tokens past n are 0), and each thread's
@@ -379,13 +409,14 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
             for (int64_t k0 = 0; k0 < cols; k0 += KC) {
                 int kn = (int)(cols - k0 < KC ? cols - k0 : KC);
                 for (int64_t r = 0; !pairs && r < nb; r++) weight_to_f32(W, (r0 + r) * cols + k0, kn, wf + r * KC);
-                for (int64_t q = 0; q * NR < mc; q++)
-                    for (int64_t s = 0; s < nb; s += GEMM_MR)
+                for (int64_t q = 0; q * NR < mc; q++) {
+                    const int nv = vectors(mc - q * NR), tile = tile_rows(nv);
+                    for (int64_t s = 0; s < nb; s += tile)
                         gemm_tile_rows(pairs ? (const void *)((const uint16_t *)W->data + (r0 + s) * cols + k0)
                                              : wf + s * KC,
                                        cols, xt + ((i0 / NR + q) * lanes + k0 / step) * NR, kn,
-                                       (int)(nb - s < GEMM_MR ? nb - s : GEMM_MR), mc - q * NR > VEC_FLOATS ? 2 : 1,
-                                       pairs, c + s * MC + q * NR);
+                                       (int)(nb - s < tile ? nb - s : tile), nv, pairs, c + s * MC + q * NR);
+                }
             }
 #ifdef BURST_AVX512
             store_sums_x16(out, out_dtype, accumulate, rows, i0, mc, r0, nb, c);
