@@ -88,6 +88,7 @@ typedef struct {
     float *s;       // (keys, rows): scores, then probabilities, of one key tile, a key's at a time
     float *qt;      // (head_dim, FLASH_CPU_BQ): a query tile's Q transposed, its rows past nq zero (or flash_pairs_queries')
     uint32_t *pairs; // flash_pairs_pv's scratch, where a call takes that path
+    flash_pairs_head head; // the K and V of the KV head of the query tiles on that path
     float *kv;      // (FLASH_CPU_BK, head_dim): a prompt's bf16 key tile's K or V rows, widened (kv_tile)
     float *mx;      // (rows): a key tile's row maxima, then the factors each row's state is rescaled by
     float *acc, *m, *l; // state of up to max_rows rows: a query tile, or a decode call's heads
@@ -314,7 +315,7 @@ static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, flash_cpu_
     const int d = a->head_dim, nq = (int)(q1 - q0), nk = (int)(k1 - k0);
     const int ld = query_tile_rows(amx); // of w->s
     if (amx) flash_amx_scores(&w->amx, w->s, ld, bf16_rows(a, a->k, 0, hk), a->kv_stride, a->nk, (int)k0, nq, nk, d);
-    else if (pairs) flash_pairs_scores(w->s, bf16_rows(a, a->k, k0, hk), a->kv_stride, (const uint32_t *)w->qt, d, nk);
+    else if (pairs) flash_pairs_scores(w->s, w->head.k + k0 * d, d, (const uint32_t *)w->qt, d, nk);
     else {
         int64_t k_stride;
         const float *k = kv_tile(a, a->k, k0, nk, hk, w->kv, &k_stride);
@@ -324,7 +325,7 @@ static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, flash_cpu_
     softmax_tile(a, w->s, ld, nq, nk, st, w->mx, masked, a->q_pos0 + q0 - a->k_pos0 - k0, nq, amx ? &w->amx : NULL,
                  pairs ? w->pairs : NULL);
     if (amx) flash_amx_pv(&w->amx, st.acc, bf16_rows(a, a->v, 0, hk), a->kv_stride, a->nk, (int)k0, nq, nk, d);
-    else if (pairs) flash_pairs_pv(st.acc, bf16_rows(a, a->v, k0, hk), a->kv_stride, d, nq, nk, w->pairs);
+    else if (pairs) flash_pairs_pv(st.acc, w->head.vp + k0 / FLASH_CPU_BK * (FLASH_CPU_BK / 2) * d, d, nq, nk, w->pairs);
     else {
         int64_t v_stride;
         const float *v = kv_tile(a, a->v, k0, nk, hk, w->kv, &v_stride);
@@ -488,6 +489,9 @@ static void flash_cpu_query_tile(const flash_args *a, flash_cpu_scratch *w, int 
     else if (pairs) flash_pairs_queries((uint32_t *)w->qt, q_row(a, q0, h), a->q_stride, (int)(q1 - q0), a->head_dim);
     else if (q1 - q0 > FLASH_CPU_SPLIT_ROWS) q_transposed(a, h, q0, (int)(q1 - q0), w->qt); // for flash_cpu_tile
     const int64_t k_end = visible_keys(a, q1);
+    if (pairs)
+        flash_pairs_head_to(&w->head, bf16_rows(a, a->k, 0, hk), bf16_rows(a, a->v, 0, hk), a->kv_stride, a->nk,
+                            a->head_dim, (int)k_end);
     const int bk = key_tile_keys(amx);
     for (int64_t k0 = 0; k0 < k_end; k0 += bk) {
         int64_t k1 = k0 + bk < k_end ? k0 + bk : k_end;
@@ -540,8 +544,11 @@ static void flash_cpu_chunk(const decode_job *job, flash_cpu_scratch *w) {
         store_rows(a, rows_at(w, (h - hk0 * group) * nq, d), h, 0, nq, o, o_stride, lse);
 }
 
-size_t flash_cpu_transient_bytes(int64_t max_keys, int head_dim, burst_dtype kv_dtype, int n_threads) {
-    return flash_amx_applies(head_dim, kv_dtype) ? (size_t)n_threads * flash_amx_head_bytes(head_dim, max_keys) : 0;
+size_t flash_cpu_transient_bytes(int64_t max_keys, int head_dim, burst_dtype kv_dtype, int qp_bf16, int n_threads) {
+    if (flash_amx_applies(head_dim, kv_dtype)) return (size_t)n_threads * flash_amx_head_bytes(head_dim, max_keys);
+    if (flash_pairs_applies(&(flash_args){.head_dim = head_dim, .kv_dtype = kv_dtype, .qp_bf16 = qp_bf16}))
+        return (size_t)n_threads * flash_pairs_head_bytes(head_dim, max_keys);
+    return 0;
 }
 
 void flash_cpu(const flash_args *calls, int n) {
@@ -560,8 +567,9 @@ void flash_cpu(const flash_args *calls, int n) {
             widens |= a->kv_dtype == DTYPE_BF16; // (decode calls read bf16 K/V in place)
             const int on_amx = flash_amx_applies(a->head_dim, a->kv_dtype);
             amx |= on_amx;
-            pairs |= !on_amx && flash_pairs_applies(a);
-            if (on_amx && a->nk > most_keys) most_keys = a->nk; // the head copies (flash_amx.h) are for these
+            const int on_pairs = !on_amx && flash_pairs_applies(a);
+            pairs |= on_pairs;
+            if ((on_amx || on_pairs) && a->nk > most_keys) most_keys = a->nk; // the head copies are for these
             if (query_tile_rows(amx) > most_rows) most_rows = query_tile_rows(amx);
             continue;
         }
@@ -600,7 +608,12 @@ void flash_cpu(const flash_args *calls, int n) {
         w.mx = burst_malloc((size_t)most_rows * sizeof(float));
         w.qt = burst_malloc_aligned((size_t)FLASH_CPU_BQ * (size_t)most_d * sizeof(float));
         w.kv = widens ? burst_malloc((size_t)FLASH_CPU_BK * (size_t)most_d * sizeof(float)) : NULL;
-        w.pairs = pairs ? burst_malloc_aligned(flash_pairs_scratch_words(most_d) * sizeof(uint32_t)) : NULL;
+        w.pairs = pairs ? burst_malloc_aligned(flash_pairs_scratch_words() * sizeof(uint32_t)) : NULL;
+        w.head = (flash_pairs_head){0};
+        if (pairs) {
+            const size_t half = flash_pairs_head_bytes(most_d, most_keys) / 2;
+            w.head.k = burst_malloc_aligned(half), w.head.vp = burst_malloc_aligned(half);
+        }
         if (amx) flash_amx_thread_begin(&w.amx, most_d, most_keys);
 #pragma omp for schedule(dynamic, 1) nowait
         for (int64_t t = 0; t < n_jobs; t++) flash_cpu_chunk(&jobs[t], &w);
@@ -609,10 +622,12 @@ void flash_cpu(const flash_args *calls, int n) {
             if (is_decode(a)) continue;
             const int on_amx = flash_amx_applies(a->head_dim, a->kv_dtype), bq = query_tile_rows(on_amx);
             const int64_t n_qtiles = ((int64_t)a->nq + bq - 1) / bq;
-            // On AMX a thread takes a run of a head's query tiles, so that it lays out the head's K
-            // and V^T once for them all (flash_amx.h), in runs short enough for 4 a thread.
+            // On AMX and AVX512-BF16 a thread takes a run of a head's query tiles, so that it lays
+            // out the head's K and V once for them all (flash_amx.h, flash_pairs.h), in runs short
+            // enough for 4 a thread.
             const int64_t fair = n_qtiles * a->n_heads / (4 * omp_get_num_threads());
-            const int run = !on_amx ? 1 : (int)(fair < 1 ? 1 : fair < n_qtiles ? fair : n_qtiles);
+            const int copies = on_amx || flash_pairs_applies(a);
+            const int run = !copies ? 1 : (int)(fair < 1 ? 1 : fair < n_qtiles ? fair : n_qtiles);
 #pragma omp for schedule(dynamic, run) nowait
             for (int64_t t = 0; t < n_qtiles * a->n_heads; t++) {
                 int h = (int)(t / n_qtiles);
@@ -623,6 +638,7 @@ void flash_cpu(const flash_args *calls, int n) {
         }
         if (amx) flash_amx_thread_end(&w.amx);
         free(w.acc), free(w.m), free(w.l), free(w.s), free(w.mx), free(w.qt), free(w.kv), free(w.pairs);
+        free(w.head.k), free(w.head.vp);
 #pragma omp barrier
         // Each decode call's later chunks folded into its first, in key order.
         for (int i = 0; i < n_decode; i++) {

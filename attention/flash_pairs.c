@@ -6,9 +6,9 @@
 // lane (qp); each K row's pair of dims, as stored, is broadcast to every lane. P V: pairs of keys.
 // P, rounded, as pairs of a row's two keys, a row a lane (pp), laid out as flash_pairs_probs computes
 // it, e^x in registers (flash_cpu's compiled softmax loop took ~20% of a prompt's attention, this
-// ~9%); V as pairs of two keys' values of a dim, a dim a lane (vp), laid out for each query tile
-// that reads the key tile; each row's pair of P is broadcast. The register tiles are flash_cpu's:
-// 6 keys (or rows) by 4 vectors of 16 sums.
+// ~9%); V as pairs of two keys' values of a dim, a dim a lane (vp), laid out once per key tile for
+// the run of query tiles a thread takes (flash_pairs_head); each row's pair of P is broadcast. The
+// register tiles are flash_cpu's: 6 keys (or rows) by 4 vectors of 16 sums.
 #include "attention/flash_pairs.h"
 
 #include <math.h>
@@ -23,7 +23,38 @@ enum { BQ = FLASH_PAIRS_QUERIES, BK = FLASH_PAIRS_KEYS, TILE = 6, VEC = 16 };
 
 int flash_pairs_applies(const flash_args *a) { return a->qp_bf16 && a->kv_dtype == DTYPE_BF16 && a->head_dim % 32 == 0; }
 
-size_t flash_pairs_scratch_words(int d) { return (size_t)BK / 2 * (BQ + (size_t)d); }
+size_t flash_pairs_scratch_words(void) { return (size_t)BK / 2 * BQ; }
+
+// Whole key tiles: the last one's missing keys are zeros.
+static int64_t padded_keys(int64_t keys) { return (keys + BK - 1) / BK * BK; }
+
+size_t flash_pairs_head_bytes(int d, int64_t max_keys) { return 2 * sizeof(uint16_t) * (size_t)padded_keys(max_keys) * (size_t)d; }
+
+// Key tile t of the head at k and v (nk rows, kv_stride apart) into h: K's rows, and V's pairs of
+// keys j and j + 1 (a last odd key with a zero): dims [c, c + 32) of both keys interleaved, two
+// lanes' worth of pairs a register.
+static void head_tile(flash_pairs_head *h, const uint16_t *k, const uint16_t *v, int64_t kv_stride, int nk, int d, int t) {
+    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36,
+                                        4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    const int k0 = t * BK, k1 = k0 + BK < nk ? k0 + BK : nk;
+    for (int j = k0; j < k1; j++) memcpy(h->k + (int64_t)j * d, k + j * kv_stride, sizeof(uint16_t) * (size_t)d);
+    uint32_t *vp = h->vp + (int64_t)t * BK / 2 * d;
+    for (int j = k0; j < k1; j += 2)
+        for (int c = 0; c < d; c += 32) {
+            const __m512i a = _mm512_loadu_si512(v + j * kv_stride + c);
+            const __m512i b = j + 1 < k1 ? _mm512_loadu_si512(v + (j + 1) * kv_stride + c) : _mm512_setzero_si512();
+            _mm512_store_si512(vp + (j - k0) / 2 * d + c, _mm512_permutex2var_epi16(a, lo, b));
+            _mm512_store_si512(vp + (j - k0) / 2 * d + c + VEC, _mm512_permutex2var_epi16(a, hi, b));
+        }
+}
+
+void flash_pairs_head_to(flash_pairs_head *h, const uint16_t *k, const uint16_t *v, int64_t kv_stride, int nk, int d,
+                         int keys) {
+    if (k != h->of || v != h->of_v || kv_stride != h->stride || nk != h->nk || d != h->d)
+        *h = (flash_pairs_head){.k = h->k, .vp = h->vp, .of = k, .of_v = v, .stride = kv_stride, .nk = nk, .d = d};
+    for (; h->keys < keys; h->keys += BK) head_tile(h, k, v, kv_stride, nk, d, h->keys / BK);
+}
 
 void flash_pairs_queries(uint32_t *qp, const float *q, int64_t q_stride, int n, int d) {
     for (int r = 0; r < BQ; r++)
@@ -113,23 +144,9 @@ void flash_pairs_probs(uint32_t *scratch, const float *s, int nq, int nk, float 
     }
 }
 
-void flash_pairs_pv(float *acc, const uint16_t *v, int64_t kv_stride, int d, int nq, int nk, uint32_t *scratch) {
-    const int np = (nk + 1) / 2; // a last odd key pairs with a zero
+void flash_pairs_pv(float *acc, const uint32_t *vp, int d, int nq, int nk, const uint32_t *scratch) {
+    const int np = (nk + 1) / 2; // a last odd key's pair holds a zero probability
     const uint32_t *pp = scratch;
-    uint32_t *vp = scratch + BK / 2 * BQ;
-    // dims [c, c + 32) of keys j and j + 1, interleaved: two lanes' worth of pairs a register
-    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36,
-                                        4, 35, 3, 34, 2, 33, 1, 32, 0);
-    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-    for (int m = 0; m < np; m++) {
-        const int j = 2 * m, odd = j + 1 < nk;
-        for (int c = 0; c < d; c += 32) {
-            const __m512i a = _mm512_loadu_si512(v + j * kv_stride + c);
-            const __m512i b = odd ? _mm512_loadu_si512(v + (j + 1) * kv_stride + c) : _mm512_setzero_si512();
-            _mm512_store_si512(vp + m * d + c, _mm512_permutex2var_epi16(a, lo, b));
-            _mm512_store_si512(vp + m * d + c + VEC, _mm512_permutex2var_epi16(a, hi, b));
-        }
-    }
     int r = 0;
     for (; r + TILE <= nq; r += TILE) pv_rows(acc + (int64_t)r * d, pp + r, vp, d, np, TILE);
     float *a = acc + (int64_t)r * d;
@@ -145,11 +162,16 @@ void flash_pairs_pv(float *acc, const uint16_t *v, int64_t kv_stride, int d, int
 
 #define NOT_BUILT burst_abort(__FILE__, __LINE__, __func__, "this build has no AVX512-BF16")
 int flash_pairs_applies(const flash_args *a) { return 0; }
-size_t flash_pairs_scratch_words(int d) { return 0; }
+size_t flash_pairs_scratch_words(void) { return 0; }
 void flash_pairs_queries(uint32_t *qp, const float *q, int64_t q_stride, int n, int d) { NOT_BUILT; }
 void flash_pairs_scores(float *s, const uint16_t *k, int64_t kv_stride, const uint32_t *qp, int d, int nk) { NOT_BUILT; }
 void flash_pairs_probs(uint32_t *scratch, const float *s, int nq, int nk, float scale, const float *m, float *sum) {
     NOT_BUILT;
 }
-void flash_pairs_pv(float *acc, const uint16_t *v, int64_t kv_stride, int d, int nq, int nk, uint32_t *scratch) { NOT_BUILT; }
+void flash_pairs_pv(float *acc, const uint32_t *vp, int d, int nq, int nk, const uint32_t *scratch) { NOT_BUILT; }
+size_t flash_pairs_head_bytes(int d, int64_t max_keys) { return 0; }
+void flash_pairs_head_to(flash_pairs_head *h, const uint16_t *k, const uint16_t *v, int64_t kv_stride, int nk, int d,
+                         int keys) {
+    NOT_BUILT;
+}
 #endif

@@ -189,7 +189,7 @@ static size_t cpu_matmul_transient(burst_backend *b, int n, int64_t cols) {
 static size_t cpu_attention_transient(burst_backend *b, int max_rows, int max_calls, int64_t max_keys, int n_heads,
                                       int n_kv_heads, int head_dim, burst_dtype kv_dtype) {
     (void)max_rows, (void)max_calls, (void)n_heads, (void)n_kv_heads; // (one KV head at a time per thread)
-    return flash_cpu_transient_bytes(max_keys, head_dim, kv_dtype, nthreads(b));
+    return flash_cpu_transient_bytes(max_keys, head_dim, kv_dtype, b->ops->act_dtype != DTYPE_F32, nthreads(b));
 }
 
 static int same_rope_params(const rope_params *a, const rope_params *b) {

@@ -11,6 +11,7 @@
 // twice, the second time with BURST_AMX=0 (the float32 GEMM).
 // And rope against float64 angles; argmax, greedy sampling's pick, against a plain scan on rows full
 // of ties; and AMX's rounding of float32 to bf16 against the scalar one.
+#include "attention/flash_pairs.h"
 #include "common/amx.h"
 #include "common/avx512.h"
 #include "model/backend.h"
@@ -517,16 +518,23 @@ static void test_bf16_nearest(void) {
 #endif
 }
 
-// What the memory check counts for attention (backend_attention_transient_bytes): on AMX, each of
-// the backend's 3 threads' K and V^T of one KV head, keys padded to 32 (1000 -> 1024), 2 bytes each;
-// nothing for an f32 cache or without AMX (the vector loops' buffers do not grow with the keys).
-static void test_attention_transient(burst_backend *be) {
-    const size_t bf16 = backend_attention_transient_bytes(be, 64, 4, 1000, 8, 2, 128, DTYPE_BF16);
-    const size_t f32 = backend_attention_transient_bytes(be, 64, 4, 1000, 8, 2, 128, DTYPE_F32);
-    const size_t want = amx_usable() ? (size_t)3 * 2 * 1024 * 128 * 2 : 0;
-    const int ok = bf16 == want && f32 == 0;
-    printf("%s attention transient bytes: bf16 cache %zu (want %zu), f32 cache %zu (want 0)\n", ok ? "ok  " : "FAIL", bf16, want, f32);
-    failures += !ok;
+// What the memory check counts for attention (backend_attention_transient_bytes): each of the
+// backend's 3 threads' copy of one KV head's K and V, keys padded to 32 (1000 -> 1024) on AMX, to
+// 64 (1024) for cpu-bf16's AVX512-BF16 dot products, 2 bytes each; nothing for an f32 cache or
+// without either (the vector loops' buffers do not grow with the keys).
+static void test_attention_transient(void) {
+    for (int bf16_backend = 0; bf16_backend < 2; bf16_backend++) {
+        burst_backend *be = backend_cpu_new(3, bf16_backend);
+        const size_t bf16 = backend_attention_transient_bytes(be, 64, 4, 1000, 8, 2, 128, DTYPE_BF16);
+        const size_t f32 = backend_attention_transient_bytes(be, 64, 4, 1000, 8, 2, 128, DTYPE_F32);
+        const int pairs = bf16_backend && flash_pairs_applies(&(flash_args){.head_dim = 128, .kv_dtype = DTYPE_BF16, .qp_bf16 = 1});
+        const size_t want = amx_usable() || pairs ? (size_t)3 * 2 * 1024 * 128 * 2 : 0;
+        const int ok = bf16 == want && f32 == 0;
+        printf("%s attention transient bytes (%s): bf16 cache %zu (want %zu), f32 cache %zu (want 0)\n", ok ? "ok  " : "FAIL",
+               bf16_backend ? "cpu-bf16" : "cpu", bf16, want, f32);
+        failures += !ok;
+        backend_free(be);
+    }
 }
 
 int main(void) {
@@ -548,7 +556,7 @@ int main(void) {
     test_matmul_swiglu(be, 1);
     test_rope(be);
     test_sample(be);
-    test_attention_transient(be);
+    test_attention_transient();
     backend_free(be);
     printf("%d failures\n", failures);
     return failures != 0;
