@@ -37,6 +37,7 @@
 #include "attention/dot_cpu.h"
 #include "attention/flash_amx.h"
 #include "attention/flash_pairs.h"
+#include "attention/head_copy.h"
 #include "attention/online_softmax.h"
 #include "common/burst.h"
 #include "common/exp_below_88.h"
@@ -88,8 +89,7 @@ typedef struct {
     float *s;       // (keys, rows): scores, then probabilities, of one key tile, a key's at a time
     float *qt;      // (head_dim, FLASH_CPU_BQ): a query tile's Q transposed, its rows past nq zero (or flash_pairs_queries')
     uint32_t *pairs; // flash_pairs_pv's scratch, where a call takes that path
-    flash_pairs_head head; // the K and V of the KV head of the query tiles on that path
-    float *kv;      // (FLASH_CPU_BK, head_dim): a prompt's bf16 key tile's K or V rows, widened (kv_tile)
+    head_copy head; // off AMX, the K and V of the KV head of a prompt's query tiles
     float *mx;      // (rows): a key tile's row maxima, then the factors each row's state is rescaled by
     float *acc, *m, *l; // state of up to max_rows rows: a query tile, or a decode call's heads
     flash_amx_scratch amx; // where a call takes the AMX path
@@ -109,20 +109,27 @@ static void reset_rows(flash_cpu_rows st, int n, int d) {
 static inline const float *q_row(const flash_args *a, int64_t i, int h) {
     return a->q + i * a->q_stride + (int64_t)h * a->head_dim;
 }
-// Rows [k0, k0 + n) of KV head hk of K or V (base) as float32: in place when stored so, else
-// widened into buf. *stride is the distance between the rows returned.
-static const float *kv_tile(const flash_args *a, const void *base, int64_t k0, int n, int hk, float *buf,
-                            int64_t *stride) {
-    const int64_t first = k0 * a->kv_stride + (int64_t)hk * a->head_dim;
-    if (a->kv_dtype == DTYPE_F32) {
-        *stride = a->kv_stride;
-        return (const float *)base + first;
-    }
-    const uint16_t *src = (const uint16_t *)base + first;
-    for (int j = 0; j < n; j++)
-        for (int c = 0; c < a->head_dim; c++) buf[j * a->head_dim + c] = bf16_to_f32(src[j * a->kv_stride + c]);
-    *stride = a->head_dim;
-    return buf;
+// Key tile t (FLASH_CPU_BK keys) of a head's K and V into its copy as float32 rows side by side
+// (key j at (float *)h->k + j x d): the vector loops' head_fill, for an f32 cache (copied) and a
+// bf16 one (widened).
+static inline void float_rows_tile(head_copy *h, int t, const int bf16) {
+    const int k0 = t * FLASH_CPU_BK, k1 = k0 + FLASH_CPU_BK < h->nk ? k0 + FLASH_CPU_BK : h->nk, d = h->d;
+    const void *from[2] = {h->of_k, h->of_v};
+    float *to[2] = {h->k, h->v};
+    for (int x = 0; x < 2; x++)
+        for (int64_t j = k0; j < k1; j++) {
+            float *row = to[x] + j * d;
+            if (!bf16) memcpy(row, (const float *)from[x] + j * h->stride, sizeof(float) * (size_t)d);
+            else
+                for (int c = 0; c < d; c++) row[c] = bf16_to_f32(((const uint16_t *)from[x])[j * h->stride + c]);
+        }
+}
+static void f32_head_fill(head_copy *h, int t) { float_rows_tile(h, t, 0); }
+static void bf16_head_fill(head_copy *h, int t) { float_rows_tile(h, t, 1); }
+
+// The bytes of the two buffers of a head's copy for the vector loops, up to max_keys keys of d.
+static size_t float_head_bytes(int d, int64_t max_keys) {
+    return 2 * sizeof(float) * (size_t)((max_keys + FLASH_CPU_BK - 1) / FLASH_CPU_BK * FLASH_CPU_BK) * (size_t)d;
 }
 
 // Query rows [q0, q0 + n) of head h transposed into qt (head_dim rows of FLASH_CPU_BQ), the
@@ -315,22 +322,18 @@ static void flash_cpu_tile(const flash_args *a, flash_cpu_scratch *w, flash_cpu_
     const int d = a->head_dim, nq = (int)(q1 - q0), nk = (int)(k1 - k0);
     const int ld = query_tile_rows(amx); // of w->s
     if (amx) flash_amx_scores(&w->amx, w->s, ld, bf16_rows(a, a->k, 0, hk), a->kv_stride, a->nk, (int)k0, nq, nk, d);
-    else if (pairs) flash_pairs_scores(w->s, w->head.k + k0 * d, d, (const uint32_t *)w->qt, d, nk);
+    else if (pairs) flash_pairs_scores(w->s, (const uint16_t *)w->head.k + k0 * d, d, (const uint32_t *)w->qt, d, nk);
     else {
-        int64_t k_stride;
-        const float *k = kv_tile(a, a->k, k0, nk, hk, w->kv, &k_stride);
-        if (nq > FLASH_CPU_SPLIT_ROWS) scores(w->s, k, k_stride, w->qt, d, nk);
-        else dot_rows(q_row(a, q0, h), a->q_stride, nq, k, k_stride, nk, d, w->s, 1, FLASH_CPU_BQ);
+        const float *k = (const float *)w->head.k + k0 * d;
+        if (nq > FLASH_CPU_SPLIT_ROWS) scores(w->s, k, d, w->qt, d, nk);
+        else dot_rows(q_row(a, q0, h), a->q_stride, nq, k, d, nk, d, w->s, 1, FLASH_CPU_BQ);
     }
     softmax_tile(a, w->s, ld, nq, nk, st, w->mx, masked, a->q_pos0 + q0 - a->k_pos0 - k0, nq, amx ? &w->amx : NULL,
                  pairs ? w->pairs : NULL);
     if (amx) flash_amx_pv(&w->amx, st.acc, bf16_rows(a, a->v, 0, hk), a->kv_stride, a->nk, (int)k0, nq, nk, d);
-    else if (pairs) flash_pairs_pv(st.acc, w->head.vp + k0 / FLASH_CPU_BK * (FLASH_CPU_BK / 2) * d, d, nq, nk, w->pairs);
-    else {
-        int64_t v_stride;
-        const float *v = kv_tile(a, a->v, k0, nk, hk, w->kv, &v_stride);
-        add_pv(st.acc, w->s, FLASH_CPU_BQ, v, v_stride, d, nq, nk);
-    }
+    else if (pairs)
+        flash_pairs_pv(st.acc, (const uint32_t *)w->head.v + k0 / FLASH_CPU_BK * (FLASH_CPU_BK / 2) * d, d, nq, nk, w->pairs);
+    else add_pv(st.acc, w->s, FLASH_CPU_BQ, (const float *)w->head.v + k0 * d, d, d, nq, nk);
 }
 
 // The scores of one key (k, its KV head's slice of d) against n query rows (q, qs apart) into s:
@@ -394,11 +397,11 @@ static inline __attribute__((always_inline)) void decode_pv(float *acc, int n, i
 // head at a time, jumps kv_stride from key to key: with 2 to 6 rows, 1.3-2x the time). State row
 // t is query row t % nq of head hk0 x group + t / nq, its score of key j at s[j x rows + t]. K is
 // read in place, bf16 (kv_bf16, a constant once inlined) widened in registers; P V takes V
-// DECODE_PV_KEYS keys at a time, V read in place too. (V widened into w->kv first, as the prompt's
-// tiles do, cost a decode step of 16 sequences at 1900 tokens ~12% with a bf16 cache.) A bf16
-// cache's K and V rows are asked for a few keys ahead: one thread read it at ~20 GB/s, waiting on
-// the loads (perf), where the same thread with an f32 cache reads ~24 and 2 threads reach the
-// memory's ~45 (prefetching there too made it slower).
+// DECODE_PV_KEYS keys at a time, V read in place too. (V widened into a buffer first, as the
+// prompt's tiles once did, cost a decode step of 16 sequences at 1900 tokens ~12% with a bf16
+// cache.) A bf16 cache's K and V rows are asked for a few keys ahead: one thread read it at ~20
+// GB/s, waiting on the loads (perf), where the same thread with an f32 cache reads ~24 and 2
+// threads reach the memory's ~45 (prefetching there too made it slower).
 // (Loops over KV heads and their query heads, not t with divisions: a division per head and key
 // cost more than the memory it waits on.)
 static inline __attribute__((always_inline)) void decode_tile_as(const flash_args *a, flash_cpu_scratch *w,
@@ -484,14 +487,17 @@ static void flash_cpu_query_tile(const flash_args *a, flash_cpu_scratch *w, int 
     flash_cpu_rows st = rows_at(w, 0, a->head_dim);
     st.transposed = amx;
     reset_rows(st, query_tile_rows(amx), a->head_dim); // every row: AMX's P V carries rows past q1 (zeros) too
-    const int pairs = !amx && q1 - q0 > FLASH_CPU_SPLIT_ROWS && flash_pairs_applies(a);
+    const int pairs = !amx && flash_pairs_applies(a); // every tile: the head copy is laid out for one path
     if (amx) flash_amx_queries(&w->amx, q_row(a, q0, h), a->q_stride, (int)(q1 - q0), a->head_dim, a->qp_bf16);
     else if (pairs) flash_pairs_queries((uint32_t *)w->qt, q_row(a, q0, h), a->q_stride, (int)(q1 - q0), a->head_dim);
     else if (q1 - q0 > FLASH_CPU_SPLIT_ROWS) q_transposed(a, h, q0, (int)(q1 - q0), w->qt); // for flash_cpu_tile
     const int64_t k_end = visible_keys(a, q1);
-    if (pairs)
-        flash_pairs_head_to(&w->head, bf16_rows(a, a->k, 0, hk), bf16_rows(a, a->v, 0, hk), a->kv_stride, a->nk,
-                            a->head_dim, (int)k_end);
+    if (!amx) {
+        head_fill *fill = pairs ? flash_pairs_head_fill : a->kv_dtype == DTYPE_BF16 ? bf16_head_fill : f32_head_fill;
+        const int64_t head = (int64_t)hk * a->head_dim * (int64_t)dtype_size(a->kv_dtype); // bytes
+        head_copy_to(&w->head, fill, (const char *)a->k + head, (const char *)a->v + head, a->kv_stride, a->nk,
+                     a->head_dim, (int)k_end, FLASH_CPU_BK);
+    }
     const int bk = key_tile_keys(amx);
     for (int64_t k0 = 0; k0 < k_end; k0 += bk) {
         int64_t k1 = k0 + bk < k_end ? k0 + bk : k_end;
@@ -544,16 +550,22 @@ static void flash_cpu_chunk(const decode_job *job, flash_cpu_scratch *w) {
         store_rows(a, rows_at(w, (h - hk0 * group) * nq, d), h, 0, nq, o, o_stride, lse);
 }
 
-size_t flash_cpu_transient_bytes(int64_t max_keys, int head_dim, burst_dtype kv_dtype, int qp_bf16, int n_threads) {
-    if (flash_amx_applies(head_dim, kv_dtype)) return (size_t)n_threads * flash_amx_head_bytes(head_dim, max_keys);
+// A thread's copy of one KV head for a prompt call's query tiles (head_copy.h, flash_amx.h).
+static size_t head_bytes(int head_dim, burst_dtype kv_dtype, int qp_bf16, int64_t max_keys) {
+    if (flash_amx_applies(head_dim, kv_dtype)) return flash_amx_head_bytes(head_dim, max_keys);
     if (flash_pairs_applies(&(flash_args){.head_dim = head_dim, .kv_dtype = kv_dtype, .qp_bf16 = qp_bf16}))
-        return (size_t)n_threads * flash_pairs_head_bytes(head_dim, max_keys);
-    return 0;
+        return flash_pairs_head_bytes(head_dim, max_keys);
+    return float_head_bytes(head_dim, max_keys);
+}
+
+size_t flash_cpu_transient_bytes(int64_t max_keys, int head_dim, burst_dtype kv_dtype, int qp_bf16, int n_threads) {
+    return (size_t)n_threads * head_bytes(head_dim, kv_dtype, qp_bf16, max_keys);
 }
 
 void flash_cpu(const flash_args *calls, int n) {
     BURST_ASSERT(n >= 0 && (calls || n == 0));
-    int most_d = 1, widens = 0, amx = 0, pairs = 0, most_rows = FLASH_CPU_BQ, most_keys = 0, n_decode = 0; // the scratch fits every call
+    int most_d = 1, amx = 0, pairs = 0, most_rows = FLASH_CPU_BQ, most_keys = 0, n_decode = 0; // the scratch fits every call
+    size_t most_copy = 0; // bytes of a head's copy off AMX
     int64_t n_chunks = 0, n_parts = 0;
     decode_call *dc = burst_malloc(sizeof *dc * (size_t)(n > 0 ? n : 1));
     for (int j = 0; j < n; j++) {
@@ -564,12 +576,12 @@ void flash_cpu(const flash_args *calls, int n) {
         BURST_ASSERT((a->kv_dtype == DTYPE_F32 || a->kv_dtype == DTYPE_BF16) && "K/V must be F32 or BF16");
         if (a->head_dim > most_d) most_d = a->head_dim;
         if (!is_decode(a)) {
-            widens |= a->kv_dtype == DTYPE_BF16; // (decode calls read bf16 K/V in place)
             const int on_amx = flash_amx_applies(a->head_dim, a->kv_dtype);
             amx |= on_amx;
-            const int on_pairs = !on_amx && flash_pairs_applies(a);
-            pairs |= on_pairs;
-            if ((on_amx || on_pairs) && a->nk > most_keys) most_keys = a->nk; // the head copies are for these
+            pairs |= !on_amx && flash_pairs_applies(a);
+            if (on_amx && a->nk > most_keys) most_keys = a->nk; // AMX's head copies are for these
+            const size_t copy = on_amx ? 0 : head_bytes(a->head_dim, a->kv_dtype, a->qp_bf16, a->nk);
+            if (copy > most_copy) most_copy = copy;
             if (query_tile_rows(amx) > most_rows) most_rows = query_tile_rows(amx);
             continue;
         }
@@ -607,13 +619,9 @@ void flash_cpu(const flash_args *calls, int n) {
         w.s = burst_malloc_aligned((size_t)most_rows * key_tile_keys(amx) * sizeof(float)); // (aligned: flash_pairs' loads)
         w.mx = burst_malloc((size_t)most_rows * sizeof(float));
         w.qt = burst_malloc_aligned((size_t)FLASH_CPU_BQ * (size_t)most_d * sizeof(float));
-        w.kv = widens ? burst_malloc((size_t)FLASH_CPU_BK * (size_t)most_d * sizeof(float)) : NULL;
         w.pairs = pairs ? burst_malloc_aligned(flash_pairs_scratch_words() * sizeof(uint32_t)) : NULL;
-        w.head = (flash_pairs_head){0};
-        if (pairs) {
-            const size_t half = flash_pairs_head_bytes(most_d, most_keys) / 2;
-            w.head.k = burst_malloc_aligned(half), w.head.vp = burst_malloc_aligned(half);
-        }
+        w.head = (head_copy){.k = most_copy ? burst_malloc_aligned(most_copy / 2) : NULL,
+                             .v = most_copy ? burst_malloc_aligned(most_copy / 2) : NULL};
         if (amx) flash_amx_thread_begin(&w.amx, most_d, most_keys);
 #pragma omp for schedule(dynamic, 1) nowait
         for (int64_t t = 0; t < n_jobs; t++) flash_cpu_chunk(&jobs[t], &w);
@@ -622,12 +630,10 @@ void flash_cpu(const flash_args *calls, int n) {
             if (is_decode(a)) continue;
             const int on_amx = flash_amx_applies(a->head_dim, a->kv_dtype), bq = query_tile_rows(on_amx);
             const int64_t n_qtiles = ((int64_t)a->nq + bq - 1) / bq;
-            // On AMX and AVX512-BF16 a thread takes a run of a head's query tiles, so that it lays
-            // out the head's K and V once for them all (flash_amx.h, flash_pairs.h), in runs short
-            // enough for 4 a thread.
+            // A thread takes a run of a head's query tiles, so that it lays out the head's K and V
+            // once for them all (flash_amx.h, head_copy.h), in runs short enough for 4 a thread.
             const int64_t fair = n_qtiles * a->n_heads / (4 * omp_get_num_threads());
-            const int copies = on_amx || flash_pairs_applies(a);
-            const int run = !copies ? 1 : (int)(fair < 1 ? 1 : fair < n_qtiles ? fair : n_qtiles);
+            const int run = (int)(fair < 1 ? 1 : fair < n_qtiles ? fair : n_qtiles);
 #pragma omp for schedule(dynamic, run) nowait
             for (int64_t t = 0; t < n_qtiles * a->n_heads; t++) {
                 int h = (int)(t / n_qtiles);
@@ -637,8 +643,8 @@ void flash_cpu(const flash_args *calls, int n) {
             }
         }
         if (amx) flash_amx_thread_end(&w.amx);
-        free(w.acc), free(w.m), free(w.l), free(w.s), free(w.mx), free(w.qt), free(w.kv), free(w.pairs);
-        free(w.head.k), free(w.head.vp);
+        free(w.acc), free(w.m), free(w.l), free(w.s), free(w.mx), free(w.qt), free(w.pairs);
+        free(w.head.k), free(w.head.v);
 #pragma omp barrier
         // Each decode call's later chunks folded into its first, in key order.
         for (int i = 0; i < n_decode; i++) {

@@ -7,7 +7,7 @@
 // P, rounded, as pairs of a row's two keys, a row a lane (pp), laid out as flash_pairs_probs computes
 // it, e^x in registers (flash_cpu's compiled softmax loop took ~20% of a prompt's attention, this
 // ~9%); V as pairs of two keys' values of a dim, a dim a lane (vp), laid out once per key tile for
-// the run of query tiles a thread takes (flash_pairs_head); each row's pair of P is broadcast. The
+// the run of query tiles a thread takes (flash_pairs_head_fill); each row's pair of P is broadcast. The
 // register tiles are flash_cpu's: 6 keys (or rows) by 4 vectors of 16 sums.
 #include "attention/flash_pairs.h"
 
@@ -30,16 +30,18 @@ static int64_t padded_keys(int64_t keys) { return (keys + BK - 1) / BK * BK; }
 
 size_t flash_pairs_head_bytes(int d, int64_t max_keys) { return 2 * sizeof(uint16_t) * (size_t)padded_keys(max_keys) * (size_t)d; }
 
-// Key tile t of the head at k and v (nk rows, kv_stride apart) into h: K's rows, and V's pairs of
-// keys j and j + 1 (a last odd key with a zero): dims [c, c + 32) of both keys interleaved, two
-// lanes' worth of pairs a register.
-static void head_tile(flash_pairs_head *h, const uint16_t *k, const uint16_t *v, int64_t kv_stride, int nk, int d, int t) {
+// V's pairs of keys j and j + 1: dims [c, c + 32) of both keys interleaved, two lanes' worth of
+// pairs a register.
+void flash_pairs_head_fill(head_copy *h, int t) {
+    const uint16_t *k = h->of_k, *v = h->of_v;
+    const int64_t kv_stride = h->stride;
+    const int d = h->d;
     const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36,
                                         4, 35, 3, 34, 2, 33, 1, 32, 0);
     const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-    const int k0 = t * BK, k1 = k0 + BK < nk ? k0 + BK : nk;
-    for (int j = k0; j < k1; j++) memcpy(h->k + (int64_t)j * d, k + j * kv_stride, sizeof(uint16_t) * (size_t)d);
-    uint32_t *vp = h->vp + (int64_t)t * BK / 2 * d;
+    const int k0 = t * BK, k1 = k0 + BK < h->nk ? k0 + BK : h->nk;
+    for (int j = k0; j < k1; j++) memcpy((uint16_t *)h->k + (int64_t)j * d, k + j * kv_stride, sizeof(uint16_t) * (size_t)d);
+    uint32_t *vp = (uint32_t *)h->v + (int64_t)t * BK / 2 * d;
     for (int j = k0; j < k1; j += 2)
         for (int c = 0; c < d; c += 32) {
             const __m512i a = _mm512_loadu_si512(v + j * kv_stride + c);
@@ -49,12 +51,6 @@ static void head_tile(flash_pairs_head *h, const uint16_t *k, const uint16_t *v,
         }
 }
 
-void flash_pairs_head_to(flash_pairs_head *h, const uint16_t *k, const uint16_t *v, int64_t kv_stride, int nk, int d,
-                         int keys) {
-    if (k != h->of || v != h->of_v || kv_stride != h->stride || nk != h->nk || d != h->d)
-        *h = (flash_pairs_head){.k = h->k, .vp = h->vp, .of = k, .of_v = v, .stride = kv_stride, .nk = nk, .d = d};
-    for (; h->keys < keys; h->keys += BK) head_tile(h, k, v, kv_stride, nk, d, h->keys / BK);
-}
 
 void flash_pairs_queries(uint32_t *qp, const float *q, int64_t q_stride, int n, int d) {
     for (int r = 0; r < BQ; r++)
@@ -170,8 +166,5 @@ void flash_pairs_probs(uint32_t *scratch, const float *s, int nq, int nk, float 
 }
 void flash_pairs_pv(float *acc, const uint32_t *vp, int d, int nq, int nk, const uint32_t *scratch) { NOT_BUILT; }
 size_t flash_pairs_head_bytes(int d, int64_t max_keys) { return 0; }
-void flash_pairs_head_to(flash_pairs_head *h, const uint16_t *k, const uint16_t *v, int64_t kv_stride, int nk, int d,
-                         int keys) {
-    NOT_BUILT;
-}
+void flash_pairs_head_fill(head_copy *h, int tile) { NOT_BUILT; }
 #endif

@@ -5,12 +5,13 @@
 // as stored instead of widened, Q and P rounded to bf16 (to nearest even), as AMX's rounded mode
 // and the GPU's bf16 attention kernels round them. flash_cpu's softmax keeps the state between.
 // A thread keeps a copy of one KV head's K and V, laid out for these products, for the run of
-// query tiles of that head it takes (flash_pairs_head).
+// query tiles of that head it takes (attention/head_copy.h, flash_pairs_head_fill).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 
 #include "attention/flash.h"
+#include "attention/head_copy.h"
 
 enum { FLASH_PAIRS_QUERIES = 64, FLASH_PAIRS_KEYS = 64 };
 
@@ -18,28 +19,13 @@ enum { FLASH_PAIRS_QUERIES = 64, FLASH_PAIRS_KEYS = 64 };
 // head_dim a multiple of 32.
 int flash_pairs_applies(const flash_args *a);
 
-// One KV head's K and V as a thread keeps them for the query tiles that read them: in the cache
-// a head's row is head_dim values of every kv_stride, each key in a page of its own at LLaMA's
-// shapes, which the CPU's prefetchers do not cross (the P V's V layout waited on them: ~20% of its
-// time). Keys [0, keys) of the KV head at `of` (K) and `of_v` (V), whole key tiles at a time:
-// k holds K's rows side by side (key j at k + j x d), vp V's key tile t as flash_pairs_pv takes it
-// at vp + t x FLASH_PAIRS_KEYS / 2 x d.
-typedef struct {
-    uint16_t *k;
-    uint32_t *vp;
-    const uint16_t *of, *of_v; // NULL: none yet
-    int64_t stride;
-    int nk, d, keys;
-} flash_pairs_head;
+// The head_fill of a bf16 head's key tile (FLASH_PAIRS_KEYS keys) for these products: h->k holds
+// K's rows side by side (key j at (uint16_t *)h->k + j x d), h->v V's key tile t as flash_pairs_pv
+// takes it at (uint32_t *)h->v + t x FLASH_PAIRS_KEYS / 2 x d (a last odd key paired with a zero).
+void flash_pairs_head_fill(head_copy *h, int tile);
 
-// The bytes of a head's copy for up to max_keys keys of head_dim d.
+// The bytes of the two buffers of a head's copy for up to max_keys keys of head_dim d.
 size_t flash_pairs_head_bytes(int d, int64_t max_keys);
-
-// h (buffers of flash_pairs_head_bytes) made to hold at least keys [0, keys) of the KV head whose
-// nk rows are at k and v, kv_stride apart (bf16, d values each); what it holds already of the same
-// head is kept.
-void flash_pairs_head_to(flash_pairs_head *h, const uint16_t *k, const uint16_t *v, int64_t kv_stride, int nk, int d,
-                         int keys);
 
 // qp (head_dim / 2 rows of FLASH_PAIRS_QUERIES 32-bit lanes) = query rows [0, n) (n <= 64, row r
 // at q + r * q_stride, d floats) rounded to bf16: row r's dims 2p and 2p + 1 in lane r of row p.
@@ -57,6 +43,6 @@ void flash_pairs_scores(float *s, const uint16_t *k, int64_t kv_stride, const ui
 void flash_pairs_probs(uint32_t *scratch, const float *s, int nq, int nk, float scale, const float *m, float *sum);
 
 // acc (nq rows of d floats) += P V: P the probabilities of nk <= 64 keys that flash_pairs_probs
-// put in scratch, V the key tile's pairs in a flash_pairs_head (vp: its tile's first).
+// put in scratch, V the key tile's pairs as flash_pairs_head_fill laid them out (vp: its tile's first).
 void flash_pairs_pv(float *acc, const uint32_t *vp, int d, int nq, int nk, const uint32_t *scratch);
 size_t flash_pairs_scratch_words(void);
