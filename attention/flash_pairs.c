@@ -7,8 +7,8 @@
 // P, rounded, as pairs of a row's two keys, a row a lane (pp), laid out as flash_pairs_probs computes
 // it, e^x in registers (flash_cpu's compiled softmax loop took ~20% of a prompt's attention, this
 // ~9%); V as pairs of two keys' values of a dim, a dim a lane (vp), laid out once per key tile for
-// the run of query tiles a thread takes (flash_pairs_head_fill); each row's pair of P is broadcast. The
-// register tiles are flash_cpu's: 6 keys (or rows) by 4 vectors of 16 sums.
+// the run of query tiles a thread takes (flash_pairs_head_fill); each row's pair of P is
+// broadcast. The register tiles are flash_cpu's: 6 keys (or rows) by 4 vectors of 16 sums.
 #include "attention/flash_pairs.h"
 
 #include <math.h>
@@ -25,13 +25,13 @@ int flash_pairs_applies(const flash_args *a) { return a->qp_bf16 && a->kv_dtype 
 
 size_t flash_pairs_scratch_words(void) { return (size_t)BK / 2 * BQ; }
 
-// Whole key tiles: the last one's missing keys are zeros.
+// Whole key tiles (the last one's missing keys are never read).
 static int64_t padded_keys(int64_t keys) { return (keys + BK - 1) / BK * BK; }
 
 size_t flash_pairs_head_bytes(int d, int64_t max_keys) { return 2 * sizeof(uint16_t) * (size_t)padded_keys(max_keys) * (size_t)d; }
 
-// V's pairs of keys j and j + 1: dims [c, c + 32) of both keys interleaved, two lanes' worth of
-// pairs a register.
+// K's rows copied; V's pairs of keys j and j + 1: dims [c, c + 32) of both keys interleaved, two
+// lanes' worth of pairs a register.
 void flash_pairs_head_fill(head_copy *h, int t) {
     const uint16_t *k = h->of_k, *v = h->of_v;
     const int64_t kv_stride = h->stride;
@@ -50,7 +50,6 @@ void flash_pairs_head_fill(head_copy *h, int t) {
             _mm512_store_si512(vp + (j - k0) / 2 * d + c + VEC, _mm512_permutex2var_epi16(a, hi, b));
         }
 }
-
 
 void flash_pairs_queries(uint32_t *qp, const float *q, int64_t q_stride, int n, int d) {
     for (int r = 0; r < BQ; r++)

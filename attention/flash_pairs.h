@@ -43,6 +43,7 @@ void flash_pairs_scores(float *s, const uint16_t *k, int64_t kv_stride, const ui
 void flash_pairs_probs(uint32_t *scratch, const float *s, int nq, int nk, float scale, const float *m, float *sum);
 
 // acc (nq rows of d floats) += P V: P the probabilities of nk <= 64 keys that flash_pairs_probs
-// put in scratch, V the key tile's pairs as flash_pairs_head_fill laid them out (vp: its tile's first).
+// put in scratch, V the key tile's pairs as flash_pairs_head_fill laid them out (vp: the tile's
+// first).
 void flash_pairs_pv(float *acc, const uint32_t *vp, int d, int nq, int nk, const uint32_t *scratch);
 size_t flash_pairs_scratch_words(void);
