@@ -47,8 +47,9 @@ void flash_cpu(const flash_args *calls, int n);
 
 // Bytes a flash_cpu call of up to max_keys keys (K/V of kv_dtype, heads of head_dim, qp_bf16 as
 // its flash_args ask) allocates on n_threads threads for its duration, of what grows with the
-// keys: on AMX or AVX512-BF16 each thread's copy of a KV head's K and V (attention/flash_amx.h,
-// attention/flash_pairs.h); 0 elsewhere.
+// keys: each thread's copy of a KV head's K and V for a prompt's query tiles, in bf16 on AMX
+// (attention/flash_amx.h) and for AVX512-BF16's dot products (attention/flash_pairs.h), in
+// float32 for the vector loops (attention/head_copy.h).
 size_t flash_cpu_transient_bytes(int64_t max_keys, int head_dim, burst_dtype kv_dtype, int qp_bf16, int n_threads);
 
 #ifdef __cplusplus

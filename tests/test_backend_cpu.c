@@ -137,10 +137,10 @@ static burst_weight weight_held(burst_backend *wbe, test_weight *w) {
 // cpu-bf16 holds them (weight_held), where every token count reads AMX tiles.
 static void test_matmul(burst_backend *be, int held) {
     // 131 rows x 600 columns: register tiles of 6 rows (4 vectors of tokens, AVX-512; 2 on AVX2), 8
-    // (3 vectors) or 12 (2 or 1), blocks of 96 or 48 rows and of 512 or 256 columns, each with a rest; 300
-    // tokens: panels of 64 or 16, blocks of 256 or 128, a last panel of 44 (3 vectors); a last
-    // panel of 1 vector at 70 tokens, of 2 at 90, of one token more than a vector at 49 (3 x 16 + 1:
-    // 4 vectors) and 41 (2 x 16 + 9, or 5 x 8 + 1). Below 32 tokens,
+    // (3 vectors) or 12 (2 or 1), blocks of 96 or 48 rows and of 512 or 256 columns, each with a
+    // rest; 300 tokens: panels of 64 or 16, blocks of 256 or 128, a last panel of 44 (3 vectors); a
+    // last panel of 1 vector at 70 tokens, of 2 at 90, of one token more than a vector at 49 (3 x 16
+    // + 1: 4 vectors) and 41 (2 x 16 + 9, or 5 x 8 + 1). Below 32 tokens,
     // tiles of 3 (or 2) rows, each by 8 (or 6) tokens at a time: 19 = 8 + 8 + 3 (6 + 6 + 6 + 1). With
     // AMX, 150 x 96 BF16: a block of 128 rows read in place (19 to 49 tokens), then 22 rows copied;
     // 600 tokens: AMX's sums for 512 tokens, then for 88, the weights copied for the first 512 and
