@@ -662,13 +662,23 @@ static flash_args seg_attention(const llama_model *m, llama_rank *R, int l, cons
 // One rank holds every sequence whole (G = 1): each segment's new K/V rows go into its slot's
 // cache, then its queries attend to that cache, the old rows and its own (causal by position),
 // what the ring's one step would do. All segments go in one backend call each, so that a GPU
-// can run a step's many decoding sequences in a few launches rather than a few each.
-static void attend_local(llama_model *m, llama_rank *R, int l) {
-    for (int i = 0; i < m->plan.n_segs; i++) {
+// can run a step's many decoding sequences in a few launches rather than a few each. With
+// logit_rows_only (the last layer), only the queries of the rows whose logits the call returns
+// attend, and their O and lse are packed in segment order from row 0, as gather_logit_rows packs.
+static void attend_local(llama_model *m, llama_rank *R, int l, bool logit_rows_only) {
+    const llama_config *c = &m->cfg;
+    for (int i = 0, packed = 0; i < m->plan.n_segs; i++) {
         const seg_plan *sp = &m->plan.seg[i];
         int64_t old = sp->old_len[0];
         kv_jobs(R, sp->slot, l, old, R->row0[i], sp->n, &R->jobs[2 * i]);
         R->calls[i] = seg_attention(m, R, l, sp, R->row0[i], old + sp->n, 1);
+        if (logit_rows_only) {
+            flash_args *a = &R->calls[i];
+            const int k = seg_logits(&m->call.segs[i]), skip = sp->n - k;
+            a->q += (int64_t)skip * c->dim, a->nq = k, a->q_pos0 += skip;
+            a->o = R->s.att + (int64_t)packed * c->dim, a->lse = R->s.lse + (int64_t)packed * c->n_heads;
+            packed += k;
+        }
     }
     backend_convert_batch(R->be, R->kv.dtype, R->jobs, 2 * m->plan.n_segs);
     backend_attention_batch(R->be, R->calls, m->plan.n_segs);
@@ -789,20 +799,45 @@ static burst_status all_row_logits(llama_model *m, llama_rank *R, int i) {
     return BURST_OK;
 }
 
+// The rows whose logits a call returns, on rank 0 (zigzag gives it every segment's last token,
+// and a replicated segment's rows are on every rank): each segment's last seg_logits rows of
+// this rank's n. Copies them from src to dst (rows of dim floats), packed in segment order, and
+// returns how many.
+static int gather_logit_rows(llama_model *m, llama_rank *R, int n, float *dst, const float *src) {
+    const int64_t dim = m->cfg.dim;
+    int rows = 0;
+    for (int i = 0; i < m->plan.n_segs; i++) {
+        int end = i + 1 < m->plan.n_segs ? R->row0[i + 1] : n, k = seg_logits(&m->call.segs[i]);
+        R->copies[i] = (copy_job){dst + (int64_t)rows * dim, src + (int64_t)(end - k) * dim, (size_t)(k * dim) * sizeof(float)};
+        rows += k;
+    }
+    backend_copy(R->be, R->copies, m->plan.n_segs);
+    return rows;
+}
+
 // One rank's ops of a forward call, from the embedding to the logits on rank 0 (*n_logits rows
 // in s->logits).
 static burst_status rank_ops(llama_model *m, llama_rank *R, int n, int *n_logits) {
     const llama_config *c = &m->cfg;
     llama_scratch *s = &R->s;
     burst_backend *be = R->be;
-    int64_t dim = c->dim;
     burst_status st = BURST_OK;
     const burst_dtype act = backend_act_dtype(be); // of the matmul inputs xb and hb, and of hb2
     *n_logits = 0;
     if (n > 0) backend_embed(be, s->x, &R->embed, R->tok, n);
+    // The last layer's K and V go into the cache for every row, but past them only the rows whose
+    // logits the call returns matter (none on ranks other than 0): a prompt's last layer runs its
+    // attention (at G = 1), Wo and MLP for one row instead of all (7B, 32 layers: 2-3% of a long
+    // prompt's work). Not where a segment wants every row's logits (all_row_logits).
+    int logit_rows = 0;
+    bool prune = true;
+    for (int i = 0; i < m->plan.n_segs; i++)
+        logit_rows += seg_logits(&m->call.segs[i]), prune = prune && !m->call.segs[i].all_rows;
+    prune = prune && (R->rank == 0 ? logit_rows : 0) < n;
 
     for (int l = 0; l < c->n_layers; l++) {
         const llama_layer *L = &R->layers[l];
+        const bool pruned = prune && l == c->n_layers - 1;
         // attention block: x += Wo · attn(rope(Wq xn), rope(Wk xn), Wv xn)
         if (n > 0) {
             backend_rmsnorm(be, s->xb, act, s->x, &L->attn_norm, n, c->norm_eps);
@@ -811,30 +846,33 @@ static burst_status rank_ops(llama_model *m, llama_rank *R, int n, int *n_logits
             backend_rope(be, s->q, c->n_heads, s->k, c->n_kv_heads, R->pos, n, c->head_dim, &m->rope);
         }
         // Every rank takes part in every segment's communication, rows or not.
-        if (m->G == 1) attend_local(m, R, l);
+        if (m->G == 1) attend_local(m, R, l, pruned);
         for (int i = 0; m->G > 1 && !st && i < m->plan.n_segs; i++)
             if (m->plan.seg[i].ring) st = attend_ring(m, R, l, &m->plan.seg[i], R->row0[i]);
         if (m->G > 1 && !st) st = attend_replicated(m, R, l);
         if (st) return st;
         if (n == 0) continue;
-        backend_matmul_add(be, s->x, s->att, DTYPE_F32, &L->wo, n);
+        // The rows the rest of the layer runs: all n, or, pruned, the logit rows packed into
+        // s->last (x) and s->att (O: attend_local packed them; after the ring, q is free to take them).
+        float *x = s->x, *att = s->att;
+        int rows = n;
+        if (pruned) {
+            if (R->rank != 0) break;
+            *n_logits = gather_logit_rows(m, R, n, s->last, s->x);
+            if (m->G > 1) gather_logit_rows(m, R, n, s->q, s->att), att = s->q;
+            x = s->last, rows = *n_logits;
+        }
+        backend_matmul_add(be, x, att, DTYPE_F32, &L->wo, rows);
         // MLP block: x += Wdown · (silu(Wgate xn) * Wup xn)
-        backend_rmsnorm(be, s->xb, act, s->x, &L->ffn_norm, n, c->norm_eps);
-        backend_matmul_swiglu(be, s->hb, s->xb, act, &L->w_gate, &L->w_up, s->hb2, n);
-        backend_matmul_add(be, s->x, s->hb, act, &L->w_down, n);
+        backend_rmsnorm(be, s->xb, act, x, &L->ffn_norm, rows, c->norm_eps);
+        backend_matmul_swiglu(be, s->hb, s->xb, act, &L->w_gate, &L->w_up, s->hb2, rows);
+        backend_matmul_add(be, x, s->hb, act, &L->w_down, rows);
     }
     for (int i = 0; i < m->plan.n_segs; i++)
         if (m->call.segs[i].all_rows && (st = all_row_logits(m, R, i))) return st;
     if (R->rank != 0) return BURST_OK;
-    // Rank 0 holds every segment's last token (zigzag gives it the last chunk), and every row of a
-    // segment that wants several (replicated): logits there, all in one matrix product.
-    int n_segs = m->plan.n_segs;
-    for (int i = 0; i < n_segs; i++) {
-        int end = i + 1 < n_segs ? R->row0[i + 1] : n, k = seg_logits(&m->call.segs[i]);
-        R->copies[i] = (copy_job){s->last + *n_logits * dim, s->x + (int64_t)(end - k) * dim, (size_t)(k * dim) * sizeof(float)};
-        *n_logits += k;
-    }
-    backend_copy(be, R->copies, n_segs);
+    // The logits, all in one matrix product.
+    if (!prune) *n_logits = gather_logit_rows(m, R, n, s->last, s->x);
     backend_rmsnorm(be, s->last, DTYPE_F32, s->last, &R->final_norm, *n_logits, c->norm_eps);
     backend_matmul(be, s->logits, DTYPE_F32, s->last, DTYPE_F32, &R->lm_head, *n_logits);
     return BURST_OK;

@@ -47,7 +47,7 @@ CASES = [  # model shape, prompt length, prefill chunk, decode steps
                     rope_scaling={"type": "yarn", "factor": 8.0, "original_max_position_embeddings": 64}),
          n=150, batch=64, dec=3),
     # 2048 columns into the output projections: decode's split-K GEMMs (model/backend_cuda.cu)
-    dict(model=dict(dim=2048, hidden=2048, layers=1, heads=16, kv_heads=16, vocab=300, dtype="bf16"), n=20, batch=64,
+    dict(model=dict(dim=2048, hidden=2048, layers=2, heads=16, kv_heads=16, vocab=300, dtype="bf16"), n=20, batch=64,
          dec=3, split_k=True),
 ]
 
@@ -124,14 +124,15 @@ for i, case in enumerate(CASES):
                 print(f"{'ok  ' if ok else 'FAIL'} case {i} {backend} KV {kv} G={G} against G=1: rel err {rel:.2e} "
                       f"(max {MAX_REL_RANKS[backend, kv]:g}){'' if g is not None else ': ' + r.stderr[-300:]}")
         if case.get("split_k"):
-            # Each decode step's two output projections (wo, down: 2048 columns, one row) ran as
-            # split-K GEMMs, by the profile's rows; the prefill's 20 rows did not.
+            # Each decode step's two output projections (wo, down: 2048 columns, one row) in each
+            # layer ran as split-K GEMMs, by the profile's rows, and the prefill's last layer's
+            # (which runs them on the row whose logits it returns); the first layer's 20 rows did not.
             r, _ = dump("cuda", "bf16", d, toks, case["n"], case["batch"], env={"BURST_PROFILE": "1"})
             calls = {m[1]: int(m[2]) for m in (re.match(r"profile cuda:0: (.*?) +(\d+) calls", l) for l in r.stderr.splitlines()) if m}
-            got = calls.get("matmul 2048x2048 += split-k n<=1")
-            ok = got == 2 * case["dec"]
+            got, want = calls.get("matmul 2048x2048 += split-k n<=1"), 2 * (case["model"]["layers"] * case["dec"] + 1)
+            ok = got == want
             failures += not ok
-            print(f"{'ok  ' if ok else 'FAIL'} case {i} BURST_PROFILE=1: {got} split-K GEMMs (want {2 * case['dec']})")
+            print(f"{'ok  ' if ok else 'FAIL'} case {i} BURST_PROFILE=1: {got} split-K GEMMs (want {want})")
 
 if os.path.isdir(STORIES):  # head_dim 8: the split-KV attention kernel (attention/decode_cuda.h)
     texts = {}
@@ -156,12 +157,13 @@ if os.path.isdir(STORIES):  # head_dim 8: the split-KV attention kernel (attenti
         # BURST_PROFILE=1: a row per op and shape class. A prefill of 2 tokens, then 2 one-token steps
         # (the third token needs none); wq and wo (64x64, wo adding to the residual: "+=") in 5
         # layers, wk and wv (32x64, grouped-query: not wq's shape) as one batched GEMM, and so
-        # gate and up (172x64, to the act dtype); the head (512x64) on last rows.
+        # gate and up (172x64, to the act dtype); the head (512x64) on last rows. The prefill's
+        # last layer runs wo, gate and up on its last row alone (the one whose logits it returns).
         rows = {m[1]: int(m[2]) for m in (re.match(r"profile cuda:0: (.*?) +(\d+) calls", l) for l in r.stderr.splitlines()) if m}
         to = " to bf16" if backend == "cuda" else ""
-        want_calls = {"matmul 64x64 n<=2": 5, "matmul 64x64 += n<=2": 5, "matmul 64x64 n<=1": 10,
-                      "matmul 64x64 += n<=1": 10, "matmul 512x64 n<=1": 3, "matmul 2x 32x64 n<=2": 5,
-                      "matmul 2x 32x64 n<=1": 10, f"matmul 2x 172x64{to} n<=2": 5, f"matmul 2x 172x64{to} n<=1": 10}
+        want_calls = {"matmul 64x64 n<=2": 5, "matmul 64x64 += n<=2": 4, "matmul 64x64 n<=1": 10,
+                      "matmul 64x64 += n<=1": 11, "matmul 512x64 n<=1": 3, "matmul 2x 32x64 n<=2": 5,
+                      "matmul 2x 32x64 n<=1": 10, f"matmul 2x 172x64{to} n<=2": 4, f"matmul 2x 172x64{to} n<=1": 11}
         got = {k: rows.get(k) for k in want_calls}
         ok = got == want_calls
         failures += not ok
