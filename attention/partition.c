@@ -45,3 +45,13 @@ void seq_part_coalesce(seq_part *p) {
 void seq_part_shift(seq_part *p, int64_t offset) {
     for (int i = 0; i < p->n_runs; i++) p->run[i].start += offset;
 }
+
+seq_part seq_part_last(const seq_part *p, int64_t k) {
+    int first = p->n_runs;
+    int64_t over = -k; // rows of run `first` on that are not wanted (once >= 0)
+    while (over < 0 && first > 0) over += p->run[--first].len;
+    seq_part last = {0};
+    for (int i = first; over >= 0 && i < p->n_runs; i++) last.run[last.n_runs++] = p->run[i];
+    if (last.n_runs) last.run[0].start += over, last.run[0].len -= over;
+    return last;
+}

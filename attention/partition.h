@@ -26,3 +26,5 @@ int64_t seq_part_len(const seq_part *p);
 void seq_part_coalesce(seq_part *p);
 // Adds offset to every run's start (positions of a segment that begins at offset).
 void seq_part_shift(seq_part *p, int64_t offset);
+// The runs of p's last k rows (0 <= k <= seq_part_len(p)), in row order.
+seq_part seq_part_last(const seq_part *p, int64_t k);

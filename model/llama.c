@@ -684,18 +684,20 @@ static void attend_local(llama_model *m, llama_rank *R, int l, bool logit_rows_o
     backend_attention_batch(R->be, R->calls, m->plan.n_segs);
 }
 
-// Ring segment: append this rank's K/V rows to its shard, then BurstAttention over all shards.
-static burst_status attend_ring(llama_model *m, llama_rank *R, int l, const seg_plan *sp, int row0) {
+// Ring segment: append this rank's K/V rows to its shard, then BurstAttention over all shards for
+// the queries of this rank's last `queries` rows of the segment (all, or in the last layer the
+// logit rows: rank 0's, none elsewhere), O at their rows. Every rank's K/V go round either way.
+static burst_status attend_ring(llama_model *m, llama_rank *R, int l, const seg_plan *sp, int row0, int64_t queries) {
     const llama_config *c = &m->cfg;
-    int64_t dim = c->dim;
+    int64_t dim = c->dim, first = row0 + seq_part_len(&sp->rows[R->rank]) - queries;
     convert_job jobs[2];
     kv_jobs(R, sp->slot, l, sp->old_len[R->rank], row0, sp->new_len[R->rank], jobs);
     backend_convert_batch(R->be, R->kv.dtype, jobs, 2);
     ring_args a = {
-        .c = R->c, .ops = &R->ops, .q = R->s.q + row0 * dim, .k = kv_cache_k(&R->kv, sp->slot, l, 0),
+        .c = R->c, .ops = &R->ops, .q = R->s.q + first * dim, .k = kv_cache_k(&R->kv, sp->slot, l, 0),
         .v = kv_cache_v(&R->kv, sp->slot, l, 0), .kv_dtype = R->kv.dtype,
-        .o = R->s.att + row0 * dim, .lse = R->s.lse, .q_stride = dim, .o_stride = dim,
-        .q_part = sp->rows[R->rank], .k_parts = sp->kv, .n_heads = c->n_heads,
+        .o = R->s.att + first * dim, .lse = R->s.lse, .q_stride = dim, .o_stride = dim,
+        .q_part = seq_part_last(&sp->rows[R->rank], queries), .k_parts = sp->kv, .n_heads = c->n_heads,
         .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .causal = 1,
         .scale = 1.0f / sqrtf((float)c->head_dim), .max_block_rows = m->shard_cap, .work = R->s.ring,
     };
@@ -827,8 +829,8 @@ static burst_status rank_ops(llama_model *m, llama_rank *R, int n, int *n_logits
     if (n > 0) backend_embed(be, s->x, &R->embed, R->tok, n);
     // The last layer's K and V go into the cache for every row, but past them only the rows whose
     // logits the call returns matter (none on ranks other than 0): a prompt's last layer runs its
-    // attention (at G = 1), Wo and MLP for one row instead of all (7B, 32 layers: 2-3% of a long
-    // prompt's work). Not where a segment wants every row's logits (all_row_logits).
+    // attention, Wo and MLP for one row instead of all (7B, 32 layers: 2-3% of a long prompt's
+    // work). Not where a segment wants every row's logits (all_row_logits).
     int logit_rows = 0;
     bool prune = true;
     for (int i = 0; i < m->plan.n_segs; i++)
@@ -847,13 +849,17 @@ static burst_status rank_ops(llama_model *m, llama_rank *R, int n, int *n_logits
         }
         // Every rank takes part in every segment's communication, rows or not.
         if (m->G == 1) attend_local(m, R, l, pruned);
-        for (int i = 0; m->G > 1 && !st && i < m->plan.n_segs; i++)
-            if (m->plan.seg[i].ring) st = attend_ring(m, R, l, &m->plan.seg[i], R->row0[i]);
+        for (int i = 0; m->G > 1 && !st && i < m->plan.n_segs; i++) {
+            const seg_plan *sp = &m->plan.seg[i];
+            const int64_t queries = !pruned ? seq_part_len(&sp->rows[R->rank])
+                                    : R->rank == 0 ? seg_logits(&m->call.segs[i]) : 0;
+            if (sp->ring) st = attend_ring(m, R, l, sp, R->row0[i], queries);
+        }
         if (m->G > 1 && !st) st = attend_replicated(m, R, l);
         if (st) return st;
         if (n == 0) continue;
         // The rows the rest of the layer runs: all n, or, pruned, the logit rows packed into
-        // s->last (x) and s->att (O: attend_local packed them; after the ring, q is free to take them).
+        // s->last (x) and s->att (O: attend_local packed them; on G ranks q, free by now, takes them).
         float *x = s->x, *att = s->att;
         int rows = n;
         if (pruned) {

@@ -257,6 +257,21 @@ static int test_coalesce(void) {
     return ok;
 }
 
+// seq_part_last: the last k rows of a part of three runs (one empty), whole runs and part of one.
+// Returns 1 when all hold.
+static int test_part_last(void) {
+    const seq_part p = {.n_runs = 3, .run = {{0, 5}, {7, 0}, {20, 3}}};
+    const seq_part none = seq_part_last(&p, 0), two = seq_part_last(&p, 2), three = seq_part_last(&p, 3),
+                   four = seq_part_last(&p, 4), all = seq_part_last(&p, 8);
+    int ok = none.n_runs == 0;
+    ok &= two.n_runs == 1 && two.run[0].start == 21 && two.run[0].len == 2;
+    ok &= three.n_runs == 1 && three.run[0].start == 20 && three.run[0].len == 3;
+    ok &= seq_part_len(&four) == 4 && four.run[0].start == 4 && four.run[0].len == 1 && four.run[four.n_runs - 1].start == 20;
+    ok &= all.n_runs == 3 && all.run[0].start == 0 && all.run[0].len == 5 && seq_part_len(&all) == 8;
+    printf("%s seq_part_last\n", ok ? "ok  " : "FAIL");
+    return ok;
+}
+
 // A rank holding more K/V rows than the transfer block's room is refused (BURST_ERR_INVALID, with
 // the numbers) before anything is written: the outputs keep their contents. Returns 1 when so.
 static int test_block_too_small(void) {
@@ -283,7 +298,7 @@ int main(void) {
     // so the largest N runs its own two small shapes.
     static const int shapes[][4] = {{4, 4, 64, 1}, {4, 2, 128, 0}, {8, 2, 64, 1}, {4, 1, 128, 1}, {2, 2, 128, 0}};
     static const int large_shapes[][4] = {{4, 2, 64, 1}, {2, 2, 64, 0}};
-    int ok = test_coalesce() & test_block_too_small();
+    int ok = test_coalesce() & test_part_last() & test_block_too_small();
     for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++) {
         int N = Ns[ni], n_shapes = N > 1000 ? 2 : 5;
         for (int si = 0; si < n_shapes; si++) {
