@@ -137,8 +137,8 @@ static burst_weight weight_held(burst_backend *wbe, test_weight *w) {
 // cpu-bf16 holds them (weight_held), where every token count reads AMX tiles.
 static void test_matmul(burst_backend *be, int held) {
     // 131 rows x 600 columns: register tiles of 6 rows (4 vectors of tokens, AVX-512; 2 on AVX2), 8
-    // (3 vectors) or 12 (2 or 1), blocks of 96 or 48 rows and of 512 or 256 columns, each with a
-    // rest; 300 tokens: panels of 64 or 16, blocks of 256 or 128, a last panel of 44 (3 vectors); a
+    // (3 vectors) or 12 (2 or 1), blocks of 512 or 256 columns with a rest; 400 rows: each of the 3
+    // threads' shares of 132 or 136 rows, a block of 96 (or two of 48) and a rest; 300 tokens: panels of 64 or 16, blocks of 256 or 128, a last panel of 44 (3 vectors); a
     // last panel of 1 vector at 70 tokens, of 2 at 90, of one token more than a vector at 49 (3 x 16
     // + 1: 4 vectors) and 41 (2 x 16 + 9, or 5 x 8 + 1). Below 32 tokens,
     // tiles of 3 (or 2) rows, each by 8 (or 6) tokens at a time: 19 = 8 + 8 + 3 (6 + 6 + 6 + 1). With
@@ -148,11 +148,11 @@ static void test_matmul(burst_backend *be, int held) {
     // columns padded to 32 (1 x 1 to 32 x 32); 70 tokens: three blocks of 32 tokens, 41: two (a
     // few tokens: all the columns at once), 300 tokens by 600 columns: three slices of 256; 520: a
     // second block of 512 tokens whose 8 take one tile of 16 tokens.
-    static const int ns[] = {1, 6, 7, 12, 19, 41, 49, 70, 90, 300, 520, 600}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}, {131, 600}, {150, 96}};
+    static const int ns[] = {1, 6, 7, 12, 19, 41, 49, 70, 90, 300, 520, 600}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}, {131, 600}, {150, 96}, {400, 40}};
     for (int wi = held; wi < 3; wi++)
         for (int xi = 0; xi < 2; xi++)
             for (int oi = 0; oi < 3; oi++) // F32, BF16, F32 accumulated
-                for (int si = 0; si < 5; si++)
+                for (int si = 0; si < (int)(sizeof shapes / sizeof shapes[0]); si++)
                     for (int k = 0; k < (int)(sizeof ns / sizeof ns[0]); k++) {
                         const int n = ns[k], rows = shapes[si][0], cols = shapes[si][1], acc = oi == 2;
                         test_weight w = weight_random(WEIGHT_DTS[wi], rows, cols, -1, 1);
