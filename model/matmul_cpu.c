@@ -75,7 +75,7 @@ enum { MM_FEW_TOKENS = 32 };
 #define FEW_ROWS 2
 #define FEW_TOKENS 6
 #endif
-enum { NR = GEMM_NV * VEC_FLOATS, KC = GEMM_KC, NB = GEMM_NB, MC = GEMM_MC, MAX_TILE_ROWS = 12 };
+enum { NR = GEMM_NV * VEC_FLOATS, KC = GEMM_KC, NB = GEMM_NB, MC = GEMM_MC, MAX_TILE_ROWS = 12, PACK_LANES = 128 };
 
 // bf16 x times BF16 weights (the cpu-bf16 backend), on a CPU with AVX512-BF16 (AMD Zen 4 and later,
 // Intel Cooper Lake and later): both paths multiply them as stored, a pair of adjacent columns in
@@ -242,11 +242,11 @@ static void store_sums_x16(void *out, burst_dtype out_dtype, int accumulate, int
     }
 }
 
-// x^T's panel q from x's tokens read as 32-bit lanes (float32, or bf16 pairs), 16 tokens x 16
-// lanes at a time through registers; tokens past n are 0.
-static void pack_panel_x16(float *xt, const uint32_t *x, int64_t n, int64_t lanes, int64_t q) {
-    for (int64_t k = 0; k < lanes; k += 16) {
-        const __mmask16 m = mask_first16(lanes - k);
+// Lanes k0 .. k1 - 1 of x^T's panel q from x's tokens read as 32-bit lanes (float32, or bf16
+// pairs), 16 tokens x 16 lanes at a time through registers; tokens past n are 0.
+static void pack_panel_x16(float *xt, const uint32_t *x, int64_t n, int64_t lanes, int64_t q, int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; k += 16) {
+        const __mmask16 m = mask_first16(k1 - k);
         for (int h = 0; h < NR; h += 16) {
             __m512i v[16];
             for (int j = 0; j < 16; j++) {
@@ -254,7 +254,7 @@ static void pack_panel_x16(float *xt, const uint32_t *x, int64_t n, int64_t lane
                 v[j] = t < n ? _mm512_maskz_loadu_epi32(m, x + t * lanes + k) : _mm512_setzero_si512();
             }
             transpose_16x16(v);
-            for (int64_t l = 0; l < 16 && k + l < lanes; l++) _mm512_store_si512(xt + (q * lanes + k + l) * NR + h, v[l]);
+            for (int64_t l = 0; l < 16 && k + l < k1; l++) _mm512_store_si512(xt + (q * lanes + k + l) * NR + h, v[l]);
         }
     }
 }
@@ -387,22 +387,26 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
     float *xt = burst_malloc_aligned(xt_bytes(n, cols));
     #pragma omp parallel num_threads(n_threads)
     {
-        #pragma omp for schedule(static)
-        for (int64_t q = 0; q < panels; q++) {
+        // In pieces of PACK_LANES lanes of a panel, so that many threads share a step's few panels
+        // (512 tokens are 8).
+        #pragma omp for schedule(static) collapse(2)
+        for (int64_t q = 0; q < panels; q++)
+            for (int64_t k0 = 0; k0 < lanes; k0 += PACK_LANES) {
+                const int64_t k1 = k0 + PACK_LANES < lanes ? k0 + PACK_LANES : lanes;
 #ifdef BURST_AVX512
-            if (pairs || x_dtype == DTYPE_F32) {
-                pack_panel_x16(xt, x, n, lanes, q);
-                continue;
-            }
-#endif
-            for (int64_t k = 0; k < lanes; k++)
-                for (int64_t j = 0, t = q * NR; j < NR; j++, t++) {
-                    float *to = xt + (q * lanes + k) * NR + j;
-                    if (t >= n) *to = 0;
-                    else if (pairs) memcpy(to, (const uint16_t *)x + t * cols + 2 * k, sizeof *to);
-                    else *to = act_get(x, x_dtype, t * cols + k);
+                if (pairs || x_dtype == DTYPE_F32) {
+                    pack_panel_x16(xt, x, n, lanes, q, k0, k1);
+                    continue;
                 }
-        }
+#endif
+                for (int64_t k = k0; k < k1; k++)
+                    for (int64_t j = 0, t = q * NR; j < NR; j++, t++) {
+                        float *to = xt + (q * lanes + k) * NR + j;
+                        if (t >= n) *to = 0;
+                        else if (pairs) memcpy(to, (const uint16_t *)x + t * cols + 2 * k, sizeof *to);
+                        else *to = act_get(x, x_dtype, t * cols + k);
+                    }
+            }
         float *wf = pairs ? NULL : burst_malloc_aligned(wf_bytes), *c = burst_malloc_aligned(c_bytes);
         // Each thread takes an equal share of the rows (whole tiles of GEMM_MR) with all tokens, in
         // blocks of NB rows x MC tokens. Blocks of NB rows from row 0, shared out whole, left
