@@ -1,7 +1,8 @@
 // The CPU backend's matmul: out (n, rows) = x (n, cols) @ W^T, W in its stored dtype (F32, F16 or
 // BF16, read from the mmap in place; never widened whole), or in AMX tiles (matmul_amx.c).
 //
-// A few tokens (decode steps, n < MM_FEW_TOKENS): each weight row is read once for all of them,
+// A few tokens (decode steps, n < MM_FEW_TOKENS, or MM_FEW_TOKENS_PAIRS on column pairs): each
+// weight row is read once for all of them,
 // a tile of FEW_ROWS rows at a time, widened in registers once for up to FEW_TOKENS tokens whose
 // sums with it stay in registers (few_tile).
 //
@@ -35,8 +36,10 @@
 #include "common/vec.h"
 
 // The token count from which the GEMM takes over from the few-token path (at 16 to 24 tokens the
-// few-token path is 1.2 to 2x faster on F16 and F32 weights, at 32 as fast, at 48 slower).
-enum { MM_FEW_TOKENS = 32 };
+// few-token path is 1.2 to 2x faster on F16 and F32 weights, at 32 as fast, at 48 slower). On
+// column pairs (GEMM_PAIRS) from 16: at 16 and 24 tokens the GEMM ran 1.0 to 1.6x faster on LLaMA-7B's
+// BF16 shapes, at 8 up to 1.6x slower (bench_matmul_cpu --threads 2 --x-dtype bf16).
+enum { MM_FEW_TOKENS = 32, MM_FEW_TOKENS_PAIRS = 16 };
 
 // The GEMM's register tile: VEC_FLOATS floats a vector (common/vec.h); GEMM_MR rows x GEMM_NV
 // vectors of sums, plus the x^T vectors and a broadcast, fill the 32 (AVX-512) or 16 (AVX2, NEON's
@@ -446,8 +449,9 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
 int matmul_cpu_bf16_products(void) { return GEMM_PAIRS; }
 
 size_t matmul_cpu_transient_bytes(int n, int64_t cols, int n_threads) {
-    size_t vector = n < MM_FEW_TOKENS ? sizeof(float) * (size_t)(n * cols) // bf16 x widened
-                                      : xt_bytes(n, cols) + (size_t)n_threads * (wf_bytes + c_bytes);
+    const size_t widened = n < MM_FEW_TOKENS ? sizeof(float) * (size_t)(n * cols) : 0; // bf16 x, few tokens
+    const size_t gemm = n >= MM_FEW_TOKENS_PAIRS ? xt_bytes(n, cols) + (size_t)n_threads * (wf_bytes + c_bytes) : 0;
+    const size_t vector = widened > gemm ? widened : gemm;
     size_t amx = matmul_amx_transient_bytes(n, cols, n_threads);
     return vector > amx ? vector : amx;
 }
@@ -455,11 +459,11 @@ size_t matmul_cpu_transient_bytes(int n, int64_t cols, int n_threads) {
 void matmul_cpu(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                 const burst_weight *W, int n, int n_threads) {
     if (matmul_amx(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads)) return;
-    if (n >= MM_FEW_TOKENS) {
+    const int pairs = on_pairs(x_dtype, W);
+    if (n >= (pairs ? MM_FEW_TOKENS_PAIRS : MM_FEW_TOKENS)) {
         matmul_gemm(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads);
         return;
     }
-    const int pairs = on_pairs(x_dtype, W);
     float *xw = NULL; // bf16 inputs (cpu-bf16's activations) widened once, unless multiplied as stored
     if (x_dtype != DTYPE_F32 && !pairs) {
         xw = burst_malloc((size_t)n * W->cols * sizeof(float));
