@@ -2,9 +2,8 @@
 // BF16, read from the mmap in place; never widened whole), or in AMX tiles (matmul_amx.c).
 //
 // A few tokens (decode steps, n < MM_FEW_TOKENS, or MM_FEW_TOKENS_PAIRS on column pairs): each
-// weight row is read once for all of them,
-// a tile of FEW_ROWS rows at a time, widened in registers once for up to FEW_TOKENS tokens whose
-// sums with it stay in registers (few_tile).
+// weight row is read once for all of them, a tile of FEW_ROWS rows at a time, widened in registers
+// once for up to FEW_TOKENS tokens whose sums with it stay in registers (few_tile).
 //
 // More tokens (prefill): a register-blocked GEMM in the manner of GotoBLAS. It computes
 // out^T = W x^T: a tile of GEMM_MR weight rows x NR tokens (GEMM_NV vector registers a row) stays
@@ -37,8 +36,8 @@
 
 // The token count from which the GEMM takes over from the few-token path (at 16 to 24 tokens the
 // few-token path is 1.2 to 2x faster on F16 and F32 weights, at 32 as fast, at 48 slower). On
-// column pairs (GEMM_PAIRS) from 16: at 16 and 24 tokens the GEMM ran 1.0 to 1.6x faster on LLaMA-7B's
-// BF16 shapes, at 8 up to 1.6x slower (bench_matmul_cpu --threads 2 --x-dtype bf16).
+// column pairs (GEMM_PAIRS) from 16: at 16 and 24 tokens the GEMM ran 1.0 to 1.6x faster on
+// LLaMA-7B's BF16 shapes, at 8 up to 1.6x slower (bench_matmul_cpu --threads 2 --x-dtype bf16).
 enum { MM_FEW_TOKENS = 32, MM_FEW_TOKENS_PAIRS = 16 };
 
 // The GEMM's register tile: VEC_FLOATS floats a vector (common/vec.h); GEMM_MR rows x GEMM_NV
