@@ -149,7 +149,7 @@ static void test_matmul(burst_backend *be, int held) {
     // columns kept side by side). In tiles, rows and columns padded to 32 (1 x 1 to 32 x 32); 70
     // tokens: three blocks of 32 tokens, 41: two (a few tokens: all the columns at once), 300
     // tokens by 600 columns: three slices of 256; 520: a second block of 512 tokens whose 8 take
-    // one tile of 16 tokens.
+    // one tile of 16 tokens. One token (decode): tiles of one row.
     static const int ns[] = {1, 6, 7, 12, 19, 41, 49, 70, 90, 300, 520, 600}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}, {131, 600}, {150, 96}, {400, 40}};
     for (int wi = held; wi < 3; wi++)
         for (int xi = 0; xi < 2; xi++)
