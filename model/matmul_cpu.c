@@ -35,6 +35,12 @@
 #include "common/burst.h"
 #include "common/vec.h"
 
+// The token count from which the GEMM takes over from the few-token path (at 16 to 24 tokens the
+// few-token path is 1.2 to 2x faster on F16 and F32 weights, at 32 as fast, at 48 slower). On
+// column pairs (GEMM_PAIRS) from 16: at 16 and 24 tokens the GEMM ran 1.0 to 1.6x faster on
+// LLaMA-7B's BF16 shapes, at 8 up to 1.6x slower (bench_matmul_cpu --threads 2 --x-dtype bf16).
+enum { MM_FEW_TOKENS = 32, MM_FEW_TOKENS_PAIRS = 16 };
+
 // The GEMM's register tile: VEC_FLOATS floats a vector (common/vec.h); GEMM_MR rows x GEMM_NV
 // vectors of sums, plus the x^T vectors and a broadcast, fill the 32 (AVX-512) or 16 (AVX2, NEON's
 // 4-wide) registers. On AVX-512, 6 x 4 rather than 14 x 2: 10 loads for 24 products instead of 16
@@ -46,20 +52,15 @@
 // block of them (on AVX-512, 512 rather than 256: +4-6% with float32 x, +0-4% with bf16; 128: -2 to
 // -50%; 1024: within +-3%; AVX2 stays at 256, where 512 moved F32 and BF16 weights -5 to +11%).
 // The few-token path's: FEW_ROWS weight rows x FEW_TOKENS tokens of sums, plus the rows' widened
-// weights and a token's x (float32; bf16 on column pairs: FEW_ROWS_PAIRS). On AVX-512, 5 x 4
-// rather than 3 x 8: each x load serves 5 rows, and 4 tokens of 2048 columns (32 KB) stay in L1
-// while a tile's rows go by, where 8 (64 KB) did not (decode matmuls with F16 weights, alternating
-// with 3 x 8: a 2048-wide model's 0.57-0.66x the time at 8 to 31 tokens, LLaMA-7B's 0.58-0.63x;
-// 2 and 4 tokens within +-3%).
+// weights and a token's x.
 #if defined(__AVX512F__)
 #define GEMM_MR 6
 #define GEMM_NV 4
 #define GEMM_NB 96
 #define GEMM_MC 256
 #define GEMM_KC 512
-#define FEW_ROWS 5
-#define FEW_TOKENS 4
-#define MM_FEW_TOKENS 44
+#define FEW_ROWS 3
+#define FEW_TOKENS 8
 #elif defined(__AVX__)
 #define GEMM_MR 6
 #define GEMM_NV 2
@@ -68,7 +69,6 @@
 #define GEMM_KC 256
 #define FEW_ROWS 2
 #define FEW_TOKENS 6
-#define MM_FEW_TOKENS 32
 #else
 #define GEMM_MR 6
 #define GEMM_NV 2
@@ -77,18 +77,8 @@
 #define GEMM_KC 256
 #define FEW_ROWS 2
 #define FEW_TOKENS 6
-#define MM_FEW_TOKENS 32
 #endif
 enum { NR = GEMM_NV * VEC_FLOATS, KC = GEMM_KC, NB = GEMM_NB, MC = GEMM_MC, MAX_TILE_ROWS = 12, PACK_LANES = 128 };
-
-// MM_FEW_TOKENS: the token count from which the GEMM takes over from the few-token path. With 2 x 6
-// tiles (AVX2) 32: at 16 to 24 tokens the few-token path was 1.2 to 2x faster on F16 and F32
-// weights, at 32 as fast, at 48 slower. With AVX-512's 5 x 4, 44: at 32 to 40 tokens 0.77-0.93x
-// the GEMM's time, at 44 0.93-0.97x, at 47 1.03x (F16 weights, float32 x: a 2048-wide model's and
-// LLaMA-7B's decode matmuls, alternating). On column pairs (GEMM_PAIRS) from 16: at 16 and 24
-// tokens the GEMM ran 1.0 to 1.6x faster on LLaMA-7B's BF16 shapes, at 8 up to 1.6x slower
-// (bench_matmul_cpu --threads 2 --x-dtype bf16).
-enum { MM_FEW_TOKENS_PAIRS = 16 };
 
 // bf16 x times BF16 weights (the cpu-bf16 backend), on a CPU with AVX512-BF16 (AMD Zen 4 and later,
 // Intel Cooper Lake and later): both paths multiply them as stored, a pair of adjacent columns in
@@ -99,13 +89,6 @@ enum { MM_FEW_TOKENS_PAIRS = 16 };
 #else
 #define GEMM_PAIRS 0
 #endif
-// The few-token tiles on column pairs: 3 rows x 8 tokens, whose bf16 x (32 KB at 2048 columns) fits
-// in L1 (5 x 4, tried: 0.87-0.96x the time on a 2048-wide model, but on LLaMA-7B's 4096 columns
-// 1.05-1.13x at 12 to 14 tokens). The few-token path's largest tile: FEW_MAX_ROWS, FEW_MAX_SUMS.
-enum { FEW_ROWS_PAIRS = 3, FEW_TOKENS_PAIRS = 8 };
-enum { FEW_MAX_ROWS = FEW_ROWS > FEW_ROWS_PAIRS ? FEW_ROWS : FEW_ROWS_PAIRS };
-enum { FEW_MAX_SUMS = FEW_ROWS * FEW_TOKENS > FEW_ROWS_PAIRS * FEW_TOKENS_PAIRS ? FEW_ROWS * FEW_TOKENS
-                                                                                : FEW_ROWS_PAIRS * FEW_TOKENS_PAIRS };
 
 // One weight of a row w of dtype dt as float32.
 static inline float w_at(const void *w, burst_dtype dt, int64_t i) {
@@ -161,12 +144,12 @@ static int on_pairs(burst_dtype x_dtype, const burst_weight *W) {
 static inline __attribute__((always_inline)) void few_tile_pairs(const uint16_t *const *w, int64_t cols,
                                                                  const uint16_t *x, const int nr, const int nt,
                                                                  float *sums) {
-    __m512 acc[FEW_ROWS_PAIRS][FEW_TOKENS_PAIRS];
+    __m512 acc[FEW_ROWS][FEW_TOKENS];
     for (int r = 0; r < nr; r++)
         for (int t = 0; t < nt; t++) acc[r][t] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 32 <= cols; k += 32) {
-        __m512bh wv[FEW_ROWS_PAIRS];
+        __m512bh wv[FEW_ROWS];
         for (int r = 0; r < nr; r++) {
             wv[r] = (__m512bh)_mm512_loadu_si512(w[r] + k);
             __builtin_prefetch(w[r] + k + nr * cols, 0, 2);
@@ -180,24 +163,23 @@ static inline __attribute__((always_inline)) void few_tile_pairs(const uint16_t 
         for (int t = 0; t < nt; t++) {
             float s = _mm512_reduce_add_ps(acc[r][t]);
             for (int64_t j = k; j < cols; j++) s += bf16_to_f32(w[r][j]) * bf16_to_f32(x[t * cols + j]);
-            sums[t * nr + r] = s;
+            sums[t * FEW_ROWS + r] = s;
         }
 }
 #endif
 
-// sums[t * nr + r] = the dot product of W's row r0 + r with token t's row of x, for r < nr and t <
-// nt, at most FEW_ROWS x FEW_TOKENS, or FEW_ROWS_PAIRS x FEW_TOKENS_PAIRS with pairs (rows past W's
-// last repeat it; their sums are not used): the rows' weights are widened once, in registers, for
-// all nt tokens, and the nr x nt sums stay in registers (nr and nt constants once inlined) while
-// the columns go by, VEC_FLOATS at a time. x is float32, or bf16 with pairs (few_tile_pairs). Both
-// ask for the thread's next tile's rows (the next nr: threads take runs of tiles) while they read
-// their own: a row of 2048 BF16 weights is a page, where the CPU's stream prefetchers stop, so
-// without it each row's first reads waited on memory (decode steps of 8 and 16 sequences ~13%
-// faster).
+// sums[t * FEW_ROWS + r] = the dot product of W's row r0 + r with token t's row of x, for r < nr
+// <= FEW_ROWS and t < nt <= FEW_TOKENS (rows past W's last repeat it; their sums are not used):
+// the rows' weights are widened once, in registers, for all nt tokens, and the nr x nt sums stay
+// in registers (nr and nt constants once inlined) while the columns go by, VEC_FLOATS at a time.
+// x is float32, or bf16 with pairs (few_tile_pairs). Both ask for the thread's next tile's rows
+// (the next nr: threads take runs of tiles) while they read their own: a row of 2048 BF16 weights
+// is a page, where the CPU's stream prefetchers stop, so without it each row's first reads waited
+// on memory (decode steps of 8 and 16 sequences ~13% faster).
 static inline __attribute__((always_inline)) void few_tile(const burst_weight *W, int64_t r0, const void *xp, int pairs,
                                                            const int nr, const int nt, float *sums) {
     const int64_t cols = W->cols;
-    const void *w[FEW_MAX_ROWS];
+    const void *w[FEW_ROWS];
     for (int r = 0; r < nr; r++)
         w[r] = (const char *)W->data + (r0 + r < W->rows ? r0 + r : W->rows - 1) * cols * dtype_size(W->dtype);
 #if GEMM_PAIRS
@@ -229,7 +211,7 @@ static inline __attribute__((always_inline)) void few_tile(const burst_weight *W
             float s = 0;
             for (int l = 0; l < VEC_FLOATS; l++) s += acc[r][t][l];
             for (int64_t j = k; j < cols; j++) s += w_at(w[r], W->dtype, j) * x[t * cols + j];
-            sums[t * nr + r] = s;
+            sums[t * FEW_ROWS + r] = s;
         }
 }
 
@@ -282,50 +264,38 @@ static void pack_panel_x16(float *xt, const uint32_t *x, int64_t n, int64_t lane
 }
 #endif
 
-// few_tile of tile_rows rows (1, FEW_ROWS, or FEW_ROWS_PAIRS with pairs) and nt tokens, each a
-// constant there. Inlined: called, it made decode steps of 8 and 12 tokens on pairs 8-18% slower.
-static inline __attribute__((always_inline)) void few_tile_of(const burst_weight *W, int64_t r0, const void *xt,
-                                                              int pairs, int tile_rows, int nt, float *sums) {
-#define TILE(r, t) \
-    case t: few_tile(W, r0, xt, pairs, r, t, sums); break;
-    if (tile_rows == 1) few_tile(W, r0, xt, pairs, 1, 1, sums); // one token
-#if GEMM_PAIRS
-    else if (pairs) switch (nt) {
-        TILE(FEW_ROWS_PAIRS, 1) TILE(FEW_ROWS_PAIRS, 2) TILE(FEW_ROWS_PAIRS, 3) TILE(FEW_ROWS_PAIRS, 4)
-        TILE(FEW_ROWS_PAIRS, 5) TILE(FEW_ROWS_PAIRS, 6) TILE(FEW_ROWS_PAIRS, 7) TILE(FEW_ROWS_PAIRS, 8)
-        }
-#endif
-    else switch (nt) {
-        TILE(FEW_ROWS, 1) TILE(FEW_ROWS, 2) TILE(FEW_ROWS, 3) TILE(FEW_ROWS, 4)
-#if FEW_TOKENS > 4
-        TILE(FEW_ROWS, 5) TILE(FEW_ROWS, 6)
-#endif
-        }
-#undef TILE
-}
-
 // The few-token path; x is F32, or BF16 with pairs (on_pairs). Each thread takes a run of tiles,
-// and each tile its tokens FEW_TOKENS (FEW_TOKENS_PAIRS) at a time (the tile's weights stay in L1
-// for the next ones). Tiles of FEW_ROWS (FEW_ROWS_PAIRS) rows, but of one row for one token, where
-// the weights' reads bound the time: a thread's rows lie one after another, so that it reads them
-// in one stream rather than several a row apart (a 2048-wide model's BF16 weights on 2 Zen 5
-// cores, against 3-row tiles: 8-13% less time with bf16 x, 16-23% with float32 x). Two tokens in
-// one-row tiles: 2-14% less with bf16 x, up to 25% more with float32 x, where each weight vector's
-// two products wait on two x loads.
+// and each tile its tokens FEW_TOKENS at a time (the tile's weights stay in L1 for the next ones).
+// Tiles of FEW_ROWS rows, but of one row for one token, where the weights' reads bound the time: a
+// thread's rows lie one after another, so that it reads them in one stream rather than FEW_ROWS
+// streams a row apart (a 2048-wide model's BF16 weights on 2 Zen 5 cores: 8-13% less time with
+// bf16 x, 16-23% with float32 x). Two tokens in one-row tiles: 2-14% less with bf16 x, up to 25%
+// more with float32 x, where each weight vector's two products wait on two x loads.
 static void matmul_few(void *out, burst_dtype out_dtype, int accumulate, const void *x, int pairs,
                        const burst_weight *W, int n, int n_threads) {
-    const int few_tokens = pairs ? FEW_TOKENS_PAIRS : FEW_TOKENS;
-    const int tile_rows = n == 1 ? 1 : pairs ? FEW_ROWS_PAIRS : FEW_ROWS;
+    const int tile_rows = n == 1 ? 1 : FEW_ROWS;
     const int64_t rows = W->rows, tiles = (rows + tile_rows - 1) / tile_rows;
     #pragma omp parallel for num_threads(n_threads) schedule(static)
     for (int64_t tile = 0; tile < tiles; tile++) {
         const int64_t r0 = tile * tile_rows, nr = rows - r0 < tile_rows ? rows - r0 : tile_rows;
-        for (int t0 = 0; t0 < n; t0 += few_tokens) {
-            const int nt = n - t0 < few_tokens ? n - t0 : few_tokens;
+        for (int t0 = 0; t0 < n; t0 += FEW_TOKENS) {
+            const int nt = n - t0 < FEW_TOKENS ? n - t0 : FEW_TOKENS;
             const void *xt = (const char *)x + (int64_t)t0 * W->cols * (pairs ? 2 : 4);
-            float sums[FEW_MAX_SUMS];
-            few_tile_of(W, r0, xt, pairs, tile_rows, nt, sums);
-            store_sums(out, out_dtype, accumulate, rows, t0, nt, r0, nr, sums, tile_rows, 1);
+            float sums[FEW_TOKENS * FEW_ROWS];
+            switch (nt) {
+            case 1: // a call of one token, or the last of a call's tokens
+                if (tile_rows == 1) few_tile(W, r0, xt, pairs, 1, 1, sums);
+                else few_tile(W, r0, xt, pairs, FEW_ROWS, 1, sums);
+                break;
+#define TOKENS(t) \
+    case t: few_tile(W, r0, xt, pairs, FEW_ROWS, t, sums); break;
+            TOKENS(2) TOKENS(3) TOKENS(4) TOKENS(5) TOKENS(6)
+#if FEW_TOKENS > 6
+            TOKENS(7) TOKENS(8)
+#endif
+#undef TOKENS
+            }
+            store_sums(out, out_dtype, accumulate, rows, t0, nt, r0, nr, sums, FEW_ROWS, 1);
         }
     }
 }
