@@ -337,29 +337,29 @@ static inline __attribute__((always_inline)) void few_tiles(void *out, burst_dty
 }
 
 // The few-token path; x is F32, or BF16 with pairs (on_pairs). Tiles of FEW_ROWS x FEW_TOKENS
-// (FEW_ROWS_PAIRS x FEW_TOKENS_PAIRS), but of one row for one token, where the weights' reads
-// bound the time: a thread's rows lie one after another, so that it reads them in one stream
-// rather than several a row apart (a 2048-wide model's BF16 weights on 2 Zen 5 cores, against
-// 3-row tiles: 8-13% less time with bf16 x, 16-23% with float32 x). Two tokens in one-row tiles:
-// 2-14% less with bf16 x, up to 25% more with float32 x, where each weight vector's two products
-// wait on two x loads.
+// (FEW_ROWS_PAIRS x FEW_TOKENS_PAIRS), but of one row for one or two tokens, where the weights'
+// reads bound the time: a thread's rows lie one after another, so that it reads them in one
+// stream rather than several a row apart (a 2048-wide model's BF16 weights on 2 Zen 5 cores,
+// against 3-row tiles: one token 8-13% less time with bf16 x, 16-23% with float32 x; two tokens,
+// with x's blocks, 9-16% less with bf16 x, 0-11% with float32 x).
 static void matmul_few(void *out, burst_dtype out_dtype, int accumulate, const void *x, int pairs,
                        const burst_weight *W, int n, int n_threads) {
-    void *xb = NULL; // one token's blocks are its row
+    void *copy = NULL;
     if (n > 1) {
         const size_t esize = pairs ? 2 : 4;
-        xb = burst_malloc_aligned(esize * (size_t)(n * W->cols));
-        few_blocks(xb, x, esize, n, W->cols, pairs ? 32 : VEC_FLOATS, pairs ? FEW_TOKENS_PAIRS : FEW_TOKENS);
+        copy = burst_malloc_aligned(esize * (size_t)(n * W->cols));
+        few_blocks(copy, x, esize, n, W->cols, pairs ? 32 : VEC_FLOATS, pairs ? FEW_TOKENS_PAIRS : FEW_TOKENS);
     }
+    const void *xb = copy ? copy : x; // one token's blocks are its row
     #pragma omp parallel num_threads(n_threads)
     {
-        if (n == 1) few_tiles(out, out_dtype, accumulate, x, x, pairs, W, 1, 1, 1);
+        if (n <= 2) few_tiles(out, out_dtype, accumulate, x, xb, pairs, W, n, 1, 2);
 #if GEMM_PAIRS
         else if (pairs) few_tiles(out, out_dtype, accumulate, x, xb, 1, W, n, FEW_ROWS_PAIRS, FEW_TOKENS_PAIRS);
 #endif
         else few_tiles(out, out_dtype, accumulate, x, xb, 0, W, n, FEW_ROWS, FEW_TOKENS);
     }
-    free(xb);
+    free(copy);
 }
 
 #if GEMM_PAIRS
