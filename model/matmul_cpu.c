@@ -2,8 +2,8 @@
 // BF16, read from the mmap in place; never widened whole), or in AMX tiles (matmul_amx.c).
 //
 // A few tokens (decode steps, n < MM_FEW_TOKENS, or MM_FEW_TOKENS_PAIRS on column pairs): each
-// weight row is read once for all of them, a tile of FEW_ROWS rows at a time (one row for one
-// token), widened in registers once for up to FEW_TOKENS tokens whose sums with it stay in
+// weight row is read once for all of them, a tile of FEW_ROWS rows at a time (one row for one or
+// two tokens), widened in registers once for up to FEW_TOKENS tokens whose sums with it stay in
 // registers (few_tile).
 //
 // More tokens (prefill): a register-blocked GEMM in the manner of GotoBLAS. It computes
@@ -100,9 +100,9 @@ enum { MM_FEW_TOKENS_PAIRS = 16 };
 #define GEMM_PAIRS 0
 #endif
 // The few-token tiles on column pairs: 3 rows x 8 tokens, whose bf16 x (32 KB at 2048 columns) fits
-// in L1 (5 x 4, tried: 0.87-0.96x the time on a 2048-wide model, but on LLaMA-7B's 4096 columns
-// 1.05-1.13x at 12 to 14 tokens). The few-token path's largest tile: FEW_MAX_ROWS x FEW_MAX_TOKENS,
-// FEW_MAX_SUMS.
+// in L1 (5 x 4, 4 x 6 and 6 x 4, tried with x's blocks: up to 5% faster at 4 tokens, 4-15% slower
+// at 12 and 15 on LLaMA-7B's shapes). The few-token path's largest tile: FEW_MAX_ROWS x
+// FEW_MAX_TOKENS, FEW_MAX_SUMS.
 enum { FEW_ROWS_PAIRS = 3, FEW_TOKENS_PAIRS = 8 };
 enum { FEW_MAX_ROWS = FEW_ROWS > FEW_ROWS_PAIRS ? FEW_ROWS : FEW_ROWS_PAIRS };
 enum { FEW_MAX_TOKENS = FEW_TOKENS > FEW_TOKENS_PAIRS ? FEW_TOKENS : FEW_TOKENS_PAIRS };
@@ -344,11 +344,12 @@ static inline __attribute__((always_inline)) void few_tiles(void *out, burst_dty
 // with x's blocks, 9-16% less with bf16 x, 0-11% with float32 x).
 static void matmul_few(void *out, burst_dtype out_dtype, int accumulate, const void *x, int pairs,
                        const burst_weight *W, int n, int n_threads) {
+    const int tile_tokens = n <= 2 ? 2 : pairs ? FEW_TOKENS_PAIRS : FEW_TOKENS; // as few_tiles takes them below
     void *copy = NULL;
     if (n > 1) {
         const size_t esize = pairs ? 2 : 4;
         copy = burst_malloc_aligned(esize * (size_t)(n * W->cols));
-        few_blocks(copy, x, esize, n, W->cols, pairs ? 32 : VEC_FLOATS, pairs ? FEW_TOKENS_PAIRS : FEW_TOKENS);
+        few_blocks(copy, x, esize, n, W->cols, pairs ? 32 : VEC_FLOATS, tile_tokens);
     }
     const void *xb = copy ? copy : x; // one token's blocks are its row
     #pragma omp parallel num_threads(n_threads)
