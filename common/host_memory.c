@@ -1,7 +1,10 @@
+#define _DEFAULT_SOURCE // madvise
 #include "host_memory.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 // The first number after `key` at the start of a line of a text file, or 0 (none, no such
@@ -74,4 +77,31 @@ size_t host_memory_free(const char *root) {
         }
     }
     return avail;
+}
+
+int host_huge_pages(void *p, size_t bytes) {
+    if (bytes < HOST_HUGE_PAGE) return 0; // no 2 MB page fits in it
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), start = (uintptr_t)p / page * page;
+    return madvise((void *)start, (uintptr_t)p + bytes - start, MADV_HUGEPAGE) ? -1 : 0;
+}
+
+size_t host_huge_page_bytes(const char *root, const void *p, size_t bytes) {
+    char file[4160], line[4352];
+    snprintf(file, sizeof file, "%s/proc/self/smaps", root);
+    FILE *f = fopen(file, "r");
+    if (!f) return 0;
+    const uintptr_t lo = (uintptr_t)p, hi = lo + bytes;
+    size_t total = 0;
+    int inside = 0; // the mapping whose lines follow holds some of [lo, hi)
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long a, b, kb;
+        char key[64];
+        if (sscanf(line, "%llx-%llx ", &a, &b) == 2) // a mapping's first line: "start-end perms ..."
+            inside = a < hi && lo < b;
+        else if (inside && sscanf(line, "%63s %llu kB", key, &kb) == 2 &&
+                 (!strcmp(key, "AnonHugePages:") || !strcmp(key, "FilePmdMapped:")))
+            total += (size_t)kb * 1024;
+    }
+    fclose(f);
+    return total;
 }

@@ -113,6 +113,7 @@ static burst_status cpu_weight(burst_backend *b, const weights_tensor *t, burst_
                           "%s: its bf16 copy%s (%.3f GB) does not fit in the %.3f GB free (--backend cpu with "
                           "BURST_AMX=0 computes on the weights as mapped)", t->name, tiles ? " in AMX tiles" : "", bytes / 1e9,
                           avail / 1e9);
+    host_huge_pages(w, bytes); // (common/host_memory.h) decode steps stream over every weight
     if (tiles) amx_tiles_from(w, out, c->n_threads);
     else {
         const uint16_t *h = t->data;

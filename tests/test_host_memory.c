@@ -1,5 +1,9 @@
 // common/host_memory: MemAvailable within the cgroup limits, on fake /proc and /sys/fs/cgroup
-// trees written for each case (v2 in a container and under systemd, v1, hybrid, none).
+// trees written for each case (v2 in a container and under systemd, v1, hybrid, none); the bytes
+// in 2 MB pages of the mappings that hold a range, from a fake smaps and from this process's own
+// after it asked for them.
+#include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "common/host_memory.h"
@@ -50,6 +54,71 @@ static int expect(const char *what, size_t want) {
 #define UNIT CG "system.slice/burstd.service/"
 #define V1_NO_LIMIT "hierarchical_memory_limit 9223372036854771712\ntotal_rss 7\n"
 
+// host_huge_page_bytes on a fake smaps: a program's text, a file mapping, an anonymous one.
+static int check_smaps(void) {
+    static const char *const files[] = {"proc/self/smaps",
+                                        "00400000-00600000 r-xp 00000000 fd:00 1 /usr/bin/burstd\n"
+                                        "Size:               2048 kB\n"
+                                        "AnonHugePages:      2048 kB\n"
+                                        "FilePmdMapped:         0 kB\n"
+                                        "7f0000000000-7f0000800000 r--p 00000000 fd:00 2 /m/model.safetensors\n"
+                                        "Size:               8192 kB\n"
+                                        "AnonHugePages:         0 kB\n"
+                                        "FilePmdMapped:      6144 kB\n"
+                                        "VmFlags: rd mr mw me hg\n"
+                                        "7f0000800000-7f0000c00000 rw-p 00000000 00:00 0\n"
+                                        "AnonHugePages:      4096 kB\n"
+                                        "FilePmdMapped:         0 kB\n",
+                                        NULL};
+    static const struct {
+        const char *what;
+        uintptr_t p;
+        size_t bytes, want;
+    } cases[] = {
+        {"inside the file mapping", 0x7f0000100000, 0x100000, 6144 << 10},
+        {"up to the anonymous mapping's first byte, not into it", 0x7f0000700000, 0x100000, 6144 << 10},
+        {"across the file and the anonymous mapping", 0x7f00007ff000, 0x2000, (6144 + 4096) << 10},
+        {"in no mapping", 0x1000000, 4096, 0},
+    };
+    tree(files);
+    int ok = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t got = host_huge_page_bytes(root, (const void *)cases[i].p, cases[i].bytes);
+        ok &= got == cases[i].want;
+        printf("%s %2d smaps, %s: %zu (want %zu)\n", got == cases[i].want ? "ok  " : "FAIL", ++n_case,
+               cases[i].what, got, cases[i].want);
+    }
+    const size_t none = host_huge_page_bytes("/nonexistent", (void *)0x1000, 1);
+    printf("%s %2d smaps, none to read: %zu (want 0)\n", none ? "FAIL" : "ok  ", ++n_case, none);
+    return ok && !none;
+}
+
+// An anonymous 10 MB mapping, asked for 2 MB pages and written: some of it in 2 MB pages (where the
+// kernel has transparent huge pages and does not refuse them).
+static int check_huge_pages(void) {
+    enum { MB = 1 << 20 };
+    char mode[128] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f) {
+        if (!fgets(mode, sizeof mode, f)) mode[0] = 0;
+        fclose(f);
+    }
+    char *p = mmap(NULL, 10 * MB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return perror("mmap"), 0;
+    if (!strstr(mode, "[always]") && !strstr(mode, "[madvise]")) {
+        printf("ok   %2d huge pages: not checked, this kernel has no transparent huge pages (%s)\n", ++n_case, mode);
+        return munmap(p, 10 * MB), 1;
+    }
+    const int advised = host_huge_pages(p, 10 * MB);
+    memset(p, 1, 10 * MB);
+    const size_t huge = host_huge_page_bytes("", p + 3 * MB, MB); // the mapping's, not only this range's
+    const int ok = advised == 0 && huge >= 2 * MB;
+    printf("%s %2d huge pages: advice %s, %zu of 10 MB in 2 MB pages (want 2 MB or more)\n", ok ? "ok  " : "FAIL", ++n_case,
+           advised ? "refused" : "taken", huge);
+    munmap(p, 10 * MB);
+    return ok;
+}
+
 int main(void) {
     static const struct {
         const char *what;
@@ -88,5 +157,5 @@ int main(void) {
         tree(cases[i].files);
         ok &= expect(cases[i].what, cases[i].want);
     }
-    return ok ? 0 : 1;
+    return !(ok & check_smaps() & check_huge_pages());
 }

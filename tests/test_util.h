@@ -8,10 +8,28 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/dtype.h"
 
 #define TEST_SKIP 77 // ctest's SKIP_RETURN_CODE
+
+// Whether the mapping that holds p was advised to take 2 MB pages ("hg" among its VmFlags in
+// /proc/self/smaps): 1 or 0; -1 where that cannot be told (a kernel without transparent huge
+// pages, no smaps).
+static inline int test_huge_advice(const void *p) {
+    FILE *f = access("/sys/kernel/mm/transparent_hugepage", F_OK) ? NULL : fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    char line[4352];
+    int inside = 0, advised = -1;
+    while (advised < 0 && fgets(line, sizeof line, f)) {
+        unsigned long long a, b;
+        if (sscanf(line, "%llx-%llx ", &a, &b) == 2) inside = a <= (uintptr_t)p && (uintptr_t)p < b;
+        else if (inside && !strncmp(line, "VmFlags:", 8)) advised = strstr(line, " hg") != NULL;
+    }
+    fclose(f);
+    return advised;
+}
 
 static uint64_t test_rng_state = 0x9e3779b97f4a7c15ull;
 

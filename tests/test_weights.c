@@ -404,7 +404,8 @@ static int check_mutations(int iters) {
 
 // weights_read_all brings every page of the files into memory: a 4 MB tensor evicted from the page
 // cache (posix_fadvise) is resident afterwards (mincore). Where the eviction does not take (some
-// filesystems keep the pages), the check says so and is not counted.
+// filesystems keep the pages), the check says so and is not counted. The file's mapping asks for
+// 2 MB pages, where the kernel has transparent huge pages.
 static int check_read_all(void) {
     enum { MB4 = 4 << 20 };
     const case_file big = {.name = ST, .header = "{\"t\": {\"dtype\": \"F32\", \"shape\": [1048576], \"data_offsets\": [0, 4194304]}}",
@@ -440,6 +441,10 @@ static int check_read_all(void) {
         printf("%s read_all: %d of %zu pages of a 4 MB tensor resident before, %d after\n", ok ? "ok  " : "FAIL",
                resident, pages, after);
     }
+    const int advised = test_huge_advice(t->data);
+    printf("%s huge pages: the file's mapping %s\n", advised ? "ok  " : "FAIL",
+           advised > 0 ? "asks for 2 MB pages" : advised ? "not checked (no THP or no smaps)" : "does not ask for 2 MB pages");
+    ok &= advised != 0;
     free(vec);
     weights_close(w);
     remove_dir(dir);

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/host_memory.h"
 #include "json_file.h"
 
 #define ST_MAX_HEADER (100ull << 20) // the safetensors format's own limit on the JSON header
@@ -160,6 +161,8 @@ static burst_status map_file(st_file *f, burst_error *err) {
         else {
             f->map = p;
             f->map_bytes = (size_t)sb.st_size;
+            host_huge_pages(p, f->map_bytes); // for the pages read in from here on; advice only
+
         }
     }
     close(fd);

@@ -157,7 +157,11 @@ void weights_read_all(const weights *w) {
         done += f->map_bytes;
     }
     (void)sink;
-    if (total > WEIGHTS_LOG_BYTES) LOG_I("read %.1f GB of weights in %.1f s", total / 1e9, burst_now() - t0);
+    if (total <= WEIGHTS_LOG_BYTES) return;
+    size_t huge = 0;
+    for (int i = 0; i < w->n_files; i++) huge += host_huge_page_bytes("", w->files[i]->map, w->files[i]->map_bytes);
+    LOG_I("read %.1f GB of weights in %.1f s, %.1f GB of them in 2 MB pages%s", total / 1e9, burst_now() - t0, huge / 1e9,
+          2 * huge < total ? " (README: \"Supported checkpoints\")" : "");
 }
 
 void weights_release(const weights_tensor *t) {
