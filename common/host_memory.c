@@ -1,8 +1,10 @@
 #define _DEFAULT_SOURCE // madvise
 #include "host_memory.h"
 
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -104,4 +106,26 @@ size_t host_huge_page_bytes(const char *root, const void *p, size_t bytes) {
     }
     fclose(f);
     return total;
+}
+
+int host_reports_free_pages(const char *root) {
+    char path[4352], line[512];
+    snprintf(path, sizeof path, "%s/sys/bus/virtio/devices", root);
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    int reports = 0;
+    for (struct dirent *e; !reports && (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "%s/sys/bus/virtio/devices/%s/device", root, e->d_name);
+        FILE *f = fopen(path, "r");
+        const int balloon = f && fgets(line, sizeof line, f) && strtol(line, NULL, 16) == 5;
+        if (f) fclose(f);
+        if (!balloon) continue;
+        snprintf(path, sizeof path, "%s/sys/bus/virtio/devices/%s/features", root, e->d_name);
+        f = fopen(path, "r"); // a '0' or '1' per feature bit, bit 0 first
+        reports = f && fgets(line, sizeof line, f) && strlen(line) > 5 && line[5] == '1';
+        if (f) fclose(f);
+    }
+    closedir(d);
+    return reports;
 }

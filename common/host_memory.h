@@ -17,6 +17,13 @@ size_t host_memory_free(const char *root);
 int host_huge_pages(void *p, size_t bytes);
 enum { HOST_HUGE_PAGE = 2 << 20 }; // x86-64's and (with 4 KB base pages) arm64's
 
+// Whether this machine is a VM whose host takes freed memory back: a virtio balloon that reports
+// free pages (feature VIRTIO_BALLOON_F_REPORTING, bit 5 of root/sys/bus/virtio/devices/*/features
+// on a device of type 5). The host discards the free blocks it is told of, 2 MB and larger, so a
+// fresh 2 MB page waits on the host at its first write: 2.5 s a GB on such a VM against 0.37 for
+// 4 KB pages (and 0.05 where it did not wait).
+int host_reports_free_pages(const char *root);
+
 // Bytes that the kernel maps in 2 MB pages (AnonHugePages and FilePmdMapped) in the mappings
 // that hold any of [p, p + bytes), from root/proc/self/smaps; 0 when unknown.
 size_t host_huge_page_bytes(const char *root, const void *p, size_t bytes);

@@ -1,7 +1,7 @@
 // common/host_memory: MemAvailable within the cgroup limits, on fake /proc and /sys/fs/cgroup
 // trees written for each case (v2 in a container and under systemd, v1, hybrid, none); the bytes
 // in 2 MB pages of the mappings that hold a range, from a fake smaps and from this process's own
-// after it asked for them.
+// after it asked for them; whether a VM's host takes freed memory back, from fake sysfs trees.
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -93,6 +93,35 @@ static int check_smaps(void) {
     return ok && !none;
 }
 
+// host_reports_free_pages on fake /sys/bus/virtio trees: a balloon with and without the reporting
+// feature, another device with that bit, none.
+static int check_reporting(void) {
+#define DEV "sys/bus/virtio/devices/"
+    static const struct {
+        const char *what;
+        int want;
+        const char *files[10];
+    } cases[] = {
+        {"no virtio devices", 0, {NULL}},
+        {"a balloon that reports free pages", 1,
+         {DEV "virtio0/device", "0x0002\n", DEV "virtio0/features", "0010001001100100\n", DEV "virtio3/device",
+          "0x0005\n", DEV "virtio3/features", "0110010100000000\n", NULL}},
+        {"a balloon that does not", 0, {DEV "virtio0/device", "0x0005\n", DEV "virtio0/features", "0110000100000000\n", NULL}},
+        {"bit 5 on a block device", 0, {DEV "virtio1/device", "0x0002\n", DEV "virtio1/features", "0000010000000000\n", NULL}},
+        {"a balloon without its features", 0, {DEV "virtio0/device", "0x0005\n", NULL}},
+    };
+#undef DEV
+    int ok = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tree(cases[i].files);
+        const int got = host_reports_free_pages(root);
+        ok &= got == cases[i].want;
+        printf("%s %2d free page reporting, %s: %d (want %d)\n", got == cases[i].want ? "ok  " : "FAIL", ++n_case,
+               cases[i].what, got, cases[i].want);
+    }
+    return ok;
+}
+
 // An anonymous 10 MB mapping, asked for 2 MB pages and written: some of it in 2 MB pages (where the
 // kernel has transparent huge pages and does not refuse them).
 static int check_huge_pages(void) {
@@ -157,5 +186,5 @@ int main(void) {
         tree(cases[i].files);
         ok &= expect(cases[i].what, cases[i].want);
     }
-    return !(ok & check_smaps() & check_huge_pages());
+    return !(ok & check_smaps() & check_reporting() & check_huge_pages());
 }
