@@ -85,10 +85,10 @@ enum { NR = GEMM_NV * VEC_FLOATS, KC = GEMM_KC, NB = GEMM_NB, MC = GEMM_MC, MAX_
 // tiles (AVX2) 32: at 16 to 24 tokens the few-token path was 1.2 to 2x faster on F16 and F32
 // weights, at 32 as fast, at 48 slower. With AVX-512's 5 x 4, 44: at 32 to 40 tokens 0.77-0.93x
 // the GEMM's time, at 44 0.93-0.97x, at 47 1.03x (F16 weights, float32 x: a 2048-wide model's and
-// LLaMA-7B's decode matmuls, alternating). On column pairs (GEMM_PAIRS) from 16: at 16 and 24
-// tokens the GEMM ran 1.0 to 1.6x faster on LLaMA-7B's BF16 shapes, at 8 up to 1.6x slower
-// (bench_matmul_cpu --threads 2 --x-dtype bf16).
-enum { MM_FEW_TOKENS_PAIRS = 16 };
+// LLaMA-7B's decode matmuls, alternating). On column pairs (GEMM_PAIRS) from 25: the 4 x 8 tiles
+// took 0.77-0.96x the GEMM's time at 16 to 24 tokens, 0.99-1.05x at 26 and 28, 1.11x at 32
+// (LLaMA-7B's decode matmuls, BF16 weights in 2 MB pages, alternating).
+enum { MM_FEW_TOKENS_PAIRS = 25 };
 
 // bf16 x times BF16 weights (the cpu-bf16 backend), on a CPU with AVX512-BF16 (AMD Zen 4 and later,
 // Intel Cooper Lake and later): both paths multiply them as stored, a pair of adjacent columns in
@@ -99,11 +99,16 @@ enum { MM_FEW_TOKENS_PAIRS = 16 };
 #else
 #define GEMM_PAIRS 0
 #endif
-// The few-token tiles on column pairs: 3 rows x 8 tokens, whose bf16 x (32 KB at 2048 columns) fits
-// in L1 (5 x 4, 4 x 6 and 6 x 4, tried with x's blocks: up to 5% faster at 4 tokens, 4-15% slower
-// at 12 and 15 on LLaMA-7B's shapes). The few-token path's largest tile: FEW_MAX_ROWS x
-// FEW_MAX_TOKENS, FEW_MAX_SUMS.
-enum { FEW_ROWS_PAIRS = 3, FEW_TOKENS_PAIRS = 8 };
+// The few-token tiles on column pairs: 4 rows x 8 tokens. Their 32 sums leave no register for the
+// 4 rows' weights and a token's x, so GCC keeps 6 of the sums on the stack (a load and a store each
+// a step of 32 columns, from L1), yet each x load, read from L2 where 8 tokens' x outgrow L1
+// (4096 columns and more), serves 4 rows instead of 3: against 3 x 8, decode matmuls of 2 LLaMA-7B
+// layers and the head and of the 8-layer dim-2048 model, alternating in one process, took
+// 0.95-0.99x the time at 4 tokens, 0.85-1.0x at 8, 0.76-0.86x at 12, 0.74-0.87x at 15 (BF16 weights
+// in 2 MB pages; in 4 KB pages 0.97-1.01x at 4 and 8, 0.84-0.94x at 12 and 15), with the same sums
+// bit for bit. (5 x 8, 5 x 6, 5 x 5, 4 x 6, 5 x 4, 6 x 4: between, or slower at 8.) The few-token
+// path's largest tile: FEW_MAX_ROWS x FEW_MAX_TOKENS, FEW_MAX_SUMS.
+enum { FEW_ROWS_PAIRS = 4, FEW_TOKENS_PAIRS = 8 };
 enum { FEW_MAX_ROWS = FEW_ROWS > FEW_ROWS_PAIRS ? FEW_ROWS : FEW_ROWS_PAIRS };
 enum { FEW_MAX_TOKENS = FEW_TOKENS > FEW_TOKENS_PAIRS ? FEW_TOKENS : FEW_TOKENS_PAIRS };
 enum { FEW_MAX_SUMS = FEW_ROWS * FEW_TOKENS > FEW_ROWS_PAIRS * FEW_TOKENS_PAIRS ? FEW_ROWS * FEW_TOKENS
@@ -291,8 +296,8 @@ static void pack_panel_x16(float *xt, const uint32_t *x, int64_t n, int64_t lane
 // (the last group may be short: nt), block b of token t at xb + t0 x blocks x lanes + (b x nt + t)
 // x lanes elements. A tile then reads x through one pointer, front to back: on column pairs
 // 0.70-0.92x the time of a 2048-wide model's and LLaMA-7B's decode matmuls at 8 to 15 tokens
-// against a pointer a token, which also left GCC short of registers in the 3 x 8 loop once the
-// code around it changed (two pointers kept on the stack inside the loop).
+// against a pointer a token, which also left GCC short of registers in the pairs tiles' loop (then
+// 3 x 8) once the code around it changed (two pointers kept on the stack inside the loop).
 static void few_blocks(void *xb, const void *x, size_t esize, int n, int64_t cols, int64_t lanes, int group) {
     const int64_t blocks = cols / lanes;
     for (int t0 = 0; t0 < n; t0 += group) {

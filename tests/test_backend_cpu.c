@@ -143,16 +143,16 @@ static void test_matmul(burst_backend *be, int held) {
     // panels of 64 or 16, blocks of 256 or 128, a last panel of 44 (3 vectors); a last panel of 1
     // vector at 70 tokens, of 2 at 90, of one token more than a vector at 49 (3 x 16 + 1: 4
     // vectors), at 41 and 105 (2 x 16 + 9, or 5 x 8 + 1; after a whole panel at 105). Below 44
-    // tokens with float32 x on AVX-512 (32 on AVX2, 16 on column pairs: bf16 x by BF16 weights with
-    // AVX512-BF16), tiles of 5 (AVX2: 2; pairs: 3) rows, each by 4 (6; 8) tokens at a time: 41 = 10
-    // x 4 + 1, 19 = 4 x 4 + 3 (3 x 6 + 1), 13 = 3 x 4 + 1 (8 + 5); of one row for one or two
-    // tokens. With AMX, 150 x 96 BF16: a block of 128 rows read in place (19 to 49 tokens), then 22
+    // tokens with float32 x on AVX-512 (32 on AVX2, 25 on column pairs: bf16 x by BF16 weights with
+    // AVX512-BF16), tiles of 5 (AVX2: 2; pairs: 4) rows, each by 4 (6; 8) tokens at a time: 41 = 10
+    // x 4 + 1, 19 = 4 x 4 + 3 (3 x 6 + 1; 2 x 8 + 3), 13 = 3 x 4 + 1 (8 + 5), 24 = 3 x 8 on pairs
+    // (25: their GEMM); of one row for one or two tokens. With AMX, 150 x 96 BF16: a block of 128 rows read in place (19 to 49 tokens), then 22
     // rows copied; 600 tokens: AMX's sums for 512 tokens, then for 88, the weights copied for the
     // first 512 and kept for the rest (131 x 600: three slices of 256 columns kept side by side).
     // In tiles, rows and columns padded to 32 (1 x 1 to 32 x 32); 70 tokens: three blocks of 32
     // tokens, 41: two (a few tokens: all the columns at once), 300 tokens by 600 columns: three
     // slices of 256; 520: a second block of 512 tokens whose 8 take one tile of 16 tokens.
-    static const int ns[] = {1, 2, 6, 7, 12, 13, 19, 41, 49, 70, 90, 105, 300, 520, 600}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}, {131, 600}, {150, 96}, {400, 40}};
+    static const int ns[] = {1, 2, 6, 7, 12, 13, 19, 24, 25, 41, 49, 70, 90, 105, 300, 520, 600}, shapes[][2] = {{1, 1}, {17, 13}, {33, 300}, {131, 600}, {150, 96}, {400, 40}};
     for (int wi = held; wi < 3; wi++)
         for (int xi = 0; xi < 2; xi++)
             for (int oi = 0; oi < 3; oi++) // F32, BF16, F32 accumulated
