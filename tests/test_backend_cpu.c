@@ -146,9 +146,10 @@ static void test_matmul(burst_backend *be, int held) {
     // tokens with float32 x on AVX-512 (32 on AVX2, 25 on column pairs: bf16 x by BF16 weights with
     // AVX512-BF16), tiles of 5 (AVX2: 2; pairs: 4) rows, each by 4 (6; 8) tokens at a time: 41 = 10
     // x 4 + 1, 19 = 4 x 4 + 3 (3 x 6 + 1; 2 x 8 + 3), 13 = 3 x 4 + 1 (8 + 5), 24 = 3 x 8 on pairs
-    // (25: their GEMM); of one row for one or two tokens. With AMX, 150 x 96 BF16: a block of 128 rows read in place (19 to 49 tokens), then 22
-    // rows copied; 600 tokens: AMX's sums for 512 tokens, then for 88, the weights copied for the
-    // first 512 and kept for the rest (131 x 600: three slices of 256 columns kept side by side).
+    // (25: their GEMM); of one row for one or two tokens. With AMX, 150 x 96 BF16: a block of 128
+    // rows read in place (19 to 49 tokens), then 22 rows copied; 600 tokens: AMX's sums for 512
+    // tokens, then for 88, the weights copied for the first 512 and kept for the rest (131 x 600:
+    // three slices of 256 columns kept side by side).
     // In tiles, rows and columns padded to 32 (1 x 1 to 32 x 32); 70 tokens: three blocks of 32
     // tokens, 41: two (a few tokens: all the columns at once), 300 tokens by 600 columns: three
     // slices of 256; 520: a second block of 512 tokens whose 8 take one tile of 16 tokens.

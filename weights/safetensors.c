@@ -162,7 +162,6 @@ static burst_status map_file(st_file *f, burst_error *err) {
             f->map = p;
             f->map_bytes = (size_t)sb.st_size;
             host_huge_pages(p, f->map_bytes); // for the pages read in from here on; advice only
-
         }
     }
     close(fd);

@@ -158,9 +158,10 @@ void weights_read_all(const weights *w) {
     }
     (void)sink;
     if (total <= WEIGHTS_LOG_BYTES) return;
+    const double secs = burst_now() - t0;
     size_t huge = 0;
     for (int i = 0; i < w->n_files; i++) huge += host_huge_page_bytes("", w->files[i]->map, w->files[i]->map_bytes);
-    LOG_I("read %.1f GB of weights in %.1f s, %.1f GB of them in 2 MB pages%s", total / 1e9, burst_now() - t0, huge / 1e9,
+    LOG_I("read %.1f GB of weights in %.1f s, %.1f GB of them in 2 MB pages%s", total / 1e9, secs, huge / 1e9,
           2 * huge < total ? " (README: \"Supported checkpoints\")" : "");
 }
 
