@@ -38,7 +38,7 @@ burst_status backend_new(const char *name, int device, int n_threads, burst_back
         // Without AMX or AVX512-BF16 the matmuls widen bf16 inputs back to float32: no faster, only
         // rounded. Said once, not once a rank.
         static atomic_flag warned = ATOMIC_FLAG_INIT;
-        if (backend_kinds[k].bf16 && !amx_usable() && !matmul_cpu_bf16_products() && !atomic_flag_test_and_set(&warned))
+        if (backend_kinds[k].bf16 && !backend_cpu_bf16_unit() && !atomic_flag_test_and_set(&warned))
             LOG_W("backend %s: neither AMX (not in this build or CPU, refused by the kernel, or BURST_AMX=0) nor "
                   "AVX512-BF16 (not in this build), so bf16 activations only lose precision: cpu is as fast", name);
         *out = backend_cpu_new(n_threads, backend_kinds[k].bf16);
@@ -62,6 +62,14 @@ int backend_on_device(const char *name) {
 int backend_bf16(const char *name) {
     const int k = backend_kind(name);
     return k >= 0 && backend_kinds[k].bf16;
+}
+
+const char *backend_cpu_bf16_unit(void) {
+    return amx_usable() ? "AMX" : matmul_cpu_bf16_products() ? "AVX512-BF16" : NULL;
+}
+
+const char *backend_default(burst_dtype weights) {
+    return weights != DTYPE_F32 && backend_cpu_bf16_unit() ? "cpu-bf16" : "cpu";
 }
 
 void backend_free(burst_backend *b) {

@@ -41,6 +41,13 @@ int backend_on_host(const char *name);
 int backend_on_device(const char *name);
 // 1 for the backends whose activations are bf16 by name: "cpu-bf16" and "cuda".
 int backend_bf16(const char *name);
+// What multiplies bf16 on this CPU in this build: "AMX" (usable: common/amx.h), "AVX512-BF16",
+// or NULL (none: cpu-bf16 would only round).
+const char *backend_cpu_bf16_unit(void);
+// The backend where none is named, for a checkpoint whose weights are mostly `weights`: cpu-bf16
+// for BF16 and F16 weights where the CPU multiplies bf16 (it prefills about twice as fast; llama.cpp
+// and a GPU's cuda compute in 16 bits too), else cpu (float32).
+const char *backend_default(burst_dtype weights);
 void backend_free(burst_backend *b);
 const char *backend_name(const burst_backend *b);
 // The dtype a backend wants for matmul inputs: DTYPE_BF16 where its GEMMs round their inputs to

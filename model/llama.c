@@ -409,6 +409,16 @@ static burst_status open_comm(llama_model *m, burst_error *err) {
     return BURST_FAIL(err, BURST_ERR_INVALID, "comm '%s' unknown (want threads, tcp or nccl)", name);
 }
 
+// The dtype of most of the checkpoint's bytes.
+static burst_dtype weights_main_dtype(const weights *w) {
+    size_t bytes[DTYPE_BF16 + 1] = {0};
+    for (int64_t i = 0; i < weights_count(w); i++) bytes[weights_at(w, i)->dtype] += weights_at(w, i)->nbytes;
+    burst_dtype most = DTYPE_F32;
+    for (int t = 0; t <= DTYPE_BF16; t++)
+        if (bytes[t] > bytes[most]) most = (burst_dtype)t;
+    return most;
+}
+
 burst_status llama_load(const char *dir, const llama_options *opt, llama_model **out,
                         burst_error *err) {
     *out = NULL;
@@ -423,7 +433,8 @@ burst_status llama_load(const char *dir, const llama_options *opt, llama_model *
     if (m->opt.max_batch <= 0) m->opt.max_batch = 512;
     if (m->opt.max_batch < m->opt.n_slots) m->opt.max_batch = m->opt.n_slots; // one decode token per slot
     if (m->opt.n_ranks <= 0) m->opt.n_ranks = 1;
-    if (!m->opt.backend) m->opt.backend = "cpu";
+    if (!m->opt.backend) m->opt.backend = backend_default(weights_main_dtype(m->w));
+    if (m->opt.kv_default) m->opt.kv_dtype = backend_bf16(m->opt.backend) ? DTYPE_BF16 : DTYPE_F32;
     if ((st = join_cluster(m, dir, err))) goto fail;
     if (m->opt.ctx > m->cfg.max_seq_len)
         LOG_W("%s: ctx %d is past max_position_embeddings %d; quality may fall beyond it", dir,

@@ -27,8 +27,12 @@ typedef struct {
                     // least n_slots and 64, at most max_batch (0: the least)
     int n_threads; // CPU threads in all (0: all cores), shared out among the ranks
     int n_ranks;   // G: ranks sharing each sequence (0: 1)
-    const char *backend; // "cpu" (NULL: cpu), "cpu-bf16", "cuda" or "cuda-fp32"
-    burst_dtype kv_dtype; // KV cache rows: DTYPE_F32 (the default) or DTYPE_BF16 (half the memory)
+    const char *backend; // "cpu", "cpu-bf16", "cuda" or "cuda-fp32"; NULL: backend_default for
+                         // the checkpoint's weights (cpu-bf16 for 16-bit ones where the CPU
+                         // multiplies bf16, else cpu)
+    burst_dtype kv_dtype; // KV cache rows: DTYPE_F32 or DTYPE_BF16 (half the memory)
+    int kv_default;       // 1: kv_dtype is the backend's default instead: bf16 on cuda and
+                          // cpu-bf16 (it computes in bf16 anyway), f32 on cpu and cuda-fp32
     const char *comm;    // how ranks talk: "threads" (one process), "tcp" (host memory, any
                          // processes) or "nccl" (one GPU per rank); NULL: threads alone, in a
                          // cluster tcp for cpu and nccl for cuda

@@ -35,12 +35,14 @@ static const char usage[] =
     "  --ranks G           ranks sharing the sequence: BurstAttention prefill, sharded KV cache\n"
     "                      (default 1)\n"
     "  --threads N         CPU threads of this process, shared out among its ranks (default: all cores)\n"
-    "  --backend NAME      cpu (default), cpu-bf16 (the matmuls' inputs, and F16 weights,\n"
+    "  --backend NAME      cpu (float32), cpu-bf16 (the matmuls' inputs, and F16 weights,\n"
     "                      in bf16: with Intel AMX, or AVX512-BF16 as on AMD Zen 4 and later,\n"
-    "                      prompts run ~1.7x faster), cuda, or cuda-fp32 (float32 on the GPU,\n"
-    "                      for exactness); the cpu multiplies 16-bit weights, and attends a\n"
-    "                      prompt to a bf16 KV cache, with Intel AMX where the CPU has it\n"
-    "                      (still float32-exact; BURST_AMX=0 in the environment: not)\n"
+    "                      prompts run ~1.7-2x faster), cuda, or cuda-fp32 (float32 on the\n"
+    "                      GPU, for exactness). Default: cpu-bf16 for a BF16 or F16\n"
+    "                      checkpoint on a CPU with AMX or AVX512-BF16, else cpu. The cpu\n"
+    "                      multiplies 16-bit weights, and attends a prompt to a bf16 KV cache,\n"
+    "                      with Intel AMX where the CPU has it (still float32-exact;\n"
+    "                      BURST_AMX=0 in the environment: not)\n"
     "  --kv-dtype T        KV cache rows in f32 or bf16 (half the memory); default bf16 with\n"
     "                      --backend cuda or cpu-bf16, else f32\n"
     "  --comm NAME         threads (default in one process), tcp (cpu backends, any processes) or\n"
@@ -123,7 +125,7 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
         if (!ok) return 0;
     }
     if (!a->batch) a->batch = cli_step_default(a->backend, 512);
-    if (!cli_parse_kv_dtype("burst", "--kv-dtype", a->kv ? a->kv : cli_kv_dtype_default(a->backend), &a->kv_dtype))
+    if (a->kv && !cli_parse_kv_dtype("burst", "--kv-dtype", a->kv, &a->kv_dtype))
         return 0;
     if (!a->model || !a->prompt == !a->prompt_file) {
         fprintf(stderr, "burst: generate needs --model and one of --prompt and --prompt-file\n%s", usage);
@@ -157,7 +159,7 @@ static int generate(const generate_args *a) {
 
     llama_options opt = {.ctx = a->ctx ? a->ctx : n_prompt + a->max_tokens, .n_slots = 1,
                          .max_batch = a->batch, .n_threads = a->threads, .n_ranks = a->ranks,
-                         .backend = a->backend, .kv_dtype = a->kv_dtype, .comm = a->comm, .n_nodes = a->nodes,
+                         .backend = a->backend, .kv_dtype = a->kv_dtype, .kv_default = !a->kv, .comm = a->comm, .n_nodes = a->nodes,
                          .coordinator = a->coordinator,
                          .cluster_key = getenv("BURST_CLUSTER_KEY"), .join_timeout_s = a->join_timeout,
                          .node_timeout_s = a->node_timeout};
@@ -171,9 +173,10 @@ static int generate(const generate_args *a) {
     }
     if (tokenizer_vocab_size(tok) != c->vocab_size)
         LOG_W("%s: tokenizer has %d pieces, model vocab_size %d", tok_path, tokenizer_vocab_size(tok), c->vocab_size);
-    fprintf(stderr, "burst: %s: %d layers, dim %d, %d heads (%d kv), vocab %d; ctx %d (KV %s), %d rank(s), %.1f MB reserved, loaded in %.2f s\n",
-            a->model, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->vocab_size,
-            llama_options_of(m)->ctx, dtype_name(llama_options_of(m)->kv_dtype), a->ranks, llama_reserved_bytes(m) / 1e6, burst_now() - t0);
+    fprintf(stderr, "burst: %s: %d layers, dim %d, %d heads (%d kv), vocab %d; ctx %d (KV %s), %d rank(s) on %s, %.1f MB reserved, loaded in %.2f s\n",
+            a->model, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->vocab_size, llama_options_of(m)->ctx,
+            dtype_name(llama_options_of(m)->kv_dtype), a->ranks, llama_options_of(m)->backend, llama_reserved_bytes(m) / 1e6,
+            burst_now() - t0);
 
     sampler smp;
     sampler_init(&smp, &(sampler_params){.temperature = a->temperature, .top_p = a->top_p,

@@ -62,13 +62,14 @@ static const char usage[] =
     "                    (default 1)\n"
     "  --threads N       CPU threads of this process, shared out among its ranks; as many sample\n"
     "                    the running requests' tokens side by side (default: all cores)\n"
-    "  --backend NAME    cpu (default), cpu-bf16 (the matmuls' inputs, and F16 weights, in\n"
+    "  --backend NAME    cpu (float32), cpu-bf16 (the matmuls' inputs, and F16 weights, in\n"
     "                    bf16: with Intel AMX, or AVX512-BF16 as on AMD Zen 4 and later, prompts\n"
-    "                    run ~1.7x faster), cuda, or cuda-fp32 (float32 on the GPU); a process's\n"
-    "                    i-th rank runs on its GPU i modulo the number of GPUs; the cpu\n"
-    "                    multiplies 16-bit weights, and attends prompts to a bf16 KV cache, with\n"
-    "                    Intel AMX where the CPU has it (still float32-exact; BURST_AMX=0 in the\n"
-    "                    environment: not)\n"
+    "                    run ~1.7-2x faster), cuda, or cuda-fp32 (float32 on the GPU); a\n"
+    "                    process's i-th rank runs on its GPU i modulo the number of GPUs.\n"
+    "                    Default: cpu-bf16 for a BF16 or F16 checkpoint on a CPU with AMX or\n"
+    "                    AVX512-BF16, else cpu. The cpu multiplies 16-bit weights, and attends\n"
+    "                    prompts to a bf16 KV cache, with Intel AMX where the CPU has it (still\n"
+    "                    float32-exact; BURST_AMX=0 in the environment: not)\n"
     "  --kv-dtype T      KV cache rows in f32 or bf16 (half the memory: twice the context in the\n"
     "                    same space; attention reads K/V rounded to bf16); default bf16 with\n"
     "                    --backend cuda or cpu-bf16, else f32\n"
@@ -147,7 +148,7 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
     a->api_key = cli_api_key(a->api_key);
     if (!a->batch) a->batch = cli_step_default(a->backend, 512);
     if (!a->prefill_chunk) a->prefill_chunk = cli_step_default(a->backend, 256);
-    if (!cli_parse_kv_dtype("burstd", "--kv-dtype", a->kv ? a->kv : cli_kv_dtype_default(a->backend), &a->kv_dtype))
+    if (a->kv && !cli_parse_kv_dtype("burstd", "--kv-dtype", a->kv, &a->kv_dtype))
         return 0;
     if (!a->model) fprintf(stderr, "burstd: --model DIR is required\n%s", usage);
     else if (a->nodes > 1 && !a->coordinator) fprintf(stderr, "burstd: --nodes %d needs --coordinator HOST:PORT\n", a->nodes);
@@ -228,7 +229,7 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
     // Room for every slot's logits with K guessed tokens each (--speculate).
     llama_options lo = {.ctx = a->ctx, .n_slots = a->slots, .max_batch = a->batch, .max_logits = a->slots * (1 + a->speculate),
                         .n_threads = a->threads,
-                        .n_ranks = a->ranks, .backend = a->backend, .kv_dtype = a->kv_dtype, .comm = a->comm, .n_nodes = a->nodes,
+                        .n_ranks = a->ranks, .backend = a->backend, .kv_dtype = a->kv_dtype, .kv_default = !a->kv, .comm = a->comm, .n_nodes = a->nodes,
                         .coordinator = a->coordinator,
                         .cluster_key = getenv("BURST_CLUSTER_KEY"), .join_timeout_s = a->join_timeout,
                         .node_timeout_s = a->node_timeout};

@@ -10,7 +10,11 @@
 #include "model/backend.h"
 
 const char *cli_build_info(void) {
-    return BURST_VERSION " (git " BURST_COMMIT "; " BURST_BUILT_WITH ")";
+    static char info[256];
+    const char *unit = backend_cpu_bf16_unit(); // what the default backend rests on
+    snprintf(info, sizeof info, "%s (git %s; cpu%s%s%s)", BURST_VERSION, BURST_COMMIT, unit ? " with " : "",
+             unit ? unit : "", BURST_BUILT_WITH);
+    return info;
 }
 
 const char *cli_value(const char *prog, const char *usage, int argc, char **argv, int *i) {
@@ -73,8 +77,6 @@ int cli_parse_on_off(const char *prog, const char *flag, const char *s, int *out
 }
 
 int cli_step_default(const char *backend, int cpu) { return backend_on_device(backend) ? 8192 : cpu; }
-
-const char *cli_kv_dtype_default(const char *backend) { return backend_bf16(backend) ? "bf16" : "f32"; }
 
 const char *cli_api_key(const char *given) {
     const char *env = getenv("BURST_API_KEY");

@@ -4,8 +4,9 @@
 #pragma once
 #include "common/dtype.h"
 
-// "0.1.0 (git 1a2b3c4; cpu, CUDA 13.0.88 for sm_90a, cuDNN, NCCL)": the version, the commit built and
-// what the build can run on.
+// "0.1.0 (git 1a2b3c4; cpu with AVX512-BF16, CUDA 13.0.88 for sm_90a, cuDNN, NCCL)": the version,
+// the commit built and what the build can run on (what multiplies bf16 on this CPU, if anything:
+// backend_cpu_bf16_unit).
 const char *cli_build_info(void);
 // The value of the flag argv[*i] (advancing *i past it). -h/--help prints usage and exits 0;
 // --version prints "prog <cli_build_info>" and exits 0; a flag without a value prints why (and
@@ -22,10 +23,6 @@ int cli_parse_on_off(const char *prog, const char *flag, const char *s, int *out
 // Tokens per step (--batch, --prefill-chunk) by default on a backend: cpu's own default there,
 // 8192 on a cuda backend, where large steps keep the GPU busy.
 int cli_step_default(const char *backend, int cpu);
-// The KV cache dtype by default on a backend: "bf16" on cuda (bf16 mode: attention reads the cache
-// in place, and it is faster and half the memory) and cpu-bf16 (rounded activations anyway; with
-// AMX the attention is faster), "f32" on cpu and cuda-fp32 (exact float32).
-const char *cli_kv_dtype_default(const char *backend);
 // The API key: --api-key's value when given, else $BURST_API_KEY when set and not empty (a key
 // on the command line can be read by every user of the machine in ps), else NULL.
 const char *cli_api_key(const char *given);

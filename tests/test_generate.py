@@ -1,6 +1,6 @@
 """`burst generate` end to end on the real stories260K model: greedy output equals the reference
 continuation from shared/models/README.md, and bad input gets a one-line error and exit != 0."""
-import os, subprocess, sys, tempfile
+import os, re, subprocess, sys, tempfile
 
 BIN = os.path.join(os.environ["BURST_BIN"], "burst")
 MODELS = os.environ["BURST_MODELS_DIR"]
@@ -36,6 +36,34 @@ r = run("generate", "--model", STORIES, "--prompt", "Once upon a time", "--max-t
         "--backend", "cpu-bf16", "--ranks", "3", "--batch", "3")
 check("cpu-bf16: the greedy continuation, a bf16 KV cache by default",
       r.returncode == 0 and r.stdout.startswith(EXPECT) and "(KV BF16)" in r.stderr, f"{r.stdout!r} {r.stderr[-300:]!r}")
+
+# The backend by default: cpu for float32 weights; for BF16 and F16 ones cpu-bf16 where the CPU
+# multiplies bf16 (--version says with what), else cpu; the KV cache's dtype follows the backend,
+# unless --kv-dtype names one. The default's greedy text is that backend's, named.
+unit = re.search(r"; cpu with (AMX|AVX512-BF16)", run("--version").stdout)
+r = run("generate", "--model", STORIES, "--prompt", "Once", "--max-tokens", "3")
+check("float32 weights: cpu by default", r.returncode == 0 and "rank(s) on cpu," in r.stderr, r.stderr[-300:])
+try:
+    sys.path.insert(0, os.path.dirname(__file__))
+    from make_random_model import write_model
+except ImportError as e:
+    print(f"skip: the default backend for 16-bit weights ({e})")
+else:
+    want = "cpu-bf16" if unit else "cpu"
+    with tempfile.TemporaryDirectory() as tmp:
+        for dtype in ("BF16", "F16"):
+            d = os.path.join(tmp, dtype)
+            write_model(d, dim=64, hidden=172, layers=2, heads=4, kv_heads=2, vocab=512, dtype=dtype,
+                        tokenizer=os.path.join(STORIES, "tokenizer.model"))
+            args = ("generate", "--model", d, "--prompt", "Once upon a time", "--max-tokens", "20", "--temperature", "0")
+            r, named = run(*args), run(*args, "--backend", want)
+            kv = "(KV BF16)" if want == "cpu-bf16" else "(KV F32)"
+            check(f"{dtype} weights: {want} by default, {kv}", r.returncode == 0 and f"rank(s) on {want}," in r.stderr
+                  and kv in r.stderr and r.stdout == named.stdout and len(r.stdout) > 10,
+                  f"{r.stdout!r} vs {named.stdout!r} {r.stderr[-300:]!r}")
+            r = run(*args, "--kv-dtype", "f32")
+            check(f"{dtype} weights, --kv-dtype f32: (KV F32) on {want}",
+                  r.returncode == 0 and "(KV F32)" in r.stderr and f"rank(s) on {want}," in r.stderr, r.stderr[-300:])
 
 # The same seed gives the same sampled text, with and without top-k/top-p filtering; the seed is printed.
 for extra in ([], ["--top-p", "0.9", "--top-k", "40"]):
