@@ -1,39 +1,49 @@
 #!/usr/bin/env bash
 # burst against llama.cpp on this machine's CPU, on the same weights: the time to first token of
-# N-token prompts and the time per generated token at a context of D tokens, one sequence.
+# N-token prompts, and the time of a decode step of S sequences at a context of D tokens each.
 #
 #   LLAMA_CPP=DIR bash bench/cpu_compare.sh MODEL_DIR
-# DIR is a llama.cpp checkout with build/bin/llama-bench built (cmake -S DIR -B DIR/build
-# -DGGML_NATIVE=ON && cmake --build DIR/build --target llama-bench) and its gguf-py; MODEL_DIR's
-# weights go into a GGUF file first (bench/hf_to_gguf.py; GGUF=PATH, default /tmp/NAME.gguf,
-# kept for the next run). NS (default 512,2048,8192) and DEPTHS (default 512,4096) are the lengths,
-# REPS (default 2) how many times each runs, alternating between the two programs (this machine's
-# memory bandwidth moves between minutes), THREADS (default: all cores) the threads of both.
+# DIR is a llama.cpp checkout with build/bin/llama-bench and llama-batched-bench built (cmake -S
+# DIR -B DIR/build -DGGML_NATIVE=ON && cmake --build DIR/build --target llama-bench
+# llama-batched-bench) and its gguf-py; MODEL_DIR's weights go into a GGUF file first
+# (bench/hf_to_gguf.py; GGUF=PATH, default /tmp/NAME.gguf, kept for the next run). NS (default
+# 512,2048,8192), DEPTHS (default 512,4096) and SEQS (default 1,8) are the sizes, REPS (default 2)
+# how many times each runs, alternating between the two programs (this machine's memory bandwidth
+# moves between minutes), THREADS (default: all cores) the threads of both.
 #
 # burst: `burst generate` (prompt of N tokens, its "first token after" time: tokenizing, prefill
 # and the first token's sampling) on cpu-bf16 (bf16 KV cache) and cpu (float32 matmul inputs and KV
-# cache), and bench_decode's step with logits to the host. llama.cpp: llama-bench's pp N (prefill
-# alone) and tg 16 at depth D (logits, no sampling), f16 KV cache, flash attention off and on.
+# cache), and bench_decode's step with logits to the host (one sequence prefilled, copied to the
+# others). llama.cpp: llama-bench's pp N (prefill alone) and llama-batched-bench's 16 steps after a
+# shared prompt of D tokens (-pps; logits, no sampling), f16 KV cache, flash attention off and on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:?usage: LLAMA_CPP=DIR bash bench/cpu_compare.sh MODEL_DIR}
 lcpp=${LLAMA_CPP:?LLAMA_CPP=DIR: a llama.cpp checkout with build/bin/llama-bench}
-ns=${NS:-512,2048,8192} depths=${DEPTHS:-512,4096} reps=${REPS:-2} threads=${THREADS:-$(nproc)}
+ns=${NS:-512,2048,8192} depths=${DEPTHS:-512,4096} seqs=${SEQS:-1,8} reps=${REPS:-2} threads=${THREADS:-$(nproc)}
 gguf=${GGUF:-/tmp/$(basename "$model").gguf}
 build=${BUILD_DIR:-build}
-for f in "$build/burst" "$build/bench/bench_decode" "$lcpp/build/bin/llama-bench"; do
+for f in "$build/burst" "$build/bench/bench_decode" "$lcpp/build/bin/llama-bench" "$lcpp/build/bin/llama-batched-bench"; do
     [ -x "$f" ] || { echo "cpu_compare.sh: $f: not built"; exit 1; }
 done
 [ -f "$gguf" ] || GGUF_PY=$lcpp/gguf-py /usr/bin/python3 bench/hf_to_gguf.py "$model" "$gguf"
 results=$(mktemp) prompt=$(mktemp)
 trap 'rm -f "$results" "$prompt"' EXIT
-llama_bench() { # what, llama-bench's arguments: "llama.cpp fa F what N seconds" lines
-    "$lcpp/build/bin/llama-bench" -m "$gguf" -t "$threads" -r 1 -fa 0,1 -o jsonl "${@:2}" 2>/dev/null |
+# Result lines: "PROGRAM VARIANT prefill N seconds" and "PROGRAM VARIANT decode D:S seconds".
+llama_prefill() { # N
+    "$lcpp/build/bin/llama-bench" -m "$gguf" -t "$threads" -r 1 -fa 0,1 -p "$1" -n 0 -o jsonl 2>/dev/null |
         python3 -c 'import json, sys
-for l in sys.stdin:
-    r = json.loads(l)
-    n, s = (r["n_prompt"], r["avg_ns"] / 1e9) if r["n_gen"] == 0 else (r["n_depth"], r["avg_ns"] / 1e9 / r["n_gen"])
-    print("llama.cpp fa%d %s %d %.6f" % (r["flash_attn"], sys.argv[1], n, s))' "$1" >>"$results"
+for r in map(json.loads, sys.stdin):
+    print("llama.cpp fa%d prefill %d %.6f" % (r["flash_attn"], r["n_prompt"], r["avg_ns"] / 1e9))' >>"$results"
+}
+llama_decode() { # D
+    for fa in 0 1; do
+        "$lcpp/build/bin/llama-batched-bench" -m "$gguf" -t "$threads" -c $(((${seqs##*,} + 1) * ($1 + 16))) \
+            -npp "$1" -ntg 16 -npl "$seqs" -pps -fa $fa --output-format jsonl 2>/dev/null |
+            python3 -c 'import json, sys
+for r in map(json.loads, filter(lambda l: l.startswith("{"), sys.stdin)):
+    print("llama.cpp fa%d decode %d:%d %.6f" % (r["flash_attn"], r["pp"], r["pl"], r["t_tg"] / r["tg"]))' >>"$results"
+    done
 }
 "$build/burst" --version
 echo "llama.cpp $(git -C "$lcpp" log -1 --format='%h %cs' 2>/dev/null || echo '?'), $threads threads; model $model"
@@ -47,15 +57,14 @@ for rep in $(seq "$reps"); do
             [[ $line == *"prompt $n tokens"* ]] || { echo "cpu_compare.sh: burst $backend at $n: $line"; exit 1; }
             echo "burst $backend prefill $n $(sed 's/.*first token after \([0-9.]*\) s.*/\1/' <<<"$line")" >>"$results"
         done
-        llama_bench prefill -p "$n" -n 0
+        llama_prefill "$n"
     done
     for d in ${depths//,/ }; do
         for backend in cpu-bf16:bf16 cpu:f32; do
-            ms=$("$build/bench/bench_decode" "$model" 1 "$d" 16 "${backend%:*}" "${backend#*:}" "$threads" 2>/dev/null |
-                awk -F'|' '$2 ~ /^ 1 $/ {print $3}')
-            echo "burst ${backend%:*} decode $d $(python3 -c "print($ms / 1000)")" >>"$results"
+            "$build/bench/bench_decode" "$model" "$seqs" "$d" 16 "${backend%:*}" "${backend#*:}" "$threads" 2>/dev/null |
+                awk -F'|' -v b="${backend%:*}" -v d="$d" '$2 ~ /^ [0-9]+ $/ {printf "burst %s decode %d:%d %.6f\n", b, d, $2, $3 / 1000}' >>"$results"
         done
-        llama_bench decode -p 0 -n 16 -d "$d"
+        llama_decode "$d"
     done
 done
 python3 - "$results" <<'EOF'
@@ -63,16 +72,18 @@ import collections, sys
 runs = collections.defaultdict(list)
 for l in open(sys.argv[1]):
     prog, variant, what, n, s = l.split()
-    runs[what, f"{prog} {variant}", int(n)].append(float(s))
+    runs[what, f"{prog} {variant}", tuple(map(int, n.split(":")))].append(float(s))
 cols = ["burst cpu-bf16", "burst cpu", "llama.cpp fa0", "llama.cpp fa1"]
-for what, head, unit in (("prefill", "prompt tokens", "s to first token (tok/s)"), ("decode", "context", "ms per token")):
-    lens = sorted({n for w, _, n in runs if w == what})
+for what, head, unit in (("prefill", "prompt tokens", "s to first token (tok/s)"),
+                         ("decode", "context x sequences", "ms per step (tok/s)")):
+    sizes = sorted({n for w, _, n in runs if w == what})
     print(f"\n{what}: {unit}, each run\n| {head} | " + " | ".join(cols) + " |\n" + "|---" * (len(cols) + 1) + "|")
-    for n in lens:
+    for n in sizes:
         cells = []
         for c in cols:
             t = sorted(runs[what, c, n])
-            cells.append("-".join(f"{x:.3f}" for x in t) + f" ({n / t[0]:.0f})" if what == "prefill"
-                         else "-".join(f"{1e3 * x:.1f}" for x in t))
-        print(f"| {n} | " + " | ".join(cells) + " |")
+            tokens = n[0] if what == "prefill" else n[1]  # a prompt's, or a step's
+            cells.append("-".join(f"{x:.3f}" if what == "prefill" else f"{1e3 * x:.1f}" for x in t) +
+                         (f" ({tokens / t[0]:.{0 if tokens / t[0] >= 100 else 1}f})" if t else "none"))
+        print(f"| {' x '.join(map(str, n))} | " + " | ".join(cells) + " |")
 EOF
