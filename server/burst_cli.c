@@ -284,8 +284,9 @@ static int worker(const worker_args *a) {
 static const char load_usage[] =
     "usage: burst load --url URL [options]\n"
     "\n"
-    "Sends streaming completions to a running burstd and prints p50/p90/p99 time to first token,\n"
-    "inter-token latency and throughput, all measured on the client.\n"
+    "Sends streaming completions to a running burstd (or another server of the OpenAI API that\n"
+    "takes token ids and ignore_eos, as llama.cpp's llama-server does) and prints p50/p90/p99 time\n"
+    "to first token, inter-token latency and throughput, all measured on the client.\n"
     "\n"
     "  --url URL           the server, e.g. http://127.0.0.1:8080\n"
     "  --api-key KEY       sent as \"Authorization: Bearer KEY\" (default: $BURST_API_KEY)\n"

@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "http_client.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -49,6 +50,53 @@ static int send_all(int fd, const char *p, size_t n) {
     return 1;
 }
 
+// A chunked body (RFC 9112 7.1) decoded as it arrives: a hex size line, that many bytes and a CRLF,
+// again, until a chunk of size 0.
+typedef struct {
+    unsigned long long left; // bytes of the chunk in hand still to hand on
+    int crlf;                // bytes of the CRLF after a chunk's data still to skip
+    char line[64];           // the size line so far (an extension past it is cut off)
+    size_t n_line;
+    int done, bad;           // the last chunk came; a size line without a size
+} unchunk;
+
+// Hands p[0, n) of the body on: as it is without chunks (c NULL), else decoded.
+static void hand_on(unchunk *c, const char *p, size_t n, http_body_fn on_body, void *ctx) {
+    if (!c) on_body(ctx, p, n);
+    while (c && n && !c->done && !c->bad) {
+        if (c->left) {
+            size_t k = n < c->left ? n : (size_t)c->left;
+            on_body(ctx, p, k);
+            p += k, n -= k, c->left -= k;
+            c->crlf = c->left ? 0 : 2;
+        } else if (c->crlf) {
+            p++, n--, c->crlf--;
+        } else if (*p != '\n') {
+            if (c->n_line < sizeof c->line - 1) c->line[c->n_line++] = *p;
+            p++, n--;
+        } else {
+            p++, n--;
+            c->line[c->n_line] = 0, c->n_line = 0;
+            char *end;
+            c->left = strtoull(c->line, &end, 16);
+            c->bad = end == c->line;
+            c->done = !c->bad && !c->left;
+        }
+    }
+}
+
+// 1 where the response's header block [head, end) says Transfer-Encoding: chunked (lowered in place).
+static int chunked_body(char *head, char *end) {
+    for (char *p = head; p < end; p++) *p = (char)tolower((unsigned char)*p);
+    const char saved = *end;
+    *end = 0;
+    char *te = strstr(head, "\r\ntransfer-encoding:");
+    *end = saved;
+    if (!te) return 0;
+    for (te += 20; *te == ' ' || *te == '\t'; te++) {}
+    return !strncmp(te, "chunked", 7);
+}
+
 burst_status http_post(const http_url *u, const char *path, const char *api_key, const char *body, int *status,
                        http_body_fn on_body, void *ctx, burst_error *err) {
     int fd = connect_to(u, err);
@@ -62,14 +110,18 @@ burst_status http_post(const http_url *u, const char *path, const char *api_key,
         st = BURST_FAIL(err, BURST_ERR_IO, "%s:%s%s: send: %s", u->host, u->port, path, strerror(errno));
         goto done;
     }
-    // Headers first (up to the blank line), then the body as it comes until the server closes.
+    // Headers first (up to the blank line), then the body as it comes until the server closes, or,
+    // where it answers in chunks anyway (as llama.cpp's server does), until the last chunk: such a
+    // server may keep the connection open.
     char buf[16384];
     size_t have = 0;
     char *body_at = NULL;
     ssize_t k;
-    while ((k = recv(fd, body_at ? buf : buf + have, body_at ? sizeof buf : sizeof buf - 1 - have, 0)) > 0) {
+    unchunk c = {0}, *chunks = NULL;
+    while ((!chunks || !(chunks->done || chunks->bad)) &&
+           (k = recv(fd, body_at ? buf : buf + have, body_at ? sizeof buf : sizeof buf - 1 - have, 0)) > 0) {
         if (body_at) {
-            on_body(ctx, buf, (size_t)k);
+            hand_on(chunks, buf, (size_t)k, on_body, ctx);
             continue;
         }
         have += (size_t)k;
@@ -82,11 +134,13 @@ burst_status http_post(const http_url *u, const char *path, const char *api_key,
             body_at = NULL;
             break;
         }
+        if (chunked_body(buf, body_at + 2)) chunks = &c;
         body_at += 4;
-        if (buf + have > body_at) on_body(ctx, body_at, (size_t)(buf + have - body_at));
+        if (buf + have > body_at) hand_on(chunks, body_at, (size_t)(buf + have - body_at), on_body, ctx);
     }
-    if (k < 0 || !body_at) st = BURST_FAIL(err, BURST_ERR_IO, "%s:%s%s: %s", u->host, u->port, path,
-                                           k < 0 ? strerror(errno) : "no HTTP response header");
+    if (k < 0 || !body_at || c.bad) st = BURST_FAIL(err, BURST_ERR_IO, "%s:%s%s: %s", u->host, u->port, path,
+                                                    k < 0 ? strerror(errno) : !body_at ? "no HTTP response header"
+                                                                                       : "a chunk without a size");
 done:
     close(fd);
     return st;

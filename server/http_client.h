@@ -1,5 +1,7 @@
 // A minimal blocking HTTP client for `burst load`: one POST per connection, sent as HTTP/1.0 so
-// the server streams the body without chunked encoding and closes the connection at its end.
+// the server streams the body without chunked encoding and closes the connection at its end (a
+// server that answers in chunks anyway, as llama.cpp's llama-server does, is decoded, and its last
+// chunk ends the response).
 // The body is handed to a callback as it arrives, so streamed tokens can be timed as they come.
 //
 // Stateless; every function is safe from any thread. No TLS (plain http:// only).

@@ -50,25 +50,28 @@ static void on_event(load_record *r, const char *data) {
     const cJSON *usage = cJSON_GetObjectItemCaseSensitive(o, "usage");
     if (cJSON_GetObjectItemCaseSensitive(o, "prompt_progress")) {
         r->n_progress++;
-    } else if (!choice && cJSON_IsObject(usage)) {
-        const cJSON *n = cJSON_GetObjectItemCaseSensitive(usage, "completion_tokens");
-        const cJSON *cached = cJSON_GetObjectItemCaseSensitive(
-            cJSON_GetObjectItemCaseSensitive(usage, "prompt_tokens_details"), "cached_tokens");
-        r->n_usage = cJSON_IsNumber(n) ? n->valueint : -1;
-        r->n_cached = cJSON_IsNumber(cached) ? cached->valueint : 0;
-    } else if (!choice) {
+    } else if (!choice && !cJSON_IsObject(usage)) {
         const cJSON *msg = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "error"), "message");
         snprintf(r->error, sizeof r->error, "%s", cJSON_IsString(msg) ? msg->valuestring : data);
         r->failed = 1;
-    } else if (cJSON_IsNull(finish)) {
-        double now = burst_now();
-        if (r->n_tokens++ == 0) r->ttft = now - r->t_send;
-        else {
-            if (r->n_tokens - 1 > r->cap) r->gaps = realloc(r->gaps, sizeof(double) * (size_t)(r->cap = 2 * r->n_tokens + 16));
-            BURST_ASSERT(r->gaps && "load: out of memory");
-            r->gaps[r->n_tokens - 2] = now - r->t_last;
+    } else {
+        if (cJSON_IsObject(usage)) { // in a chunk of its own (OpenAI, burstd), or the final one (llama.cpp)
+            const cJSON *n = cJSON_GetObjectItemCaseSensitive(usage, "completion_tokens");
+            const cJSON *cached = cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(usage, "prompt_tokens_details"), "cached_tokens");
+            r->n_usage = cJSON_IsNumber(n) ? n->valueint : -1;
+            r->n_cached = cJSON_IsNumber(cached) ? cached->valueint : 0;
         }
-        r->t_last = now;
+        if (cJSON_IsNull(finish)) {
+            double now = burst_now();
+            if (r->n_tokens++ == 0) r->ttft = now - r->t_send;
+            else {
+                if (r->n_tokens - 1 > r->cap) r->gaps = realloc(r->gaps, sizeof(double) * (size_t)(r->cap = 2 * r->n_tokens + 16));
+                BURST_ASSERT(r->gaps && "load: out of memory");
+                r->gaps[r->n_tokens - 2] = now - r->t_last;
+            }
+            r->t_last = now;
+        }
     }
     cJSON_Delete(o);
 }

@@ -10,6 +10,7 @@ its final chunk, which carries the text held back to the end: `burst load` count
 import json
 import os
 import re
+import socket
 import subprocess
 import tempfile
 import threading
@@ -203,4 +204,54 @@ with tempfile.TemporaryDirectory() as tmp:
         check(f"beside a decoding request: chunks of --prefill-chunk ({after[0] - before[0]:.0f} steps, "
               f"{after[2] - before[2]:.0f} of more than 256 tokens)",
               status == 200 and after[0] - before[0] >= 15 and after[2] == before[2], (before, after))
+
+
+# burst load against a server that answers HTTP/1.0 in chunks and keeps the connection open, as
+# llama.cpp's llama-server does, with the usage in the final chunk: the chunks are decoded (sizes
+# split across sends, an extension, events split across chunks), the last one ends the response
+# (a client waiting for the server to close would hang here), and the usage counts.
+def fake_llama_server(sock, requests, max_tokens):
+    conns = []
+    for _ in range(requests):
+        conn, _ = sock.accept()
+        conns.append(conn)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += conn.recv(65536)
+        length = int(re.search(rb"Content-Length: (\d+)", head).group(1))
+        body = head.split(b"\r\n\r\n", 1)[1]
+        while len(body) < length:
+            body += conn.recv(65536)
+        events = [{"choices": [{"text": f" t{i}", "index": 0, "finish_reason": None}]} for i in range(max_tokens)]
+        events.append({"choices": [{"text": "", "index": 0, "finish_reason": "length"}],
+                       "usage": {"completion_tokens": max_tokens, "prompt_tokens": 20}})
+        stream = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+                     b"Keep-Alive: timeout=5, max=100\r\n\r\n")
+        for i, at in enumerate(range(0, len(stream), 37)):  # chunks of 37 bytes: events cut anywhere
+            piece = stream[at:at + 37]
+            size = b"%x" % len(piece) + (b";ext=1" if i == 1 else b"") + b"\r\n"
+            conn.sendall(size[:1])  # a size line split across sends
+            conn.sendall(size[1:] + piece + b"\r\n")
+        conn.sendall(b"0\r\n\r\n")
+    return conns
+
+
+with socket.socket() as sock:
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(4)
+    out = {}
+    server = threading.Thread(target=lambda: out.update(conns=fake_llama_server(sock, 2, 5)), daemon=True)
+    server.start()
+    try:
+        r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", f"http://127.0.0.1:{sock.getsockname()[1]}",
+                            "--concurrency", "1", "--requests", "2", "--max-tokens", "5", "--prompt-tokens", "20"],
+                           capture_output=True, text=True, timeout=60)
+        ok = r.returncode == 0 and "2 requests (0 failed)" in r.stdout and re.search(r"inter-token latency s .* 8\n", r.stdout)
+        check("burst load against a chunked, keep-alive server (llama.cpp's way)", ok, r.stdout + r.stderr)
+    except subprocess.TimeoutExpired as e:
+        check("burst load against a chunked, keep-alive server (llama.cpp's way)", False, f"hung: {e}")
+    server.join(10)
+    for c in out.get("conns", []):
+        c.close()
 check.exit()
