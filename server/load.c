@@ -141,10 +141,13 @@ static void *client(void *arg) {
             snprintf(r->error, sizeof r->error, "%s", err.msg);
         else if (r->status != 200) // an error body is one JSON object, not events
             snprintf(r->error, sizeof r->error, "status %d: %s", r->status, r->pending ? r->pending : "");
-        r->failed |= r->status != 200 || !r->done || r->n_tokens != ls->a->max_tokens || r->n_usage != r->n_tokens;
+        // The server's count of tokens must be M; a chunk may carry more than one (llama-server holds
+        // back a token that splits a UTF-8 character and sends it with the next; burstd does not).
+        r->failed |= r->status != 200 || !r->done || r->n_usage != ls->a->max_tokens || r->n_tokens < 1 ||
+                     r->n_tokens > r->n_usage;
         if (r->failed && !r->error[0])
-            snprintf(r->error, sizeof r->error, "status %d, %d of %d tokens (usage says %d)%s", r->status,
-                     r->n_tokens, ls->a->max_tokens, r->n_usage, r->done ? "" : ", no [DONE]");
+            snprintf(r->error, sizeof r->error, "status %d, %d chunks of tokens, usage says %d of %d tokens%s", r->status,
+                     r->n_tokens, r->n_usage, ls->a->max_tokens, r->done ? "" : ", no [DONE]");
         free(body);
     }
     return NULL;
@@ -210,7 +213,7 @@ static int report(const load_args *a, load_record *rec, double due_last, double 
         if (r->failed && failed++ < 5) fprintf(stderr, "burst load: request %d: %s\n", i, r->error);
         if (r->ttft >= 0) ttft[n_ttft++] = r->ttft;
         for (int j = 0; j + 1 < r->n_tokens; j++) itl[n_itl++] = r->gaps[j];
-        tokens += r->n_tokens;
+        tokens += r->n_usage > r->n_tokens ? r->n_usage : r->n_tokens;
     }
     load_stat ttft_st = stat_of(ttft, n_ttft), itl_st = stat_of(itl, n_itl);
     long long cached = 0, prompt = 0;

@@ -207,9 +207,10 @@ with tempfile.TemporaryDirectory() as tmp:
 
 
 # burst load against a server that answers HTTP/1.0 in chunks and keeps the connection open, as
-# llama.cpp's llama-server does, with the usage in the final chunk: the chunks are decoded (sizes
-# split across sends, an extension, events split across chunks), the last one ends the response
-# (a client waiting for the server to close would hang here), and the usage counts.
+# llama.cpp's llama-server does, with the usage in the final chunk and two tokens in one event (it
+# holds back a token that splits a UTF-8 character): the chunks are decoded (sizes split across
+# sends, an extension, events split across chunks), the last one ends the response (a client
+# waiting for the server to close would hang here), and the usage counts the tokens.
 def fake_llama_server(sock, requests, max_tokens):
     conns = []
     for _ in range(requests):
@@ -222,7 +223,7 @@ def fake_llama_server(sock, requests, max_tokens):
         body = head.split(b"\r\n\r\n", 1)[1]
         while len(body) < length:
             body += conn.recv(65536)
-        events = [{"choices": [{"text": f" t{i}", "index": 0, "finish_reason": None}]} for i in range(max_tokens)]
+        events = [{"choices": [{"text": f" t{i}", "index": 0, "finish_reason": None}]} for i in range(max_tokens - 1)]
         events.append({"choices": [{"text": "", "index": 0, "finish_reason": "length"}],
                        "usage": {"completion_tokens": max_tokens, "prompt_tokens": 20}})
         stream = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
@@ -244,10 +245,12 @@ with socket.socket() as sock:
     server = threading.Thread(target=lambda: out.update(conns=fake_llama_server(sock, 2, 5)), daemon=True)
     server.start()
     try:
+        report = os.path.join(reports.name, "chunked.json")
         r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", f"http://127.0.0.1:{sock.getsockname()[1]}",
-                            "--concurrency", "1", "--requests", "2", "--max-tokens", "5", "--prompt-tokens", "20"],
-                           capture_output=True, text=True, timeout=60)
-        ok = r.returncode == 0 and "2 requests (0 failed)" in r.stdout and re.search(r"inter-token latency s .* 8\n", r.stdout)
+                            "--concurrency", "1", "--requests", "2", "--max-tokens", "5", "--prompt-tokens", "20",
+                            "--json", report], capture_output=True, text=True, timeout=60)
+        ok = (r.returncode == 0 and "2 requests (0 failed)" in r.stdout and re.search(r"inter-token latency s .* 6\n", r.stdout)
+              and json.load(open(report))["output_tokens"] == 10)
         check("burst load against a chunked, keep-alive server (llama.cpp's way)", ok, r.stdout + r.stderr)
     except subprocess.TimeoutExpired as e:
         check("burst load against a chunked, keep-alive server (llama.cpp's way)", False, f"hung: {e}")
