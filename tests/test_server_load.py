@@ -210,8 +210,9 @@ with tempfile.TemporaryDirectory() as tmp:
 # llama.cpp's llama-server does, with the usage in the final chunk and two tokens in one event (it
 # holds back a token that splits a UTF-8 character): the chunks are decoded (sizes split across
 # sends, an extension, events split across chunks), the last one ends the response (a client
-# waiting for the server to close would hang here), and the usage counts the tokens.
-def fake_llama_server(sock, requests, max_tokens):
+# waiting for the server to close would hang here), and the usage counts the tokens. A chunk size
+# line without a size fails its request, with the reason, and ends it (the connection stays open).
+def fake_llama_server(sock, requests, max_tokens, bad_size=False):
     conns = []
     for _ in range(requests):
         conn, _ = sock.accept()
@@ -229,6 +230,9 @@ def fake_llama_server(sock, requests, max_tokens):
         stream = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
                      b"Keep-Alive: timeout=5, max=100\r\n\r\n")
+        if bad_size:
+            conn.sendall(b"zz\r\n" + stream)
+            continue
         for i, at in enumerate(range(0, len(stream), 37)):  # chunks of 37 bytes: events cut anywhere
             piece = stream[at:at + 37]
             size = b"%x" % len(piece) + (b";ext=1" if i == 1 else b"") + b"\r\n"
@@ -254,6 +258,20 @@ with socket.socket() as sock:
         check("burst load against a chunked, keep-alive server (llama.cpp's way)", ok, r.stdout + r.stderr)
     except subprocess.TimeoutExpired as e:
         check("burst load against a chunked, keep-alive server (llama.cpp's way)", False, f"hung: {e}")
+    server.join(10)
+    for c in out.get("conns", []):
+        c.close()
+    server = threading.Thread(target=lambda: out.update(conns=fake_llama_server(sock, 1, 5, bad_size=True)), daemon=True)
+    server.start()
+    try:
+        r = subprocess.run([os.path.join(BIN, "burst"), "load", "--url", f"http://127.0.0.1:{sock.getsockname()[1]}",
+                            "--requests", "1", "--max-tokens", "5", "--prompt-tokens", "20"],
+                           capture_output=True, text=True, timeout=60)
+        check("burst load: a chunk size line without a size fails the request, with why",
+              r.returncode == 1 and "1 requests (1 failed)" in r.stdout and "a chunk without a size" in r.stderr,
+              (r.returncode, r.stdout, r.stderr))
+    except subprocess.TimeoutExpired as e:
+        check("burst load: a chunk size line without a size fails the request, with why", False, f"hung: {e}")
     server.join(10)
     for c in out.get("conns", []):
         c.close()
