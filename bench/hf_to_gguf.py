@@ -10,8 +10,11 @@ import json, os, struct, sys
 import numpy as np
 
 sys.path.insert(0, os.environ.get("GGUF_PY", ""))
-import gguf
-from sentencepiece import SentencePieceProcessor
+try:
+    import gguf
+    from sentencepiece import SentencePieceProcessor
+except ImportError as e:
+    sys.exit(f"hf_to_gguf.py: {e} (GGUF_PY=LLAMA_CPP/gguf-py; Debian's python3-numpy, python3-sentencepiece)")
 
 RAW = {"F32": (np.float32, gguf.GGMLQuantizationType.F32), "F16": (np.float16, gguf.GGMLQuantizationType.F16),
        "BF16": (np.uint16, gguf.GGMLQuantizationType.BF16)}
@@ -29,6 +32,8 @@ def safetensors(path):  # name -> (array over the mapped file, dtype name)
     data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + n)
     for name, t in header.items():
         if name != "__metadata__":
+            if t["dtype"] not in RAW:
+                raise ValueError(f"{path}: {name}: dtype {t['dtype']} (want F32, F16 or BF16)")
             b, e = t["data_offsets"]
             yield name, data[b:e].view(RAW[t["dtype"]][0]).reshape(t["shape"]), t["dtype"]
 
@@ -40,14 +45,16 @@ def interleave(w, heads):  # rows of each head: [x0..x(h/2-1), y0..] -> [x0, y0,
 def gguf_name(name):
     if name in NAMES:
         return NAMES[name]
-    _, _, i, rest = name.split(".", 3)
-    return f"blk.{i}.{LAYER[rest.rsplit('.', 1)[0]]}.weight"
+    parts = name.split(".", 3)
+    if len(parts) < 4 or parts[:2] != ["model", "layers"] or parts[3].rsplit(".", 1)[0] not in LAYER:
+        raise ValueError(f"{name}: not a LLaMA tensor")
+    return f"blk.{parts[2]}.{LAYER[parts[3].rsplit('.', 1)[0]]}.weight"
 
 
 def main(model_dir, out):
     cfg = json.load(open(os.path.join(model_dir, "config.json")))
     heads, kv_heads = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
-    w = gguf.GGUFWriter(out, "llama")
+    w = gguf.GGUFWriter(out + ".part", "llama")  # renamed once whole: a broken run leaves no OUT
     w.add_context_length(cfg.get("max_position_embeddings", 4096))
     w.add_embedding_length(cfg["hidden_size"])
     w.add_block_count(cfg["num_hidden_layers"])
@@ -91,9 +98,15 @@ def main(model_dir, out):
     w.write_kv_data_to_file()
     w.write_tensors_to_file(progress=False)
     w.close()
+    os.replace(out + ".part", out)
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         sys.exit(__doc__)
-    main(*sys.argv[1:])
+    try:
+        main(*sys.argv[1:])
+    except (OSError, ValueError) as e:
+        sys.exit(f"hf_to_gguf.py: {e}")
+    except KeyError as e:  # a tensor or config.json key that a LLaMA checkpoint has
+        sys.exit(f"hf_to_gguf.py: {sys.argv[1]}: no {e}")
