@@ -8,6 +8,7 @@ size_t dtype_size(burst_dtype t) {
     case DTYPE_F32: return 4;
     case DTYPE_F16: return 2;
     case DTYPE_BF16: return 2;
+    case DTYPE_Q8: return 1;
     }
     return 0;
 }
@@ -17,6 +18,7 @@ const char *dtype_name(burst_dtype t) {
     case DTYPE_F32: return "F32";
     case DTYPE_F16: return "F16";
     case DTYPE_BF16: return "BF16";
+    case DTYPE_Q8: return "Q8";
     }
     return "?";
 }

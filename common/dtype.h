@@ -9,11 +9,15 @@
 extern "C" {
 #endif
 
-typedef enum { DTYPE_F32, DTYPE_F16, DTYPE_BF16 } burst_dtype;
+// DTYPE_Q8: weights only, never in a checkpoint: int8 with one float32 scale per Q8_GROUP columns
+// of a row (model/backend.h's burst_weight.scales), which the CPU backends make at load.
+typedef enum { DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_Q8 } burst_dtype;
+enum { Q8_GROUP = 32 };
 
-size_t dtype_size(burst_dtype t);
-const char *dtype_name(burst_dtype t); // "F32", "F16", "BF16" as safetensors spells them
-// Parses a dtype name (any case); returns 0 (and leaves *out alone) when it is not one of ours.
+size_t dtype_size(burst_dtype t); // of an element (Q8: its int8, without the scales)
+const char *dtype_name(burst_dtype t); // "F32", "F16", "BF16" as safetensors spells them; "Q8"
+// Parses a checkpoint's or KV cache's dtype name (F32, F16 or BF16, any case); returns 0 (and
+// leaves *out alone) when it is not one of those.
 int dtype_parse(const char *name, burst_dtype *out);
 
 static inline float bf16_to_f32(uint16_t h) {

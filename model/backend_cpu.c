@@ -6,6 +6,7 @@
 // AMX such a matmul needs one tile product per weight tile instead of three (or five for F16
 // weights), and a prompt runs about 1.7x faster. Both take either dtype wherever an op has a dtype
 // argument (the tests of the CUDA backend's bf16 mode use that).
+// With q8, every matrix is quantized at load (cpu_weight) and read as int8 by both.
 // Threads: OpenMP, n_threads per call.
 #define _GNU_SOURCE // malloc_usable_size
 #include <malloc.h>
@@ -27,7 +28,8 @@
 typedef struct {
     int n_threads;
     int huge_buffers;   // buffers (the KV cache) in 2 MB pages: cpu_alloc
-    uint16_t **weights; // cpu-bf16's bf16 copies of F16 weights (cpu_weight), freed with the backend
+    int q8;             // matrices as DTYPE_Q8 (backend_new)
+    void **weights;     // the copies cpu_weight made, freed with the backend
     int n_weights;
     // cpu_rope's cos and sin (times mscale) at the last call's positions, kept for the next call at
     // the same ones: every layer turns its q and k rows at the step's positions, so a step works
@@ -91,39 +93,75 @@ static void cpu_convert(burst_backend *b, void *dst, burst_dtype to, const float
     for (int64_t i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
 }
 
-// The tensor where it lies in the mapping, but copied once here where the matmuls gain: on AMX,
-// BF16 matrices and cpu-bf16's F16 ones as AMX tiles in bf16 (matmul_amx.h: every matmul reads its
-// weight's tiles in order and copies nothing, from one token on; BF16 values unchanged, so `cpu`
-// stays exact); elsewhere cpu-bf16's F16 ones rounded to bf16 in rows. cpu-bf16 rounds F16 weights
-// as the CUDA backend rounds every weight at upload: one AMX tile product a tile instead of two,
-// and no split into parts at every call.
+// W (rows, cols) quantized into q (int8, W's shape) and scales (rows, q8_groups(cols)): each group
+// of Q8_GROUP columns of a row gets the scale of its largest magnitude over 127, and each weight the
+// nearest multiple of it (llama.cpp's Q8_0, but with float32 scales), within half a scale.
+static void quantize_q8(int8_t *q, float *scales, const burst_weight *W, int n_threads) {
+    const int64_t cols = W->cols, groups = q8_groups(cols);
+    #pragma omp parallel num_threads(n_threads)
+    {
+        float *row = burst_malloc(sizeof(float) * (size_t)cols);
+        #pragma omp for schedule(static)
+        for (int64_t r = 0; r < W->rows; r++) {
+            weight_to_f32(W, r * cols, cols, row);
+            for (int64_t g = 0; g < groups; g++) {
+                const int64_t c0 = g * Q8_GROUP, c1 = c0 + Q8_GROUP < cols ? c0 + Q8_GROUP : cols;
+                float amax = 0;
+                for (int64_t k = c0; k < c1; k++) amax = fmaxf(amax, fabsf(row[k]));
+                const float inv = amax > 0 ? 127 / amax : 0;
+                scales[r * groups + g] = amax / 127;
+                for (int64_t k = c0; k < c1; k++) q[r * cols + k] = (int8_t)lrintf(row[k] * inv);
+            }
+        }
+        free(row);
+    }
+}
+
+// The tensor where it lies in the mapping, but copied once here where the matmuls gain: with q8,
+// every matrix quantized (quantize_q8); else on AMX, BF16 matrices and cpu-bf16's F16 ones as AMX
+// tiles in bf16 (matmul_amx.h: every matmul reads its weight's tiles in order and copies nothing,
+// from one token on; BF16 values unchanged, so `cpu` stays exact); elsewhere cpu-bf16's F16 ones
+// rounded to bf16 in rows. cpu-bf16 rounds F16 weights as the CUDA backend rounds every weight at
+// upload: one AMX tile product a tile instead of two, and no split into parts at every call.
 static burst_status cpu_weight(burst_backend *b, const weights_tensor *t, burst_weight *out,
                                burst_error *err) {
     *out = (burst_weight){.dtype = t->dtype, .data = t->data,
                           .rows = t->ndim == 2 ? t->shape[0] : 1, .cols = t->shape[t->ndim - 1]};
-    const int round_f16 = t->dtype == DTYPE_F16 && backend_act_dtype(b) == DTYPE_BF16;
-    const int tiles = t->ndim == 2 && (t->dtype == DTYPE_BF16 || round_f16) && amx_usable();
-    if (!tiles && !round_f16) return BURST_OK;
     cpu_ctx *c = b->ctx;
+    const int q8 = c->q8 && t->ndim == 2;
+    const int round_f16 = !q8 && t->dtype == DTYPE_F16 && backend_act_dtype(b) == DTYPE_BF16;
+    const int tiles = !q8 && t->ndim == 2 && (t->dtype == DTYPE_BF16 || round_f16) && amx_usable();
+    if (!tiles && !round_f16 && !q8) return BURST_OK;
     // Checked first: Linux grants a large malloc and would kill the process only as the copy fills it.
-    const size_t bytes = tiles ? amx_tiles_bytes(out->rows, out->cols) : sizeof(uint16_t) * (size_t)t->numel;
+    const size_t q8_data = (size_t)(t->numel + 63) / 64 * 64; // the scales from a whole line on
+    const size_t bytes = q8      ? q8_data + sizeof(float) * (size_t)(out->rows * q8_groups(out->cols))
+                         : tiles ? amx_tiles_bytes(out->rows, out->cols)
+                                 : sizeof(uint16_t) * (size_t)t->numel;
     const size_t avail = host_memory_free("");
-    uint16_t *w = avail && bytes > avail ? NULL : aligned_alloc(64, (bytes + 63) / 64 * 64);
+    void *w = avail && bytes > avail ? NULL : aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!w)
-        return BURST_FAIL(err, BURST_ERR_NOMEM,
-                          "%s: its bf16 copy%s (%.3f GB) does not fit in the %.3f GB free (--backend cpu with "
-                          "BURST_AMX=0 computes on the weights as mapped)", t->name, tiles ? " in AMX tiles" : "", bytes / 1e9,
-                          avail / 1e9);
+        return BURST_FAIL(err, BURST_ERR_NOMEM, "%s: its %s (%.3f GB) does not fit in the %.3f GB free (%s)", t->name,
+                          q8 ? "q8 copy" : tiles ? "bf16 copy in AMX tiles" : "bf16 copy", bytes / 1e9, avail / 1e9,
+                          q8 ? "unquantized, the weights are read as mapped"
+                             : "--backend cpu with BURST_AMX=0 computes on the weights as mapped");
     host_huge_pages(w, bytes); // (common/host_memory.h) decode steps stream over every weight
-    if (tiles) amx_tiles_from(w, out, c->n_threads);
-    else {
+    if (q8) {
+        float *scales = (float *)((char *)w + q8_data);
+        quantize_q8(w, scales, out, c->n_threads);
+        out->dtype = DTYPE_Q8, out->scales = scales;
+    } else if (tiles) {
+        amx_tiles_from(w, out, c->n_threads);
+        out->dtype = DTYPE_BF16, out->amx_tiles = 1;
+    } else {
         const uint16_t *h = t->data;
+        uint16_t *to = w;
         #pragma omp parallel for num_threads(c->n_threads) schedule(static)
-        for (int64_t i = 0; i < t->numel; i++) w[i] = f32_to_bf16(f16_to_f32(h[i]));
+        for (int64_t i = 0; i < t->numel; i++) to[i] = f32_to_bf16(f16_to_f32(h[i]));
+        out->dtype = DTYPE_BF16;
     }
     c->weights = burst_realloc(c->weights, sizeof *c->weights * (size_t)(c->n_weights + 1));
     c->weights[c->n_weights++] = w;
-    out->dtype = DTYPE_BF16, out->data = w, out->amx_tiles = tiles;
+    out->data = w;
     return BURST_OK;
 }
 
@@ -166,9 +204,9 @@ static void cpu_rmsnorm(burst_backend *b, void *out, burst_dtype out_dtype, cons
 // output before Wo, the final norm's rows before the classifier), as the CUDA backend's bf16 mode
 // rounds them. They then run on column pairs with AVX512-BF16 (twice the products an instruction:
 // decode steps of 16 sequences ~16% faster on 7B's layer shapes), and with AMX one tile product a
-// tile instead of three.
+// tile instead of three. By Q8 weights too, whose GEMM runs on pairs with AVX512-BF16.
 static int rounds_x(burst_backend *b, burst_dtype x_dtype, const burst_weight *W) {
-    return backend_act_dtype(b) == DTYPE_BF16 && x_dtype == DTYPE_F32 && W->dtype == DTYPE_BF16;
+    return backend_act_dtype(b) == DTYPE_BF16 && x_dtype == DTYPE_F32 && (W->dtype == DTYPE_BF16 || W->dtype == DTYPE_Q8);
 }
 
 static void cpu_matmul(burst_backend *b, void *out, burst_dtype out_dtype, int accumulate, const void *x,
@@ -317,7 +355,7 @@ static void cpu_sample(burst_backend *b, int *out, const float *x, int rows, int
     }
 static const backend_ops cpu_ops = CPU_OPS("cpu", DTYPE_F32), cpu_bf16_ops = CPU_OPS("cpu-bf16", DTYPE_BF16);
 
-burst_backend *backend_cpu_new(int n_threads, int bf16) {
+burst_backend *backend_cpu_new(int n_threads, int bf16, int q8) {
     burst_backend *b = burst_malloc(sizeof *b);
     cpu_ctx *c = burst_malloc(sizeof *c);
     // The KV cache in 2 MB pages, which a long context's decode steps stream over (decode attention
@@ -325,7 +363,7 @@ burst_backend *backend_cpu_new(int n_threads, int bf16) {
     // since the cache is first written as requests come, and there a first 8577-token prompt took
     // 11.8-12.1 s against 10.9-11.0 (host_reports_free_pages).
     *c = (cpu_ctx){.n_threads = n_threads > 0 ? n_threads : omp_get_max_threads(),
-                   .huge_buffers = !host_reports_free_pages("")};
+                   .huge_buffers = !host_reports_free_pages(""), .q8 = q8};
     *b = (burst_backend){.ops = bf16 ? &cpu_bf16_ops : &cpu_ops, .ctx = c};
     return b;
 }

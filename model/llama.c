@@ -103,7 +103,7 @@ struct llama_model {
 typedef struct {
     llama_config cfg;
     uint64_t weight_bytes;
-    int32_t ctx, n_slots, max_batch, max_logits, n_ranks, kv_dtype;
+    int32_t ctx, n_slots, max_batch, max_logits, n_ranks, kv_dtype, weights_q8;
     char backend[16], comm[16];
     double node_timeout_s;
 } node_info;
@@ -329,7 +329,7 @@ static burst_status check_memory(llama_model *m, burst_error *err) {
 static burst_status load_rank(llama_model *m, int i, burst_error *err) {
     llama_rank *R = &m->ranks[i];
     R->rank = m->first + i;
-    burst_status st = backend_new(m->opt.backend, i, m->threads_per_rank, &R->be, err);
+    burst_status st = backend_new(m->opt.backend, i, m->threads_per_rank, m->opt.weights_q8, &R->be, err);
     if (st) return st;
     R->ops = (attn_ops){.attend = ops_attend, .merge = ops_merge, .copy = ops_copy, .sync = ops_sync, .ctx = R->be};
     if (i == 0 || !backend_on_host(m->opt.backend)) return load_tensors(m, R, err);
@@ -364,6 +364,7 @@ static burst_status join_cluster(llama_model *m, const char *dir, burst_error *e
     int P = cluster_nodes(m->cl);
     node_info mine = {.cfg = m->cfg, .weight_bytes = weights_bytes(m->w), .ctx = o->ctx, .n_slots = o->n_slots,
                       .max_batch = o->max_batch, .max_logits = o->max_logits, .n_ranks = o->n_ranks, .kv_dtype = (int32_t)o->kv_dtype,
+                      .weights_q8 = o->weights_q8,
                       .node_timeout_s = o->node_timeout_s};
     snprintf(mine.backend, sizeof mine.backend, "%s", o->backend);
     snprintf(mine.comm, sizeof mine.comm, "%s", o->comm ? o->comm : "");
@@ -379,6 +380,7 @@ static burst_status join_cluster(llama_model *m, const char *dir, burst_error *e
         o->ctx = lead->ctx, o->n_slots = lead->n_slots, o->max_batch = lead->max_batch, o->n_ranks = lead->n_ranks;
         o->max_logits = lead->max_logits;
         o->kv_dtype = (burst_dtype)lead->kv_dtype, o->node_timeout_s = lead->node_timeout_s;
+        o->weights_q8 = lead->weights_q8;
         o->n_nodes = P;
         set_name(m->backend, sizeof m->backend, &o->backend, lead->backend);
         if (lead->comm[0]) set_name(m->comm_name, sizeof m->comm_name, &o->comm, lead->comm);

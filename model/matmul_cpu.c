@@ -1,5 +1,7 @@
 // The CPU backend's matmul: out (n, rows) = x (n, cols) @ W^T, W in its stored dtype (F32, F16 or
-// BF16, read from the mmap in place; never widened whole), or in AMX tiles (matmul_amx.c).
+// BF16, read from the mmap in place; never widened whole), in AMX tiles (matmul_amx.c), or Q8 (int8
+// with a scale per group of columns: the backend's q8 copy; one or two tokens read a row a group
+// at a time, more widen it to float32 as the others, and the GEMM on column pairs to bf16).
 //
 // A few tokens (decode steps, n < MM_FEW_TOKENS, or MM_FEW_TOKENS_PAIRS on column pairs): each
 // weight row is read once for all of them, a tile of FEW_ROWS rows at a time (one row for one or
@@ -113,23 +115,42 @@ enum { FEW_MAX_ROWS = FEW_ROWS > FEW_ROWS_PAIRS ? FEW_ROWS : FEW_ROWS_PAIRS };
 enum { FEW_MAX_TOKENS = FEW_TOKENS > FEW_TOKENS_PAIRS ? FEW_TOKENS : FEW_TOKENS_PAIRS };
 enum { FEW_MAX_SUMS = FEW_ROWS * FEW_TOKENS > FEW_ROWS_PAIRS * FEW_TOKENS_PAIRS ? FEW_ROWS * FEW_TOKENS
                                                                                 : FEW_ROWS_PAIRS * FEW_TOKENS_PAIRS };
+// How a few-token tile multiplies: float32 x by weights widened to float32, bf16 x by BF16 weights
+// on column pairs (on_pairs), or float32 x by a row of Q8 weights a group at a time (few_row_q8,
+// for one or two tokens; more take Q8 weights widened to float32 with their scales).
+enum { FEW_F32, FEW_PAIRS, FEW_Q8 };
 
-// One weight of a row w of dtype dt as float32.
-static inline float w_at(const void *w, burst_dtype dt, int64_t i) {
+// One weight of a row w of dtype dt as float32 (Q8: times its group's scale, of the row's scales s).
+static inline float w_at(const void *w, const float *s, burst_dtype dt, int64_t i) {
     if (dt == DTYPE_F32) return ((const float *)w)[i];
+    if (dt == DTYPE_Q8) return (float)((const int8_t *)w)[i] * s[i / Q8_GROUP];
     const uint16_t h = ((const uint16_t *)w)[i];
     return dt == DTYPE_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
 }
 
-// VEC_FLOATS weights of a row w of dtype dt from column i, as floats. GCC does not vectorize
-// f16_to_f32 into F16C's one instruction, and its bit operations cost more than the multiply-adds
-// they feed.
-static inline vec w_vec(const void *w, burst_dtype dt, int64_t i) {
+// VEC_FLOATS int8 from q as floats.
+static inline vec q8_vec(const int8_t *q) {
+#if defined(__AVX512F__)
+    return (vec)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q)));
+#elif defined(__AVX2__)
+    return (vec)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q)));
+#else
+    vec v;
+    for (int l = 0; l < VEC_FLOATS; l++) v[l] = q[l];
+    return v;
+#endif
+}
+
+// VEC_FLOATS weights of a row w of dtype dt from column i, as floats (Q8: i a multiple of
+// VEC_FLOATS, so all in one group). GCC does not vectorize f16_to_f32 into F16C's one
+// instruction, and its bit operations cost more than the multiply-adds they feed.
+static inline vec w_vec(const void *w, const float *s, burst_dtype dt, int64_t i) {
     vec v;
     if (dt == DTYPE_F32) {
         memcpy(&v, (const float *)w + i, sizeof v);
         return v;
     }
+    if (dt == DTYPE_Q8) return q8_vec((const int8_t *)w + i) * s[i / Q8_GROUP];
 #if defined(__AVX512F__)
     __m256i b = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i));
     v = (vec)(dt == DTYPE_BF16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)) : _mm512_cvtph_ps(b));
@@ -137,9 +158,17 @@ static inline vec w_vec(const void *w, burst_dtype dt, int64_t i) {
     __m128i b = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + i));
     v = (vec)(dt == DTYPE_BF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16)) : _mm256_cvtph_ps(b));
 #else
-    for (int l = 0; l < VEC_FLOATS; l++) v[l] = w_at(w, dt, i + l);
+    for (int l = 0; l < VEC_FLOATS; l++) v[l] = w_at(w, s, dt, i + l);
 #endif
     return v;
+}
+
+// Row r of W: its first weight, and its scales (Q8; else NULL).
+static const void *w_row(const burst_weight *W, int64_t r) {
+    return (const char *)W->data + r * W->cols * (int64_t)dtype_size(W->dtype);
+}
+static const float *w_scales(const burst_weight *W, int64_t r) {
+    return W->dtype == DTYPE_Q8 ? W->scales + r * q8_groups(W->cols) : NULL;
 }
 
 void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst) {
@@ -147,19 +176,27 @@ void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst) 
         amx_tiles_to_f32(w, first, n, dst);
         return;
     }
-    const void *row = (const char *)w->data + first * dtype_size(w->dtype);
-    int64_t i = 0;
-    for (; i + VEC_FLOATS <= n; i += VEC_FLOATS) {
-        vec v = w_vec(row, w->dtype, i);
-        memcpy(dst + i, &v, sizeof v);
+    // Row by row, since a Q8 row's scales lie apart; other dtypes in one go, as one row.
+    while (n > 0) {
+        const int64_t r = w->dtype == DTYPE_Q8 ? first / w->cols : 0, c0 = first - r * w->cols;
+        const int64_t m = w->dtype == DTYPE_Q8 && w->cols - c0 < n ? w->cols - c0 : n;
+        const void *row = w_row(w, r);
+        const float *s = w_scales(w, r);
+        int64_t i = 0;
+        for (; (w->dtype != DTYPE_Q8 || c0 % VEC_FLOATS == 0) && i + VEC_FLOATS <= m; i += VEC_FLOATS) {
+            vec v = w_vec(row, s, w->dtype, c0 + i);
+            memcpy(dst + i, &v, sizeof v);
+        }
+        for (; i < m; i++) dst[i] = w_at(row, s, w->dtype, c0 + i);
+        first += m, n -= m, dst += m;
     }
-    for (; i < n; i++) dst[i] = w_at(row, w->dtype, i);
 }
 
 // Whether a matmul of x (x_dtype) by W runs on column pairs (GEMM_PAIRS): bf16 x, BF16 weights in
-// rows, an even number of columns.
-static int on_pairs(burst_dtype x_dtype, const burst_weight *W) {
-    return GEMM_PAIRS && x_dtype == DTYPE_BF16 && W->dtype == DTYPE_BF16 && !W->amx_tiles && W->cols % 2 == 0;
+// rows (or in the GEMM Q8 ones, widened to bf16 a block at a time), an even number of columns.
+static int on_pairs(burst_dtype x_dtype, const burst_weight *W, int gemm) {
+    return GEMM_PAIRS && x_dtype == DTYPE_BF16 && (W->dtype == DTYPE_BF16 || (gemm && W->dtype == DTYPE_Q8)) &&
+           !W->amx_tiles && W->cols % 2 == 0;
 }
 
 #if GEMM_PAIRS
@@ -193,6 +230,43 @@ static inline __attribute__((always_inline)) void few_tile_pairs(const uint16_t 
 }
 #endif
 
+// One group of a Q8 row's weights (w, with scale) times nt tokens' x (their blocks at xb), added to
+// acc[t]: the products with the unscaled int8 summed apart, then times the scale.
+static inline __attribute__((always_inline)) void q8_group(const int8_t *w, float scale, const float *xb,
+                                                           const int nt, vec *acc) {
+    enum { GV = Q8_GROUP / VEC_FLOATS }; // vectors a group
+    vec wv[GV];
+    for (int h = 0; h < GV; h++) wv[h] = q8_vec(w + h * VEC_FLOATS);
+    for (int t = 0; t < nt; t++) {
+        vec xv[GV];
+        memcpy(xv, xb + t * Q8_GROUP, sizeof xv);
+        vec p = wv[0] * xv[0];
+        for (int h = 1; h < GV; h++) p += wv[h] * xv[h];
+        acc[t] += p * scale;
+    }
+}
+
+// few_tile of one row of Q8 weights (w, its scales s) and one or two tokens, where the weights'
+// reads bound the time; x float32 in blocks of a group (few_blocks). A group at a time, so that no
+// weight is multiplied by its scale (weights widened with their scales took 1.2x the time at 1
+// token: bench_matmul_cpu --quantize q8).
+static inline __attribute__((always_inline)) void few_row_q8(const int8_t *w, const float *s, int64_t cols,
+                                                             const float *xb, const float *x, const int nt,
+                                                             float *sums) {
+    vec acc[FEW_MAX_TOKENS] = {{0}}; // (sized for every few_tiles shape)
+    int64_t k = 0;
+    for (; k + Q8_GROUP <= cols; k += Q8_GROUP, xb += nt * Q8_GROUP) {
+        q8_group(w + k, s[k / Q8_GROUP], xb, nt, acc);
+        __builtin_prefetch(w + k + cols, 0, 2); // the next row: the thread's next tile
+    }
+    for (int t = 0; t < nt; t++) {
+        float sum = 0;
+        for (int l = 0; l < VEC_FLOATS; l++) sum += acc[t][l];
+        for (int64_t j = k; j < cols; j++) sum += w_at(w, s, DTYPE_Q8, j) * x[t * cols + j];
+        sums[t] = sum;
+    }
+}
+
 // sums[t * nr + r] = the dot product of W's row r0 + r with token t's row of x, for r < nr and t <
 // nt, at most FEW_ROWS x FEW_TOKENS, or FEW_ROWS_PAIRS x FEW_TOKENS_PAIRS with pairs (rows past W's
 // last repeat it; their sums are not used): the rows' weights are widened once, in registers, for
@@ -203,18 +277,25 @@ static inline __attribute__((always_inline)) void few_tile_pairs(const uint16_t 
 // page, where the CPU's stream prefetchers stop, so without it each row's first reads waited on
 // memory (decode steps of 8 and 16 sequences ~13% faster).
 static inline __attribute__((always_inline)) void few_tile(const burst_weight *W, int64_t r0, const void *xb,
-                                                           const void *xp, int pairs, const int nr, const int nt,
+                                                           const void *xp, const int form, const int nr, const int nt,
                                                            float *sums) {
     const int64_t cols = W->cols;
     const void *w[FEW_MAX_ROWS];
-    for (int r = 0; r < nr; r++)
-        w[r] = (const char *)W->data + (r0 + r < W->rows ? r0 + r : W->rows - 1) * cols * dtype_size(W->dtype);
+    const float *s[FEW_MAX_ROWS];
+    for (int r = 0; r < nr; r++) {
+        const int64_t row = r0 + r < W->rows ? r0 + r : W->rows - 1;
+        w[r] = w_row(W, row), s[r] = w_scales(W, row);
+    }
 #if GEMM_PAIRS
-    if (pairs) {
+    if (form == FEW_PAIRS) {
         few_tile_pairs((const uint16_t *const *)w, cols, xb, xp, nr, nt, sums);
         return;
     }
 #endif
+    if (form == FEW_Q8) {
+        few_row_q8(w[0], s[0], cols, xb, xp, nt, sums);
+        return;
+    }
     const float *x = xp, *xk = xb;
     const int64_t dsize = (int64_t)dtype_size(W->dtype);
     vec acc[FEW_MAX_ROWS][FEW_MAX_TOKENS]; // (sized for every few_tiles shape, pairs' too)
@@ -224,7 +305,7 @@ static inline __attribute__((always_inline)) void few_tile(const burst_weight *W
     for (; k + VEC_FLOATS <= cols; k += VEC_FLOATS, xk += nt * VEC_FLOATS) {
         vec wv[FEW_MAX_ROWS];
         for (int r = 0; r < nr; r++) {
-            wv[r] = w_vec(w[r], W->dtype, k);
+            wv[r] = w_vec(w[r], s[r], W->dtype, k);
             __builtin_prefetch((const char *)w[r] + (k + nr * cols) * dsize, 0, 2);
         }
         for (int t = 0; t < nt; t++) {
@@ -235,10 +316,10 @@ static inline __attribute__((always_inline)) void few_tile(const burst_weight *W
     }
     for (int r = 0; r < nr; r++)
         for (int t = 0; t < nt; t++) {
-            float s = 0;
-            for (int l = 0; l < VEC_FLOATS; l++) s += acc[r][t][l];
-            for (int64_t j = k; j < cols; j++) s += w_at(w[r], W->dtype, j) * x[t * cols + j];
-            sums[t * nr + r] = s;
+            float sum = 0;
+            for (int l = 0; l < VEC_FLOATS; l++) sum += acc[r][t][l];
+            for (int64_t j = k; j < cols; j++) sum += w_at(w[r], s[r], W->dtype, j) * x[t * cols + j];
+            sums[t * nr + r] = sum;
         }
 }
 
@@ -309,17 +390,22 @@ static void few_blocks(void *xb, const void *x, size_t esize, int n, int64_t col
     }
 }
 
-// The few-token path's tiles of one shape (tile_rows x tile_tokens, and pairs: constants once
+// x's elements (esize bytes) a few-token tile reads at a time from its blocks: a vector's, or a
+// group's on Q8 weights.
+static int64_t few_lanes(int form) { return form == FEW_PAIRS ? 32 : form == FEW_Q8 ? Q8_GROUP : VEC_FLOATS; }
+static size_t few_esize(int form) { return form == FEW_PAIRS ? 2 : 4; }
+
+// The few-token path's tiles of one shape (tile_rows x tile_tokens, and form: constants once
 // inlined) for a thread of matmul_few's parallel region: each thread takes a run of tiles, and each
 // tile its tokens tile_tokens at a time (the tile's weights stay in L1 for the next ones); x's
 // blocks as few_blocks lays them out (xb; for one token, x itself).
 static inline __attribute__((always_inline)) void few_tiles(void *out, burst_dtype out_dtype, int accumulate,
-                                                            const void *x, const void *xb, const int pairs,
+                                                            const void *x, const void *xb, const int form,
                                                             const burst_weight *W, int n, const int tile_rows,
                                                             const int tile_tokens) {
     const int64_t rows = W->rows, tiles = (rows + tile_rows - 1) / tile_rows;
-    const size_t esize = pairs ? 2 : 4;
-    const int64_t lanes = pairs ? 32 : VEC_FLOATS, blocks = W->cols / lanes;
+    const size_t esize = few_esize(form);
+    const int64_t lanes = few_lanes(form), blocks = W->cols / lanes;
     #pragma omp for schedule(static)
     for (int64_t tile = 0; tile < tiles; tile++) {
         const int64_t r0 = tile * tile_rows, nr = rows - r0 < tile_rows ? rows - r0 : tile_rows;
@@ -331,7 +417,7 @@ static inline __attribute__((always_inline)) void few_tiles(void *out, burst_dty
             switch (nt) {
 #define TOKENS(t) \
     case t: \
-        if (t <= tile_tokens) few_tile(W, r0, xbt, xt, pairs, tile_rows, t, sums); \
+        if (t <= tile_tokens) few_tile(W, r0, xbt, xt, form, tile_rows, t, sums); \
         break;
             TOKENS(1) TOKENS(2) TOKENS(3) TOKENS(4) TOKENS(5) TOKENS(6) TOKENS(7) TOKENS(8)
 #undef TOKENS
@@ -349,26 +435,36 @@ static inline __attribute__((always_inline)) void few_tiles(void *out, burst_dty
 // with x's blocks, 9-16% less with bf16 x, 0-11% with float32 x).
 static void matmul_few(void *out, burst_dtype out_dtype, int accumulate, const void *x, int pairs,
                        const burst_weight *W, int n, int n_threads) {
+    const int form = pairs ? FEW_PAIRS : W->dtype == DTYPE_Q8 && n <= 2 ? FEW_Q8 : FEW_F32;
     const int tile_tokens = n <= 2 ? 2 : pairs ? FEW_TOKENS_PAIRS : FEW_TOKENS; // as few_tiles takes them below
     void *copy = NULL;
     if (n > 1) {
-        const size_t esize = pairs ? 2 : 4;
-        copy = burst_malloc_aligned(esize * (size_t)(n * W->cols));
-        few_blocks(copy, x, esize, n, W->cols, pairs ? 32 : VEC_FLOATS, tile_tokens);
+        copy = burst_malloc_aligned(few_esize(form) * (size_t)(n * W->cols));
+        few_blocks(copy, x, few_esize(form), n, W->cols, few_lanes(form), tile_tokens);
     }
     const void *xb = copy ? copy : x; // one token's blocks are its row
     #pragma omp parallel num_threads(n_threads)
     {
-        if (n <= 2) few_tiles(out, out_dtype, accumulate, x, xb, pairs, W, n, 1, 2);
+        if (n <= 2) few_tiles(out, out_dtype, accumulate, x, xb, form, W, n, 1, 2);
 #if GEMM_PAIRS
-        else if (pairs) few_tiles(out, out_dtype, accumulate, x, xb, 1, W, n, FEW_ROWS_PAIRS, FEW_TOKENS_PAIRS);
+        else if (pairs) few_tiles(out, out_dtype, accumulate, x, xb, FEW_PAIRS, W, n, FEW_ROWS_PAIRS, FEW_TOKENS_PAIRS);
 #endif
-        else few_tiles(out, out_dtype, accumulate, x, xb, 0, W, n, FEW_ROWS, FEW_TOKENS);
+        else few_tiles(out, out_dtype, accumulate, x, xb, FEW_F32, W, n, FEW_ROWS, FEW_TOKENS);
     }
     free(copy);
 }
 
 #if GEMM_PAIRS
+// weight_to_f32 of n <= KC weights rounded to bf16 (to nearest even): a Q8 weight's block for the
+// GEMM on column pairs.
+static void weight_to_bf16(const burst_weight *W, int64_t first, int n, uint16_t *dst) {
+    float f[KC];
+    weight_to_f32(W, first, n, f);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(dst + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(f + i)));
+    for (; i < n; i++) dst[i] = f32_to_bf16(f[i]);
+}
+
 // gemm_tile on column pairs (GEMM_PAIRS): kp pairs of bf16 weights, row i's pair p at w + i x
 // w_stride + 2p (the weights as stored), broadcast to every lane; a token's pair p is one 32-bit
 // lane of xt: xt[p * NR + token].
@@ -462,8 +558,9 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
     const int64_t rows = W->rows, cols = W->cols, panels = (n + NR - 1) / NR;
     const int64_t blocks = (n + MC - 1) / MC; // of tokens
     // On column pairs (GEMM_PAIRS) x^T's 32-bit lanes hold a token's bf16 pairs as stored, half as
-    // many as its columns, and the weights are read as stored.
-    const int pairs = on_pairs(x_dtype, W);
+    // many as its columns, and BF16 weights are read as stored; others are widened a block at a
+    // time, to float32 or, Q8 on pairs, to bf16.
+    const int pairs = on_pairs(x_dtype, W, 1), as_stored = pairs && W->dtype == DTYPE_BF16;
     const int64_t step = pairs ? 2 : 1, lanes = cols / step; // columns a lane, lanes a token
     float *xt = burst_malloc_aligned(xt_bytes(n, cols));
     #pragma omp parallel num_threads(n_threads)
@@ -488,7 +585,7 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
                         else *to = act_get(x, x_dtype, t * cols + k);
                     }
             }
-        float *wf = pairs ? NULL : burst_malloc_aligned(wf_bytes), *c = burst_malloc_aligned(c_bytes);
+        float *wf = as_stored ? NULL : burst_malloc_aligned(wf_bytes), *c = burst_malloc_aligned(c_bytes);
         // Each thread takes an equal share of the rows (whole tiles of GEMM_MR) with all tokens, in
         // blocks of NB rows x MC tokens. Blocks of NB rows from row 0, shared out whole, left
         // threads idle: 7B's 4096-row weights at 512 tokens made 86 blocks, of which 22 of 64
@@ -503,13 +600,22 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
             memset(c, 0, sizeof(float) * NB * MC);
             for (int64_t k0 = 0; k0 < cols; k0 += KC) {
                 int kn = (int)(cols - k0 < KC ? cols - k0 : KC);
-                for (int64_t r = 0; !pairs && r < nb; r++) weight_to_f32(W, (r0 + r) * cols + k0, kn, wf + r * KC);
+                for (int64_t r = 0; !as_stored && r < nb; r++) {
+#if GEMM_PAIRS
+                    if (pairs) {
+                        weight_to_bf16(W, (r0 + r) * cols + k0, kn, (uint16_t *)wf + r * KC);
+                        continue;
+                    }
+#endif
+                    weight_to_f32(W, (r0 + r) * cols + k0, kn, wf + r * KC);
+                }
                 for (int64_t q = 0; q * NR < mc; q++) {
                     const int nv = vectors(mc - q * NR), tile = tile_rows(nv);
                     for (int64_t s = 0; s < nb; s += tile)
-                        gemm_tile_rows(pairs ? (const void *)((const uint16_t *)W->data + (r0 + s) * cols + k0)
-                                             : wf + s * KC,
-                                       cols, xt + ((i0 / NR + q) * lanes + k0 / step) * NR, kn,
+                        gemm_tile_rows(as_stored ? (const void *)((const uint16_t *)W->data + (r0 + s) * cols + k0)
+                                       : pairs   ? (const void *)((const uint16_t *)wf + s * KC)
+                                                 : wf + s * KC,
+                                       as_stored ? cols : KC, xt + ((i0 / NR + q) * lanes + k0 / step) * NR, kn,
                                        (int)(nb - s < tile ? nb - s : tile), nv, pairs, c + s * MC + q * NR);
                 }
             }
@@ -526,6 +632,16 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
 
 int matmul_cpu_bf16_products(void) { return GEMM_PAIRS; }
 
+// Whether matmul_cpu runs n tokens of x_dtype by W in the GEMM (else the few-token path), where
+// AMX does not take them.
+static int on_gemm(burst_dtype x_dtype, const burst_weight *W, int n) {
+    return n >= (on_pairs(x_dtype, W, 0) ? MM_FEW_TOKENS_PAIRS : MM_FEW_TOKENS);
+}
+
+int matmul_cpu_rounds_weights(burst_dtype x_dtype, const burst_weight *W, int n) {
+    return W->dtype == DTYPE_Q8 && on_gemm(x_dtype, W, n) && on_pairs(x_dtype, W, 1);
+}
+
 size_t matmul_cpu_transient_bytes(int n, int64_t cols, int n_threads) {
     // bf16 x widened for the few-token tiles, and x's blocks for them (few_blocks)
     const size_t widened = n < MM_FEW_TOKENS ? 2 * sizeof(float) * (size_t)(n * cols) : 0;
@@ -538,8 +654,8 @@ size_t matmul_cpu_transient_bytes(int n, int64_t cols, int n_threads) {
 void matmul_cpu(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                 const burst_weight *W, int n, int n_threads) {
     if (matmul_amx(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads)) return;
-    const int pairs = on_pairs(x_dtype, W);
-    if (n >= (pairs ? MM_FEW_TOKENS_PAIRS : MM_FEW_TOKENS)) {
+    const int pairs = on_pairs(x_dtype, W, 0);
+    if (on_gemm(x_dtype, W, n)) {
         matmul_gemm(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads);
         return;
     }

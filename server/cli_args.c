@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "model/backend.h"
 
@@ -53,6 +54,15 @@ int cli_parse_kv_dtype(const char *prog, const char *flag, const char *s, burst_
         return 0;
     }
     *out = t;
+    return 1;
+}
+
+int cli_parse_quantize(const char *prog, const char *flag, const char *s, int *out) {
+    if (strcasecmp(s, "q8") && strcasecmp(s, "none")) {
+        fprintf(stderr, "%s: %s %s: want q8 or none\n", prog, flag, s);
+        return 0;
+    }
+    *out = !strcasecmp(s, "q8");
     return 1;
 }
 

@@ -73,6 +73,21 @@ def bf16(x):
     u = (u + np.uint32(0x7fff) + ((u >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xffff0000)
     return u.view(np.float32).astype(np.float64)
 
+def q8(w):
+    """The values a 2-D weight holds as burst's Q8 (--quantize q8): each group of 32 columns of a
+    row (the last may be short) int8 times the group's largest magnitude / 127, each rounded to the
+    nearest (ties to even), in float32 as burst computes them."""
+    rows, cols = w.shape
+    groups = -(-cols // 32)
+    padded = np.zeros((rows, groups * 32), dtype=np.float32)
+    padded[:, :cols] = w
+    blocks = padded.reshape(rows, groups, 32)
+    amax = np.abs(blocks).max(-1)
+    scale = amax / np.float32(127)
+    inv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, np.float32(1)), np.float32(0)).astype(np.float32)
+    q = np.rint(blocks * inv[..., None])
+    return (q * scale[..., None].astype(np.float64)).reshape(rows, groups * 32)[:, :cols]
+
 def forward(cfg, w, tokens, kv_bf16=False, act_bf16=False, bf16_weights=False):
     """Logits (n, vocab) for every position of tokens, causal; kv_bf16: K/V rounded to bf16 as a
     bf16 KV cache holds them; act_bf16: the matmuls' inputs rounded to bf16 where the cpu-bf16

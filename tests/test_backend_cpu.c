@@ -161,7 +161,7 @@ static void test_matmul(burst_backend *be, int held) {
                     for (int k = 0; k < (int)(sizeof ns / sizeof ns[0]); k++) {
                         const int n = ns[k], rows = shapes[si][0], cols = shapes[si][1], acc = oi == 2;
                         test_weight w = weight_random(WEIGHT_DTS[wi], rows, cols, -1, 1);
-                        burst_backend *wbe = held ? backend_cpu_new(3, 1) : NULL;
+                        burst_backend *wbe = held ? backend_cpu_new(3, 1, 0) : NULL;
                         const burst_weight W = held ? weight_held(wbe, &w) : w.w;
                         act_buf x = act_random(DTS[xi], (int64_t)n * cols, -1, 1);
                         act_buf out = act_random(oi == 1 ? DTYPE_BF16 : DTYPE_F32, (int64_t)n * rows, -1, 1);
@@ -202,7 +202,7 @@ static void test_matmul(burst_backend *be, int held) {
 // F32 ones as it is: the same bits as "cpu" (be) given x rounded, or x as it is, on the few-token
 // path and the GEMM; held: the BF16 weight as cpu-bf16 holds it (its copies freed with it).
 static void test_bf16_rounds_x(burst_backend *be, int held) {
-    burst_backend *bf = backend_cpu_new(3, 1);
+    burst_backend *bf = backend_cpu_new(3, 1, 0);
     static const int ns[] = {1, 7, 40};
     for (int wi = 0; wi < 2; wi++)
         for (int k = 0; k < 3; k++) {
@@ -283,7 +283,7 @@ static void test_matmul_exact(burst_backend *be, int held) {
                     if (WEIGHT_DTS[wi] == DTYPE_F32) ((float *)w.w.data)[r * cols + col[r]] = v;
                     else ((uint16_t *)w.w.data)[r * cols + col[r]] = WEIGHT_DTS[wi] == DTYPE_F16 ? f16_near(v) : f32_to_bf16(v);
                 }
-                burst_backend *wbe = held ? backend_cpu_new(3, 0) : NULL;
+                burst_backend *wbe = held ? backend_cpu_new(3, 0, 0) : NULL;
                 const burst_weight W = held ? weight_held(wbe, &w) : w.w;
                 act_buf x = act_random(DTYPE_F32, (int64_t)n * cols, -4, 4), out = act_random(DTYPE_F32, (int64_t)n * rows, 0, 0);
                 backend_matmul(be, out.p, DTYPE_F32, x.p, DTYPE_F32, &W, n);
@@ -300,6 +300,94 @@ static void test_matmul_exact(burst_backend *be, int held) {
                 free((void *)w.w.data), free(w.as_f64), act_free(&x), act_free(&out);
                 if (wbe) backend_free(wbe);
             }
+}
+
+// Q8 weights (backend_weight with q8) from F32, F16 and BF16 ones: every value within half its
+// group's scale, the scale the group's largest magnitude over 127 (a group of zeros: 0); embed and
+// weight_to_f32 (a span across rows) give int8 x scale in float32; matmuls of float32 and bf16 x on
+// every path (a row of one or two tokens a group at a time, the few-token tiles, the GEMM: float32
+// weights, or bf16 on column pairs) against float64 of those values (rounded to bf16 where
+// matmul_cpu_rounds_weights says so). Columns past a whole group (31, 100, 1111), one group (64).
+static void test_q8(burst_backend *be) {
+    static const int ns[] = {1, 2, 3, 7, 25, 43, 44, 49, 300}, shapes[][2] = {{1, 1}, {17, 31}, {33, 64}, {9, 100}, {131, 600}, {5, 1111}};
+    burst_backend *qbe = backend_cpu_new(3, 0, 1);
+    int rounded_somewhere = 0;
+    for (int wi = 0; wi < 3; wi++)
+        for (int si = 0; si < (int)(sizeof shapes / sizeof shapes[0]); si++) {
+            const int rows = shapes[si][0], cols = shapes[si][1], groups = (cols + Q8_GROUP - 1) / Q8_GROUP;
+            test_weight w = weight_random(WEIGHT_DTS[wi], rows, cols, -1, 1);
+            for (int j = 0; j < cols && j < Q8_GROUP; j++) { // row 0's first group all zeros
+                w.as_f64[j] = 0;
+                if (WEIGHT_DTS[wi] == DTYPE_F32) ((float *)w.w.data)[j] = 0;
+                else ((uint16_t *)w.w.data)[j] = 0;
+            }
+            const weights_tensor t = {.name = "random", .dtype = w.w.dtype, .ndim = 2, .shape = {rows, cols},
+                                      .numel = (int64_t)rows * cols, .nbytes = (size_t)rows * cols * dtype_size(w.w.dtype),
+                                      .data = w.w.data};
+            burst_weight W;
+            burst_error err;
+            check(backend_weight(qbe, &t, &W, &err) == BURST_OK);
+            int bad = W.dtype != DTYPE_Q8 || W.data == t.data || !W.scales || W.rows != rows || W.cols != cols;
+            double *q = burst_calloc((size_t)rows * cols, sizeof(double)); // the values W holds
+            for (int r = 0; W.dtype == DTYPE_Q8 && r < rows; r++)
+                for (int g = 0; g < groups; g++) {
+                    float amax = 0;
+                    for (int j = g * Q8_GROUP; j < cols && j < (g + 1) * Q8_GROUP; j++) amax = fmaxf(amax, (float)fabs(w.as_f64[r * cols + j]));
+                    const float scale = W.scales[r * groups + g];
+                    if (scale != amax / 127 && bad++ < 3) printf("  row %d group %d: scale %.9g, want %.9g\n", r, g, scale, amax / 127);
+                    for (int j = g * Q8_GROUP; j < cols && j < (g + 1) * Q8_GROUP; j++) {
+                        const int8_t v = ((const int8_t *)W.data)[r * cols + j];
+                        q[r * cols + j] = (double)v * scale;
+                        // half a scale, and float32's rounding of the scale and of w / scale near a tie (up to ~64 ulps of 1)
+                        if ((v < -127 || fabs(q[r * cols + j] - w.as_f64[r * cols + j]) > scale * (0.5 + 1e-5)) && bad++ < 3)
+                            printf("  row %d column %d: %d x %.9g for %.9g\n", r, j, v, scale, w.as_f64[r * cols + j]);
+                    }
+                }
+            float *got = burst_malloc(sizeof(float) * (size_t)rows * cols), span[1200];
+            int *tokens = burst_malloc(sizeof(int) * (size_t)rows);
+            for (int r = 0; r < rows; r++) tokens[r] = r;
+            backend_embed(be, got, &W, tokens, rows);
+            for (int64_t i = 0; !bad && i < (int64_t)rows * cols; i++)
+                if (got[i] != (float)q[i] && bad++ < 3) printf("  embed element %lld: %.9g, want %.9g\n", (long long)i, got[i], q[i]);
+            const int64_t first = cols / 2 + 3 < (int64_t)rows * cols ? cols / 2 + 3 : 0;
+            const int64_t span_n = (int64_t)rows * cols - first < 1200 ? (int64_t)rows * cols - first : 1200;
+            weight_to_f32(&W, first, span_n, span);
+            for (int64_t i = 0; i < span_n; i++)
+                if (memcmp(&span[i], &got[first + i], sizeof(float)) && bad++ < 3)
+                    printf("  weight_to_f32 from %lld, element %lld: %.9g, want %.9g\n", (long long)first, (long long)i, span[i], got[first + i]);
+            printf("%s Q8 from %s W=(%d,%d): values, scales, embed, a span of %lld\n", bad ? "FAIL" : "ok  ",
+                   dtype_name(WEIGHT_DTS[wi]), rows, cols, (long long)span_n);
+            check(!bad);
+            for (int xi = 0; xi < 2; xi++)
+                for (int k = 0; k < (int)(sizeof ns / sizeof ns[0]); k++) {
+                    const int n = ns[k], rounds = matmul_cpu_rounds_weights(DTS[xi], &W, n);
+                    rounded_somewhere |= rounds;
+                    act_buf x = act_random(DTS[xi], (int64_t)n * cols, -1, 1), out = act_random(DTYPE_F32, (int64_t)n * rows, 0, 0);
+                    double *ref = burst_malloc(sizeof(double) * (size_t)n * rows), terms = 0;
+                    for (int i = 0; i < n; i++)
+                        for (int r = 0; r < rows; r++) {
+                            double s = 0, abs_sum = 0;
+                            for (int j = 0; j < cols; j++) {
+                                const double wv = rounds ? bf16_to_f32(f32_to_bf16((float)q[r * cols + j])) : q[r * cols + j];
+                                s += x.as_f64[(int64_t)i * cols + j] * wv, abs_sum += fabs(x.as_f64[(int64_t)i * cols + j] * wv);
+                            }
+                            ref[(int64_t)i * rows + r] = s;
+                            if (abs_sum > terms) terms = abs_sum;
+                        }
+                    backend_matmul(be, out.p, DTYPE_F32, x.p, x.dt, &W, n);
+                    char what[128];
+                    snprintf(what, sizeof what, "matmul Q8 from %s%s x %s n=%d W=(%d,%d)", dtype_name(WEIGHT_DTS[wi]),
+                             rounds ? " (as bf16)" : "", dtype_name(x.dt), n, rows, cols);
+                    act_check(what, &out, ref, F32_RTOL * (terms + 1));
+                    free(ref), act_free(&x), act_free(&out);
+                }
+            free(q), free(got), free(tokens), free((void *)w.w.data), free(w.as_f64);
+        }
+    // where the CPU multiplies bf16 (AVX512-BF16), bf16 x by Q8 weights ran on column pairs somewhere
+    printf("%s Q8's GEMM on column pairs: %s\n", rounded_somewhere == matmul_cpu_bf16_products() ? "ok  " : "FAIL",
+           rounded_somewhere ? "ran" : "not in this build");
+    check(rounded_somewhere == matmul_cpu_bf16_products());
+    backend_free(qbe);
 }
 
 // Gates up to 120 either way too: e^-|g| below float32's range (0 past -87) on both sides.
@@ -334,7 +422,7 @@ static void test_matmul_swiglu(burst_backend *be, int held) {
                 for (int k = 0; k < 4; k++) {
                     const int n = ns[k], rows = shapes[si][0], cols = shapes[si][1];
                     test_weight wg = weight_random(WEIGHT_DTS[wi], rows, cols, -0.5f, 0.5f), wu = weight_random(WEIGHT_DTS[wi], rows, cols, -0.5f, 0.5f);
-                    burst_backend *wbe = held ? backend_cpu_new(3, 1) : NULL;
+                    burst_backend *wbe = held ? backend_cpu_new(3, 1, 0) : NULL;
                     const burst_weight Wg = held ? weight_held(wbe, &wg) : wg.w, Wu = held ? weight_held(wbe, &wu) : wu.w;
                     const int fused = Wg.amx_tiles && Wu.amx_tiles;
                     act_buf x = act_random(DTS[di], (int64_t)n * cols, -1, 1), out = act_random(DTS[di], (int64_t)n * rows, -1, 1);
@@ -362,7 +450,7 @@ static void test_matmul_swiglu(burst_backend *be, int held) {
 // backend_alloc's buffers (the KV cache) ask for 2 MB pages, but not on a VM whose host takes freed
 // memory back (host_reports_free_pages): there their first writes would wait on it.
 static void test_buffer_pages(void) {
-    burst_backend *be = backend_cpu_new(2, 0);
+    burst_backend *be = backend_cpu_new(2, 0, 0);
     void *p = backend_alloc(be, (size_t)4 << 20);
     const int advised = test_huge_advice(p), want = !host_reports_free_pages("");
     printf("%s backend_alloc: 4 MB %s 2 MB pages%s\n", advised < 0 || advised == want ? "ok  " : "FAIL",
@@ -388,7 +476,7 @@ static void test_weight_bf16_copy(void) {
     int *tokens = burst_malloc(sizeof(int) * ROWS), bad = 0;
     for (int i = 0; i < ROWS; i++) tokens[i] = i;
     for (int bf16 = 0; bf16 <= 1; bf16++) {
-        burst_backend *be = backend_cpu_new(2, bf16);
+        burst_backend *be = backend_cpu_new(2, bf16, 0);
         burst_weight w;
         burst_error err;
         check(backend_weight(be, &t, &w, &err) == BURST_OK);
@@ -544,7 +632,7 @@ static void test_bf16_nearest(void) {
 // cache, 4 (float32) for the vector loops.
 static void test_attention_transient(void) {
     for (int bf16_backend = 0; bf16_backend < 2; bf16_backend++) {
-        burst_backend *be = backend_cpu_new(3, bf16_backend);
+        burst_backend *be = backend_cpu_new(3, bf16_backend, 0);
         const size_t bf16 = backend_attention_transient_bytes(be, 64, 4, 1000, 8, 2, 128, DTYPE_BF16);
         const size_t f32 = backend_attention_transient_bytes(be, 64, 4, 1000, 8, 2, 128, DTYPE_F32);
         const int pairs = bf16_backend && flash_pairs_applies(&(flash_args){.head_dim = 128, .kv_dtype = DTYPE_BF16, .qp_bf16 = 1});
@@ -563,7 +651,7 @@ int main(void) {
     test_weight_bf16_copy();
     test_buffer_pages();
     printf("matmul: AMX %s\n", amx_usable() ? "on" : "off");
-    burst_backend *be = backend_cpu_new(3, 0); // a thread count that splits the tiles unevenly
+    burst_backend *be = backend_cpu_new(3, 0, 0); // a thread count that splits the tiles unevenly
     test_rmsnorm(be);
     test_matmul(be, 0);
     test_matmul(be, 1);
@@ -572,6 +660,7 @@ int main(void) {
     test_bf16_rounds_x(be, 0);
     test_bf16_rounds_x(be, 1);
     test_f16_weights(be);
+    test_q8(be);
     test_swiglu(be);
     test_matmul_swiglu(be, 0);
     test_matmul_swiglu(be, 1);

@@ -915,9 +915,9 @@ int main(void) {
     test_seed("test_backend_cuda");
     unsetenv("BURST_FLASH"); // (the tests choose the attention path where they need one)
     for (int fp32 = 1; fp32 >= 0; fp32--) {
-        backends B = {.cpu = backend_cpu_new(0, 0), .fp32 = fp32};
+        backends B = {.cpu = backend_cpu_new(0, 0, 0), .fp32 = fp32};
         burst_error err;
-        if (backend_new(fp32 ? "cuda-fp32" : "cuda", 0, 0, &B.gpu, &err)) {
+        if (backend_new(fp32 ? "cuda-fp32" : "cuda", 0, 0, 0, &B.gpu, &err)) {
             printf("FAIL backend_new: %s\n", err.msg);
             return 1;
         }
@@ -927,7 +927,7 @@ int main(void) {
         if (!fp32 && flash_cudnn_compiled()) { // (before test_attention: this thread's first cuDNN call)
             backends Bc = B;
             setenv("BURST_FLASH", "cudnn", 1);
-            if (backend_new("cuda", 0, 0, &Bc.gpu, &err)) {
+            if (backend_new("cuda", 0, 0, 0, &Bc.gpu, &err)) {
                 printf("FAIL backend_new: %s\n", err.msg);
                 return 1;
             }
@@ -954,7 +954,7 @@ int main(void) {
         for (int batched = 0; batched < 2; batched++) {
             backends Bb = B;
             setenv("BURST_BATCHED_DECODE", batched ? "1" : "0", 1);
-            if (backend_new(fp32 ? "cuda-fp32" : "cuda", 0, 0, &Bb.gpu, &err)) {
+            if (backend_new(fp32 ? "cuda-fp32" : "cuda", 0, 0, 0, &Bb.gpu, &err)) {
                 printf("FAIL backend_new: %s\n", err.msg);
                 return 1;
             }

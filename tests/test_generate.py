@@ -37,6 +37,15 @@ r = run("generate", "--model", STORIES, "--prompt", "Once upon a time", "--max-t
 check("cpu-bf16: the greedy continuation, a bf16 KV cache by default",
       r.returncode == 0 and r.stdout.startswith(EXPECT) and "(KV BF16)" in r.stderr, f"{r.stdout!r} {r.stderr[-300:]!r}")
 
+# --quantize q8 on both cpu backends: int8 weights (test_logits holds their logits to a quantized
+# reference; here they move by ~1e-2 and these 40 tokens hold no near tie), named on stderr.
+for backend in ("cpu", "cpu-bf16"):
+    r = run("generate", "--model", STORIES, "--prompt", "Once upon a time", "--max-tokens", "40", "--temperature", "0",
+            "--backend", backend, "--quantize", "q8")
+    check(f"--quantize q8 on {backend}: the greedy continuation, (q8 weights) on stderr",
+          r.returncode == 0 and r.stdout.startswith(EXPECT) and f"on {backend} (q8 weights)" in r.stderr,
+          f"{r.stdout!r} {r.stderr[-300:]!r}")
+
 # The backend by default: cpu for float32 weights; for BF16 and F16 ones cpu-bf16 where the CPU
 # multiplies bf16 (--version says with what), else cpu; the KV cache's dtype follows the backend,
 # unless --kv-dtype names one. The default's greedy text is that backend's, named.
@@ -85,6 +94,9 @@ with tempfile.TemporaryDirectory() as tmp:
         (["generate", "--model", STORIES, "--prompt", "x", "--temperature", "hot"], "--temperature hot"),
         (["generate", "--model", STORIES, "--prompt", "x", "--bogus", "1"], "--bogus"),
         (["generate", "--model", STORIES, "--prompt", "x", "--kv-dtype", "f16"], "--kv-dtype f16: want f32 or bf16"),
+        (["generate", "--model", STORIES, "--prompt", "x", "--quantize", "q4"], "--quantize q4: want q8 or none"),
+        (["generate", "--model", STORIES, "--prompt", "x", "--backend", "cuda", "--quantize", "q8"],
+         "backend cuda: q8 weights run on the cpu backends only"),
         (["generate", "--model", STORIES, "--prompt", "x", "--backend", "cpu-bf17"],
          "backend 'cpu-bf17' unknown (want cpu, cpu-bf16, cuda or cuda-fp32)"),
         (["generate", "--model", STORIES, "--prompt", "Once upon a time", "--ctx", "3"], "exceeds the context"),
