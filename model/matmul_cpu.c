@@ -1,7 +1,8 @@
 // The CPU backend's matmul: out (n, rows) = x (n, cols) @ W^T, W in its stored dtype (F32, F16 or
 // BF16, read from the mmap in place; never widened whole), in AMX tiles (matmul_amx.c), or Q8 (int8
-// with a scale per group of columns: the backend's q8 copy; one or two tokens read a row a group
-// at a time, more widen it to float32 as the others, and the GEMM on column pairs to bf16).
+// with a scale per group of columns: the backend's q8 copy). Q8 weights are widened as the others,
+// with their scales: to bf16 on column pairs (bf16 x with AVX512-BF16), in registers or a GEMM
+// block at a time; else to float32, but a row of one or two tokens a group at a time (few_row_q8).
 //
 // A few tokens (decode steps, n < MM_FEW_TOKENS, or MM_FEW_TOKENS_PAIRS on column pairs): each
 // weight row is read once for all of them, a tile of FEW_ROWS rows at a time (one row for one or
@@ -115,9 +116,9 @@ enum { FEW_MAX_ROWS = FEW_ROWS > FEW_ROWS_PAIRS ? FEW_ROWS : FEW_ROWS_PAIRS };
 enum { FEW_MAX_TOKENS = FEW_TOKENS > FEW_TOKENS_PAIRS ? FEW_TOKENS : FEW_TOKENS_PAIRS };
 enum { FEW_MAX_SUMS = FEW_ROWS * FEW_TOKENS > FEW_ROWS_PAIRS * FEW_TOKENS_PAIRS ? FEW_ROWS * FEW_TOKENS
                                                                                 : FEW_ROWS_PAIRS * FEW_TOKENS_PAIRS };
-// How a few-token tile multiplies: float32 x by weights widened to float32, bf16 x by BF16 weights
-// on column pairs (on_pairs), or float32 x by a row of Q8 weights a group at a time (few_row_q8,
-// for one or two tokens; more take Q8 weights widened to float32 with their scales).
+// How a few-token tile multiplies: float32 x by weights widened to float32, bf16 x by BF16 (or Q8)
+// weights on column pairs (on_pairs), or float32 x by a row of Q8 weights a group at a time
+// (few_row_q8, for one or two tokens; more take Q8 weights widened to float32 with their scales).
 enum { FEW_F32, FEW_PAIRS, FEW_Q8 };
 
 // One weight of a row w of dtype dt as float32 (Q8: times its group's scale, of the row's scales s).
@@ -193,19 +194,29 @@ void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst) 
 }
 
 // Whether a matmul of x (x_dtype) by W runs on column pairs (GEMM_PAIRS): bf16 x, BF16 weights in
-// rows (or in the GEMM Q8 ones, widened to bf16 a block at a time), an even number of columns.
-static int on_pairs(burst_dtype x_dtype, const burst_weight *W, int gemm) {
-    return GEMM_PAIRS && x_dtype == DTYPE_BF16 && (W->dtype == DTYPE_BF16 || (gemm && W->dtype == DTYPE_Q8)) &&
-           !W->amx_tiles && W->cols % 2 == 0;
+// rows, or Q8 ones rounded to bf16 with their scales, an even number of columns.
+static int on_pairs(burst_dtype x_dtype, const burst_weight *W) {
+    return GEMM_PAIRS && x_dtype == DTYPE_BF16 && (W->dtype == DTYPE_BF16 || W->dtype == DTYPE_Q8) && !W->amx_tiles &&
+           W->cols % 2 == 0;
 }
 
 #if GEMM_PAIRS
+// The Q8_GROUP (32) int8 weights at q times their scale, rounded to bf16 (nearest even).
+static inline __m512bh q8_bf16_x32(const int8_t *q, float scale) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q)));
+    const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16))));
+    return _mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, sc), _mm512_mul_ps(lo, sc));
+}
+
 // few_tile on column pairs: x (nt rows of bf16, and their blocks of 32 as few_blocks lays them
-// out) and the weights as stored, 32 columns a dot-product instruction, each lane's pair added to
-// its float32 sum.
-static inline __attribute__((always_inline)) void few_tile_pairs(const uint16_t *const *w, int64_t cols,
-                                                                 const uint16_t *xb, const uint16_t *x, const int nr,
-                                                                 const int nt, float *sums) {
+// out) and the weights as stored (BF16), or Q8 ones (scales s) rounded to bf16 a group at a time,
+// 32 columns a dot-product instruction, each lane's pair added to its float32 sum. (Q8 weights
+// widened to float32 instead took 1.2-1.5x the time at 8 to 24 tokens: bench_matmul_cpu.)
+static inline __attribute__((always_inline)) void few_tile_pairs(const void *const *w, const float *const *s,
+                                                                 const int q8, int64_t cols, const uint16_t *xb,
+                                                                 const uint16_t *x, const int nr, const int nt,
+                                                                 float *sums) {
     __m512 acc[FEW_ROWS_PAIRS][FEW_TOKENS_PAIRS];
     for (int r = 0; r < nr; r++)
         for (int t = 0; t < nt; t++) acc[r][t] = _mm512_setzero_ps();
@@ -213,8 +224,13 @@ static inline __attribute__((always_inline)) void few_tile_pairs(const uint16_t 
     for (; k + 32 <= cols; k += 32, xb += nt * 32) {
         __m512bh wv[FEW_ROWS_PAIRS];
         for (int r = 0; r < nr; r++) {
-            wv[r] = (__m512bh)_mm512_loadu_si512(w[r] + k);
-            __builtin_prefetch(w[r] + k + nr * cols, 0, 2);
+            if (q8) {
+                wv[r] = q8_bf16_x32((const int8_t *)w[r] + k, s[r][k / Q8_GROUP]);
+                __builtin_prefetch((const int8_t *)w[r] + k + nr * cols, 0, 2);
+            } else {
+                wv[r] = (__m512bh)_mm512_loadu_si512((const uint16_t *)w[r] + k);
+                __builtin_prefetch((const uint16_t *)w[r] + k + nr * cols, 0, 2);
+            }
         }
         for (int t = 0; t < nt; t++) {
             const __m512bh xv = (__m512bh)_mm512_loadu_si512(xb + t * 32);
@@ -223,9 +239,12 @@ static inline __attribute__((always_inline)) void few_tile_pairs(const uint16_t 
     }
     for (int r = 0; r < nr; r++)
         for (int t = 0; t < nt; t++) {
-            float s = _mm512_reduce_add_ps(acc[r][t]);
-            for (int64_t j = k; j < cols; j++) s += bf16_to_f32(w[r][j]) * bf16_to_f32(x[t * cols + j]);
-            sums[t * nr + r] = s;
+            float sum = _mm512_reduce_add_ps(acc[r][t]);
+            for (int64_t j = k; j < cols; j++) {
+                const uint16_t wj = q8 ? f32_to_bf16(w_at(w[r], s[r], DTYPE_Q8, j)) : ((const uint16_t *)w[r])[j];
+                sum += bf16_to_f32(wj) * bf16_to_f32(x[t * cols + j]);
+            }
+            sums[t * nr + r] = sum;
         }
 }
 #endif
@@ -248,8 +267,8 @@ static inline __attribute__((always_inline)) void q8_group(const int8_t *w, floa
 
 // few_tile of one row of Q8 weights (w, its scales s) and one or two tokens, where the weights'
 // reads bound the time; x float32 in blocks of a group (few_blocks). A group at a time, so that no
-// weight is multiplied by its scale (weights widened with their scales took 1.2x the time at 1
-// token: bench_matmul_cpu --quantize q8).
+// weight is multiplied by its scale (weights widened with their scales took 1.1-1.5x the time at
+// 1 token, as long at 2: bench_matmul_cpu --quantize q8, LLaMA-7B's shapes).
 static inline __attribute__((always_inline)) void few_row_q8(const int8_t *w, const float *s, int64_t cols,
                                                              const float *xb, const float *x, const int nt,
                                                              float *sums) {
@@ -288,7 +307,7 @@ static inline __attribute__((always_inline)) void few_tile(const burst_weight *W
     }
 #if GEMM_PAIRS
     if (form == FEW_PAIRS) {
-        few_tile_pairs((const uint16_t *const *)w, cols, xb, xp, nr, nt, sums);
+        few_tile_pairs(w, s, W->dtype == DTYPE_Q8, cols, xb, xp, nr, nt, sums);
         return;
     }
 #endif
@@ -560,7 +579,7 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
     // On column pairs (GEMM_PAIRS) x^T's 32-bit lanes hold a token's bf16 pairs as stored, half as
     // many as its columns, and BF16 weights are read as stored; others are widened a block at a
     // time, to float32 or, Q8 on pairs, to bf16.
-    const int pairs = on_pairs(x_dtype, W, 1), as_stored = pairs && W->dtype == DTYPE_BF16;
+    const int pairs = on_pairs(x_dtype, W), as_stored = pairs && W->dtype == DTYPE_BF16;
     const int64_t step = pairs ? 2 : 1, lanes = cols / step; // columns a lane, lanes a token
     float *xt = burst_malloc_aligned(xt_bytes(n, cols));
     #pragma omp parallel num_threads(n_threads)
@@ -632,14 +651,8 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
 
 int matmul_cpu_bf16_products(void) { return GEMM_PAIRS; }
 
-// Whether matmul_cpu runs n tokens of x_dtype by W in the GEMM (else the few-token path), where
-// AMX does not take them.
-static int on_gemm(burst_dtype x_dtype, const burst_weight *W, int n) {
-    return n >= (on_pairs(x_dtype, W, 0) ? MM_FEW_TOKENS_PAIRS : MM_FEW_TOKENS);
-}
-
-int matmul_cpu_rounds_weights(burst_dtype x_dtype, const burst_weight *W, int n) {
-    return W->dtype == DTYPE_Q8 && on_gemm(x_dtype, W, n) && on_pairs(x_dtype, W, 1);
+int matmul_cpu_rounds_weights(burst_dtype x_dtype, const burst_weight *W) {
+    return W->dtype == DTYPE_Q8 && on_pairs(x_dtype, W);
 }
 
 size_t matmul_cpu_transient_bytes(int n, int64_t cols, int n_threads) {
@@ -654,8 +667,8 @@ size_t matmul_cpu_transient_bytes(int n, int64_t cols, int n_threads) {
 void matmul_cpu(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                 const burst_weight *W, int n, int n_threads) {
     if (matmul_amx(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads)) return;
-    const int pairs = on_pairs(x_dtype, W, 0);
-    if (on_gemm(x_dtype, W, n)) {
+    const int pairs = on_pairs(x_dtype, W);
+    if (n >= (pairs ? MM_FEW_TOKENS_PAIRS : MM_FEW_TOKENS)) {
         matmul_gemm(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads);
         return;
     }

@@ -16,9 +16,9 @@ void matmul_cpu(void *out, burst_dtype out_dtype, int accumulate, const void *x,
 // so gains from them without AMX; 0 where it widens them to float32.
 int matmul_cpu_bf16_products(void);
 
-// 1 where matmul_cpu multiplies n tokens of x (x_dtype) by W's values rounded to bf16: Q8 weights
-// in the GEMM on column pairs (bf16 x, AVX512-BF16), widened to bf16 a block at a time.
-int matmul_cpu_rounds_weights(burst_dtype x_dtype, const burst_weight *W, int n);
+// 1 where matmul_cpu multiplies x (x_dtype) by W's values rounded to bf16: Q8 weights on column
+// pairs (bf16 x, AVX512-BF16).
+int matmul_cpu_rounds_weights(burst_dtype x_dtype, const burst_weight *W);
 
 // The most bytes matmul_cpu allocates for a call of n tokens by a weight of cols columns.
 size_t matmul_cpu_transient_bytes(int n, int64_t cols, int n_threads);

@@ -360,7 +360,7 @@ static void test_q8(burst_backend *be) {
             check(!bad);
             for (int xi = 0; xi < 2; xi++)
                 for (int k = 0; k < (int)(sizeof ns / sizeof ns[0]); k++) {
-                    const int n = ns[k], rounds = matmul_cpu_rounds_weights(DTS[xi], &W, n);
+                    const int n = ns[k], rounds = matmul_cpu_rounds_weights(DTS[xi], &W);
                     rounded_somewhere |= rounds;
                     act_buf x = act_random(DTS[xi], (int64_t)n * cols, -1, 1), out = act_random(DTYPE_F32, (int64_t)n * rows, 0, 0);
                     double *ref = burst_malloc(sizeof(double) * (size_t)n * rows), terms = 0;
