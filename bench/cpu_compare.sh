@@ -9,7 +9,9 @@
 # (bench/hf_to_gguf.py; GGUF=PATH, default /tmp/NAME.gguf, kept for the next run). NS (default
 # 512,2048,8192), DEPTHS (default 512,4096) and SEQS (default 1,8) are the sizes, REPS (default 2)
 # how many times each runs, alternating between the two programs (this machine's memory bandwidth
-# moves between minutes), THREADS (default: all cores) the threads of both.
+# moves between minutes), THREADS (default: all cores) the threads of both. Q8=1 compares 8-bit
+# weights instead: burst with --quantize q8, llama.cpp on the GGUF quantized to Q8_0 (its
+# llama-quantize, built beside the others; kept as /tmp/NAME-q8_0.gguf).
 #
 # burst: `burst generate` (prompt of N tokens, its "first token after" time: tokenizing, prefill
 # and the first token's sampling) on cpu-bf16 (bf16 KV cache) and cpu (float32 matmul inputs and KV
@@ -23,10 +25,22 @@ lcpp=${LLAMA_CPP:?LLAMA_CPP=DIR: a llama.cpp checkout with build/bin/llama-bench
 ns=${NS:-512,2048,8192} depths=${DEPTHS:-512,4096} seqs=${SEQS:-1,8} reps=${REPS:-2} threads=${THREADS:-$(nproc)}
 gguf=${GGUF:-/tmp/$(basename "$model").gguf}
 build=${BUILD_DIR:-build}
+q8=${Q8:-0} quantize=() quant_arg=none
 for f in "$build/burst" "$build/bench/bench_decode" "$lcpp/build/bin/llama-bench" "$lcpp/build/bin/llama-batched-bench"; do
     [ -x "$f" ] || { echo "cpu_compare.sh: $f: not built"; exit 1; }
 done
 [ -f "$gguf" ] || GGUF_PY=$lcpp/gguf-py /usr/bin/python3 bench/hf_to_gguf.py "$model" "$gguf"
+if [ "$q8" = 1 ]; then
+    quantize=(--quantize q8) quant_arg=q8
+    q8_gguf=/tmp/$(basename "$model")-q8_0.gguf
+    [ -x "$lcpp/build/bin/llama-quantize" ] || { echo "cpu_compare.sh: $lcpp/build/bin/llama-quantize: not built"; exit 1; }
+    if [ ! -f "$q8_gguf" ]; then
+        "$lcpp/build/bin/llama-quantize" "$gguf" "$q8_gguf.part" Q8_0 "$threads" >/dev/null 2>&1 ||
+            { echo "cpu_compare.sh: llama-quantize $gguf failed"; exit 1; }
+        mv "$q8_gguf.part" "$q8_gguf"
+    fi
+    gguf=$q8_gguf
+fi
 results=$(mktemp) prompt=$(mktemp)
 trap 'rm -f "$results" "$prompt"' EXIT
 # Result lines: "PROGRAM VARIANT prefill N seconds" and "PROGRAM VARIANT decode D:S seconds".
@@ -46,14 +60,14 @@ for r in map(json.loads, filter(lambda l: l.startswith("{"), sys.stdin)):
     done
 }
 "$build/burst" --version
-echo "llama.cpp $(git -C "$lcpp" log -1 --format='%h %cs' 2>/dev/null || echo '?'), $threads threads; model $model"
+echo "llama.cpp $(git -C "$lcpp" log -1 --format='%h %cs' 2>/dev/null || echo '?'), $threads threads; model $model; weights $gguf"
 for rep in $(seq "$reps"); do
     for n in ${ns//,/ }; do
         # "the" is one token, so the prompt is N tokens with the BOS
         python3 -c "import sys; sys.stdout.write('the' + ' the' * ($n - 2))" >"$prompt"
         for backend in cpu-bf16 cpu; do
             line=$("$build/burst" generate --model "$model" --prompt-file "$prompt" --max-tokens 1 \
-                --backend "$backend" --threads "$threads" 2>&1 >/dev/null | tail -1)
+                --backend "$backend" --threads "$threads" "${quantize[@]}" 2>&1 >/dev/null | tail -1)
             [[ $line == *"prompt $n tokens"* ]] || { echo "cpu_compare.sh: burst $backend at $n: $line"; exit 1; }
             echo "burst $backend prefill $n $(sed 's/.*first token after \([0-9.]*\) s.*/\1/' <<<"$line")" >>"$results"
         done
@@ -61,7 +75,7 @@ for rep in $(seq "$reps"); do
     done
     for d in ${depths//,/ }; do
         for backend in cpu-bf16:bf16 cpu:f32; do
-            "$build/bench/bench_decode" "$model" "$seqs" "$d" 16 "${backend%:*}" "${backend#*:}" "$threads" 2>/dev/null |
+            "$build/bench/bench_decode" "$model" "$seqs" "$d" 16 "${backend%:*}" "${backend#*:}" "$threads" 1 "$quant_arg" 2>/dev/null |
                 awk -F'|' -v b="${backend%:*}" -v d="$d" '$2 ~ /^ [0-9]+ $/ {printf "burst %s decode %d:%d %.6f\n", b, d, $2, $3 / 1000}' >>"$results"
         done
         llama_decode "$d"

@@ -9,14 +9,17 @@
 # GGUF file is bench/cpu_compare.sh's (GGUF=PATH, default /tmp/NAME.gguf, written if missing).
 # SLOTS (default 4: burstd's --slots, llama-server's --parallel, each slot CTX tokens, default
 # 1024), LOADS (default "1:8 4:16": concurrency:requests pairs), PROMPT (default 512), TOKENS
-# (default 32), REPS (default 2), THREADS (default: all cores). Both servers run with their
-# defaults otherwise (burstd: the backend its default picks; llama-server: flash attention auto).
+# (default 32), REPS (default 2), THREADS (default: all cores), BURSTD_ARGS (more flags for
+# burstd: 8-bit weights against llama.cpp's are BURSTD_ARGS="--quantize q8" with GGUF= the Q8_0 file
+# bench/cpu_compare.sh's Q8=1 writes). Both servers run with their defaults otherwise (burstd: the
+# backend its default picks; llama-server: flash attention auto).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:?usage: LLAMA_CPP=DIR bash bench/server_compare.sh MODEL_DIR}
 lcpp=${LLAMA_CPP:?LLAMA_CPP=DIR: a llama.cpp checkout with build/bin/llama-server}
 slots=${SLOTS:-4} ctx=${CTX:-1024} loads=${LOADS:-1:8 4:16} prompt=${PROMPT:-512} tokens=${TOKENS:-32}
 reps=${REPS:-2} threads=${THREADS:-$(nproc)} build=${BUILD_DIR:-build}
+read -ra burstd_args <<<"${BURSTD_ARGS:-}"
 gguf=${GGUF:-/tmp/$(basename "$model").gguf}
 for f in "$build/burstd" "$build/burst" "$lcpp/build/bin/llama-server"; do
     [ -x "$f" ] || { echo "server_compare.sh: $f: not built"; exit 1; }
@@ -28,7 +31,8 @@ trap '[ -z "$pid" ] || kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT
 serve() { # server: starts it on a free port and waits until it answers /health
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     case $1 in # exec: $! is the server itself
-    burstd) exec "$build/burstd" --model "$model" --port "$port" --slots "$slots" --ctx "$ctx" --threads "$threads" ;;
+    burstd) exec "$build/burstd" --model "$model" --port "$port" --slots "$slots" --ctx "$ctx" --threads "$threads" \
+        "${burstd_args[@]}" ;;
     llama.cpp) exec "$lcpp/build/bin/llama-server" -m "$gguf" --port "$port" --parallel "$slots" -c $((slots * ctx)) \
         -t "$threads" ;;
     esac >"$work/$1.log" 2>&1 &
@@ -44,7 +48,7 @@ serve() { # server: starts it on a free port and waits until it answers /health
 
 "$build/burst" --version
 echo "llama.cpp $(git -C "$lcpp" log -1 --format='%h %cs' 2>/dev/null || echo '?'); $threads threads, $slots slots," \
-    "prompts of $prompt tokens generating $tokens; model $model"
+    "prompts of $prompt tokens generating $tokens; model $model, burstd ${BURSTD_ARGS:-(defaults)}, $gguf"
 for rep in $(seq "$reps"); do
     for load in $loads; do
         for server in burstd llama.cpp; do

@@ -193,10 +193,11 @@ static burst_status load_tensors(llama_model *m, llama_rank *R, burst_error *err
             (st = get_weight(m, R, &L->w_down, dim, hid, err, "model.layers.%d.mlp.down_proj.weight", l)))
             return st;
         L->wq = qkv[0], L->wk = qkv[1], L->wv = qkv[2], L->w_gate = gate_up[0], L->w_up = gate_up[1];
-        // Uploading a large checkpoint to a device, or copying it into AMX tiles, takes a while:
-        // say how far it got.
+        // Uploading a large checkpoint to a device, or copying it into AMX tiles or quantizing it,
+        // takes a while: say how far it got.
         if (weights_bytes(m->w) > ((size_t)256 << 20) && (l + 1) % 8 == 0 && burst_now() - t0 > 1.0)
-            LOG_I("rank %d: %d of %d layers on the %s backend", R->rank, l + 1, c->n_layers, m->opt.backend);
+            LOG_I("rank %d: %d of %d layers on the %s backend%s", R->rank, l + 1, c->n_layers, m->opt.backend,
+                  m->opt.weights_q8 ? ", quantized to q8" : "");
     }
     return BURST_OK;
 }

@@ -474,14 +474,14 @@ static void matmul_few(void *out, burst_dtype out_dtype, int accumulate, const v
 }
 
 #if GEMM_PAIRS
-// weight_to_f32 of n <= KC weights rounded to bf16 (to nearest even): a Q8 weight's block for the
-// GEMM on column pairs.
-static void weight_to_bf16(const burst_weight *W, int64_t first, int n, uint16_t *dst) {
-    float f[KC];
-    weight_to_f32(W, first, n, f);
+// n weights of row r of a Q8 weight W from column c0 (a multiple of Q8_GROUP) times their scales,
+// rounded to bf16 (q8_bf16_x32): a row of the GEMM's block on column pairs.
+static void q8_row_to_bf16(const burst_weight *W, int64_t r, int64_t c0, int n, uint16_t *dst) {
+    const int8_t *q = w_row(W, r);
+    const float *s = w_scales(W, r);
     int i = 0;
-    for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i *)(dst + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(f + i)));
-    for (; i < n; i++) dst[i] = f32_to_bf16(f[i]);
+    for (; i + Q8_GROUP <= n; i += Q8_GROUP) _mm512_storeu_si512(dst + i, (__m512i)q8_bf16_x32(q + c0 + i, s[(c0 + i) / Q8_GROUP]));
+    for (; i < n; i++) dst[i] = f32_to_bf16(w_at(q, s, DTYPE_Q8, c0 + i));
 }
 
 // gemm_tile on column pairs (GEMM_PAIRS): kp pairs of bf16 weights, row i's pair p at w + i x
@@ -622,7 +622,7 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
                 for (int64_t r = 0; !as_stored && r < nb; r++) {
 #if GEMM_PAIRS
                     if (pairs) {
-                        weight_to_bf16(W, (r0 + r) * cols + k0, kn, (uint16_t *)wf + r * KC);
+                        q8_row_to_bf16(W, r0 + r, k0, kn, (uint16_t *)wf + r * KC);
                         continue;
                     }
 #endif
