@@ -416,6 +416,7 @@ with tempfile.TemporaryDirectory() as tmp:
                        [["--model", STORIES, "--served-model-name", ""], "--served-model-name must not be empty"],
                        [["--model", STORIES, "--api-key", ""], "--api-key must not be empty"],
                        [["--model", STORIES, "--kv-dtype", "int8"], "--kv-dtype int8: want f32 or bf16"],
+                       [["--model", STORIES, "--quantize", "int4"], "--quantize int4: want q8 or none"],
                        [["--model", STORIES, "--host", "no.such.host.invalid", "--port", "0"], "no.such.host.invalid"],
                        # 88 TB of KV cache: refused before it is allocated, saying what fits
                        [["--model", STORIES, "--ctx", "1073741824", "--slots", "64", "--ranks", "2"],
@@ -426,6 +427,14 @@ with tempfile.TemporaryDirectory() as tmp:
         r = subprocess.run([os.path.join(BIN, "burstd"), *args], capture_output=True, text=True, timeout=60)
         check(f"burstd {args[-2:]} fails: {want!r}", r.returncode not in (0, None) and r.returncode < 128
               and want in r.stderr and "listening" not in r.stderr, (r.returncode, r.stderr[-300:]))
+# --quantize q8: the start line says so, and it streams what burst generate --quantize q8 writes.
+with Burstd(STORIES, "--quantize", "q8") as srv:
+    ref = subprocess.run([os.path.join(BIN, "burst"), "generate", "--model", STORIES, "--prompt", "Once upon a time",
+                          "--max-tokens", "30", "--quantize", "q8"], capture_output=True, text=True, timeout=60).stdout.rstrip("\n")
+    st, ev = srv.stream("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0, "stream": True})
+    check("--quantize q8: (q8 weights) on the start line, the text burst generate --quantize q8 gives",
+          "on cpu (q8 weights)" in srv.log() and st == 200 and stream_text(ev) == ref and len(ref) > 20,
+          (ref, stream_text(ev), srv.log()[-300:]))
 # G = 3 ranks behind the daemon: a prompt long enough for the ring (>= 2G tokens) and concurrent
 # decoding requests give the text one rank gives.
 LONG = "Once upon a time, there was a little boy named Tim. He had a big red ball."
