@@ -37,7 +37,7 @@ static inline int64_t q8_groups(int64_t cols) { return (cols + Q8_GROUP - 1) / Q
 // float32 ones by F32 weights, and F16 weights in bf16: model/backend_cpu.c), or, when built with
 // CUDA, "cuda" (bf16 weights and GEMMs) or "cuda-fp32" (float32 throughout, for exactness tests)
 // on GPU `device` (model/backend_cuda.h). q8: the CPU backends hold every matrix as DTYPE_Q8
-// (backend_weight quantizes it: half BF16's bytes, which decode steps stream); a GPU refuses it.
+// (backend_weight quantizes it: 56% of BF16's bytes, which decode steps stream); a GPU refuses it.
 burst_status backend_new(const char *name, int device, int n_threads, int q8, burst_backend **out,
                          burst_error *err);
 burst_backend *backend_cpu_new(int n_threads, int bf16, int q8);
@@ -89,8 +89,8 @@ void backend_convert_batch(burst_backend *b, burst_dtype to, const convert_job *
 
 // Makes a weights tensor usable by the backend: the CPU backend borrows the mapping (or copies BF16
 // matrices, and cpu-bf16's F16 ones, into AMX tiles; cpu-bf16 without AMX rounds F16 ones to bf16;
-// with q8 quantizes every matrix: model/backend_cpu.c), the CUDA backend uploads it. out->data == t->data where the backend
-// borrows it.
+// with q8 it quantizes every matrix: model/backend_cpu.c), the CUDA backend uploads it. out->data
+// == t->data where the backend borrows it.
 burst_status backend_weight(burst_backend *b, const weights_tensor *t, burst_weight *out,
                             burst_error *err);
 

@@ -34,7 +34,8 @@ typedef struct {
     int kv_default;       // 1: kv_dtype is the backend's default instead: bf16 on cuda and
                           // cpu-bf16 (it computes in bf16 anyway), f32 on cpu and cuda-fp32
     int weights_q8;       // 1: the cpu backends quantize every matrix to int8 at load, a float32
-                          // scale per 32 columns (DTYPE_Q8): half BF16's memory and decode reads
+                          // scale per 32 columns (DTYPE_Q8): 56% of BF16's memory and decode reads;
+                          // workers take the leader's
     const char *comm;    // how ranks talk: "threads" (one process), "tcp" (host memory, any
                          // processes) or "nccl" (one GPU per rank); NULL: threads alone, in a
                          // cluster tcp for cpu and nccl for cuda

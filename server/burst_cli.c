@@ -280,7 +280,13 @@ static int worker(const worker_args *a) {
     llama_options opt = {.n_threads = a->threads, .coordinator = a->coordinator,
                          .cluster_key = getenv("BURST_CLUSTER_KEY"), .worker = 1,
                          .join_timeout_s = a->join_timeout};
-    int rc = llama_load(a->model, &opt, &m, &err) || llama_follow(m, &err);
+    int rc = llama_load(a->model, &opt, &m, &err) != BURST_OK; // (exit status 1)
+    if (!rc) { // what it took from the leader
+        const llama_options *o = llama_options_of(m);
+        fprintf(stderr, "burst: worker: joined: %d rank(s) in all on %s%s (KV %s)\n", o->n_ranks, o->backend,
+                o->weights_q8 ? " (q8 weights)" : "", dtype_name(o->kv_dtype));
+        rc = llama_follow(m, &err) != BURST_OK;
+    }
     if (rc) fprintf(stderr, "E %s\n", err.msg);
     else fprintf(stderr, "burst: worker: the leader has stopped\n");
     llama_free(m);

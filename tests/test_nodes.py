@@ -61,19 +61,25 @@ def finish(p, timeout=30):
     return p.returncode, err
 
 
-# Same text as one process, with the ring crossing process boundaries.
-for G, P, batch, kv in ((2, 2, 512, "f32"), (3, 2, 512, "f32"), (4, 3, 512, "f32"), (3, 2, 7, "f32"), (3, 2, 7, "bf16")):
-    one = generate("--ranks", str(G), "--batch", str(batch), "--kv-dtype", kv)
+# Same text as one process, with the ring crossing process boundaries; the workers say what they
+# took from the leader (the KV dtype, q8 weights).
+for G, P, batch, kv, q8 in ((2, 2, 512, "f32", 0), (3, 2, 512, "f32", 0), (4, 3, 512, "f32", 0), (3, 2, 7, "f32", 0),
+                            (3, 2, 7, "bf16", 0), (3, 2, 7, "f32", 1)):
+    quantize = ["--quantize", "q8"] if q8 else []
+    one = generate("--ranks", str(G), "--batch", str(batch), "--kv-dtype", kv, *quantize)
     coord = f"127.0.0.1:{free_port()}"
     workers = [worker(coord) for _ in range(P - 1)]
-    many = generate("--ranks", str(G), "--batch", str(batch), "--kv-dtype", kv, "--nodes", str(P), "--coordinator", coord)
-    name = f"G={G} over {P} processes, batch {batch}, KV {kv}"
+    many = generate("--ranks", str(G), "--batch", str(batch), "--kv-dtype", kv, *quantize, "--nodes", str(P),
+                    "--coordinator", coord)
+    name = f"G={G} over {P} processes, batch {batch}, KV {kv}" + (", q8 weights" if q8 else "")
     check(f"{name}: leader exit 0", many.returncode == 0, many.stderr[-400:])
     check(f"{name}: same text as one process", many.stdout == one.stdout and len(one.stdout) > 100,
           f"{many.stdout!r} vs {one.stdout!r}")
+    took = f"{G} rank(s) in all on cpu{' (q8 weights)' if q8 else ''} (KV {kv.upper()})"
     for i, w in enumerate(workers):
         rc, err = finish(w)
-        check(f"{name}: worker {i + 1} exits 0 when the leader stops", rc == 0 and "leader has stopped" in err, err[-400:])
+        check(f"{name}: worker {i + 1} took the leader's options, exits 0 when the leader stops",
+              rc == 0 and "leader has stopped" in err and took in err, err[-400:])
 
 # The same over IPv6 loopback, where this machine has it; an IPv6 address without brackets is a
 # clear error.
