@@ -93,6 +93,27 @@ static void cpu_convert(burst_backend *b, void *dst, burst_dtype to, const float
     for (int64_t i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
 }
 
+// n (at most Q8_GROUP) weights w as int8 multiples q of the scale they return: their largest
+// magnitude over 127, each rounded to the nearest (ties to even). A whole group in AVX-512
+// registers: the scalar loop's calls to fmaxf and lrintf took 80% of a 7B checkpoint's load.
+static float quantize_group(const float *w, int64_t n, int8_t *q) {
+#ifdef BURST_AVX512
+    if (n == Q8_GROUP) {
+        const __m512 lo = _mm512_loadu_ps(w), hi = _mm512_loadu_ps(w + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+        const __m512 inv = _mm512_set1_ps(amax > 0 ? 127 / amax : 0);
+        _mm_storeu_si128((__m128i *)q, _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(lo, inv))));
+        _mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(hi, inv))));
+        return amax / 127;
+    }
+#endif
+    float amax = 0;
+    for (int64_t k = 0; k < n; k++) amax = fmaxf(amax, fabsf(w[k]));
+    const float inv = amax > 0 ? 127 / amax : 0;
+    for (int64_t k = 0; k < n; k++) q[k] = (int8_t)lrintf(w[k] * inv);
+    return amax / 127;
+}
+
 // W (rows, cols) quantized into q (int8, W's shape) and scales (rows, q8_groups(cols)): each group
 // of Q8_GROUP columns of a row gets the scale of its largest magnitude over 127, and each weight the
 // nearest multiple of it (llama.cpp's Q8_0, but with float32 scales), within half a scale.
@@ -104,14 +125,9 @@ static void quantize_q8(int8_t *q, float *scales, const burst_weight *W, int n_t
         #pragma omp for schedule(static)
         for (int64_t r = 0; r < W->rows; r++) {
             weight_to_f32(W, r * cols, cols, row);
-            for (int64_t g = 0; g < groups; g++) {
-                const int64_t c0 = g * Q8_GROUP, c1 = c0 + Q8_GROUP < cols ? c0 + Q8_GROUP : cols;
-                float amax = 0;
-                for (int64_t k = c0; k < c1; k++) amax = fmaxf(amax, fabsf(row[k]));
-                const float inv = amax > 0 ? 127 / amax : 0;
-                scales[r * groups + g] = amax / 127;
-                for (int64_t k = c0; k < c1; k++) q[r * cols + k] = (int8_t)lrintf(row[k] * inv);
-            }
+            for (int64_t c0 = 0; c0 < cols; c0 += Q8_GROUP)
+                scales[r * groups + c0 / Q8_GROUP] = quantize_group(row + c0, cols - c0 < Q8_GROUP ? cols - c0 : Q8_GROUP,
+                                                                    q + r * cols + c0);
         }
         free(row);
     }
