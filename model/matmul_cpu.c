@@ -209,34 +209,48 @@ static inline __m512bh q8_bf16_x32(const int8_t *q, float scale) {
     return _mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, sc), _mm512_mul_ps(lo, sc));
 }
 
+// 32 weights of row w from column k as bf16 pairs: BF16 ones as stored, Q8 ones (the row's scales
+// s) rounded to bf16 with their scale; and a prefetch of the row `ahead` columns on.
+static inline __attribute__((always_inline)) __m512bh pairs_w32(const void *w, const float *s, const int q8, int64_t k,
+                                                                int64_t ahead) {
+    if (q8) {
+        __builtin_prefetch((const int8_t *)w + k + ahead, 0, 2);
+        return q8_bf16_x32((const int8_t *)w + k, s[k / Q8_GROUP]);
+    }
+    __builtin_prefetch((const uint16_t *)w + k + ahead, 0, 2);
+    return (__m512bh)_mm512_loadu_si512((const uint16_t *)w + k);
+}
+
 // few_tile on column pairs: x (nt rows of bf16, and their blocks of 32 as few_blocks lays them
 // out) and the weights as stored (BF16), or Q8 ones (scales s) rounded to bf16 a group at a time,
 // 32 columns a dot-product instruction, each lane's pair added to its float32 sum. (Q8 weights
-// widened to float32 instead took 1.2-1.5x the time at 8 to 24 tokens: bench_matmul_cpu.)
+// widened to float32 instead took 1.2-1.5x the time at 8 to 24 tokens: bench_matmul_cpu.) One
+// token's sums go in two chains, even and odd blocks of 32 columns, added at the end: in one, each
+// product waited on the one before (one token ran at half two tokens' products a second).
 static inline __attribute__((always_inline)) void few_tile_pairs(const void *const *w, const float *const *s,
                                                                  const int q8, int64_t cols, const uint16_t *xb,
                                                                  const uint16_t *x, const int nr, const int nt,
                                                                  float *sums) {
     __m512 acc[FEW_ROWS_PAIRS][FEW_TOKENS_PAIRS];
     for (int r = 0; r < nr; r++)
-        for (int t = 0; t < nt; t++) acc[r][t] = _mm512_setzero_ps();
+        for (int t = 0; t < FEW_TOKENS_PAIRS; t++) acc[r][t] = _mm512_setzero_ps();
     int64_t k = 0;
+    if (nt == 1) // acc[r][1]: the odd blocks' chain
+        for (; k + 64 <= cols; k += 64, xb += 64)
+            for (int r = 0; r < nr; r++) {
+                const __m512bh w0 = pairs_w32(w[r], s[r], q8, k, nr * cols), w1 = pairs_w32(w[r], s[r], q8, k + 32, nr * cols);
+                acc[r][0] = _mm512_dpbf16_ps(acc[r][0], w0, (__m512bh)_mm512_loadu_si512(xb));
+                acc[r][1] = _mm512_dpbf16_ps(acc[r][1], w1, (__m512bh)_mm512_loadu_si512(xb + 32));
+            }
     for (; k + 32 <= cols; k += 32, xb += nt * 32) {
         __m512bh wv[FEW_ROWS_PAIRS];
-        for (int r = 0; r < nr; r++) {
-            if (q8) {
-                wv[r] = q8_bf16_x32((const int8_t *)w[r] + k, s[r][k / Q8_GROUP]);
-                __builtin_prefetch((const int8_t *)w[r] + k + nr * cols, 0, 2);
-            } else {
-                wv[r] = (__m512bh)_mm512_loadu_si512((const uint16_t *)w[r] + k);
-                __builtin_prefetch((const uint16_t *)w[r] + k + nr * cols, 0, 2);
-            }
-        }
+        for (int r = 0; r < nr; r++) wv[r] = pairs_w32(w[r], s[r], q8, k, nr * cols);
         for (int t = 0; t < nt; t++) {
             const __m512bh xv = (__m512bh)_mm512_loadu_si512(xb + t * 32);
             for (int r = 0; r < nr; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xv);
         }
     }
+    for (int r = 0; nt == 1 && r < nr; r++) acc[r][0] = _mm512_add_ps(acc[r][0], acc[r][1]);
     for (int r = 0; r < nr; r++)
         for (int t = 0; t < nt; t++) {
             float sum = _mm512_reduce_add_ps(acc[r][t]);
