@@ -44,7 +44,7 @@ static const char usage[] =
     "                      with Intel AMX where the CPU has it (still float32-exact;\n"
     "                      BURST_AMX=0 in the environment: not)\n"
     "  --quantize q8       int8 weights, a float32 scale per 32 columns, made at load on the\n"
-    "                      cpu backends: 56% of BF16's memory, and decode ~1.4x as fast on\n"
+    "                      cpu backends: 56% of BF16's memory, and decode ~1.4-1.8x as fast on\n"
     "                      LLaMA-7B; logits move by ~1-2% (default none: the weights as stored)\n"
     "  --kv-dtype T        KV cache rows in f32 or bf16 (half the memory); default bf16 with\n"
     "                      --backend cuda or cpu-bf16, else f32\n"

@@ -72,7 +72,7 @@ static const char usage[] =
     "                    float32-exact; BURST_AMX=0 in the environment: not)\n"
     "  --quantize q8     int8 weights, a float32 scale per 32 columns, made at load on the cpu\n"
     "                    backends: 56% of BF16's memory, and decode steps, which read every\n"
-    "                    weight, ~1.4x as fast on LLaMA-7B; logits move by ~1-2% (default\n"
+    "                    weight, ~1.4-1.8x as fast on LLaMA-7B; logits move by ~1-2% (default\n"
     "                    none: the weights as stored)\n"
     "  --kv-dtype T      KV cache rows in f32 or bf16 (half the memory: twice the context in the\n"
     "                    same space; attention reads K/V rounded to bf16); default bf16 with\n"
