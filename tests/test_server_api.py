@@ -12,6 +12,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.parse
@@ -427,8 +428,23 @@ with tempfile.TemporaryDirectory() as tmp:
         r = subprocess.run([os.path.join(BIN, "burstd"), *args], capture_output=True, text=True, timeout=60)
         check(f"burstd {args[-2:]} fails: {want!r}", r.returncode not in (0, None) and r.returncode < 128
               and want in r.stderr and "listening" not in r.stderr, (r.returncode, r.stderr[-300:]))
+# bench/perplexity.py over bench/stories.txt (echoed prompt logprobs): stories260K near 3.5, and
+# --quantize q8 within 1% of it (3.480 and 3.489 on the machine that wrote this).
+def perplexity(srv):
+    bench = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench")
+    r = subprocess.run([sys.executable, os.path.join(bench, "perplexity.py"), srv.url, os.path.join(bench, "stories.txt")],
+                       capture_output=True, text=True, timeout=120)
+    m = re.fullmatch(r"perplexity (\d+\.\d+) over 428 tokens\n", r.stdout)
+    return float(m.group(1)) if m else r.stdout + r.stderr
+
+with Burstd(STORIES) as srv:
+    ppl = perplexity(srv)
 # --quantize q8: the start line says so, and it streams what burst generate --quantize q8 writes.
 with Burstd(STORIES, "--quantize", "q8") as srv:
+    ppl_q8 = perplexity(srv)
+    check("bench/perplexity.py: stories260K's perplexity near 3.5, with --quantize q8 within 1% of it",
+          isinstance(ppl, float) and isinstance(ppl_q8, float) and 3 < ppl < 4 and abs(ppl_q8 / ppl - 1) < 0.01,
+          (ppl, ppl_q8))
     ref = subprocess.run([os.path.join(BIN, "burst"), "generate", "--model", STORIES, "--prompt", "Once upon a time",
                           "--max-tokens", "30", "--quantize", "q8"], capture_output=True, text=True, timeout=60).stdout.rstrip("\n")
     st, ev = srv.stream("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0, "stream": True})
