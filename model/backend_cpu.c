@@ -220,7 +220,7 @@ static void cpu_rmsnorm(burst_backend *b, void *out, burst_dtype out_dtype, cons
 // output before Wo, the final norm's rows before the classifier), as the CUDA backend's bf16 mode
 // rounds them. They then run on column pairs with AVX512-BF16 (twice the products an instruction:
 // decode steps of 16 sequences ~16% faster on 7B's layer shapes), and with AMX one tile product a
-// tile instead of three. By Q8 weights too, whose GEMM runs on pairs with AVX512-BF16.
+// tile instead of three. By Q8 weights too, which run on column pairs as BF16 ones do.
 static int rounds_x(burst_backend *b, burst_dtype x_dtype, const burst_weight *W) {
     return backend_act_dtype(b) == DTYPE_BF16 && x_dtype == DTYPE_F32 && (W->dtype == DTYPE_BF16 || W->dtype == DTYPE_Q8);
 }

@@ -203,10 +203,7 @@ static int on_pairs(burst_dtype x_dtype, const burst_weight *W) {
 #if GEMM_PAIRS
 // The Q8_GROUP (32) int8 weights at q times their scale, rounded to bf16 (nearest even).
 static inline __m512bh q8_bf16_x32(const int8_t *q, float scale) {
-    const __m512 sc = _mm512_set1_ps(scale);
-    const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q)));
-    const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16))));
-    return _mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, sc), _mm512_mul_ps(lo, sc));
+    return _mm512_cvtne2ps_pbh((__m512)(q8_vec(q + 16) * scale), (__m512)(q8_vec(q) * scale));
 }
 
 // 32 weights of row w from column k as bf16 pairs: BF16 ones as stored, Q8 ones (the row's scales
