@@ -67,7 +67,7 @@ static double median_step(llama_model *m, int S, int N, int steps, int mode, lla
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: bench_decode DIR S1,S2,... N [STEPS] [cpu|cpu-bf16|cuda|cuda-fp32] [f32|bf16] [THREADS] [RANKS] [none|q8]\n");
+        fprintf(stderr, "usage: bench_decode DIR S1,S2,... N [STEPS] [cpu|cpu-bf16|cuda|cuda-fp32] [f32|bf16] [THREADS] [RANKS] [none|q8|q4]\n");
         return 2;
     }
     enum { MAX_LIST = 16 };
@@ -83,7 +83,7 @@ int main(int argc, char **argv) {
     }
     llama_options o = {.ctx = N + UNTIMED + steps + 1, .n_slots = most, .max_batch = N > most ? N : most,
                        .backend = backend, .kv_dtype = kv, .n_threads = argc > 7 ? atoi(argv[7]) : 0,
-                       .n_ranks = argc > 8 ? atoi(argv[8]) : 1, .weights_q8 = argc > 9 && !strcmp(argv[9], "q8")};
+                       .n_ranks = argc > 8 ? atoi(argv[8]) : 1, .weights_quant = argc > 9 && !strcmp(argv[9], "q8") ? DTYPE_Q8 : argc > 9 && !strcmp(argv[9], "q4") ? DTYPE_Q4 : 0};
     llama_model *m;
     burst_error err;
     if (llama_load(argv[1], &o, &m, &err)) fail("load", &err);
@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N; i++) tokens[i] = 1 + (7919 * i) % (c->vocab_size - 1);
     if (llama_prefill(m, 0, tokens, N, 0, logits, &err)) fail("prefill", &err);
     printf("bench_decode %s: dim %d, %d layers, vocab %d; context %d, backend %s%s, KV %s, %d threads, %d ranks\n", argv[1],
-           c->dim, c->n_layers, c->vocab_size, N, backend, o.weights_q8 ? " (q8 weights)" : "", dtype_name(kv), o.n_threads ? o.n_threads : omp_get_num_procs(),
+           c->dim, c->n_layers, c->vocab_size, N, backend, llama_weights_note(&o), dtype_name(kv), o.n_threads ? o.n_threads : omp_get_num_procs(),
            o.n_ranks);
     printf("| sequences | ms per step | ms per token | ms per step, argmax | T %.1f drawn there | T %.1f on the host |\n"
            "|---|---|---|---|---|---|\n", TEMPERATURE, TEMPERATURE);

@@ -3,8 +3,8 @@
 // the CPU has AMX, BURST_AMX=0 times the vector paths instead (model/matmul_amx.h). The inputs x
 // are float32 (the cpu backend), or bf16 with --x-dtype bf16: the cpu-bf16 backend, which takes the
 // weights as backend_weight hands them to it (in AMX tiles where the CPU has AMX, model/matmul_amx.h).
-// --quantize q8: BF16 weights quantized (DTYPE_Q8) instead of the three dtypes.
-//   bench_matmul_cpu [--threads T] [--x-dtype f32|bf16] [--quantize q8]
+// --quantize q8 or q4: BF16 weights quantized (DTYPE_Q8, DTYPE_Q4) instead of the three dtypes.
+//   bench_matmul_cpu [--threads T] [--x-dtype f32|bf16] [--quantize q8|q4]
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,18 +29,18 @@ static void *random_weight(burst_dtype dtype, int64_t n) {
 }
 
 int main(int argc, char **argv) {
-    int threads = 0, ok = 1, q8 = 0;
+    int threads = 0, ok = 1, quant = 0;
     burst_dtype x_dtype = DTYPE_F32;
     for (int i = 1; ok && i < argc; i += 2) {
         const char *flag = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
         if (!value) ok = 0;
         else if (!strcmp(flag, "--threads")) ok = (threads = atoi(value)) > 0;
-        else if (!strcmp(flag, "--quantize")) ok = (q8 = !strcmp(value, "q8"));
+        else if (!strcmp(flag, "--quantize")) ok = (quant = !strcmp(value, "q8") ? DTYPE_Q8 : !strcmp(value, "q4") ? DTYPE_Q4 : 0);
         else if (!strcmp(flag, "--x-dtype")) ok = dtype_parse(value, &x_dtype) && (x_dtype == DTYPE_F32 || x_dtype == DTYPE_BF16);
         else ok = 0;
     }
-    if (!ok) return fprintf(stderr, "usage: bench_matmul_cpu [--threads T] [--x-dtype f32|bf16] [--quantize q8]\n"), 2;
-    burst_backend *be = backend_cpu_new(threads, x_dtype == DTYPE_BF16, q8);
+    if (!ok) return fprintf(stderr, "usage: bench_matmul_cpu [--threads T] [--x-dtype f32|bf16] [--quantize q8|q4]\n"), 2;
+    burst_backend *be = backend_cpu_new(threads, x_dtype == DTYPE_BF16, quant);
     static const int64_t shapes[][2] = {{4096, 4096}, {11008, 4096}, {4096, 11008}};
     // 24: the few-token tiles; 32: the GEMM's first; 40: a part-filled last panel of the GEMM;
     // 512 and 2048: one and four of AMX's blocks of tokens (a prefill step, the default and larger)
@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
            amx_usable() ? "on" : "off", dtype_name(x_dtype));
     printf("%6s %14s %6s %10s\n", "dtype", "weight", "n", "GFLOP/s");
     static const burst_dtype dtypes[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
-    for (size_t d = q8 ? 2 : 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
+    for (size_t d = quant ? 2 : 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             int64_t rows = shapes[s][0], cols = shapes[s][1];
             const weights_tensor t = {.name = "random", .dtype = dtypes[d], .ndim = 2, .shape = {rows, cols}, .numel = rows * cols,

@@ -9,6 +9,7 @@ size_t dtype_size(burst_dtype t) {
     case DTYPE_F16: return 2;
     case DTYPE_BF16: return 2;
     case DTYPE_Q8: return 1;
+    case DTYPE_Q4: return 0;
     }
     return 0;
 }
@@ -19,6 +20,7 @@ const char *dtype_name(burst_dtype t) {
     case DTYPE_F16: return "F16";
     case DTYPE_BF16: return "BF16";
     case DTYPE_Q8: return "Q8";
+    case DTYPE_Q4: return "Q4";
     }
     return "?";
 }

@@ -9,13 +9,15 @@
 extern "C" {
 #endif
 
-// DTYPE_Q8: weights only, never in a checkpoint: int8 with one float32 scale per Q8_GROUP columns
-// of a row (model/backend.h's burst_weight.scales), which the CPU backends make at load.
-typedef enum { DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_Q8 } burst_dtype;
-enum { Q8_GROUP = 32 };
+// DTYPE_Q8 and DTYPE_Q4: weights only, never in a checkpoint: int8, or 4-bit integers two to a
+// byte, with one float32 scale per Q_GROUP columns of a row (model/backend.h's
+// burst_weight.scales), which the CPU backends make at load (model/quantize_cpu.h).
+typedef enum { DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_Q8, DTYPE_Q4 } burst_dtype;
+enum { Q_GROUP = 32 };
 
-size_t dtype_size(burst_dtype t); // of an element (Q8: its int8, without the scales)
-const char *dtype_name(burst_dtype t); // "F32", "F16", "BF16" as safetensors spells them; "Q8"
+// Of an element (Q8: its int8, without the scales; Q4: 0, two share a byte: q4_row_bytes).
+size_t dtype_size(burst_dtype t);
+const char *dtype_name(burst_dtype t); // "F32", "F16", "BF16" as safetensors spells them; "Q8", "Q4"
 // Parses a checkpoint's or KV cache's dtype name (F32, F16 or BF16, any case); returns 0 (and
 // leaves *out alone) when it is not one of those.
 int dtype_parse(const char *name, burst_dtype *out);

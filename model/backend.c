@@ -23,7 +23,7 @@ static int backend_kind(const char *name) {
     return -1;
 }
 
-burst_status backend_new(const char *name, int device, int n_threads, int q8, burst_backend **out,
+burst_status backend_new(const char *name, int device, int n_threads, int quant, burst_backend **out,
                          burst_error *err) {
     *out = NULL;
     const int k = backend_kind(name);
@@ -41,10 +41,12 @@ burst_status backend_new(const char *name, int device, int n_threads, int q8, bu
         if (backend_kinds[k].bf16 && !backend_cpu_bf16_unit() && !atomic_flag_test_and_set(&warned))
             LOG_W("backend %s: neither AMX (not in this build or CPU, refused by the kernel, or BURST_AMX=0) nor "
                   "AVX512-BF16 (not in this build), so bf16 activations only lose precision: cpu is as fast", name);
-        *out = backend_cpu_new(n_threads, backend_kinds[k].bf16, q8);
+        *out = backend_cpu_new(n_threads, backend_kinds[k].bf16, quant);
         return BURST_OK;
     }
-    if (q8) return BURST_FAIL(err, BURST_ERR_INVALID, "backend %s: q8 weights run on the cpu backends only", name);
+    if (quant)
+        return BURST_FAIL(err, BURST_ERR_INVALID, "backend %s: %s weights run on the cpu backends only", name,
+                          quant == DTYPE_Q4 ? "q4" : "q8");
 #ifdef BURST_WITH_CUDA
     return backend_cuda_new(device, !backend_kinds[k].bf16, out, err);
 #else

@@ -25,22 +25,24 @@ typedef struct {
     const void *data;
     int64_t rows, cols;
     int amx_tiles; // data holds bf16 AMX tiles, not rows (model/matmul_amx.h): the CPU backends on AMX
-    // DTYPE_Q8: (rows, q8_groups(cols)) scales; weight (r, c) is data[r * cols + c] (int8) times
-    // scales[r * q8_groups(cols) + c / Q8_GROUP]
+    // DTYPE_Q8 and DTYPE_Q4: (rows, q_groups(cols)) scales; weight (r, c) is its integer times
+    // scales[r * q_groups(cols) + c / Q_GROUP]: Q8's data[r * cols + c] (int8), Q4's in its row of
+    // q4_row_bytes(cols) bytes (model/quantize_cpu.h)
     const float *scales;
 } burst_weight;
 
-// Scales a row of a Q8 weight of cols columns: the last group may be short.
-static inline int64_t q8_groups(int64_t cols) { return (cols + Q8_GROUP - 1) / Q8_GROUP; }
+// Scales a row of a Q8 or Q4 weight of cols columns: the last group may be short.
+static inline int64_t q_groups(int64_t cols) { return (cols + Q_GROUP - 1) / Q_GROUP; }
 
 // Creates a backend by name: "cpu" (float32 activations) or "cpu-bf16" (the matmuls' inputs, but
 // float32 ones by F32 weights, and F16 weights in bf16: model/backend_cpu.c), or, when built with
 // CUDA, "cuda" (bf16 weights and GEMMs) or "cuda-fp32" (float32 throughout, for exactness tests)
-// on GPU `device` (model/backend_cuda.h). q8: the CPU backends hold every matrix as DTYPE_Q8
-// (backend_weight quantizes it: 56% of BF16's bytes, which decode steps stream); a GPU refuses it.
-burst_status backend_new(const char *name, int device, int n_threads, int q8, burst_backend **out,
+// on GPU `device` (model/backend_cuda.h). quant (0, DTYPE_Q8 or DTYPE_Q4): the CPU backends hold
+// every matrix in it (backend_weight quantizes it: 56% or 31% of BF16's bytes, which decode steps
+// stream); a GPU refuses it.
+burst_status backend_new(const char *name, int device, int n_threads, int quant, burst_backend **out,
                          burst_error *err);
-burst_backend *backend_cpu_new(int n_threads, int bf16, int q8);
+burst_backend *backend_cpu_new(int n_threads, int bf16, int quant);
 // 1 for the backends that compute in host memory, on the mapped weights (or their copies of them):
 // "cpu" and "cpu-bf16". A process's host ranks share one set of weights.
 int backend_on_host(const char *name);

@@ -6,7 +6,7 @@
 // AMX such a matmul needs one tile product per weight tile instead of three (or five for F16
 // weights), and a prompt runs about 1.7x faster. Both take either dtype wherever an op has a dtype
 // argument (the tests of the CUDA backend's bf16 mode use that).
-// With q8, every matrix is quantized at load (cpu_weight) and read as int8 by both.
+// With --quantize, every matrix is quantized at load (cpu_weight, model/quantize_cpu.h).
 // Threads: OpenMP, n_threads per call.
 #define _GNU_SOURCE // malloc_usable_size
 #include <malloc.h>
@@ -22,13 +22,14 @@
 #include "backend_impl.h"
 #include "matmul_amx.h"
 #include "matmul_cpu.h"
+#include "quantize_cpu.h"
 #include "sampler.h"
 #include "swiglu.h"
 
 typedef struct {
     int n_threads;
     int huge_buffers;   // buffers (the KV cache) in 2 MB pages: cpu_alloc
-    int q8;             // matrices as DTYPE_Q8 (backend_new)
+    int quant;          // 0, or the dtype of every matrix: DTYPE_Q8 or DTYPE_Q4 (backend_new)
     void **weights;     // the copies cpu_weight made, freed with the backend
     int n_weights;
     // cpu_rope's cos and sin (times mscale) at the last call's positions, kept for the next call at
@@ -93,48 +94,8 @@ static void cpu_convert(burst_backend *b, void *dst, burst_dtype to, const float
     for (int64_t i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
 }
 
-// n (at most Q8_GROUP) weights w as int8 multiples q of the scale they return: their largest
-// magnitude over 127, each rounded to the nearest (ties to even). A whole group in AVX-512
-// registers: the scalar loop's calls to fmaxf and lrintf took 80% of a 7B checkpoint's load.
-static float quantize_group(const float *w, int64_t n, int8_t *q) {
-#ifdef BURST_AVX512
-    if (n == Q8_GROUP) {
-        const __m512 lo = _mm512_loadu_ps(w), hi = _mm512_loadu_ps(w + 16);
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
-        const __m512 inv = _mm512_set1_ps(amax > 0 ? 127 / amax : 0);
-        _mm_storeu_si128((__m128i *)q, _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(lo, inv))));
-        _mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(hi, inv))));
-        return amax / 127;
-    }
-#endif
-    float amax = 0;
-    for (int64_t k = 0; k < n; k++) amax = fmaxf(amax, fabsf(w[k]));
-    const float inv = amax > 0 ? 127 / amax : 0;
-    for (int64_t k = 0; k < n; k++) q[k] = (int8_t)lrintf(w[k] * inv);
-    return amax / 127;
-}
-
-// W (rows, cols) quantized into q (int8, W's shape) and scales (rows, q8_groups(cols)): each group
-// of Q8_GROUP columns of a row gets the scale of its largest magnitude over 127, and each weight the
-// nearest multiple of it (llama.cpp's Q8_0, but with float32 scales), within half a scale.
-static void quantize_q8(int8_t *q, float *scales, const burst_weight *W, int n_threads) {
-    const int64_t cols = W->cols, groups = q8_groups(cols);
-    #pragma omp parallel num_threads(n_threads)
-    {
-        float *row = burst_malloc(sizeof(float) * (size_t)cols);
-        #pragma omp for schedule(static)
-        for (int64_t r = 0; r < W->rows; r++) {
-            weight_to_f32(W, r * cols, cols, row);
-            for (int64_t c0 = 0; c0 < cols; c0 += Q8_GROUP)
-                scales[r * groups + c0 / Q8_GROUP] = quantize_group(row + c0, cols - c0 < Q8_GROUP ? cols - c0 : Q8_GROUP,
-                                                                    q + r * cols + c0);
-        }
-        free(row);
-    }
-}
-
-// The tensor where it lies in the mapping, but copied once here where the matmuls gain: with q8,
-// every matrix quantized (quantize_q8); else on AMX, BF16 matrices and cpu-bf16's F16 ones as AMX
+// The tensor where it lies in the mapping, but copied once here where the matmuls gain: with
+// --quantize, every matrix quantized (quantize_weight); else on AMX, BF16 matrices and cpu-bf16's F16 ones as AMX
 // tiles in bf16 (matmul_amx.h: every matmul reads its weight's tiles in order and copies nothing,
 // from one token on; BF16 values unchanged, so `cpu` stays exact); elsewhere cpu-bf16's F16 ones
 // rounded to bf16 in rows. cpu-bf16 rounds F16 weights as the CUDA backend rounds every weight at
@@ -144,27 +105,27 @@ static burst_status cpu_weight(burst_backend *b, const weights_tensor *t, burst_
     *out = (burst_weight){.dtype = t->dtype, .data = t->data,
                           .rows = t->ndim == 2 ? t->shape[0] : 1, .cols = t->shape[t->ndim - 1]};
     cpu_ctx *c = b->ctx;
-    const int q8 = c->q8 && t->ndim == 2;
-    const int round_f16 = !q8 && t->dtype == DTYPE_F16 && backend_act_dtype(b) == DTYPE_BF16;
-    const int tiles = !q8 && t->ndim == 2 && (t->dtype == DTYPE_BF16 || round_f16) && amx_usable();
-    if (!tiles && !round_f16 && !q8) return BURST_OK;
+    const int quant = t->ndim == 2 ? c->quant : 0;
+    const int round_f16 = !quant && t->dtype == DTYPE_F16 && backend_act_dtype(b) == DTYPE_BF16;
+    const int tiles = !quant && t->ndim == 2 && (t->dtype == DTYPE_BF16 || round_f16) && amx_usable();
+    if (!tiles && !round_f16 && !quant) return BURST_OK;
     // Checked first: Linux grants a large malloc and would kill the process only as the copy fills it.
-    const size_t q8_data = (size_t)(t->numel + 63) / 64 * 64; // the scales from a whole line on
-    const size_t bytes = q8      ? q8_data + sizeof(float) * (size_t)(out->rows * q8_groups(out->cols))
+    const size_t q_data = (size_t)((quant == DTYPE_Q4 ? out->rows * q4_row_bytes(out->cols) : t->numel) + 63) / 64 * 64;
+    const size_t bytes = quant   ? q_data + sizeof(float) * (size_t)(out->rows * q_groups(out->cols))
                          : tiles ? amx_tiles_bytes(out->rows, out->cols)
                                  : sizeof(uint16_t) * (size_t)t->numel;
     const size_t avail = host_memory_free("");
     void *w = avail && bytes > avail ? NULL : aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!w)
         return BURST_FAIL(err, BURST_ERR_NOMEM, "%s: its %s (%.3f GB) does not fit in the %.3f GB free (%s)", t->name,
-                          q8 ? "q8 copy" : tiles ? "bf16 copy in AMX tiles" : "bf16 copy", bytes / 1e9, avail / 1e9,
-                          q8 ? "unquantized, the weights are read as mapped"
+                          quant == DTYPE_Q8 ? "q8 copy" : quant ? "q4 copy" : tiles ? "bf16 copy in AMX tiles" : "bf16 copy", bytes / 1e9, avail / 1e9,
+                          quant ? "unquantized, the weights are read as mapped"
                              : "--backend cpu with BURST_AMX=0 computes on the weights as mapped");
     host_huge_pages(w, bytes); // (common/host_memory.h) decode steps stream over every weight
-    if (q8) {
-        float *scales = (float *)((char *)w + q8_data);
-        quantize_q8(w, scales, out, c->n_threads);
-        out->dtype = DTYPE_Q8, out->scales = scales;
+    if (quant) {
+        float *scales = (float *)((char *)w + q_data);
+        quantize_weight(quant, w, scales, out, c->n_threads);
+        out->dtype = quant, out->scales = scales;
     } else if (tiles) {
         amx_tiles_from(w, out, c->n_threads);
         out->dtype = DTYPE_BF16, out->amx_tiles = 1;
@@ -220,9 +181,11 @@ static void cpu_rmsnorm(burst_backend *b, void *out, burst_dtype out_dtype, cons
 // output before Wo, the final norm's rows before the classifier), as the CUDA backend's bf16 mode
 // rounds them. They then run on column pairs with AVX512-BF16 (twice the products an instruction:
 // decode steps of 16 sequences ~16% faster on 7B's layer shapes), and with AMX one tile product a
-// tile instead of three. By Q8 weights too, which run on column pairs as BF16 ones do.
+// tile instead of three. By Q8 and Q4 weights too, which run on column pairs as BF16 ones do (Q4's
+// few-token matmul quantizes x: rounded first or not, the same to within its int8's steps).
 static int rounds_x(burst_backend *b, burst_dtype x_dtype, const burst_weight *W) {
-    return backend_act_dtype(b) == DTYPE_BF16 && x_dtype == DTYPE_F32 && (W->dtype == DTYPE_BF16 || W->dtype == DTYPE_Q8);
+    return backend_act_dtype(b) == DTYPE_BF16 && x_dtype == DTYPE_F32 &&
+           (W->dtype == DTYPE_BF16 || W->dtype == DTYPE_Q8 || W->dtype == DTYPE_Q4);
 }
 
 static void cpu_matmul(burst_backend *b, void *out, burst_dtype out_dtype, int accumulate, const void *x,
@@ -371,7 +334,7 @@ static void cpu_sample(burst_backend *b, int *out, const float *x, int rows, int
     }
 static const backend_ops cpu_ops = CPU_OPS("cpu", DTYPE_F32), cpu_bf16_ops = CPU_OPS("cpu-bf16", DTYPE_BF16);
 
-burst_backend *backend_cpu_new(int n_threads, int bf16, int q8) {
+burst_backend *backend_cpu_new(int n_threads, int bf16, int quant) {
     burst_backend *b = burst_malloc(sizeof *b);
     cpu_ctx *c = burst_malloc(sizeof *c);
     // The KV cache in 2 MB pages, which a long context's decode steps stream over (decode attention
@@ -379,7 +342,7 @@ burst_backend *backend_cpu_new(int n_threads, int bf16, int q8) {
     // since the cache is first written as requests come, and there a first 8577-token prompt took
     // 11.8-12.1 s against 10.9-11.0 (host_reports_free_pages).
     *c = (cpu_ctx){.n_threads = n_threads > 0 ? n_threads : omp_get_max_threads(),
-                   .huge_buffers = !host_reports_free_pages(""), .q8 = q8};
+                   .huge_buffers = !host_reports_free_pages(""), .quant = quant};
     *b = (burst_backend){.ops = bf16 ? &cpu_bf16_ops : &cpu_ops, .ctx = c};
     return b;
 }

@@ -103,7 +103,7 @@ struct llama_model {
 typedef struct {
     llama_config cfg;
     uint64_t weight_bytes;
-    int32_t ctx, n_slots, max_batch, max_logits, n_ranks, kv_dtype, weights_q8;
+    int32_t ctx, n_slots, max_batch, max_logits, n_ranks, kv_dtype, weights_quant;
     char backend[16], comm[16];
     double node_timeout_s;
 } node_info;
@@ -197,7 +197,7 @@ static burst_status load_tensors(llama_model *m, llama_rank *R, burst_error *err
         // takes a while: say how far it got.
         if (weights_bytes(m->w) > ((size_t)256 << 20) && (l + 1) % 8 == 0 && burst_now() - t0 > 1.0)
             LOG_I("rank %d: %d of %d layers on the %s backend%s", R->rank, l + 1, c->n_layers, m->opt.backend,
-                  m->opt.weights_q8 ? ", quantized to q8" : "");
+                  m->opt.weights_quant == DTYPE_Q8 ? ", quantized to q8" : m->opt.weights_quant ? ", quantized to q4" : "");
     }
     return BURST_OK;
 }
@@ -330,7 +330,7 @@ static burst_status check_memory(llama_model *m, burst_error *err) {
 static burst_status load_rank(llama_model *m, int i, burst_error *err) {
     llama_rank *R = &m->ranks[i];
     R->rank = m->first + i;
-    burst_status st = backend_new(m->opt.backend, i, m->threads_per_rank, m->opt.weights_q8, &R->be, err);
+    burst_status st = backend_new(m->opt.backend, i, m->threads_per_rank, m->opt.weights_quant, &R->be, err);
     if (st) return st;
     R->ops = (attn_ops){.attend = ops_attend, .merge = ops_merge, .copy = ops_copy, .sync = ops_sync, .ctx = R->be};
     if (i == 0 || !backend_on_host(m->opt.backend)) return load_tensors(m, R, err);
@@ -365,7 +365,7 @@ static burst_status join_cluster(llama_model *m, const char *dir, burst_error *e
     int P = cluster_nodes(m->cl);
     node_info mine = {.cfg = m->cfg, .weight_bytes = weights_bytes(m->w), .ctx = o->ctx, .n_slots = o->n_slots,
                       .max_batch = o->max_batch, .max_logits = o->max_logits, .n_ranks = o->n_ranks, .kv_dtype = (int32_t)o->kv_dtype,
-                      .weights_q8 = o->weights_q8,
+                      .weights_quant = o->weights_quant,
                       .node_timeout_s = o->node_timeout_s};
     snprintf(mine.backend, sizeof mine.backend, "%s", o->backend);
     snprintf(mine.comm, sizeof mine.comm, "%s", o->comm ? o->comm : "");
@@ -381,7 +381,7 @@ static burst_status join_cluster(llama_model *m, const char *dir, burst_error *e
         o->ctx = lead->ctx, o->n_slots = lead->n_slots, o->max_batch = lead->max_batch, o->n_ranks = lead->n_ranks;
         o->max_logits = lead->max_logits;
         o->kv_dtype = (burst_dtype)lead->kv_dtype, o->node_timeout_s = lead->node_timeout_s;
-        o->weights_q8 = lead->weights_q8;
+        o->weights_quant = lead->weights_quant;
         o->n_nodes = P;
         set_name(m->backend, sizeof m->backend, &o->backend, lead->backend);
         if (lead->comm[0]) set_name(m->comm_name, sizeof m->comm_name, &o->comm, lead->comm);
@@ -528,6 +528,10 @@ size_t llama_reserved_bytes(const llama_model *m) {
     size_t bytes = 0;
     for (int i = 0; i < m->n_local; i++) bytes += kv_cache_bytes(&m->ranks[i].kv) + m->ranks[i].scratch_bytes;
     return bytes;
+}
+
+const char *llama_weights_note(const llama_options *o) {
+    return o->weights_quant == DTYPE_Q8 ? " (q8 weights)" : o->weights_quant == DTYPE_Q4 ? " (q4 weights)" : "";
 }
 
 int64_t llama_slot_len(const llama_model *m, int slot) {

@@ -33,8 +33,9 @@ typedef struct {
     burst_dtype kv_dtype; // KV cache rows: DTYPE_F32 or DTYPE_BF16 (half the memory)
     int kv_default;       // 1: kv_dtype is the backend's default instead: bf16 on cuda and
                           // cpu-bf16 (it computes in bf16 anyway), f32 on cpu and cuda-fp32
-    int weights_q8;       // 1: the cpu backends quantize every matrix to int8 at load, a float32
-                          // scale per 32 columns (DTYPE_Q8): 56% of BF16's memory and decode reads;
+    int weights_quant;    // 0, DTYPE_Q8 or DTYPE_Q4: the cpu backends quantize every matrix at load
+                          // to int8 or 4-bit integers, a float32 scale per 32 columns
+                          // (model/quantize_cpu.h): 56% or 31% of BF16's memory and decode reads;
                           // workers take the leader's
     const char *comm;    // how ranks talk: "threads" (one process), "tcp" (host memory, any
                          // processes) or "nccl" (one GPU per rank); NULL: threads alone, in a
@@ -83,6 +84,8 @@ void llama_free(llama_model *m);
 const llama_config *llama_config_of(const llama_model *m);
 const char *llama_tokenizer_path(const llama_model *m);
 const llama_options *llama_options_of(const llama_model *m);
+// " (q8 weights)" or " (q4 weights)" for o's weights_quant, else "": for start lines.
+const char *llama_weights_note(const llama_options *o);
 size_t llama_reserved_bytes(const llama_model *m); // KV cache + scratch of this process
 int llama_max_logits(const llama_model *m);        // rows of logits one llama_forward may return
 

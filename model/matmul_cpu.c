@@ -1,8 +1,10 @@
 // The CPU backend's matmul: out (n, rows) = x (n, cols) @ W^T, W in its stored dtype (F32, F16 or
-// BF16, read from the mmap in place; never widened whole), in AMX tiles (matmul_amx.c), or Q8 (int8
-// with a scale per group of columns: the backend's q8 copy). Q8 weights are widened as the others,
-// with their scales: to bf16 on column pairs (bf16 x with AVX512-BF16), in registers or a GEMM
-// block at a time; else to float32, but a row of one or two tokens a group at a time (few_row_q8).
+// BF16, read from the mmap in place; never widened whole), in AMX tiles (matmul_amx.c), or Q8 or Q4
+// (integers with a scale per group of columns: the backend's quantized copy, model/quantize_cpu.h).
+// Q8 weights are widened as the others, with their scales: to bf16 on column pairs (bf16 x with
+// AVX512-BF16), in registers or a GEMM block at a time; else to float32, but a row of one or two
+// tokens a group at a time (few_row_q8). Q4 ones, by a few tokens, in integers (matmul_q4_few); by
+// more, widened as Q8 ones in the GEMM.
 //
 // A few tokens (decode steps, n < MM_FEW_TOKENS, or MM_FEW_TOKENS_PAIRS on column pairs): each
 // weight row is read once for all of them, a tile of FEW_ROWS rows at a time (one row for one or
@@ -27,6 +29,7 @@
 #include "matmul_cpu.h"
 
 #include "matmul_amx.h"
+#include "quantize_cpu.h"
 
 #include <omp.h>
 #include <stdlib.h>
@@ -92,6 +95,10 @@ enum { NR = GEMM_NV * VEC_FLOATS, KC = GEMM_KC, NB = GEMM_NB, MC = GEMM_MC, MAX_
 // took 0.77-0.96x the GEMM's time at 16 to 24 tokens, 0.99-1.05x at 26 and 28, 1.11x at 32
 // (LLaMA-7B's decode matmuls, BF16 weights in 2 MB pages, alternating).
 enum { MM_FEW_TOKENS_PAIRS = 25 };
+// Q4 weights: matmul_q4_few below Q4_INT_TOKENS, then as Q8 ones (widened in the few-token tiles,
+// on column pairs with bf16 x). Against those, with 1 to 3 tokens it took 0.35-0.9x the time, at 4
+// to 24 1.2-2.3x: its copy of x outgrows L1 (256 x 4096 weights on 1 thread, f32 and bf16 x).
+enum { Q4_INT_TOKENS = 4 };
 
 // bf16 x times BF16 weights (the cpu-bf16 backend), on a CPU with AVX512-BF16 (AMD Zen 4 and later,
 // Intel Cooper Lake and later): both paths multiply them as stored, a pair of adjacent columns in
@@ -121,10 +128,11 @@ enum { FEW_MAX_SUMS = FEW_ROWS * FEW_TOKENS > FEW_ROWS_PAIRS * FEW_TOKENS_PAIRS 
 // (few_row_q8, for one or two tokens; more take Q8 weights widened to float32 with their scales).
 enum { FEW_F32, FEW_PAIRS, FEW_Q8 };
 
-// One weight of a row w of dtype dt as float32 (Q8: times its group's scale, of the row's scales s).
+// One weight of a row w of dtype dt as float32 (Q8, Q4: times its group's scale, of the row's scales s).
 static inline float w_at(const void *w, const float *s, burst_dtype dt, int64_t i) {
     if (dt == DTYPE_F32) return ((const float *)w)[i];
-    if (dt == DTYPE_Q8) return (float)((const int8_t *)w)[i] * s[i / Q8_GROUP];
+    if (dt == DTYPE_Q8) return (float)((const int8_t *)w)[i] * s[i / Q_GROUP];
+    if (dt == DTYPE_Q4) return q4_at(w, s, i);
     const uint16_t h = ((const uint16_t *)w)[i];
     return dt == DTYPE_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
 }
@@ -142,7 +150,25 @@ static inline vec q8_vec(const int8_t *q) {
 #endif
 }
 
-// VEC_FLOATS weights of a row w of dtype dt from column i, as floats (Q8: i a multiple of
+// VEC_FLOATS 4-bit integers of a Q4 row w from column i (a multiple of VEC_FLOATS: all in one
+// half of a block's bytes) as floats.
+static inline vec q4_vec(const uint8_t *w, int64_t i) {
+    const uint8_t *b = w + i / 64 * 32 + i % 32;
+    const int shift = i % 64 < 32 ? 0 : 4;
+#if defined(__AVX512F__)
+    const __m512i v = _mm512_srl_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)b)), _mm_cvtsi32_si128(shift));
+    return (vec)_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(v, _mm512_set1_epi32(15)), _mm512_set1_epi32(8)));
+#elif defined(__AVX2__)
+    const __m256i v = _mm256_srl_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)b)), _mm_cvtsi32_si128(shift));
+    return (vec)_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(v, _mm256_set1_epi32(15)), _mm256_set1_epi32(8)));
+#else
+    vec v;
+    for (int l = 0; l < VEC_FLOATS; l++) v[l] = (float)((b[l] >> shift & 15) - 8);
+    return v;
+#endif
+}
+
+// VEC_FLOATS weights of a row w of dtype dt from column i, as floats (Q8, Q4: i a multiple of
 // VEC_FLOATS, so all in one group). GCC does not vectorize f16_to_f32 into F16C's one
 // instruction, and its bit operations cost more than the multiply-adds they feed.
 static inline vec w_vec(const void *w, const float *s, burst_dtype dt, int64_t i) {
@@ -151,7 +177,8 @@ static inline vec w_vec(const void *w, const float *s, burst_dtype dt, int64_t i
         memcpy(&v, (const float *)w + i, sizeof v);
         return v;
     }
-    if (dt == DTYPE_Q8) return q8_vec((const int8_t *)w + i) * s[i / Q8_GROUP];
+    if (dt == DTYPE_Q8) return q8_vec((const int8_t *)w + i) * s[i / Q_GROUP];
+    if (dt == DTYPE_Q4) return q4_vec(w, i) * s[i / Q_GROUP];
 #if defined(__AVX512F__)
     __m256i b = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i));
     v = (vec)(dt == DTYPE_BF16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)) : _mm512_cvtph_ps(b));
@@ -164,12 +191,13 @@ static inline vec w_vec(const void *w, const float *s, burst_dtype dt, int64_t i
     return v;
 }
 
-// Row r of W: its first weight, and its scales (Q8; else NULL).
+// Row r of W: its first weight, and its scales (Q8, Q4; else NULL).
 static const void *w_row(const burst_weight *W, int64_t r) {
+    if (W->dtype == DTYPE_Q4) return (const uint8_t *)W->data + r * q4_row_bytes(W->cols);
     return (const char *)W->data + r * W->cols * (int64_t)dtype_size(W->dtype);
 }
 static const float *w_scales(const burst_weight *W, int64_t r) {
-    return W->dtype == DTYPE_Q8 ? W->scales + r * q8_groups(W->cols) : NULL;
+    return W->dtype == DTYPE_Q8 || W->dtype == DTYPE_Q4 ? W->scales + r * q_groups(W->cols) : NULL;
 }
 
 void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst) {
@@ -177,14 +205,23 @@ void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst) 
         amx_tiles_to_f32(w, first, n, dst);
         return;
     }
-    // Row by row, since a Q8 row's scales lie apart; other dtypes in one go, as one row.
+    // Row by row, since a quantized row's scales lie apart; other dtypes in one go, as one row.
+    const int quant = w->dtype == DTYPE_Q8 || w->dtype == DTYPE_Q4;
     while (n > 0) {
-        const int64_t r = w->dtype == DTYPE_Q8 ? first / w->cols : 0, c0 = first - r * w->cols;
-        const int64_t m = w->dtype == DTYPE_Q8 && w->cols - c0 < n ? w->cols - c0 : n;
+        const int64_t r = quant ? first / w->cols : 0, c0 = first - r * w->cols;
+        const int64_t m = quant && w->cols - c0 < n ? w->cols - c0 : n;
         const void *row = w_row(w, r);
         const float *s = w_scales(w, r);
         int64_t i = 0;
-        for (; (w->dtype != DTYPE_Q8 || c0 % VEC_FLOATS == 0) && i + VEC_FLOATS <= m; i += VEC_FLOATS) {
+        for (; w->dtype == DTYPE_Q4 && c0 % 64 == 0 && i + 64 <= m; i += 64) { // a block of 64 at a time
+            int8_t q[64];
+            q4_unpack((const uint8_t *)row + (c0 + i) / 64 * 32, q);
+            for (int h = 0; h < 64; h += VEC_FLOATS) {
+                vec v = q8_vec(q + h) * s[(c0 + i + h) / Q_GROUP];
+                memcpy(dst + i + h, &v, sizeof v);
+            }
+        }
+        for (; w->dtype != DTYPE_Q4 && (w->dtype != DTYPE_Q8 || c0 % VEC_FLOATS == 0) && i + VEC_FLOATS <= m; i += VEC_FLOATS) {
             vec v = w_vec(row, s, w->dtype, c0 + i);
             memcpy(dst + i, &v, sizeof v);
         }
@@ -194,38 +231,48 @@ void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst) 
 }
 
 // Whether a matmul of x (x_dtype) by W runs on column pairs (GEMM_PAIRS): bf16 x, BF16 weights in
-// rows, or Q8 ones rounded to bf16 with their scales, an even number of columns.
+// rows, or Q8 (Q4: in the GEMM) ones rounded to bf16 with their scales, an even number of columns.
 static int on_pairs(burst_dtype x_dtype, const burst_weight *W) {
-    return GEMM_PAIRS && x_dtype == DTYPE_BF16 && (W->dtype == DTYPE_BF16 || W->dtype == DTYPE_Q8) && !W->amx_tiles &&
-           W->cols % 2 == 0;
+    return GEMM_PAIRS && x_dtype == DTYPE_BF16 && (W->dtype == DTYPE_BF16 || W->dtype == DTYPE_Q8 || W->dtype == DTYPE_Q4) &&
+           !W->amx_tiles && W->cols % 2 == 0;
 }
 
 #if GEMM_PAIRS
-// The Q8_GROUP (32) int8 weights at q times their scale, rounded to bf16 (nearest even).
+// The Q_GROUP (32) int8 weights at q times their scale, rounded to bf16 (nearest even).
 static inline __m512bh q8_bf16_x32(const int8_t *q, float scale) {
     return _mm512_cvtne2ps_pbh((__m512)(q8_vec(q + 16) * scale), (__m512)(q8_vec(q) * scale));
 }
 
-// 32 weights of row w from column k as bf16 pairs: BF16 ones as stored, Q8 ones (the row's scales
-// s) rounded to bf16 with their scale; and a prefetch of the row `ahead` columns on.
-static inline __attribute__((always_inline)) __m512bh pairs_w32(const void *w, const float *s, const int q8, int64_t k,
-                                                                int64_t ahead) {
-    if (q8) {
+// 32 weights of row w (dtype dt, a constant once inlined) from column k as bf16 pairs: BF16 ones as
+// stored, Q8 and Q4 ones (the row's scales s) rounded to bf16 with their scale (Q4: k's group's
+// 4-bit halves of its block's bytes); and a prefetch of the row `ahead` columns on.
+static inline __attribute__((always_inline)) __m512bh pairs_w32(const void *w, const float *s, const burst_dtype dt,
+                                                                int64_t k, int64_t ahead) {
+    if (dt == DTYPE_Q8) {
         __builtin_prefetch((const int8_t *)w + k + ahead, 0, 2);
-        return q8_bf16_x32((const int8_t *)w + k, s[k / Q8_GROUP]);
+        return q8_bf16_x32((const int8_t *)w + k, s[k / Q_GROUP]);
+    }
+    if (dt == DTYPE_Q4) {
+        __builtin_prefetch((const uint8_t *)w + (k + ahead) / 2, 0, 2);
+        const __m256i packed = _mm256_loadu_si256((const __m256i *)((const uint8_t *)w + k / 64 * 32));
+        const __m256i q = _mm256_sub_epi8(_mm256_and_si256(k % 64 ? _mm256_srli_epi16(packed, 4) : packed, _mm256_set1_epi8(15)),
+                                          _mm256_set1_epi8(8));
+        const __m512 scale = _mm512_set1_ps(s[k / Q_GROUP]);
+        return _mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))), scale),
+                                   _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), scale));
     }
     __builtin_prefetch((const uint16_t *)w + k + ahead, 0, 2);
     return (__m512bh)_mm512_loadu_si512((const uint16_t *)w + k);
 }
 
 // few_tile on column pairs: x (nt rows of bf16, and their blocks of 32 as few_blocks lays them
-// out) and the weights as stored (BF16), or Q8 ones (scales s) rounded to bf16 a group at a time,
+// out) and the weights as stored (BF16), or Q8 and Q4 ones (scales s) rounded to bf16 a group at a time,
 // 32 columns a dot-product instruction, each lane's pair added to its float32 sum. (Q8 weights
 // widened to float32 instead took 1.2-1.5x the time at 8 to 24 tokens: bench_matmul_cpu.) One
 // token's sums go in two chains, even and odd blocks of 32 columns, added at the end: in one, each
 // product waited on the one before (one token ran at half two tokens' products a second).
 static inline __attribute__((always_inline)) void few_tile_pairs(const void *const *w, const float *const *s,
-                                                                 const int q8, int64_t cols, const uint16_t *xb,
+                                                                 const burst_dtype dt, int64_t cols, const uint16_t *xb,
                                                                  const uint16_t *x, const int nr, const int nt,
                                                                  float *sums) {
     __m512 acc[FEW_ROWS_PAIRS][FEW_TOKENS_PAIRS];
@@ -235,13 +282,13 @@ static inline __attribute__((always_inline)) void few_tile_pairs(const void *con
     if (nt == 1) // acc[r][1]: the odd blocks' chain
         for (; k + 64 <= cols; k += 64, xb += 64)
             for (int r = 0; r < nr; r++) {
-                const __m512bh w0 = pairs_w32(w[r], s[r], q8, k, nr * cols), w1 = pairs_w32(w[r], s[r], q8, k + 32, nr * cols);
+                const __m512bh w0 = pairs_w32(w[r], s[r], dt, k, nr * cols), w1 = pairs_w32(w[r], s[r], dt, k + 32, nr * cols);
                 acc[r][0] = _mm512_dpbf16_ps(acc[r][0], w0, (__m512bh)_mm512_loadu_si512(xb));
                 acc[r][1] = _mm512_dpbf16_ps(acc[r][1], w1, (__m512bh)_mm512_loadu_si512(xb + 32));
             }
     for (; k + 32 <= cols; k += 32, xb += nt * 32) {
         __m512bh wv[FEW_ROWS_PAIRS];
-        for (int r = 0; r < nr; r++) wv[r] = pairs_w32(w[r], s[r], q8, k, nr * cols);
+        for (int r = 0; r < nr; r++) wv[r] = pairs_w32(w[r], s[r], dt, k, nr * cols);
         for (int t = 0; t < nt; t++) {
             const __m512bh xv = (__m512bh)_mm512_loadu_si512(xb + t * 32);
             for (int r = 0; r < nr; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xv);
@@ -252,7 +299,7 @@ static inline __attribute__((always_inline)) void few_tile_pairs(const void *con
         for (int t = 0; t < nt; t++) {
             float sum = _mm512_reduce_add_ps(acc[r][t]);
             for (int64_t j = k; j < cols; j++) {
-                const uint16_t wj = q8 ? f32_to_bf16(w_at(w[r], s[r], DTYPE_Q8, j)) : ((const uint16_t *)w[r])[j];
+                const uint16_t wj = dt != DTYPE_BF16 ? f32_to_bf16(w_at(w[r], s[r], dt, j)) : ((const uint16_t *)w[r])[j];
                 sum += bf16_to_f32(wj) * bf16_to_f32(x[t * cols + j]);
             }
             sums[t * nr + r] = sum;
@@ -264,12 +311,12 @@ static inline __attribute__((always_inline)) void few_tile_pairs(const void *con
 // acc[t]: the products with the unscaled int8 summed apart, then times the scale.
 static inline __attribute__((always_inline)) void q8_group(const int8_t *w, float scale, const float *xb,
                                                            const int nt, vec *acc) {
-    enum { GV = Q8_GROUP / VEC_FLOATS }; // vectors a group
+    enum { GV = Q_GROUP / VEC_FLOATS }; // vectors a group
     vec wv[GV];
     for (int h = 0; h < GV; h++) wv[h] = q8_vec(w + h * VEC_FLOATS);
     for (int t = 0; t < nt; t++) {
         vec xv[GV];
-        memcpy(xv, xb + t * Q8_GROUP, sizeof xv);
+        memcpy(xv, xb + t * Q_GROUP, sizeof xv);
         vec p = wv[0] * xv[0];
         for (int h = 1; h < GV; h++) p += wv[h] * xv[h];
         acc[t] += p * scale;
@@ -285,8 +332,8 @@ static inline __attribute__((always_inline)) void few_row_q8(const int8_t *w, co
                                                              float *sums) {
     vec acc[FEW_MAX_TOKENS] = {{0}}; // (sized for every few_tiles shape)
     int64_t k = 0;
-    for (; k + Q8_GROUP <= cols; k += Q8_GROUP, xb += nt * Q8_GROUP) {
-        q8_group(w + k, s[k / Q8_GROUP], xb, nt, acc);
+    for (; k + Q_GROUP <= cols; k += Q_GROUP, xb += nt * Q_GROUP) {
+        q8_group(w + k, s[k / Q_GROUP], xb, nt, acc);
         __builtin_prefetch(w + k + cols, 0, 2); // the next row: the thread's next tile
     }
     for (int t = 0; t < nt; t++) {
@@ -318,7 +365,7 @@ static inline __attribute__((always_inline)) void few_tile(const burst_weight *W
     }
 #if GEMM_PAIRS
     if (form == FEW_PAIRS) {
-        few_tile_pairs(w, s, W->dtype == DTYPE_Q8, cols, xb, xp, nr, nt, sums);
+        few_tile_pairs(w, s, W->dtype, cols, xb, xp, nr, nt, sums);
         return;
     }
 #endif
@@ -327,7 +374,7 @@ static inline __attribute__((always_inline)) void few_tile(const burst_weight *W
         return;
     }
     const float *x = xp, *xk = xb;
-    const int64_t dsize = (int64_t)dtype_size(W->dtype);
+    const int64_t dsize = (int64_t)dtype_size(W->dtype), q4 = W->dtype == DTYPE_Q4; // (Q4: half a byte a weight)
     vec acc[FEW_MAX_ROWS][FEW_MAX_TOKENS]; // (sized for every few_tiles shape, pairs' too)
     for (int r = 0; r < nr; r++)
         for (int t = 0; t < nt; t++) acc[r][t] = (vec){0};
@@ -336,7 +383,7 @@ static inline __attribute__((always_inline)) void few_tile(const burst_weight *W
         vec wv[FEW_MAX_ROWS];
         for (int r = 0; r < nr; r++) {
             wv[r] = w_vec(w[r], s[r], W->dtype, k);
-            __builtin_prefetch((const char *)w[r] + (k + nr * cols) * dsize, 0, 2);
+            __builtin_prefetch((const char *)w[r] + (q4 ? (k + nr * cols) / 2 : (k + nr * cols) * dsize), 0, 2);
         }
         for (int t = 0; t < nt; t++) {
             vec xv;
@@ -422,7 +469,7 @@ static void few_blocks(void *xb, const void *x, size_t esize, int n, int64_t col
 
 // x's elements (esize bytes) a few-token tile reads at a time from its blocks: a vector's, or a
 // group's on Q8 weights.
-static int64_t few_lanes(int form) { return form == FEW_PAIRS ? 32 : form == FEW_Q8 ? Q8_GROUP : VEC_FLOATS; }
+static int64_t few_lanes(int form) { return form == FEW_PAIRS ? 32 : form == FEW_Q8 ? Q_GROUP : VEC_FLOATS; }
 static size_t few_esize(int form) { return form == FEW_PAIRS ? 2 : 4; }
 
 // The few-token path's tiles of one shape (tile_rows x tile_tokens, and form: constants once
@@ -485,14 +532,22 @@ static void matmul_few(void *out, burst_dtype out_dtype, int accumulate, const v
 }
 
 #if GEMM_PAIRS
-// n weights of row r of a Q8 weight W from column c0 (a multiple of Q8_GROUP) times their scales,
-// rounded to bf16 (q8_bf16_x32): a row of the GEMM's block on column pairs.
-static void q8_row_to_bf16(const burst_weight *W, int64_t r, int64_t c0, int n, uint16_t *dst) {
-    const int8_t *q = w_row(W, r);
+// n weights of row r of a Q8 or Q4 weight W from column c0 (a multiple of 64) times their scales,
+// rounded to bf16 (q8_bf16_x32; Q4 unpacked to int8 a block at a time): a row of the GEMM's block
+// on column pairs.
+static void quant_row_to_bf16(const burst_weight *W, int64_t r, int64_t c0, int n, uint16_t *dst) {
+    const void *row = w_row(W, r);
     const float *s = w_scales(W, r);
     int i = 0;
-    for (; i + Q8_GROUP <= n; i += Q8_GROUP) _mm512_storeu_si512(dst + i, (__m512i)q8_bf16_x32(q + c0 + i, s[(c0 + i) / Q8_GROUP]));
-    for (; i < n; i++) dst[i] = f32_to_bf16(w_at(q, s, DTYPE_Q8, c0 + i));
+    for (; W->dtype == DTYPE_Q4 && i + 64 <= n; i += 64) {
+        int8_t q[64];
+        q4_unpack((const uint8_t *)row + (c0 + i) / 64 * 32, q);
+        for (int h = 0; h < 64; h += Q_GROUP)
+            _mm512_storeu_si512(dst + i + h, (__m512i)q8_bf16_x32(q + h, s[(c0 + i + h) / Q_GROUP]));
+    }
+    for (; W->dtype == DTYPE_Q8 && i + Q_GROUP <= n; i += Q_GROUP)
+        _mm512_storeu_si512(dst + i, (__m512i)q8_bf16_x32((const int8_t *)row + c0 + i, s[(c0 + i) / Q_GROUP]));
+    for (; i < n; i++) dst[i] = f32_to_bf16(w_at(row, s, W->dtype, c0 + i));
 }
 
 // gemm_tile on column pairs (GEMM_PAIRS): kp pairs of bf16 weights, row i's pair p at w + i x
@@ -589,7 +644,7 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
     const int64_t blocks = (n + MC - 1) / MC; // of tokens
     // On column pairs (GEMM_PAIRS) x^T's 32-bit lanes hold a token's bf16 pairs as stored, half as
     // many as its columns, and BF16 weights are read as stored; others are widened a block at a
-    // time, to float32 or, Q8 on pairs, to bf16.
+    // time, to float32 or, Q8 and Q4 on pairs, to bf16.
     const int pairs = on_pairs(x_dtype, W), as_stored = pairs && W->dtype == DTYPE_BF16;
     const int64_t step = pairs ? 2 : 1, lanes = cols / step; // columns a lane, lanes a token
     float *xt = burst_malloc_aligned(xt_bytes(n, cols));
@@ -633,7 +688,7 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
                 for (int64_t r = 0; !as_stored && r < nb; r++) {
 #if GEMM_PAIRS
                     if (pairs) {
-                        q8_row_to_bf16(W, r0 + r, k0, kn, (uint16_t *)wf + r * KC);
+                        quant_row_to_bf16(W, r0 + r, k0, kn, (uint16_t *)wf + r * KC);
                         continue;
                     }
 #endif
@@ -663,8 +718,10 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
 int matmul_cpu_bf16_products(void) { return GEMM_PAIRS; }
 
 int matmul_cpu_rounds_weights(burst_dtype x_dtype, const burst_weight *W) {
-    return W->dtype == DTYPE_Q8 && on_pairs(x_dtype, W);
+    return (W->dtype == DTYPE_Q8 || W->dtype == DTYPE_Q4) && on_pairs(x_dtype, W);
 }
+
+int matmul_cpu_quantizes_x(const burst_weight *W, int n) { return W->dtype == DTYPE_Q4 && n < Q4_INT_TOKENS; }
 
 size_t matmul_cpu_transient_bytes(int n, int64_t cols, int n_threads) {
     // bf16 x widened for the few-token tiles, and x's blocks for them (few_blocks)
@@ -678,6 +735,10 @@ size_t matmul_cpu_transient_bytes(int n, int64_t cols, int n_threads) {
 void matmul_cpu(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                 const burst_weight *W, int n, int n_threads) {
     if (matmul_amx(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads)) return;
+    if (matmul_cpu_quantizes_x(W, n)) {
+        matmul_q4_few(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads);
+        return;
+    }
     const int pairs = on_pairs(x_dtype, W);
     if (n >= (pairs ? MM_FEW_TOKENS_PAIRS : MM_FEW_TOKENS)) {
         matmul_gemm(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads);

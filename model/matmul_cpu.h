@@ -4,11 +4,12 @@
 #include "backend.h"
 #include "common/avx512.h"
 
-// dst[0..n) = elements [first, first + n) of a weight, as float32 (Q8: int8 times scale, in float32).
+// dst[0..n) = elements [first, first + n) of a weight, as float32 (Q8, Q4: integer times scale, in
+// float32).
 void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst);
 
 // out (of out_dtype, F32 or BF16) = x @ W^T, or out (F32) += x @ W^T when accumulate; x (n rows
-// of W->cols) is F32 or BF16; W is F32, F16, BF16 or Q8. n_threads OpenMP threads.
+// of W->cols) is F32 or BF16; W is F32, F16, BF16, Q8 or Q4. n_threads OpenMP threads.
 void matmul_cpu(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                 const burst_weight *W, int n, int n_threads);
 
@@ -16,9 +17,13 @@ void matmul_cpu(void *out, burst_dtype out_dtype, int accumulate, const void *x,
 // so gains from them without AMX; 0 where it widens them to float32.
 int matmul_cpu_bf16_products(void);
 
-// 1 where matmul_cpu multiplies x (x_dtype) by W's values rounded to bf16: Q8 weights on column
-// pairs (bf16 x, AVX512-BF16).
+// 1 where matmul_cpu multiplies x (x_dtype) by W's values rounded to bf16: Q8 (and Q4 in the GEMM,
+// where not matmul_cpu_quantizes_x) weights on column pairs (bf16 x, AVX512-BF16).
 int matmul_cpu_rounds_weights(burst_dtype x_dtype, const burst_weight *W);
+
+// 1 where matmul_cpu multiplies n tokens of x quantized to int8 (matmul_q4_few): by Q4 weights,
+// for one to three tokens.
+int matmul_cpu_quantizes_x(const burst_weight *W, int n);
 
 // The most bytes matmul_cpu allocates for a call of n tokens by a weight of cols columns.
 size_t matmul_cpu_transient_bytes(int n, int64_t cols, int n_threads);

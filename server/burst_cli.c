@@ -43,9 +43,11 @@ static const char usage[] =
     "                      multiplies 16-bit weights, and attends a prompt to a bf16 KV cache,\n"
     "                      with Intel AMX where the CPU has it (still float32-exact;\n"
     "                      BURST_AMX=0 in the environment: not)\n"
-    "  --quantize q8       int8 weights, a float32 scale per 32 columns, made at load on the\n"
-    "                      cpu backends: 56% of BF16's memory, and decode ~1.4-1.8x as fast on\n"
-    "                      LLaMA-7B; logits move by ~1-2% (default none: the weights as stored)\n"
+    "  --quantize q8|q4    made at load on the cpu backends, a float32 scale per 32 columns:\n"
+    "                      q8, int8 weights: 56% of BF16's memory, and decode ~1.4-1.8x as fast\n"
+    "                      on LLaMA-7B, logits move by ~1-2%; q4, 4-bit weights (llama.cpp's\n"
+    "                      Q4_0): 31% of BF16's memory, one sequence's decode faster again, a\n"
+    "                      model's quality lower (default none: the weights as stored)\n"
     "  --kv-dtype T        KV cache rows in f32 or bf16 (half the memory); default bf16 with\n"
     "                      --backend cuda or cpu-bf16, else f32\n"
     "  --comm NAME         threads (default in one process), tcp (cpu backends, any processes) or\n"
@@ -62,7 +64,7 @@ static const char usage[] =
 typedef struct {
     const char *model, *prompt, *prompt_file, *backend, *comm, *coordinator;
     char *prompt_text; // --prompt-file's text (malloc'd); prompt points to it
-    int max_tokens, top_k, ctx, batch, threads, ranks, nodes, q8;
+    int max_tokens, top_k, ctx, batch, threads, ranks, nodes, quant;
     float temperature, top_p, join_timeout, node_timeout;
     uint64_t seed;
     const char *kv; // --kv-dtype as given (NULL: the backend's default)
@@ -113,7 +115,7 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
         else if (!strcmp(f, "--backend")) a->backend = v;
         else if (!strcmp(f, "--comm")) a->comm = v;
         else if (!strcmp(f, "--kv-dtype")) a->kv = v;
-        else if (!strcmp(f, "--quantize")) ok = cli_parse_quantize("burst", f, v, &a->q8);
+        else if (!strcmp(f, "--quantize")) ok = cli_parse_quantize("burst", f, v, &a->quant);
         else if (!strcmp(f, "--coordinator")) a->coordinator = v;
         else if (!strcmp(f, "--nodes")) ok = cli_parse_long("burst", f, v, 1, 1024, &n), a->nodes = (int)n;
         else if (!strcmp(f, "--join-timeout")) ok = cli_parse_float("burst", f, v, 0.1f, 1e7f, &a->join_timeout);
@@ -163,7 +165,7 @@ static int generate(const generate_args *a) {
 
     llama_options opt = {.ctx = a->ctx ? a->ctx : n_prompt + a->max_tokens, .n_slots = 1,
                          .max_batch = a->batch, .n_threads = a->threads, .n_ranks = a->ranks,
-                         .backend = a->backend, .kv_dtype = a->kv_dtype, .kv_default = !a->kv, .weights_q8 = a->q8,
+                         .backend = a->backend, .kv_dtype = a->kv_dtype, .kv_default = !a->kv, .weights_quant = a->quant,
                          .comm = a->comm, .n_nodes = a->nodes,
                          .coordinator = a->coordinator,
                          .cluster_key = getenv("BURST_CLUSTER_KEY"), .join_timeout_s = a->join_timeout,
@@ -181,7 +183,7 @@ static int generate(const generate_args *a) {
     fprintf(stderr, "burst: %s: %d layers, dim %d, %d heads (%d kv), vocab %d; ctx %d (KV %s), %d rank(s) on %s%s, %.1f MB reserved, loaded in %.2f s\n",
             a->model, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->vocab_size, llama_options_of(m)->ctx,
             dtype_name(llama_options_of(m)->kv_dtype), a->ranks, llama_options_of(m)->backend,
-            llama_options_of(m)->weights_q8 ? " (q8 weights)" : "", llama_reserved_bytes(m) / 1e6,
+            llama_weights_note(llama_options_of(m)), llama_reserved_bytes(m) / 1e6,
             burst_now() - t0);
 
     sampler smp;
@@ -284,7 +286,7 @@ static int worker(const worker_args *a) {
     if (!rc) { // what it took from the leader
         const llama_options *o = llama_options_of(m);
         fprintf(stderr, "burst: worker: joined: %d rank(s) in all on %s%s (KV %s)\n", o->n_ranks, o->backend,
-                o->weights_q8 ? " (q8 weights)" : "", dtype_name(o->kv_dtype));
+                llama_weights_note(o), dtype_name(o->kv_dtype));
         rc = llama_follow(m, &err) != BURST_OK;
     }
     if (rc) fprintf(stderr, "E %s\n", err.msg);

@@ -70,10 +70,11 @@ static const char usage[] =
     "                    AVX512-BF16, else cpu. The cpu multiplies 16-bit weights, and attends\n"
     "                    prompts to a bf16 KV cache, with Intel AMX where the CPU has it (still\n"
     "                    float32-exact; BURST_AMX=0 in the environment: not)\n"
-    "  --quantize q8     int8 weights, a float32 scale per 32 columns, made at load on the cpu\n"
-    "                    backends: 56% of BF16's memory, and decode steps, which read every\n"
-    "                    weight, ~1.4-1.8x as fast on LLaMA-7B; logits move by ~1-2% (default\n"
-    "                    none: the weights as stored)\n"
+    "  --quantize q8|q4  made at load on the cpu backends, a float32 scale per 32 columns: q8,\n"
+    "                    int8 weights: 56% of BF16's memory, and decode steps, which read every\n"
+    "                    weight, ~1.4-1.8x as fast on LLaMA-7B, logits move by ~1-2%; q4, 4-bit\n"
+    "                    weights (llama.cpp's Q4_0): 31% of BF16's memory, one sequence's decode\n"
+    "                    faster again, a model's quality lower (default none: the weights as stored)\n"
     "  --kv-dtype T      KV cache rows in f32 or bf16 (half the memory: twice the context in the\n"
     "                    same space; attention reads K/V rounded to bf16); default bf16 with\n"
     "                    --backend cuda or cpu-bf16, else f32\n"
@@ -97,7 +98,7 @@ static const char usage[] =
 typedef struct {
     const char *model, *served_name, *host, *api_key, *cors_origin, *backend, *comm, *coordinator, *tls_cert, *tls_key;
     int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk, nodes, prefix_cache, max_connections,
-        idle_timeout, warmup, speculate, q8; // warmup: -1 until resolved against the backend and the context
+        idle_timeout, warmup, speculate, quant; // warmup: -1 until resolved against the backend and the context
     float max_wait, join_timeout, node_timeout, drain_timeout, stream_ping;
     const char *kv; // --kv-dtype as given (NULL: the backend's default)
     burst_dtype kv_dtype;
@@ -123,7 +124,7 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         else if (!strcmp(f, "--comm")) a->comm = v;
         else if (!strcmp(f, "--prefix-cache")) ok = cli_parse_on_off("burstd", f, v, &a->prefix_cache);
         else if (!strcmp(f, "--kv-dtype")) a->kv = v;
-        else if (!strcmp(f, "--quantize")) ok = cli_parse_quantize("burstd", f, v, &a->q8);
+        else if (!strcmp(f, "--quantize")) ok = cli_parse_quantize("burstd", f, v, &a->quant);
         else if (!strcmp(f, "--coordinator")) a->coordinator = v;
         else if (!strcmp(f, "--nodes")) ok = cli_parse_long("burstd", f, v, 1, 1024, &n), dst = &a->nodes;
         else if (!strcmp(f, "--join-timeout")) ok = cli_parse_float("burstd", f, v, 0.1f, 1e7f, &a->join_timeout);
@@ -234,7 +235,7 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
     // Room for every slot's logits with K guessed tokens each (--speculate).
     llama_options lo = {.ctx = a->ctx, .n_slots = a->slots, .max_batch = a->batch, .max_logits = a->slots * (1 + a->speculate),
                         .n_threads = a->threads,
-                        .n_ranks = a->ranks, .backend = a->backend, .kv_dtype = a->kv_dtype, .kv_default = !a->kv, .weights_q8 = a->q8,
+                        .n_ranks = a->ranks, .backend = a->backend, .kv_dtype = a->kv_dtype, .kv_default = !a->kv, .weights_quant = a->quant,
                         .comm = a->comm, .n_nodes = a->nodes,
                         .coordinator = a->coordinator,
                         .cluster_key = getenv("BURST_CLUSTER_KEY"), .join_timeout_s = a->join_timeout,
@@ -261,7 +262,7 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
           "(prompt chunks of %d), %d rank(s) on %s%s, %.1f MB reserved",
           a->model, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->vocab_size, rope, llama_options_of(m)->n_slots,
           llama_options_of(m)->ctx, dtype_name(llama_options_of(m)->kv_dtype), batch, chunk, llama_options_of(m)->n_ranks,
-          llama_options_of(m)->backend, llama_options_of(m)->weights_q8 ? " (q8 weights)" : "", llama_reserved_bytes(m) / 1e6);
+          llama_options_of(m)->backend, llama_weights_note(llama_options_of(m)), llama_reserved_bytes(m) / 1e6);
     int ctx = llama_options_of(m)->ctx, warmup = a->warmup;
     if (warmup < 0) warmup = backend_on_device(llama_options_of(m)->backend) ? 2 * batch : 0;
     if (warmup > ctx - 1) warmup = ctx - 1; // room for the decode step

@@ -18,8 +18,8 @@ int cli_parse_long(const char *prog, const char *flag, const char *s, long lo, l
 int cli_parse_float(const char *prog, const char *flag, const char *s, float lo, float hi, float *out);
 // Returns 1 and sets *out when s names a KV cache dtype (f32 or bf16); else prints why and returns 0.
 int cli_parse_kv_dtype(const char *prog, const char *flag, const char *s, burst_dtype *out);
-// Returns 1 and sets *out (1 for q8, 0 for none) when s names a --quantize mode; else prints why
-// and returns 0.
+// Returns 1 and sets *out (DTYPE_Q8 for q8, DTYPE_Q4 for q4, 0 for none) when s names a
+// --quantize mode; else prints why and returns 0.
 int cli_parse_quantize(const char *prog, const char *flag, const char *s, int *out);
 // Returns 1 and sets *out (1 or 0) when s is on or off; else prints why and returns 0.
 int cli_parse_on_off(const char *prog, const char *flag, const char *s, int *out);

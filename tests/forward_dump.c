@@ -1,6 +1,6 @@
 // Test tool: runs a model on given token ids and writes the logits to a file, for comparison
 // with the float64 reference in test_logits.py and across rank counts.
-//   forward_dump [--backend NAME] [--kv-dtype f32|bf16] [--quantize q8] DIR OUT BATCH RANKS p0 p1 ... [-- d0 d1 ...] [+ L q0 q1 ...]
+//   forward_dump [--backend NAME] [--kv-dtype f32|bf16] [--quantize q8|q4] DIR OUT BATCH RANKS p0 p1 ... [-- d0 d1 ...] [+ L q0 q1 ...]
 // Prefills p0.. in chunks of BATCH tokens on RANKS ranks, then feeds d0.. one token at a time;
 // then copies the slot's first L tokens to a second slot (llama_slot_copy) and prefills q0.. after
 // them there, and keeps the first L tokens of the first slot (llama_slot_truncate) and prefills q0..
@@ -13,16 +13,17 @@
 #include "model/llama.h"
 
 static const char usage[] =
-    "usage: forward_dump [--backend NAME] [--kv-dtype f32|bf16] [--quantize q8] DIR OUT BATCH RANKS p0 p1 ... [-- d0 d1 ...] "
+    "usage: forward_dump [--backend NAME] [--kv-dtype f32|bf16] [--quantize q8|q4] DIR OUT BATCH RANKS p0 p1 ... [-- d0 d1 ...] "
     "[+ L q0 q1 ...]\n";
 
 int main(int argc, char **argv) {
     const char *backend = "cpu";
     burst_dtype kv_dtype = DTYPE_F32;
-    int q8 = 0;
+    int quant = 0;
     for (; argc > 2 && !strncmp(argv[1], "--", 2); argc -= 2, argv += 2)
         if (!strcmp(argv[1], "--backend")) backend = argv[2];
-        else if (!strcmp(argv[1], "--quantize")) q8 = !strcmp(argv[2], "q8") ? 1 : (argc = 0); // usage unless q8
+        else if (!strcmp(argv[1], "--quantize")) // usage unless q8 or q4
+            quant = !strcmp(argv[2], "q8") ? DTYPE_Q8 : !strcmp(argv[2], "q4") ? DTYPE_Q4 : (argc = 0);
         else if (strcmp(argv[1], "--kv-dtype") || !dtype_parse(argv[2], &kv_dtype)) argc = 0; // usage
     if (argc < 6) {
         fputs(usage, stderr);
@@ -38,7 +39,7 @@ int main(int argc, char **argv) {
     burst_error err;
     llama_model *m;
     llama_options opt = {.ctx = n, .n_slots = 2, .max_batch = atoi(argv[3]), .n_ranks = atoi(argv[4]),
-                         .backend = backend, .kv_dtype = kv_dtype, .weights_q8 = q8};
+                         .backend = backend, .kv_dtype = kv_dtype, .weights_quant = quant};
     if (llama_load(argv[1], &opt, &m, &err)) {
         fprintf(stderr, "E %s\n", err.msg);
         free(ids);

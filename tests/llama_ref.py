@@ -88,6 +88,21 @@ def q8(w):
     q = np.rint(blocks * inv[..., None])
     return (q * scale[..., None].astype(np.float64)).reshape(rows, groups * 32)[:, :cols]
 
+def q4(w):
+    """The values a 2-D weight holds as burst's Q4 (--quantize q4): each group of 32 columns of a
+    row (the last may be short) an integer in -8..7 times the group's largest magnitude, signed,
+    over -8, each rounded to the nearest (ties to even), in float32 as burst computes them."""
+    rows, cols = w.shape
+    groups = -(-cols // 32)
+    padded = np.zeros((rows, groups * 32), dtype=np.float32)
+    padded[:, :cols] = w
+    blocks = padded.reshape(rows, groups, 32)
+    mx, mn = blocks.max(-1), blocks.min(-1)  # the padding's zeros count, as burst's start of 0
+    scale = (np.where(-mn > mx, mn, mx) / np.float32(-8)).astype(np.float32)
+    inv = np.where(scale != 0, np.float32(1) / np.where(scale != 0, scale, np.float32(1)), np.float32(0)).astype(np.float32)
+    q = np.clip(np.rint(blocks * inv[..., None]), -8, 7)
+    return (q * scale[..., None]).astype(np.float64).reshape(rows, groups * 32)[:, :cols]
+
 def forward(cfg, w, tokens, kv_bf16=False, act_bf16=False, bf16_weights=False):
     """Logits (n, vocab) for every position of tokens, causal; kv_bf16: K/V rounded to bf16 as a
     bf16 KV cache holds them; act_bf16: the matmuls' inputs rounded to bf16 where the cpu-bf16

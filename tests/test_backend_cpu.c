@@ -17,6 +17,7 @@
 #include "common/host_memory.h"
 #include "model/backend.h"
 #include "model/matmul_cpu.h"
+#include "model/quantize_cpu.h"
 #include "model/sampler.h"
 #include "tests/test_util.h"
 
@@ -302,21 +303,51 @@ static void test_matmul_exact(burst_backend *be, int held) {
             }
 }
 
-// Q8 weights (backend_weight with q8) from F32, F16 and BF16 ones: every value within half its
-// group's scale, the scale the group's largest magnitude over 127 (a group of zeros: 0); embed and
-// weight_to_f32 (a span across rows) give int8 x scale in float32; matmuls of float32 and bf16 x on
-// every path (a row of one or two tokens a group at a time, the few-token tiles, the GEMM: float32
-// weights, or bf16 on column pairs) against float64 of those values (rounded to bf16 where
-// matmul_cpu_rounds_weights says so). Columns past a whole group (31, 100, 1111), one group (64).
-static void test_q8(burst_backend *be) {
+// The integer Q4 weight W holds at row r, column j (model/quantize_cpu.h's layout: byte j % 32 of
+// block j / 64, its low 4 bits for the block's first 32 columns), and whether the last block's
+// columns past the row's end hold 8 (zero).
+static int q4_int(const burst_weight *W, int r, int j) {
+    const uint8_t byte = ((const uint8_t *)W->data)[r * q4_row_bytes(W->cols) + j / 64 * 32 + j % 32];
+    return (j % 64 < 32 ? byte & 15 : byte >> 4) - 8;
+}
+
+// The integer products matmul_q4_few sums: x's row quantized as a Q8 weight's group (the largest
+// magnitude over 127 its scale, each rounded to the nearest), times W's integers, a group at a
+// time, times both scales, in float64.
+static double q4_int_dot(const burst_weight *W, int r, const double *x) {
+    const int64_t cols = W->cols, groups = q_groups(cols);
+    double sum = 0;
+    for (int64_t g = 0; g < groups; g++) {
+        const int64_t j0 = g * Q_GROUP, j1 = j0 + Q_GROUP < cols ? j0 + Q_GROUP : cols;
+        float amax = 0;
+        for (int64_t j = j0; j < j1; j++) amax = fmaxf(amax, fabsf((float)x[j]));
+        const float inv = amax > 0 ? 127 / amax : 0;
+        int64_t dot = 0;
+        for (int64_t j = j0; j < j1; j++) dot += (int64_t)q4_int(W, r, (int)j) * (int64_t)rintf((float)x[j] * inv);
+        sum += (double)dot * (double)(W->scales[r * groups + g] * (amax / 127));
+    }
+    return sum;
+}
+
+// Q8 and Q4 weights (backend_weight with quant) from F32, F16 and BF16 ones. Q8: every value within
+// half its group's scale, the scale the group's largest magnitude over 127 (a group of zeros: 0).
+// Q4: the scale the group's largest magnitude, signed, over -8, every integer the nearest multiple
+// of it (clamped to -8..7), and the columns past a row's end 8. Both: embed and
+// weight_to_f32 (a span across rows) give integer x scale in float32; matmuls of float32 and bf16 x
+// on every path (Q8: a row of one or two tokens a group at a time, the few-token tiles, the GEMM:
+// float32 weights, or bf16 on column pairs; Q4: x quantized too, where matmul_cpu_quantizes_x
+// says so, the tiles on column pairs, the GEMM) against float64 of those values (rounded to bf16
+// where matmul_cpu_rounds_weights says so). Columns past a whole group (31, 100, 600, 1111), one
+// group (64).
+static void test_quantized(burst_backend *be, burst_dtype quant) {
     static const int ns[] = {1, 2, 3, 7, 25, 43, 44, 49, 300}, shapes[][2] = {{1, 1}, {17, 31}, {33, 64}, {9, 100}, {131, 600}, {5, 1111}};
-    burst_backend *qbe = backend_cpu_new(3, 0, 1);
-    int rounded_somewhere = 0;
+    burst_backend *qbe = backend_cpu_new(3, 0, quant);
+    int rounded_somewhere = 0, ints_somewhere = 0;
     for (int wi = 0; wi < 3; wi++)
         for (int si = 0; si < (int)(sizeof shapes / sizeof shapes[0]); si++) {
-            const int rows = shapes[si][0], cols = shapes[si][1], groups = (cols + Q8_GROUP - 1) / Q8_GROUP;
+            const int rows = shapes[si][0], cols = shapes[si][1], groups = (cols + Q_GROUP - 1) / Q_GROUP;
             test_weight w = weight_random(WEIGHT_DTS[wi], rows, cols, -1, 1);
-            for (int j = 0; j < cols && j < Q8_GROUP; j++) { // row 0's first group all zeros
+            for (int j = 0; j < cols && j < Q_GROUP; j++) { // row 0's first group all zeros
                 w.as_f64[j] = 0;
                 if (WEIGHT_DTS[wi] == DTYPE_F32) ((float *)w.w.data)[j] = 0;
                 else ((uint16_t *)w.w.data)[j] = 0;
@@ -327,15 +358,31 @@ static void test_q8(burst_backend *be) {
             burst_weight W;
             burst_error err;
             check(backend_weight(qbe, &t, &W, &err) == BURST_OK);
-            int bad = W.dtype != DTYPE_Q8 || W.data == t.data || !W.scales || W.rows != rows || W.cols != cols;
+            int bad = W.dtype != quant || W.data == t.data || !W.scales || W.rows != rows || W.cols != cols;
             double *q = burst_calloc((size_t)rows * cols, sizeof(double)); // the values W holds
-            for (int r = 0; W.dtype == DTYPE_Q8 && r < rows; r++)
+            for (int r = 0; !bad && quant == DTYPE_Q4 && r < rows; r++) {
+                for (int j = cols; j < (cols + 63) / 64 * 64; j++)
+                    if (q4_int(&W, r, j) != 0 && bad++ < 3) printf("  row %d column %d past the end: %d\n", r, j, q4_int(&W, r, j));
+                for (int g = 0; g < groups; g++) {
+                    const int j0 = g * Q_GROUP, j1 = j0 + Q_GROUP < cols ? j0 + Q_GROUP : cols;
+                    float mx = 0, mn = 0;
+                    for (int j = j0; j < j1; j++) mx = fmaxf(mx, (float)w.as_f64[r * cols + j]), mn = fminf(mn, (float)w.as_f64[r * cols + j]);
+                    const float d0 = (-mn > mx ? mn : mx) / -8, id = d0 != 0 ? 1 / d0 : 0, scale = W.scales[r * groups + g];
+                    if (memcmp(&scale, &d0, sizeof d0) && bad++ < 3) printf("  row %d group %d: scale %.9g, want %.9g\n", r, g, scale, d0);
+                    for (int j = j0; j < j1; j++) {
+                        const int v = q4_int(&W, r, j), want = (int)fminf(fmaxf(rintf((float)w.as_f64[r * cols + j] * id), -8), 7);
+                        if (v != want && bad++ < 3) printf("  row %d column %d: %d, want %d\n", r, j, v, want);
+                        q[r * cols + j] = (float)v * scale;
+                    }
+                }
+            }
+            for (int r = 0; quant == DTYPE_Q8 && W.dtype == DTYPE_Q8 && r < rows; r++)
                 for (int g = 0; g < groups; g++) {
                     float amax = 0;
-                    for (int j = g * Q8_GROUP; j < cols && j < (g + 1) * Q8_GROUP; j++) amax = fmaxf(amax, (float)fabs(w.as_f64[r * cols + j]));
+                    for (int j = g * Q_GROUP; j < cols && j < (g + 1) * Q_GROUP; j++) amax = fmaxf(amax, (float)fabs(w.as_f64[r * cols + j]));
                     const float scale = W.scales[r * groups + g];
                     if (scale != amax / 127 && bad++ < 3) printf("  row %d group %d: scale %.9g, want %.9g\n", r, g, scale, amax / 127);
-                    for (int j = g * Q8_GROUP; j < cols && j < (g + 1) * Q8_GROUP; j++) {
+                    for (int j = g * Q_GROUP; j < cols && j < (g + 1) * Q_GROUP; j++) {
                         const int8_t v = ((const int8_t *)W.data)[r * cols + j];
                         q[r * cols + j] = (double)v * scale;
                         // half a scale, and float32's rounding of the scale and of w / scale near a tie (up to ~64 ulps of 1)
@@ -355,13 +402,14 @@ static void test_q8(burst_backend *be) {
             for (int64_t i = 0; i < span_n; i++)
                 if (memcmp(&span[i], &got[first + i], sizeof(float)) && bad++ < 3)
                     printf("  weight_to_f32 from %lld, element %lld: %.9g, want %.9g\n", (long long)first, (long long)i, span[i], got[first + i]);
-            printf("%s Q8 from %s W=(%d,%d): values, scales, embed, a span of %lld\n", bad ? "FAIL" : "ok  ",
-                   dtype_name(WEIGHT_DTS[wi]), rows, cols, (long long)span_n);
+            printf("%s %s from %s W=(%d,%d): values, scales, embed, a span of %lld\n", bad ? "FAIL" : "ok  ",
+                   dtype_name(quant), dtype_name(WEIGHT_DTS[wi]), rows, cols, (long long)span_n);
             check(!bad);
             for (int xi = 0; xi < 2; xi++)
                 for (int k = 0; k < (int)(sizeof ns / sizeof ns[0]); k++) {
-                    const int n = ns[k], rounds = matmul_cpu_rounds_weights(DTS[xi], &W);
-                    rounded_somewhere |= rounds;
+                    const int n = ns[k], ints = matmul_cpu_quantizes_x(&W, n);
+                    const int rounds = !ints && matmul_cpu_rounds_weights(DTS[xi], &W);
+                    rounded_somewhere |= rounds, ints_somewhere |= ints;
                     act_buf x = act_random(DTS[xi], (int64_t)n * cols, -1, 1), out = act_random(DTYPE_F32, (int64_t)n * rows, 0, 0);
                     double *ref = burst_malloc(sizeof(double) * (size_t)n * rows), terms = 0;
                     for (int i = 0; i < n; i++)
@@ -371,22 +419,24 @@ static void test_q8(burst_backend *be) {
                                 const double wv = rounds ? bf16_to_f32(f32_to_bf16((float)q[r * cols + j])) : q[r * cols + j];
                                 s += x.as_f64[(int64_t)i * cols + j] * wv, abs_sum += fabs(x.as_f64[(int64_t)i * cols + j] * wv);
                             }
-                            ref[(int64_t)i * rows + r] = s;
+                            ref[(int64_t)i * rows + r] = ints ? q4_int_dot(&W, r, x.as_f64 + (int64_t)i * cols) : s;
                             if (abs_sum > terms) terms = abs_sum;
                         }
                     backend_matmul(be, out.p, DTYPE_F32, x.p, x.dt, &W, n);
                     char what[128];
-                    snprintf(what, sizeof what, "matmul Q8 from %s%s x %s n=%d W=(%d,%d)", dtype_name(WEIGHT_DTS[wi]),
-                             rounds ? " (as bf16)" : "", dtype_name(x.dt), n, rows, cols);
+                    snprintf(what, sizeof what, "matmul %s from %s%s%s x %s n=%d W=(%d,%d)", dtype_name(quant), dtype_name(WEIGHT_DTS[wi]),
+                             rounds ? " (as bf16)" : "", ints ? " (int8)" : "", dtype_name(x.dt), n, rows, cols);
                     act_check(what, &out, ref, F32_RTOL * (terms + 1));
                     free(ref), act_free(&x), act_free(&out);
                 }
             free(q), free(got), free(tokens), free((void *)w.w.data), free(w.as_f64);
         }
-    // where the CPU multiplies bf16 (AVX512-BF16), bf16 x by Q8 weights ran on column pairs somewhere
-    printf("%s Q8's GEMM on column pairs: %s\n", rounded_somewhere == matmul_cpu_bf16_products() ? "ok  " : "FAIL",
-           rounded_somewhere ? "ran" : "not in this build");
-    check(rounded_somewhere == matmul_cpu_bf16_products());
+    // where the CPU multiplies bf16 (AVX512-BF16), bf16 x by quantized weights ran on column pairs
+    // somewhere; x by Q4 ones in integers somewhere
+    printf("%s %s on column pairs: %s; in integers: %s\n",
+           rounded_somewhere == matmul_cpu_bf16_products() && ints_somewhere == (quant == DTYPE_Q4) ? "ok  " : "FAIL",
+           dtype_name(quant), rounded_somewhere ? "ran" : "not in this build", ints_somewhere ? "ran" : "not");
+    check(rounded_somewhere == matmul_cpu_bf16_products() && ints_somewhere == (quant == DTYPE_Q4));
     backend_free(qbe);
 }
 
@@ -660,7 +710,8 @@ int main(void) {
     test_bf16_rounds_x(be, 0);
     test_bf16_rounds_x(be, 1);
     test_f16_weights(be);
-    test_q8(be);
+    test_quantized(be, DTYPE_Q8);
+    test_quantized(be, DTYPE_Q4);
     test_swiglu(be);
     test_matmul_swiglu(be, 0);
     test_matmul_swiglu(be, 1);

@@ -45,6 +45,14 @@ for backend in ("cpu", "cpu-bf16"):
     check(f"--quantize q8 on {backend}: the greedy continuation, (q8 weights) on stderr",
           r.returncode == 0 and r.stdout.startswith(EXPECT) and f"on {backend} (q8 weights)" in r.stderr,
           f"{r.stdout!r} {r.stderr[-300:]!r}")
+# --quantize q4: 4-bit weights move stories260K's logits by ~10% (its perplexity: test_server_api);
+# the greedy text keeps its first sentence and a half, then goes its own way.
+for backend in ("cpu", "cpu-bf16"):
+    r = run("generate", "--model", STORIES, "--prompt", "Once upon a time", "--max-tokens", "40", "--temperature", "0",
+            "--backend", backend, "--quantize", "q4")
+    check(f"--quantize q4 on {backend}: the greedy continuation's start, (q4 weights) on stderr",
+          r.returncode == 0 and r.stdout.startswith(EXPECT[:60]) and f"on {backend} (q4 weights)" in r.stderr,
+          f"{r.stdout!r} {r.stderr[-300:]!r}")
 
 # The backend by default: cpu for float32 weights; for BF16 and F16 ones cpu-bf16 where the CPU
 # multiplies bf16 (--version says with what), else cpu; the KV cache's dtype follows the backend,
@@ -94,9 +102,11 @@ with tempfile.TemporaryDirectory() as tmp:
         (["generate", "--model", STORIES, "--prompt", "x", "--temperature", "hot"], "--temperature hot"),
         (["generate", "--model", STORIES, "--prompt", "x", "--bogus", "1"], "--bogus"),
         (["generate", "--model", STORIES, "--prompt", "x", "--kv-dtype", "f16"], "--kv-dtype f16: want f32 or bf16"),
-        (["generate", "--model", STORIES, "--prompt", "x", "--quantize", "q4"], "--quantize q4: want q8 or none"),
+        (["generate", "--model", STORIES, "--prompt", "x", "--quantize", "q3"], "--quantize q3: want q8, q4 or none"),
         (["generate", "--model", STORIES, "--prompt", "x", "--backend", "cuda", "--quantize", "q8"],
          "backend cuda: q8 weights run on the cpu backends only"),
+        (["generate", "--model", STORIES, "--prompt", "x", "--backend", "cuda", "--quantize", "q4"],
+         "backend cuda: q4 weights run on the cpu backends only"),
         (["generate", "--model", STORIES, "--prompt", "x", "--backend", "cpu-bf17"],
          "backend 'cpu-bf17' unknown (want cpu, cpu-bf16, cuda or cuda-fp32)"),
         (["generate", "--model", STORIES, "--prompt", "Once upon a time", "--ctx", "3"], "exceeds the context"),

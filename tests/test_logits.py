@@ -2,8 +2,9 @@
 cache) against the float64 numpy reference in llama_ref.py, on random-weight models with GQA,
 odd sizes, every dtype, tied and untied heads, sharded files, a bf16 KV cache (the reference
 then rounds K/V to bf16 the same way), rope_scaling linear and YaRN, and the cpu-bf16 backend (the
-reference rounds the matmuls' inputs to bf16 where it does), and Q8 weights (--quantize q8: the
-reference quantizes its matrices the same way)."""
+reference rounds the matmuls' inputs to bf16 where it does), and Q8 and Q4 weights (--quantize:
+the reference quantizes its matrices the same way, but not the rows Q4's few-token matmul
+quantizes to int8: tests/test_backend_cpu.c holds that one to its own reference)."""
 import os, subprocess, sys, tempfile
 import numpy as np
 
@@ -28,6 +29,10 @@ MAX_REL_ACT_BF16, TIE_ACT_BF16, MIN_REL_UNROUNDED = 1e-2, 3e-2, 1e-3
 # Q8 weights move the logits ~1e-2 from the unquantized model's: a run that did not quantize (or
 # quantized other values) lands far from the quantized reference and near the other.
 MIN_REL_UNQUANTIZED = 1e-3
+# Q4: a matmul of fewer tokens than the GEMM takes (a decode step) quantizes x to int8 as well,
+# which the reference does not: 9 runs landed at 1.2-1.6e-2, against 0.24-0.31 from the
+# unquantized model's logits (a group's wrong scale or a shifted block costs O(1)).
+MAX_REL_Q4 = 5e-2
 CASES = [  # model shape, prompt length, prefill chunk, ranks, decode steps
     dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="f32"), n=37, batch=8, dec=5),
     dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="f32"), n=37, batch=16, ranks=3, dec=5),
@@ -67,11 +72,20 @@ CASES = [  # model shape, prompt length, prefill chunk, ranks, decode steps
     # embedding; chunks of 8 (the few-token tiles) and 64 (the GEMM), decode a row at a time; on
     # cpu-bf16 the GEMM on column pairs (its weights rounded to bf16, not mirrored: within the bound).
     dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="bf16", tie=True), n=37, batch=8,
-         ranks=2, dec=5, q8=True),
+         ranks=2, dec=5, quant="q8"),
     dict(model=dict(dim=96, hidden=200, layers=2, heads=3, kv_heads=1, vocab=300, dtype="f16"), n=150, batch=64,
-         dec=4, q8=True),
+         dec=4, quant="q8"),
     dict(model=dict(dim=96, hidden=200, layers=2, heads=3, kv_heads=1, vocab=300, dtype="bf16"), n=150, batch=64, ranks=2,
-         dec=4, backend="cpu-bf16", kv="bf16", q8=True),
+         dec=4, backend="cpu-bf16", kv="bf16", quant="q8"),
+    # Q4: chunks of 64 (the GEMM) and 8 (x in int8 on cpu; on cpu-bf16 the tiles on column pairs),
+    # decode steps in int8; rows of 96 columns (a block of 64 and one group) and 200 (a short last
+    # group); the tied head from the quantized embedding.
+    dict(model=dict(dim=96, hidden=200, layers=2, heads=3, kv_heads=1, vocab=300, dtype="bf16", tie=True), n=150,
+         batch=64, ranks=2, dec=4, quant="q4"),
+    dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="f16"), n=37, batch=8,
+         dec=5, quant="q4"),
+    dict(model=dict(dim=96, hidden=200, layers=2, heads=3, kv_heads=1, vocab=300, dtype="bf16"), n=70, batch=8, ranks=2,
+         dec=4, backend="cpu-bf16", kv="bf16", quant="q4"),
 ]
 rng = np.random.default_rng()
 failures = 0
@@ -82,7 +96,7 @@ for i, case in enumerate(CASES):
         toks = rng.integers(0, cfg["vocab_size"], case["n"] + case["dec"]).tolist()
         out = os.path.join(d, "logits.bin")
         kv, backend = case.get("kv", "f32"), case.get("backend", "cpu")
-        args = [TOOL, "--backend", backend, "--kv-dtype", kv] + (["--quantize", "q8"] if case.get("q8") else []) + [d, out, str(case["batch"]), str(case.get("ranks", 1))] + [str(t) for t in toks[:case["n"]]]
+        args = [TOOL, "--backend", backend, "--kv-dtype", kv] + (["--quantize", case["quant"]] if case.get("quant") else []) + [d, out, str(case["batch"]), str(case.get("ranks", 1))] + [str(t) for t in toks[:case["n"]]]
         if case["dec"]:
             args += ["--"] + [str(t) for t in toks[case["n"]:]]
         r = subprocess.run(args, capture_output=True, text=True, timeout=120)
@@ -94,19 +108,22 @@ for i, case in enumerate(CASES):
         # cpu-bf16 rounds F16 weights to bf16 at load, as the CUDA backend does at upload.
         # q8: every matrix quantized from the weights as stored (and cpu-bf16 rounds x by them as by BF16 ones).
         w_used = {k: llama_ref.bf16(v) for k, v in w.items()} if backend == "cpu-bf16" and case["model"]["dtype"] == "f16" else w
-        if case.get("q8"):
-            w_used = {k: llama_ref.q8(v) if v.ndim == 2 else v for k, v in w.items()}
+        if case.get("quant"):
+            quantize = llama_ref.q8 if case["quant"] == "q8" else llama_ref.q4
+            w_used = {k: quantize(v) if v.ndim == 2 else v for k, v in w.items()}
         ref = llama_ref.forward(cfg, w_used, toks, kv_bf16=kv == "bf16", act_bf16=backend == "cpu-bf16",
-                                bf16_weights=case["model"]["dtype"] != "f32" or bool(case.get("q8")))[case["n"] - 1:]
+                                bf16_weights=case["model"]["dtype"] != "f32" or bool(case.get("quant")))[case["n"] - 1:]
         rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
         # Greedy choices must agree wherever the reference's top two are not a near tie.
         top2 = np.sort(ref, -1)[:, -2:]
         bound, tie = (MAX_REL_ACT_BF16, TIE_ACT_BF16) if backend == "cpu-bf16" else (MAX_REL_BF16, TIE_BF16) if kv == "bf16" else (MAX_REL, 1e-4)
+        if case.get("quant") == "q4":
+            bound, tie = MAX_REL_Q4, 0.1
         clear = top2[:, 1] - top2[:, 0] > tie
         ok = got.shape == ref.shape and rel < bound and \
             np.array_equal(got.argmax(-1)[clear], ref.argmax(-1)[clear])
         note = ""
-        if case.get("q8"):  # it must quantize: the unquantized model's logits lie ~1e-2 away
+        if case.get("quant"):  # it must quantize: the unquantized model's logits lie ~1e-2 away
             ref_w = llama_ref.forward(cfg, w, toks, kv_bf16=kv == "bf16", act_bf16=backend == "cpu-bf16",
                                       bf16_weights=case["model"]["dtype"] != "f32")[case["n"] - 1:]
             rel_w = np.linalg.norm(got - ref_w) / np.linalg.norm(ref_w)
@@ -118,6 +135,6 @@ for i, case in enumerate(CASES):
             ok = ok and rel32 > MIN_REL_UNROUNDED
             note = f"; {rel32:.2e} from the reference without bf16 activations (min {MIN_REL_UNROUNDED:g})"
         failures += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} case {i} {case['model']} {backend}{' q8' if case.get('q8') else ''} G={case.get('ranks', 1)} KV {kv}: {got.shape[0]} logit rows, rel err {rel:.2e} "
+        print(f"{'ok  ' if ok else 'FAIL'} case {i} {case['model']} {backend}{' ' + case['quant'] if case.get('quant') else ''} G={case.get('ranks', 1)} KV {kv}: {got.shape[0]} logit rows, rel err {rel:.2e} "
               f"(max {bound:g}), max abs err {np.abs(got - ref).max():.2e}{note}")
 sys.exit(1 if failures else 0)

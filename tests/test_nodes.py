@@ -62,20 +62,20 @@ def finish(p, timeout=30):
 
 
 # Same text as one process, with the ring crossing process boundaries; the workers say what they
-# took from the leader (the KV dtype, q8 weights).
-for G, P, batch, kv, q8 in ((2, 2, 512, "f32", 0), (3, 2, 512, "f32", 0), (4, 3, 512, "f32", 0), (3, 2, 7, "f32", 0),
-                            (3, 2, 7, "bf16", 0), (3, 2, 7, "f32", 1)):
-    quantize = ["--quantize", "q8"] if q8 else []
+# took from the leader (the KV dtype, quantized weights).
+for G, P, batch, kv, quant in ((2, 2, 512, "f32", ""), (3, 2, 512, "f32", ""), (4, 3, 512, "f32", ""), (3, 2, 7, "f32", ""),
+                               (3, 2, 7, "bf16", ""), (3, 2, 7, "f32", "q8"), (2, 2, 7, "f32", "q4")):
+    quantize = ["--quantize", quant] if quant else []
     one = generate("--ranks", str(G), "--batch", str(batch), "--kv-dtype", kv, *quantize)
     coord = f"127.0.0.1:{free_port()}"
     workers = [worker(coord) for _ in range(P - 1)]
     many = generate("--ranks", str(G), "--batch", str(batch), "--kv-dtype", kv, *quantize, "--nodes", str(P),
                     "--coordinator", coord)
-    name = f"G={G} over {P} processes, batch {batch}, KV {kv}" + (", q8 weights" if q8 else "")
+    name = f"G={G} over {P} processes, batch {batch}, KV {kv}" + (f", {quant} weights" if quant else "")
     check(f"{name}: leader exit 0", many.returncode == 0, many.stderr[-400:])
     check(f"{name}: same text as one process", many.stdout == one.stdout and len(one.stdout) > 100,
           f"{many.stdout!r} vs {one.stdout!r}")
-    took = f"{G} rank(s) in all on cpu{' (q8 weights)' if q8 else ''} (KV {kv.upper()})"
+    took = f"{G} rank(s) in all on cpu{f' ({quant} weights)' if quant else ''} (KV {kv.upper()})"
     for i, w in enumerate(workers):
         rc, err = finish(w)
         check(f"{name}: worker {i + 1} took the leader's options, exits 0 when the leader stops",
