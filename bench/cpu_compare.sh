@@ -9,9 +9,10 @@
 # (bench/hf_to_gguf.py; GGUF=PATH, default /tmp/NAME.gguf, kept for the next run). NS (default
 # 512,2048,8192), DEPTHS (default 512,4096) and SEQS (default 1,8) are the sizes, REPS (default 2)
 # how many times each runs, alternating between the two programs (this machine's memory bandwidth
-# moves between minutes), THREADS (default: all cores) the threads of both. Q8=1 compares 8-bit
-# weights instead: burst with --quantize q8, llama.cpp on the GGUF quantized to Q8_0 (its
-# llama-quantize, built beside the others; kept as /tmp/NAME-q8_0.gguf).
+# moves between minutes), THREADS (default: all cores) the threads of both. QUANT=q8 (or q4)
+# compares 8-bit (4-bit) weights instead: burst with --quantize q8 (q4), llama.cpp on the GGUF
+# quantized to Q8_0 (Q4_0) by its llama-quantize, built beside the others; kept as
+# /tmp/NAME-q8_0.gguf (q4_0).
 #
 # burst: `burst generate` (prompt of N tokens, its "first token after" time: tokenizing, prefill
 # and the first token's sampling) on cpu-bf16 (bf16 KV cache) and cpu (float32 matmul inputs and KV
@@ -25,22 +26,26 @@ lcpp=${LLAMA_CPP:?LLAMA_CPP=DIR: a llama.cpp checkout with build/bin/llama-bench
 ns=${NS:-512,2048,8192} depths=${DEPTHS:-512,4096} seqs=${SEQS:-1,8} reps=${REPS:-2} threads=${THREADS:-$(nproc)}
 gguf=${GGUF:-/tmp/$(basename "$model").gguf}
 build=${BUILD_DIR:-build}
-q8=${Q8:-0} quantize=() quant_arg=none
+quant=${QUANT:-none} quantize=() quant_arg=none
 for f in "$build/burst" "$build/bench/bench_decode" "$lcpp/build/bin/llama-bench" "$lcpp/build/bin/llama-batched-bench"; do
     [ -x "$f" ] || { echo "cpu_compare.sh: $f: not built"; exit 1; }
 done
 [ -f "$gguf" ] || GGUF_PY=$lcpp/gguf-py /usr/bin/python3 bench/hf_to_gguf.py "$model" "$gguf"
-if [ "$q8" = 1 ]; then
-    quantize=(--quantize q8) quant_arg=q8
-    q8_gguf=/tmp/$(basename "$model")-q8_0.gguf
+case $quant in
+none) ;;
+q8 | q4)
+    quantize=(--quantize "$quant") quant_arg=$quant
+    quant_gguf=/tmp/$(basename "$model")-${quant}_0.gguf
     [ -x "$lcpp/build/bin/llama-quantize" ] || { echo "cpu_compare.sh: $lcpp/build/bin/llama-quantize: not built"; exit 1; }
-    if [ ! -f "$q8_gguf" ]; then
-        "$lcpp/build/bin/llama-quantize" "$gguf" "$q8_gguf.part" Q8_0 "$threads" >/dev/null 2>&1 ||
+    if [ ! -f "$quant_gguf" ]; then
+        "$lcpp/build/bin/llama-quantize" "$gguf" "$quant_gguf.part" "${quant^^}_0" "$threads" >/dev/null 2>&1 ||
             { echo "cpu_compare.sh: llama-quantize $gguf failed"; exit 1; }
-        mv "$q8_gguf.part" "$q8_gguf"
+        mv "$quant_gguf.part" "$quant_gguf"
     fi
-    gguf=$q8_gguf
-fi
+    gguf=$quant_gguf
+    ;;
+*) echo "cpu_compare.sh: QUANT=$quant: want q8, q4 or none"; exit 1 ;;
+esac
 results=$(mktemp) prompt=$(mktemp)
 trap 'rm -f "$results" "$prompt"' EXIT
 # Result lines: "PROGRAM VARIANT prefill N seconds" and "PROGRAM VARIANT decode D:S seconds".

@@ -11,7 +11,7 @@
 # 1024), LOADS (default "1:8 4:16": concurrency:requests pairs), PROMPT (default 512), TOKENS
 # (default 32), REPS (default 2), THREADS (default: all cores), BURSTD_ARGS (more flags for
 # burstd: 8-bit weights against llama.cpp's are BURSTD_ARGS="--quantize q8" with GGUF= the Q8_0 file
-# bench/cpu_compare.sh's Q8=1 writes). Both servers run with their defaults otherwise (burstd: the
+# bench/cpu_compare.sh's QUANT=q8 writes). Both servers run with their defaults otherwise (burstd: the
 # backend its default picks; llama-server: flash attention auto).
 set -euo pipefail
 cd "$(dirname "$0")/.."
