@@ -438,32 +438,30 @@ def perplexity(srv):
     m = re.fullmatch(r"perplexity (\d+\.\d+) over 428 tokens\n", r.stdout)
     return float(m.group(1)) if m else r.stdout + r.stderr
 
+# --quantize Q: the start line says so, and burstd streams what burst generate --quantize Q writes.
+def streams_as_generate(srv, quant):
+    ref = subprocess.run([os.path.join(BIN, "burst"), "generate", "--model", STORIES, "--prompt", "Once upon a time",
+                          "--max-tokens", "30", "--quantize", quant], capture_output=True, text=True, timeout=60).stdout.rstrip("\n")
+    st, ev = srv.stream("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0, "stream": True})
+    check(f"--quantize {quant}: ({quant} weights) on the start line, the text burst generate --quantize {quant} gives",
+          f"on cpu ({quant} weights)" in srv.log() and st == 200 and stream_text(ev) == ref and len(ref) > 20,
+          (ref, stream_text(ev), srv.log()[-300:]))
+
 with Burstd(STORIES) as srv:
     ppl = perplexity(srv)
-# --quantize q8: the start line says so, and it streams what burst generate --quantize q8 writes.
 with Burstd(STORIES, "--quantize", "q8") as srv:
     ppl_q8 = perplexity(srv)
     check("bench/perplexity.py: stories260K's perplexity near 3.5, with --quantize q8 within 1% of it",
           isinstance(ppl, float) and isinstance(ppl_q8, float) and 3 < ppl < 4 and abs(ppl_q8 / ppl - 1) < 0.01,
           (ppl, ppl_q8))
-    ref = subprocess.run([os.path.join(BIN, "burst"), "generate", "--model", STORIES, "--prompt", "Once upon a time",
-                          "--max-tokens", "30", "--quantize", "q8"], capture_output=True, text=True, timeout=60).stdout.rstrip("\n")
-    st, ev = srv.stream("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0, "stream": True})
-    check("--quantize q8: (q8 weights) on the start line, the text burst generate --quantize q8 gives",
-          "on cpu (q8 weights)" in srv.log() and st == 200 and stream_text(ev) == ref and len(ref) > 20,
-          (ref, stream_text(ev), srv.log()[-300:]))
+    streams_as_generate(srv, "q8")
 # (Without the prefix cache: a prompt's last token alone multiplies x in int8 where the whole prompt
 # does not, and the greedy text may go another way.)
 with Burstd(STORIES, "--quantize", "q4", "--prefix-cache", "off") as srv:
     ppl_q4 = perplexity(srv)
     check("bench/perplexity.py: with --quantize q4 within 20% of stories260K's, and above q8's",
           isinstance(ppl_q4, float) and isinstance(ppl_q8, float) and ppl_q8 < ppl_q4 < 1.2 * ppl, (ppl, ppl_q8, ppl_q4))
-    ref = subprocess.run([os.path.join(BIN, "burst"), "generate", "--model", STORIES, "--prompt", "Once upon a time",
-                          "--max-tokens", "30", "--quantize", "q4"], capture_output=True, text=True, timeout=60).stdout.rstrip("\n")
-    st, ev = srv.stream("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0, "stream": True})
-    check("--quantize q4: (q4 weights) on the start line, the text burst generate --quantize q4 gives",
-          "on cpu (q4 weights)" in srv.log() and st == 200 and stream_text(ev) == ref and len(ref) > 20,
-          (ref, stream_text(ev), srv.log()[-300:]))
+    streams_as_generate(srv, "q4")
 # G = 3 ranks behind the daemon: a prompt long enough for the ring (>= 2G tokens) and concurrent
 # decoding requests give the text one rank gives.
 LONG = "Once upon a time, there was a little boy named Tim. He had a big red ball."
