@@ -125,7 +125,7 @@ static void q4_quantize_x(q4_x *xb, int64_t stride, const void *x, burst_dtype x
 // second's (none in a row's last block when its columns end within the first group).
 static inline __m512 q4_scale_lanes(const float *s, int64_t b, int64_t groups) {
     const __m512i pick = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m128 pair = 2 * b + 1 < groups ? _mm_castpd_ps(_mm_load_sd((const double *)(s + 2 * b))) : _mm_load_ss(s + 2 * b);
+    const __m128 pair = 2 * b + 1 < groups ? _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(s + 2 * b))) : _mm_load_ss(s + 2 * b);
     return _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(pair));
 }
 
