@@ -135,6 +135,18 @@ static inline __m512i q4_block_bytes(const uint8_t *w, int64_t b) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(packed, low)),
                               _mm256_and_si256(_mm256_srli_epi16(packed, 4), low), 1);
 }
+
+// Block b of a Q4 row (its bytes w, its scales s, groups of them) times nt tokens' x (x[t]), added
+// to acc[t]: each lane's integer sum times its weights' and x's scales.
+static inline __attribute__((always_inline)) void q4_block(const uint8_t *w, const float *s, int64_t groups,
+                                                           int64_t b, const q4_x *x, const int nt, __m512 *acc) {
+    const __m512i wv = q4_block_bytes(w, b);
+    const __m512 sw = q4_scale_lanes(s, b, groups);
+    for (int t = 0; t < nt; t++) {
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_loadu_si512(x[t].neg), wv, _mm512_loadu_si512(x[t].q));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(sw, _mm512_loadu_ps(x[t].scale)), acc[t]);
+    }
+}
 #endif
 
 // sums[t] = the dot product of a Q4 row (its bytes w, its scales s, groups of them) with token t's x
@@ -148,23 +160,13 @@ static inline __attribute__((always_inline)) void q4_row(const uint8_t *w, const
 #if Q4_VNNI
     __m512 even[8], odd[8];
     for (int t = 0; t < nt; t++) even[t] = odd[t] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < blocks; b++, x += n) {
-        const __m512i wv = q4_block_bytes(w, b);
-        const __m512 sw = q4_scale_lanes(s, b, groups);
+    int64_t b = 0;
+    for (; b + 2 <= blocks; b += 2, x += 2 * n) {
         __builtin_prefetch(w + 32 * b + 2 * 32 * blocks, 0, 2); // the row after next: the thread's rows are a run
-        for (int t = 0; t < nt; t++) {
-            const __m512i dot = _mm512_dpbusd_epi32(_mm512_loadu_si512(x[t].neg), wv, _mm512_loadu_si512(x[t].q));
-            even[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(sw, _mm512_loadu_ps(x[t].scale)), even[t]);
-        }
-        if (++b == blocks) break;
-        x += n;
-        const __m512i wv1 = q4_block_bytes(w, b);
-        const __m512 sw1 = q4_scale_lanes(s, b, groups);
-        for (int t = 0; t < nt; t++) {
-            const __m512i dot = _mm512_dpbusd_epi32(_mm512_loadu_si512(x[t].neg), wv1, _mm512_loadu_si512(x[t].q));
-            odd[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(sw1, _mm512_loadu_ps(x[t].scale)), odd[t]);
-        }
+        q4_block(w, s, groups, b, x, nt, even);
+        q4_block(w, s, groups, b + 1, x + n, nt, odd);
     }
+    if (b < blocks) q4_block(w, s, groups, b, x, nt, even);
     for (int t = 0; t < nt; t++) sums[t] = _mm512_reduce_add_ps(_mm512_add_ps(even[t], odd[t]));
 #else
     float acc[8][16] = {{0}};
