@@ -77,13 +77,14 @@ int main(int argc, char **argv) {
     const int N = atoi(argv[3]), steps = argc > 4 ? atoi(argv[4]) : 20;
     const char *backend = argc > 5 ? argv[5] : "cpu";
     const burst_dtype kv = argc > 6 && !strcmp(argv[6], "bf16") ? DTYPE_BF16 : DTYPE_F32;
-    if (most < 1 || N < 1 || steps < 1 || steps > MAX_STEPS) {
-        fprintf(stderr, "bench_decode: want S >= 1, N >= 1 and 1 <= STEPS <= %d\n", MAX_STEPS);
+    int quant = 0;
+    if (most < 1 || N < 1 || steps < 1 || steps > MAX_STEPS || (argc > 9 && !quant_parse(argv[9], &quant))) {
+        fprintf(stderr, "bench_decode: want S >= 1, N >= 1, 1 <= STEPS <= %d and a quantization of none, q8 or q4\n", MAX_STEPS);
         return 2;
     }
     llama_options o = {.ctx = N + UNTIMED + steps + 1, .n_slots = most, .max_batch = N > most ? N : most,
                        .backend = backend, .kv_dtype = kv, .n_threads = argc > 7 ? atoi(argv[7]) : 0,
-                       .n_ranks = argc > 8 ? atoi(argv[8]) : 1, .weights_quant = argc > 9 && !strcmp(argv[9], "q8") ? DTYPE_Q8 : argc > 9 && !strcmp(argv[9], "q4") ? DTYPE_Q4 : 0};
+                       .n_ranks = argc > 8 ? atoi(argv[8]) : 1, .weights_quant = quant};
     llama_model *m;
     burst_error err;
     if (llama_load(argv[1], &o, &m, &err)) fail("load", &err);

@@ -35,7 +35,7 @@ int main(int argc, char **argv) {
         const char *flag = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
         if (!value) ok = 0;
         else if (!strcmp(flag, "--threads")) ok = (threads = atoi(value)) > 0;
-        else if (!strcmp(flag, "--quantize")) ok = (quant = !strcmp(value, "q8") ? DTYPE_Q8 : !strcmp(value, "q4") ? DTYPE_Q4 : 0);
+        else if (!strcmp(flag, "--quantize")) ok = quant_parse(value, &quant);
         else if (!strcmp(flag, "--x-dtype")) ok = dtype_parse(value, &x_dtype) && (x_dtype == DTYPE_F32 || x_dtype == DTYPE_BF16);
         else ok = 0;
     }

@@ -21,6 +21,11 @@ const char *dtype_name(burst_dtype t); // "F32", "F16", "BF16" as safetensors sp
 // Parses a checkpoint's or KV cache's dtype name (F32, F16 or BF16, any case); returns 0 (and
 // leaves *out alone) when it is not one of those.
 int dtype_parse(const char *name, burst_dtype *out);
+static inline int dtype_quantized(burst_dtype t) { return t == DTYPE_Q8 || t == DTYPE_Q4; }
+// A weights quantization (llama_options.weights_quant: 0, DTYPE_Q8 or DTYPE_Q4) as --quantize
+// spells it: "none", "q8", "q4"; quant_parse reads those (any case), returning 0 on anything else.
+const char *quant_name(int quant);
+int quant_parse(const char *s, int *out);
 
 static inline float bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;

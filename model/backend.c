@@ -46,7 +46,7 @@ burst_status backend_new(const char *name, int device, int n_threads, int quant,
     }
     if (quant)
         return BURST_FAIL(err, BURST_ERR_INVALID, "backend %s: %s weights run on the cpu backends only", name,
-                          quant == DTYPE_Q4 ? "q4" : "q8");
+                          quant_name(quant));
 #ifdef BURST_WITH_CUDA
     return backend_cuda_new(device, !backend_kinds[k].bf16, out, err);
 #else

@@ -117,8 +117,8 @@ static burst_status cpu_weight(burst_backend *b, const weights_tensor *t, burst_
     const size_t avail = host_memory_free("");
     void *w = avail && bytes > avail ? NULL : aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!w)
-        return BURST_FAIL(err, BURST_ERR_NOMEM, "%s: its %s (%.3f GB) does not fit in the %.3f GB free (%s)", t->name,
-                          quant == DTYPE_Q8 ? "q8 copy" : quant ? "q4 copy" : tiles ? "bf16 copy in AMX tiles" : "bf16 copy", bytes / 1e9, avail / 1e9,
+        return BURST_FAIL(err, BURST_ERR_NOMEM, "%s: its %s copy%s (%.3f GB) does not fit in the %.3f GB free (%s)", t->name,
+                          quant ? quant_name(quant) : "bf16", tiles ? " in AMX tiles" : "", bytes / 1e9, avail / 1e9,
                           quant ? "unquantized, the weights are read as mapped"
                              : "--backend cpu with BURST_AMX=0 computes on the weights as mapped");
     host_huge_pages(w, bytes); // (common/host_memory.h) decode steps stream over every weight
@@ -185,7 +185,7 @@ static void cpu_rmsnorm(burst_backend *b, void *out, burst_dtype out_dtype, cons
 // few-token matmul quantizes x: rounded first or not, the same to within its int8's steps).
 static int rounds_x(burst_backend *b, burst_dtype x_dtype, const burst_weight *W) {
     return backend_act_dtype(b) == DTYPE_BF16 && x_dtype == DTYPE_F32 &&
-           (W->dtype == DTYPE_BF16 || W->dtype == DTYPE_Q8 || W->dtype == DTYPE_Q4);
+           (W->dtype == DTYPE_BF16 || dtype_quantized(W->dtype));
 }
 
 static void cpu_matmul(burst_backend *b, void *out, burst_dtype out_dtype, int accumulate, const void *x,

@@ -196,8 +196,8 @@ static burst_status load_tensors(llama_model *m, llama_rank *R, burst_error *err
         // Uploading a large checkpoint to a device, or copying it into AMX tiles or quantizing it,
         // takes a while: say how far it got.
         if (weights_bytes(m->w) > ((size_t)256 << 20) && (l + 1) % 8 == 0 && burst_now() - t0 > 1.0)
-            LOG_I("rank %d: %d of %d layers on the %s backend%s", R->rank, l + 1, c->n_layers, m->opt.backend,
-                  m->opt.weights_quant == DTYPE_Q8 ? ", quantized to q8" : m->opt.weights_quant ? ", quantized to q4" : "");
+            LOG_I("rank %d: %d of %d layers on the %s backend%s%s", R->rank, l + 1, c->n_layers, m->opt.backend,
+                  m->opt.weights_quant ? ", quantized to " : "", m->opt.weights_quant ? quant_name(m->opt.weights_quant) : "");
     }
     return BURST_OK;
 }

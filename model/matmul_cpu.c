@@ -197,7 +197,7 @@ static const void *w_row(const burst_weight *W, int64_t r) {
     return (const char *)W->data + r * W->cols * (int64_t)dtype_size(W->dtype);
 }
 static const float *w_scales(const burst_weight *W, int64_t r) {
-    return W->dtype == DTYPE_Q8 || W->dtype == DTYPE_Q4 ? W->scales + r * q_groups(W->cols) : NULL;
+    return dtype_quantized(W->dtype) ? W->scales + r * q_groups(W->cols) : NULL;
 }
 
 void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst) {
@@ -206,7 +206,7 @@ void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst) 
         return;
     }
     // Row by row, since a quantized row's scales lie apart; other dtypes in one go, as one row.
-    const int quant = w->dtype == DTYPE_Q8 || w->dtype == DTYPE_Q4;
+    const int quant = dtype_quantized(w->dtype);
     while (n > 0) {
         const int64_t r = quant ? first / w->cols : 0, c0 = first - r * w->cols;
         const int64_t m = quant && w->cols - c0 < n ? w->cols - c0 : n;
@@ -233,7 +233,7 @@ void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst) 
 // Whether a matmul of x (x_dtype) by W runs on column pairs (GEMM_PAIRS): bf16 x, BF16 weights in
 // rows, or Q8 (Q4: in the GEMM) ones rounded to bf16 with their scales, an even number of columns.
 static int on_pairs(burst_dtype x_dtype, const burst_weight *W) {
-    return GEMM_PAIRS && x_dtype == DTYPE_BF16 && (W->dtype == DTYPE_BF16 || W->dtype == DTYPE_Q8 || W->dtype == DTYPE_Q4) &&
+    return GEMM_PAIRS && x_dtype == DTYPE_BF16 && (W->dtype == DTYPE_BF16 || dtype_quantized(W->dtype)) &&
            !W->amx_tiles && W->cols % 2 == 0;
 }
 
@@ -718,7 +718,7 @@ static void matmul_gemm(void *out, burst_dtype out_dtype, int accumulate, const 
 int matmul_cpu_bf16_products(void) { return GEMM_PAIRS; }
 
 int matmul_cpu_rounds_weights(burst_dtype x_dtype, const burst_weight *W) {
-    return (W->dtype == DTYPE_Q8 || W->dtype == DTYPE_Q4) && on_pairs(x_dtype, W);
+    return dtype_quantized(W->dtype) && on_pairs(x_dtype, W);
 }
 
 int matmul_cpu_quantizes_x(const burst_weight *W, int n) { return W->dtype == DTYPE_Q4 && n < Q4_INT_TOKENS; }

@@ -58,12 +58,9 @@ int cli_parse_kv_dtype(const char *prog, const char *flag, const char *s, burst_
 }
 
 int cli_parse_quantize(const char *prog, const char *flag, const char *s, int *out) {
-    if (strcasecmp(s, "q8") && strcasecmp(s, "q4") && strcasecmp(s, "none")) {
-        fprintf(stderr, "%s: %s %s: want q8, q4 or none\n", prog, flag, s);
-        return 0;
-    }
-    *out = !strcasecmp(s, "q8") ? DTYPE_Q8 : !strcasecmp(s, "q4") ? DTYPE_Q4 : 0;
-    return 1;
+    if (quant_parse(s, out)) return 1;
+    fprintf(stderr, "%s: %s %s: want q8, q4 or none\n", prog, flag, s);
+    return 0;
 }
 
 int cli_parse_float(const char *prog, const char *flag, const char *s, float lo, float hi, float *out) {

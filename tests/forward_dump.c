@@ -22,8 +22,8 @@ int main(int argc, char **argv) {
     int quant = 0;
     for (; argc > 2 && !strncmp(argv[1], "--", 2); argc -= 2, argv += 2)
         if (!strcmp(argv[1], "--backend")) backend = argv[2];
-        else if (!strcmp(argv[1], "--quantize")) // usage unless q8 or q4
-            quant = !strcmp(argv[2], "q8") ? DTYPE_Q8 : !strcmp(argv[2], "q4") ? DTYPE_Q4 : (argc = 0);
+        else if (!strcmp(argv[1], "--quantize")) // usage unless q8, q4 or none
+            argc = quant_parse(argv[2], &quant) ? argc : 0;
         else if (strcmp(argv[1], "--kv-dtype") || !dtype_parse(argv[2], &kv_dtype)) argc = 0; // usage
     if (argc < 6) {
         fputs(usage, stderr);
