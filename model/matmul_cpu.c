@@ -3,8 +3,8 @@
 // (integers with a scale per group of columns: the backend's quantized copy, model/quantize_cpu.h).
 // Q8 weights are widened as the others, with their scales: to bf16 on column pairs (bf16 x with
 // AVX512-BF16), in registers or a GEMM block at a time; else to float32, but a row of one or two
-// tokens a group at a time (few_row_q8). Q4 ones, by a few tokens, in integers (matmul_q4_few); by
-// more, widened as Q8 ones in the GEMM.
+// tokens a group at a time (few_row_q8). Q4 ones, by up to 79 tokens, in integers (matmul_q4_few);
+// by more, widened as Q8 ones in the GEMM.
 //
 // A few tokens (decode steps, n < MM_FEW_TOKENS, or MM_FEW_TOKENS_PAIRS on column pairs): each
 // weight row is read once for all of them, a tile of FEW_ROWS rows at a time (one row for one or
@@ -95,10 +95,15 @@ enum { NR = GEMM_NV * VEC_FLOATS, KC = GEMM_KC, NB = GEMM_NB, MC = GEMM_MC, MAX_
 // took 0.77-0.96x the GEMM's time at 16 to 24 tokens, 0.99-1.05x at 26 and 28, 1.11x at 32
 // (LLaMA-7B's decode matmuls, BF16 weights in 2 MB pages, alternating).
 enum { MM_FEW_TOKENS_PAIRS = 25 };
-// Q4 weights: matmul_q4_few below Q4_INT_TOKENS, then as Q8 ones (widened in the few-token tiles,
-// on column pairs with bf16 x). Against those, with 1 to 3 tokens it took 0.35-0.9x the time, at 4
-// to 24 1.2-2.3x: its copy of x outgrows L1 (256 x 4096 weights on 1 thread, f32 and bf16 x).
+// Q4 weights: in integers below Q4_INT_TOKENS (matmul_q4_few), then widened in the GEMM. On a
+// decode step's matmuls of two LLaMA-7B layers (1 thread, bf16 x), the GEMM took 0.74x its time at
+// 64 tokens, as long at 80, 0.58x at 96 (where 8 tokens' x per span outgrows L1) and 0.43x at 512.
+// Without AVX-512 its plain-C loop is slow: there the GEMM takes over from 4.
+#ifdef BURST_AVX512
+enum { Q4_INT_TOKENS = 80 };
+#else
 enum { Q4_INT_TOKENS = 4 };
+#endif
 
 // bf16 x times BF16 weights (the cpu-bf16 backend), on a CPU with AVX512-BF16 (AMD Zen 4 and later,
 // Intel Cooper Lake and later): both paths multiply them as stored, a pair of adjacent columns in
@@ -150,24 +155,6 @@ static inline vec q8_vec(const int8_t *q) {
 #endif
 }
 
-// VEC_FLOATS 4-bit integers of a Q4 row w from column i (a multiple of VEC_FLOATS: all in one
-// half of a block's bytes) as floats.
-static inline vec q4_vec(const uint8_t *w, int64_t i) {
-    const uint8_t *b = w + i / 64 * 32 + i % 32;
-    const int shift = i % 64 < 32 ? 0 : 4;
-#if defined(__AVX512F__)
-    const __m512i v = _mm512_srl_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)b)), _mm_cvtsi32_si128(shift));
-    return (vec)_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(v, _mm512_set1_epi32(15)), _mm512_set1_epi32(8)));
-#elif defined(__AVX2__)
-    const __m256i v = _mm256_srl_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)b)), _mm_cvtsi32_si128(shift));
-    return (vec)_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(v, _mm256_set1_epi32(15)), _mm256_set1_epi32(8)));
-#else
-    vec v;
-    for (int l = 0; l < VEC_FLOATS; l++) v[l] = (float)((b[l] >> shift & 15) - 8);
-    return v;
-#endif
-}
-
 // VEC_FLOATS weights of a row w of dtype dt from column i, as floats (Q8, Q4: i a multiple of
 // VEC_FLOATS, so all in one group). GCC does not vectorize f16_to_f32 into F16C's one
 // instruction, and its bit operations cost more than the multiply-adds they feed.
@@ -178,7 +165,6 @@ static inline vec w_vec(const void *w, const float *s, burst_dtype dt, int64_t i
         return v;
     }
     if (dt == DTYPE_Q8) return q8_vec((const int8_t *)w + i) * s[i / Q_GROUP];
-    if (dt == DTYPE_Q4) return q4_vec(w, i) * s[i / Q_GROUP];
 #if defined(__AVX512F__)
     __m256i b = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i));
     v = (vec)(dt == DTYPE_BF16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16)) : _mm512_cvtph_ps(b));
@@ -213,11 +199,11 @@ void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst) 
         const void *row = w_row(w, r);
         const float *s = w_scales(w, r);
         int64_t i = 0;
-        for (; w->dtype == DTYPE_Q4 && c0 % 64 == 0 && i + 64 <= m; i += 64) { // a block of 64 at a time
-            int8_t q[64];
-            q4_unpack((const uint8_t *)row + (c0 + i) / 64 * 32, q);
-            for (int h = 0; h < 64; h += VEC_FLOATS) {
-                vec v = q8_vec(q + h) * s[(c0 + i + h) / Q_GROUP];
+        for (; w->dtype == DTYPE_Q4 && c0 % Q_GROUP == 0 && i + Q_GROUP <= m; i += Q_GROUP) { // a group at a time
+            int8_t q[Q_GROUP];
+            q4_unpack(row, (c0 + i) / Q_GROUP, q);
+            for (int h = 0; h < Q_GROUP; h += VEC_FLOATS) {
+                vec v = q8_vec(q + h) * s[(c0 + i) / Q_GROUP];
                 memcpy(dst + i + h, &v, sizeof v);
             }
         }
@@ -231,7 +217,8 @@ void weight_to_f32(const burst_weight *w, int64_t first, int64_t n, float *dst) 
 }
 
 // Whether a matmul of x (x_dtype) by W runs on column pairs (GEMM_PAIRS): bf16 x, BF16 weights in
-// rows, or Q8 (Q4: in the GEMM) ones rounded to bf16 with their scales, an even number of columns.
+// rows, or Q8 and Q4 ones rounded to bf16 with their scales (Q4: in the GEMM), an even number of
+// columns.
 static int on_pairs(burst_dtype x_dtype, const burst_weight *W) {
     return GEMM_PAIRS && x_dtype == DTYPE_BF16 && (W->dtype == DTYPE_BF16 || dtype_quantized(W->dtype)) &&
            !W->amx_tiles && W->cols % 2 == 0;
@@ -244,22 +231,13 @@ static inline __m512bh q8_bf16_x32(const int8_t *q, float scale) {
 }
 
 // 32 weights of row w (dtype dt, a constant once inlined) from column k as bf16 pairs: BF16 ones as
-// stored, Q8 and Q4 ones (the row's scales s) rounded to bf16 with their scale (Q4: k's group's
-// 4-bit halves of its block's bytes); and a prefetch of the row `ahead` columns on.
+// stored, Q8 ones (the row's scales s) rounded to bf16 with their scale; and a prefetch of the row
+// `ahead` columns on.
 static inline __attribute__((always_inline)) __m512bh pairs_w32(const void *w, const float *s, const burst_dtype dt,
                                                                 int64_t k, int64_t ahead) {
     if (dt == DTYPE_Q8) {
         __builtin_prefetch((const int8_t *)w + k + ahead, 0, 2);
         return q8_bf16_x32((const int8_t *)w + k, s[k / Q_GROUP]);
-    }
-    if (dt == DTYPE_Q4) {
-        __builtin_prefetch((const uint8_t *)w + (k + ahead) / 2, 0, 2);
-        const __m256i packed = _mm256_loadu_si256((const __m256i *)((const uint8_t *)w + k / 64 * 32));
-        const __m256i q = _mm256_sub_epi8(_mm256_and_si256(k % 64 ? _mm256_srli_epi16(packed, 4) : packed, _mm256_set1_epi8(15)),
-                                          _mm256_set1_epi8(8));
-        const __m512 scale = _mm512_set1_ps(s[k / Q_GROUP]);
-        return _mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))), scale),
-                                   _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), scale));
     }
     __builtin_prefetch((const uint16_t *)w + k + ahead, 0, 2);
     return (__m512bh)_mm512_loadu_si512((const uint16_t *)w + k);
@@ -374,7 +352,7 @@ static inline __attribute__((always_inline)) void few_tile(const burst_weight *W
         return;
     }
     const float *x = xp, *xk = xb;
-    const int64_t dsize = (int64_t)dtype_size(W->dtype), q4 = W->dtype == DTYPE_Q4; // (Q4: half a byte a weight)
+    const int64_t dsize = (int64_t)dtype_size(W->dtype);
     vec acc[FEW_MAX_ROWS][FEW_MAX_TOKENS]; // (sized for every few_tiles shape, pairs' too)
     for (int r = 0; r < nr; r++)
         for (int t = 0; t < nt; t++) acc[r][t] = (vec){0};
@@ -383,7 +361,7 @@ static inline __attribute__((always_inline)) void few_tile(const burst_weight *W
         vec wv[FEW_MAX_ROWS];
         for (int r = 0; r < nr; r++) {
             wv[r] = w_vec(w[r], s[r], W->dtype, k);
-            __builtin_prefetch((const char *)w[r] + (q4 ? (k + nr * cols) / 2 : (k + nr * cols) * dsize), 0, 2);
+            __builtin_prefetch((const char *)w[r] + (k + nr * cols) * dsize, 0, 2);
         }
         for (int t = 0; t < nt; t++) {
             vec xv;
@@ -532,18 +510,17 @@ static void matmul_few(void *out, burst_dtype out_dtype, int accumulate, const v
 }
 
 #if GEMM_PAIRS
-// n weights of row r of a Q8 or Q4 weight W from column c0 (a multiple of 64) times their scales,
-// rounded to bf16 (q8_bf16_x32; Q4 unpacked to int8 a block at a time): a row of the GEMM's block
-// on column pairs.
+// n weights of row r of a Q8 or Q4 weight W from column c0 (a multiple of Q_GROUP) times their
+// scales, rounded to bf16 (q8_bf16_x32; Q4 unpacked to int8 a group at a time): a row of the GEMM's
+// block on column pairs.
 static void quant_row_to_bf16(const burst_weight *W, int64_t r, int64_t c0, int n, uint16_t *dst) {
     const void *row = w_row(W, r);
     const float *s = w_scales(W, r);
     int i = 0;
-    for (; W->dtype == DTYPE_Q4 && i + 64 <= n; i += 64) {
-        int8_t q[64];
-        q4_unpack((const uint8_t *)row + (c0 + i) / 64 * 32, q);
-        for (int h = 0; h < 64; h += Q_GROUP)
-            _mm512_storeu_si512(dst + i + h, (__m512i)q8_bf16_x32(q + h, s[(c0 + i + h) / Q_GROUP]));
+    for (; W->dtype == DTYPE_Q4 && i + Q_GROUP <= n; i += Q_GROUP) {
+        int8_t q[Q_GROUP];
+        q4_unpack(row, (c0 + i) / Q_GROUP, q);
+        _mm512_storeu_si512(dst + i, (__m512i)q8_bf16_x32(q, s[(c0 + i) / Q_GROUP]));
     }
     for (; W->dtype == DTYPE_Q8 && i + Q_GROUP <= n; i += Q_GROUP)
         _mm512_storeu_si512(dst + i, (__m512i)q8_bf16_x32((const int8_t *)row + c0 + i, s[(c0 + i) / Q_GROUP]));
@@ -740,7 +717,7 @@ void matmul_cpu(void *out, burst_dtype out_dtype, int accumulate, const void *x,
         return;
     }
     const int pairs = on_pairs(x_dtype, W);
-    if (n >= (pairs ? MM_FEW_TOKENS_PAIRS : MM_FEW_TOKENS)) {
+    if (n >= (pairs ? MM_FEW_TOKENS_PAIRS : MM_FEW_TOKENS) || W->dtype == DTYPE_Q4) {
         matmul_gemm(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads);
         return;
     }

@@ -22,7 +22,7 @@ int matmul_cpu_bf16_products(void);
 int matmul_cpu_rounds_weights(burst_dtype x_dtype, const burst_weight *W);
 
 // 1 where matmul_cpu multiplies n tokens of x quantized to int8 (matmul_q4_few): by Q4 weights,
-// for one to three tokens.
+// for up to 79 tokens (one to three in a build without AVX-512).
 int matmul_cpu_quantizes_x(const burst_weight *W, int n);
 
 // The most bytes matmul_cpu allocates for a call of n tokens by a weight of cols columns.

@@ -11,14 +11,6 @@
 #include "common/burst.h"
 #include "matmul_cpu.h"
 
-// The Q4 matmul's integer dot products: AVX512-VNNI's, which multiply 64 unsigned bytes (the 4-bit
-// integers + 8) by 64 signed ones (x's int8) and add each 4 products to a 32-bit lane.
-#if defined(BURST_AVX512) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
-#define Q4_VNNI 1
-#else
-#define Q4_VNNI 0
-#endif
-
 // A whole group in AVX-512 registers: the scalar loop's calls to fmaxf and lrintf took 80% of a
 // 7B checkpoint's load.
 float quantize_group(const float *w, int64_t n, int8_t *q) {
@@ -84,103 +76,102 @@ void quantize_weight(burst_dtype quant, void *data, float *scales, const burst_w
                 }
                 int8_t q[Q_GROUP];
                 *s = quantize_q4_group(row + c0, n, q);
-                uint8_t *b = q4 + c0 / 64 * 32;
-                const int high = c0 % 64 != 0;
-                for (int64_t j = 0; j < n; j++)
-                    b[j] = high ? (uint8_t)((b[j] & 0x0f) | (q[j] + 8) << 4) : (uint8_t)((b[j] & 0xf0) | (q[j] + 8));
+                for (int j = 0; j < n; j++) { // column j of the group: dword j % 16 / 4, byte j % 4
+                    uint8_t *b = q4 + q4_dword(c0 / Q_GROUP, j % 16 / 4) + j % 4;
+                    *b = j < 16 ? (uint8_t)((*b & 0xf0) | (q[j] + 8)) : (uint8_t)((*b & 0x0f) | (q[j] + 8) << 4);
+                }
             }
         }
         free(row);
     }
 }
 
-// x as matmul_q4_few multiplies it: for each block of 64 columns, each token's q4_x, one after
-// another (block b of token t at (b x n + t)), so that a row's tokens are read front to back
+// x as matmul_q4_few multiplies it: for each span of 16 groups, each token's q4_x, one after
+// another (span p of token t at (p x n + t)), so that a row's tokens are read front to back
 // through one pointer.
 typedef struct {
-    int32_t neg[16]; // -8 x each 4 of its int8 summed: a lane's of the dot product (a weight's
-                     // integer is its stored 4 bits - 8)
-    float scale[16]; // each lane's group's scale: lanes 0-7 the block's first group's, 8-15 its second's
-    int8_t q[64];    // a group's multiples of the group's scale (quantize_group), zero past the row's end
+    int8_t q[8][64]; // q[k][4l + b]: column 4k + b of the span's group l as a multiple of the group's
+                     // scale (quantize_group), as a span's 64-byte load of weights lays them out;
+                     // zero past the row's end
+    int32_t neg[16]; // -8 x the sum of group l's int8: its dot product's part from the weights'
+                     // stored integers being q + 8
+    float scale[16]; // group l's scale
 } q4_x;
 
-static void q4_quantize_x(q4_x *xb, int64_t stride, const void *x, burst_dtype x_dtype, int64_t cols) {
-    const int64_t blocks = (cols + 63) / 64;
-    for (int64_t b = 0; b < blocks; b++) {
-        q4_x *t = xb + b * stride;
+static void q4_quantize_x(q4_x *xs, int64_t stride, const void *x, burst_dtype x_dtype, int64_t cols) {
+    for (int64_t p = 0; p * Q4_SPAN < cols; p++) {
+        q4_x *t = xs + p * stride;
         memset(t, 0, sizeof *t);
-        for (int h = 0; h < 2 && b * 64 + h * Q_GROUP < cols; h++) {
-            const int64_t c0 = b * 64 + h * Q_GROUP, n = cols - c0 < Q_GROUP ? cols - c0 : Q_GROUP;
+        for (int l = 0; l < 16 && p * Q4_SPAN + l * Q_GROUP < cols; l++) {
+            const int64_t c0 = p * Q4_SPAN + l * Q_GROUP, n = cols - c0 < Q_GROUP ? cols - c0 : Q_GROUP;
             float g[Q_GROUP];
+            int8_t q[Q_GROUP] = {0};
             for (int64_t j = 0; j < n; j++) g[j] = act_get(x, x_dtype, c0 + j);
-            const float scale = quantize_group(g, n, t->q + h * Q_GROUP);
-            for (int l = 0; l < 8; l++) t->scale[h * 8 + l] = scale;
+            t->scale[l] = quantize_group(g, n, q);
+            for (int j = 0; j < Q_GROUP; j++) t->q[j / 4][4 * l + j % 4] = q[j], t->neg[l] -= 8 * q[j];
         }
-        for (int l = 0; l < 16; l++) t->neg[l] = -8 * (t->q[4 * l] + t->q[4 * l + 1] + t->q[4 * l + 2] + t->q[4 * l + 3]);
     }
 }
 
-#if Q4_VNNI
-// Block b's weights' scales in a block's dot-product lanes: lanes 0-7 the first group's, 8-15 the
-// second's (none in a row's last block when its columns end within the first group).
-static inline __m512 q4_scale_lanes(const float *s, int64_t b, int64_t groups) {
-    const __m512i pick = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m128 pair = 2 * b + 1 < groups ? _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(s + 2 * b))) : _mm_load_ss(s + 2 * b);
-    return _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(pair));
-}
-
-// Block b of a Q4 row as 64 unsigned bytes, its stored 4-bit integers in column order.
-static inline __m512i q4_block_bytes(const uint8_t *w, int64_t b) {
-    const __m256i packed = _mm256_loadu_si256((const __m256i *)(w + 32 * b)), low = _mm256_set1_epi8(15);
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(packed, low)),
-                              _mm256_and_si256(_mm256_srli_epi16(packed, 4), low), 1);
-}
-
-// Block b of a Q4 row (its bytes w, its scales s, groups of them) times nt tokens' x (x[t]), added
-// to acc[t]: each lane's integer sum times its weights' and x's scales.
-static inline __attribute__((always_inline)) void q4_block(const uint8_t *w, const float *s, int64_t groups,
-                                                           int64_t b, const q4_x *x, const int nt, __m512 *acc) {
-    const __m512i wv = q4_block_bytes(w, b);
-    const __m512 sw = q4_scale_lanes(s, b, groups);
-    for (int t = 0; t < nt; t++) {
-        const __m512i dot = _mm512_dpbusd_epi32(_mm512_loadu_si512(x[t].neg), wv, _mm512_loadu_si512(x[t].q));
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(sw, _mm512_loadu_ps(x[t].scale)), acc[t]);
-    }
+#ifdef BURST_AVX512
+// acc + each 4 products of 64 unsigned bytes u by 64 signed ones v, in 32-bit lanes: AVX512-VNNI's
+// one instruction, or AVX512-BW's two (16-bit sums of pairs, which 15 x 127 x 2 cannot overflow).
+static inline __m512i dot_u8s8(__m512i acc, __m512i u, __m512i v) {
+#ifdef __AVX512VNNI__
+    return _mm512_dpbusd_epi32(acc, u, v);
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, v), _mm512_set1_epi16(1)));
+#endif
 }
 #endif
 
-// sums[t] = the dot product of a Q4 row (its bytes w, its scales s, groups of them) with token t's x
-// (x[t], and then every n tokens the next block's), for t < nt (a constant once inlined): each
-// block's 64 weights read once for all nt tokens, each lane's integer sum times its weights' and
-// x's scales added to the token's float32 sums, in two chains (even and odd blocks), which do not
-// wait on each other.
+// sums[t] = the dot product of groups columns of a Q4 row (its bytes w, its scales s) with token t's
+// x (x[t], and then every n tokens the next span's), for t < nt (a constant once inlined): each
+// span's weights read once for all nt tokens; a token's group products summed in one 32-bit lane
+// (two chains of four dot-product instructions), then times both scales and added to its float32
+// sums. It asks for the weights and scales `rows_ahead` rows on (row_bytes and row_groups apart),
+// which the next calls read: a row of scales is its own stream, and waiting on it took a third of
+// the time at 8 tokens.
 static inline __attribute__((always_inline)) void q4_row(const uint8_t *w, const float *s, int64_t groups,
-                                                         const q4_x *x, int n, const int nt, float *sums) {
-    const int64_t blocks = (groups + 1) / 2;
-#if Q4_VNNI
-    __m512 even[8], odd[8];
-    for (int t = 0; t < nt; t++) even[t] = odd[t] = _mm512_setzero_ps();
-    int64_t b = 0;
-    for (; b + 2 <= blocks; b += 2, x += 2 * n) {
-        __builtin_prefetch(w + 32 * b + 2 * 32 * blocks, 0, 2); // the row after next: the thread's rows are a run
-        q4_block(w, s, groups, b, x, nt, even);
-        q4_block(w, s, groups, b + 1, x + n, nt, odd);
+                                                         const q4_x *x, int n, const int nt, int64_t row_bytes,
+                                                         int64_t row_groups, float *sums) {
+    enum { rows_ahead = 2 };
+#ifdef BURST_AVX512
+    __m512 acc[8];
+    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; g += 16, w += Q4_SPAN / 2, x += n) {
+        for (int j = 0; j < 4; j++) __builtin_prefetch(w + rows_ahead * row_bytes + 64 * j, 0, 2);
+        __builtin_prefetch(s + g + rows_ahead * row_groups, 0, 2);
+        const __m512i low = _mm512_set1_epi8(15);
+        __m512i wv[8];
+        for (int j = 0; j < 4; j++) {
+            const __m512i b = _mm512_loadu_si512(w + 64 * j);
+            wv[j] = _mm512_and_si512(b, low), wv[4 + j] = _mm512_and_si512(_mm512_srli_epi16(b, 4), low);
+        }
+        const __m512 sw = _mm512_maskz_loadu_ps(mask_first16(groups - g), s + g);
+        for (int t = 0; t < nt; t++) {
+            __m512i d0 = _mm512_loadu_si512(x[t].neg), d1 = _mm512_setzero_si512();
+            for (int k = 0; k < 4; k++) {
+                d0 = dot_u8s8(d0, wv[k], _mm512_loadu_si512(x[t].q[k]));
+                d1 = dot_u8s8(d1, wv[4 + k], _mm512_loadu_si512(x[t].q[4 + k]));
+            }
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1)), _mm512_mul_ps(sw, _mm512_loadu_ps(x[t].scale)), acc[t]);
+        }
     }
-    if (b < blocks) q4_block(w, s, groups, b, x, nt, even);
-    for (int t = 0; t < nt; t++) sums[t] = _mm512_reduce_add_ps(_mm512_add_ps(even[t], odd[t]));
+    for (int t = 0; t < nt; t++) sums[t] = _mm512_reduce_add_ps(acc[t]);
 #else
+    (void)row_bytes, (void)row_groups;
     float acc[8][16] = {{0}};
-    for (int64_t b = 0; b < blocks; b++, x += n)
+    for (int64_t g = 0; g < groups; g += 16, w += Q4_SPAN / 2, x += n)
         for (int t = 0; t < nt; t++)
-            for (int l = 0; l < 16; l++) {
-                const int64_t g = 2 * b + l / 8;
+            for (int l = 0; l < 16 && g + l < groups; l++) {
                 int32_t dot = x[t].neg[l];
-                for (int k = 0; k < 4; k++) {
-                    const int c = 4 * l + k; // column in the block
-                    const uint8_t byte = w[32 * b + c % 32];
-                    dot += (c < 32 ? byte & 15 : byte >> 4) * x[t].q[c];
-                }
-                acc[t][l] += (float)dot * ((g < groups ? s[g] : 0) * x[t].scale[l]);
+                for (int k = 0; k < 8; k++)
+                    for (int b = 0; b < 4; b++) {
+                        const uint8_t byte = w[64 * (k % 4) + 4 * l + b];
+                        dot += (k < 4 ? byte & 15 : byte >> 4) * x[t].q[k][4 * l + b];
+                    }
+                acc[t][l] += (float)dot * (s[g + l] * x[t].scale[l]);
             }
     for (int t = 0; t < nt; t++) {
         float sum = 0;
@@ -191,38 +182,52 @@ static inline __attribute__((always_inline)) void q4_row(const uint8_t *w, const
 }
 
 enum { Q4_TOKENS = 8 }; // tokens a row's pass takes: their sums stay in registers
+// Q4_ROWS rows at a time go through x a piece of about Q4_X_BYTES at a time (as many spans as that
+// holds of every token; at least one), so that each piece stays in L1 while the rows read it.
+enum { Q4_ROWS = 16, Q4_X_BYTES = 24 << 10 };
 
-size_t matmul_q4_few_bytes(int n, int64_t cols) { return sizeof(q4_x) * (size_t)(n * ((cols + 63) / 64)); }
+static size_t matmul_q4_few_bytes(int n, int64_t cols) { return sizeof(q4_x) * (size_t)(n * ((cols + Q4_SPAN - 1) / Q4_SPAN)); }
 
 void matmul_q4_few(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                    const burst_weight *W, int n, int n_threads) {
-    const int64_t rows = W->rows, cols = W->cols, groups = q_groups(cols);
-    q4_x *xb = burst_malloc_aligned(matmul_q4_few_bytes(n, cols));
+    const int64_t rows = W->rows, cols = W->cols, groups = q_groups(cols), spans = (groups + 15) / 16;
+    const int64_t fit = Q4_X_BYTES / (int64_t)(n * sizeof(q4_x)), piece = fit > 1 ? fit : 1; // spans
+    q4_x *xs = burst_malloc_aligned(matmul_q4_few_bytes(n, cols));
     const size_t esize = x_dtype == DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
     #pragma omp parallel num_threads(n_threads)
     {
         #pragma omp for schedule(static)
-        for (int t = 0; t < n; t++) q4_quantize_x(xb + t, n, (const char *)x + (size_t)t * (size_t)cols * esize, x_dtype, cols);
+        for (int t = 0; t < n; t++) q4_quantize_x(xs + t, n, (const char *)x + (size_t)t * (size_t)cols * esize, x_dtype, cols);
+        float *sums = burst_malloc(sizeof(float) * Q4_ROWS * (size_t)n); // sums[r * n + t]
         #pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
-            const uint8_t *w = (const uint8_t *)W->data + r * q4_row_bytes(cols);
-            const float *s = W->scales + r * groups;
-            for (int t0 = 0; t0 < n; t0 += Q4_TOKENS) {
-                const int nt = n - t0 < Q4_TOKENS ? n - t0 : Q4_TOKENS;
-                float sums[Q4_TOKENS];
-                switch (nt) {
+        for (int64_t r0 = 0; r0 < rows; r0 += Q4_ROWS) {
+            const int nr = rows - r0 < Q4_ROWS ? (int)(rows - r0) : Q4_ROWS;
+            memset(sums, 0, sizeof(float) * Q4_ROWS * (size_t)n);
+            for (int64_t p = 0; p < spans; p += piece)
+                for (int r = 0; r < nr; r++) {
+                    const uint8_t *w = (const uint8_t *)W->data + (r0 + r) * q4_row_bytes(cols) + p * (Q4_SPAN / 2);
+                    const float *s = W->scales + (r0 + r) * groups + 16 * p;
+                    const int64_t g = groups - 16 * p < 16 * piece ? groups - 16 * p : 16 * piece;
+                    for (int t0 = 0; t0 < n; t0 += Q4_TOKENS) {
+                        const int nt = n - t0 < Q4_TOKENS ? n - t0 : Q4_TOKENS;
+                        float part[Q4_TOKENS];
+                        switch (nt) {
 #define TOKENS(k) \
-    case k: q4_row(w, s, groups, xb + t0, n, k, sums); break;
-                TOKENS(1) TOKENS(2) TOKENS(3) TOKENS(4) TOKENS(5) TOKENS(6) TOKENS(7) TOKENS(8)
+    case k: q4_row(w, s, g, xs + p * n + t0, n, k, q4_row_bytes(cols), groups, part); break;
+                        TOKENS(1) TOKENS(2) TOKENS(3) TOKENS(4) TOKENS(5) TOKENS(6) TOKENS(7) TOKENS(8)
 #undef TOKENS
+                        }
+                        for (int t = 0; t < nt; t++) sums[r * n + t0 + t] += part[t];
+                    }
                 }
-                for (int t = 0; t < nt; t++) {
-                    const int64_t o = (int64_t)(t0 + t) * rows + r;
-                    if (accumulate) ((float *)out)[o] += sums[t];
-                    else act_set(out, out_dtype, o, sums[t]);
+            for (int t = 0; t < n; t++)
+                for (int r = 0; r < nr; r++) {
+                    const int64_t o = (int64_t)t * rows + r0 + r;
+                    if (accumulate) ((float *)out)[o] += sums[r * n + t];
+                    else act_set(out, out_dtype, o, sums[r * n + t]);
                 }
-            }
         }
+        free(sums);
     }
-    free(xb);
+    free(xs);
 }

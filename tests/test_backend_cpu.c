@@ -303,12 +303,13 @@ static void test_matmul_exact(burst_backend *be, int held) {
             }
 }
 
-// The integer Q4 weight W holds at row r, column j (model/quantize_cpu.h's layout: byte j % 32 of
-// block j / 64, its low 4 bits for the block's first 32 columns), and whether the last block's
-// columns past the row's end hold 8 (zero).
+// The integer Q4 weight W holds at row r, column j (model/quantize_cpu.h's layout: column c of group
+// g is byte c % 4 of the group's dword c % 16 / 4, its low 4 bits for c < 16; span j / 512 of 256
+// bytes holds dword d of its group g % 16 at 64d + 4 (g % 16)).
 static int q4_int(const burst_weight *W, int r, int j) {
-    const uint8_t byte = ((const uint8_t *)W->data)[r * q4_row_bytes(W->cols) + j / 64 * 32 + j % 32];
-    return (j % 64 < 32 ? byte & 15 : byte >> 4) - 8;
+    const int g = j / 32, c = j % 32;
+    const uint8_t byte = ((const uint8_t *)W->data)[r * q4_row_bytes(W->cols) + j / 512 * 256 + 64 * (c % 16 / 4) + 4 * (g % 16) + c % 4];
+    return (c < 16 ? byte & 15 : byte >> 4) - 8;
 }
 
 // The integer products matmul_q4_few sums: x's row quantized as a Q8 weight's group (the largest
@@ -336,11 +337,11 @@ static double q4_int_dot(const burst_weight *W, int r, const double *x) {
 // weight_to_f32 (a span across rows) give integer x scale in float32; matmuls of float32 and bf16 x
 // on every path (Q8: a row of one or two tokens a group at a time, the few-token tiles, the GEMM:
 // float32 weights, or bf16 on column pairs; Q4: x quantized too, where matmul_cpu_quantizes_x
-// says so, the tiles on column pairs, the GEMM) against float64 of those values (rounded to bf16
-// where matmul_cpu_rounds_weights says so). Columns past a whole group (31, 100, 600, 1111), one
-// group (64).
+// says so (up to 79 tokens with AVX-512: a span or a few at a time), else the GEMM) against float64
+// of those values (rounded to bf16 where matmul_cpu_rounds_weights says so). Columns past a whole
+// group (31, 100), one group (64), past a span of 16 groups (600, 1111).
 static void test_quantized(burst_backend *be, burst_dtype quant) {
-    static const int ns[] = {1, 2, 3, 7, 25, 43, 44, 49, 300}, shapes[][2] = {{1, 1}, {17, 31}, {33, 64}, {9, 100}, {131, 600}, {5, 1111}};
+    static const int ns[] = {1, 2, 3, 7, 25, 43, 44, 49, 79, 80, 300}, shapes[][2] = {{1, 1}, {17, 31}, {33, 64}, {9, 100}, {131, 600}, {5, 1111}};
     burst_backend *qbe = backend_cpu_new(3, 0, quant);
     int rounded_somewhere = 0, ints_somewhere = 0;
     for (int wi = 0; wi < 3; wi++)
@@ -361,7 +362,7 @@ static void test_quantized(burst_backend *be, burst_dtype quant) {
             int bad = W.dtype != quant || W.data == t.data || !W.scales || W.rows != rows || W.cols != cols;
             double *q = burst_calloc((size_t)rows * cols, sizeof(double)); // the values W holds
             for (int r = 0; !bad && quant == DTYPE_Q4 && r < rows; r++) {
-                for (int j = cols; j < (cols + 63) / 64 * 64; j++)
+                for (int j = cols; j < (cols + 511) / 512 * 512; j++) // the last span's padding
                     if (q4_int(&W, r, j) != 0 && bad++ < 3) printf("  row %d column %d past the end: %d\n", r, j, q4_int(&W, r, j));
                 for (int g = 0; g < groups; g++) {
                     const int j0 = g * Q_GROUP, j1 = j0 + Q_GROUP < cols ? j0 + Q_GROUP : cols;
