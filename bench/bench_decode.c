@@ -6,10 +6,10 @@
 // at 0.8 on the threads (what the engine does for filtered sampling, and did for all sampling).
 // Slot 0 is prefilled once and copied to the others.
 //
-//   bench_decode DIR S1,S2,... N [STEPS] [BACKEND] [KV_DTYPE] [THREADS] [RANKS]
+//   bench_decode DIR S1,S2,... N [STEPS] [BACKEND] [KV_DTYPE] [THREADS] [RANKS] [QUANT]
 // DIR is a Hugging Face LLaMA directory (tests/make_random_model.py writes one of any shape);
 // BACKEND cpu (default), cpu-bf16, cuda or cuda-fp32; KV_DTYPE f32 (default) or bf16; STEPS 20; RANKS 1 (G:
-// each sequence sharded over G ranks, decode attention merged across them). Prints a table of ms
+// each sequence sharded over G ranks, decode attention merged across them); QUANT none (default), q8 or q4. Prints a table of ms
 // per step and per token, and per step with argmax and with the two draws, each the median of
 // STEPS steps after 3 untimed ones.
 #include <omp.h>
