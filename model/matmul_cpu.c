@@ -96,8 +96,8 @@ enum { NR = GEMM_NV * VEC_FLOATS, KC = GEMM_KC, NB = GEMM_NB, MC = GEMM_MC, MAX_
 // (LLaMA-7B's decode matmuls, BF16 weights in 2 MB pages, alternating).
 enum { MM_FEW_TOKENS_PAIRS = 25 };
 // Q4 weights: in integers below Q4_INT_TOKENS (matmul_q4_few), then widened in the GEMM. On a
-// decode step's matmuls of two LLaMA-7B layers (1 thread, bf16 x), the GEMM took 0.74x its time at
-// 64 tokens, as long at 80, 0.58x at 96 (where 8 tokens' x per span outgrows L1) and 0.43x at 512.
+// decode step's matmuls of two LLaMA-7B layers (1 thread, bf16 x), matmul_q4_few took 0.74x the
+// GEMM's time at 64 tokens, as long at 80, 1.7x at 96 (where a span of x outgrows L1) and 2.3x at 512.
 // Without AVX-512 its plain-C loop is slow: there the GEMM takes over from 4.
 #ifdef BURST_AVX512
 enum { Q4_INT_TOKENS = 80 };
@@ -155,7 +155,7 @@ static inline vec q8_vec(const int8_t *q) {
 #endif
 }
 
-// VEC_FLOATS weights of a row w of dtype dt from column i, as floats (Q8, Q4: i a multiple of
+// VEC_FLOATS weights of a row w of dtype dt from column i, as floats (Q8: i a multiple of
 // VEC_FLOATS, so all in one group). GCC does not vectorize f16_to_f32 into F16C's one
 // instruction, and its bit operations cost more than the multiply-adds they feed.
 static inline vec w_vec(const void *w, const float *s, burst_dtype dt, int64_t i) {

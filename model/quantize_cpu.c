@@ -113,6 +113,8 @@ static void q4_quantize_x(q4_x *xs, int64_t stride, const void *x, burst_dtype x
     }
 }
 
+enum { Q4_TOKENS = 8 }; // tokens a row's pass takes: their sums stay in registers
+
 #ifdef BURST_AVX512
 // acc + each 4 products of 64 unsigned bytes u by 64 signed ones v, in 32-bit lanes: AVX512-VNNI's
 // one instruction, or AVX512-BW's two (16-bit sums of pairs, which 15 x 127 x 2 cannot overflow).
@@ -137,7 +139,7 @@ static inline __attribute__((always_inline)) void q4_row(const uint8_t *w, const
                                                          int64_t row_groups, float *sums) {
     enum { rows_ahead = 2 };
 #ifdef BURST_AVX512
-    __m512 acc[8];
+    __m512 acc[Q4_TOKENS];
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t g = 0; g < groups; g += 16, w += Q4_SPAN / 2, x += n) {
         for (int j = 0; j < 4; j++) __builtin_prefetch(w + rows_ahead * row_bytes + 64 * j, 0, 2);
@@ -161,7 +163,7 @@ static inline __attribute__((always_inline)) void q4_row(const uint8_t *w, const
     for (int t = 0; t < nt; t++) sums[t] = _mm512_reduce_add_ps(acc[t]);
 #else
     (void)row_bytes, (void)row_groups;
-    float acc[8][16] = {{0}};
+    float acc[Q4_TOKENS][16] = {{0}};
     for (int64_t g = 0; g < groups; g += 16, w += Q4_SPAN / 2, x += n)
         for (int t = 0; t < nt; t++)
             for (int l = 0; l < 16 && g + l < groups; l++) {
@@ -181,7 +183,6 @@ static inline __attribute__((always_inline)) void q4_row(const uint8_t *w, const
 #endif
 }
 
-enum { Q4_TOKENS = 8 }; // tokens a row's pass takes: their sums stay in registers
 // Q4_ROWS rows at a time go through x a piece of about Q4_X_BYTES at a time (as many spans as that
 // holds of every token; at least one), so that each piece stays in L1 while the rows read it.
 enum { Q4_ROWS = 16, Q4_X_BYTES = 24 << 10 };
