@@ -191,6 +191,7 @@ static size_t matmul_q4_few_bytes(int n, int64_t cols) { return sizeof(q4_x) * (
 
 void matmul_q4_few(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                    const burst_weight *W, int n, int n_threads) {
+    if (n < 1) return; // (nothing to write; and the piece below divides by n)
     const int64_t rows = W->rows, cols = W->cols, groups = q_groups(cols), spans = (groups + 15) / 16;
     const int64_t fit = Q4_X_BYTES / (int64_t)(n * sizeof(q4_x)), piece = fit > 1 ? fit : 1; // spans
     q4_x *xs = burst_malloc_aligned(matmul_q4_few_bytes(n, cols));
