@@ -170,7 +170,7 @@ static inline __attribute__((always_inline)) void q4_row(const uint8_t *w, const
                 int32_t dot = x[t].neg[l];
                 for (int k = 0; k < 8; k++)
                     for (int b = 0; b < 4; b++) {
-                        const uint8_t byte = w[64 * (k % 4) + 4 * l + b];
+                        const uint8_t byte = w[q4_dword(l, k % 4) + b];
                         dot += (k < 4 ? byte & 15 : byte >> 4) * x[t].q[k][4 * l + b];
                     }
                 acc[t][l] += (float)dot * (s[g + l] * x[t].scale[l]);
@@ -193,6 +193,7 @@ void matmul_q4_few(void *out, burst_dtype out_dtype, int accumulate, const void 
                    const burst_weight *W, int n, int n_threads) {
     if (n < 1) return; // (nothing to write; and the piece below divides by n)
     const int64_t rows = W->rows, cols = W->cols, groups = q_groups(cols), spans = (groups + 15) / 16;
+    const int64_t row_bytes = q4_row_bytes(cols);
     const int64_t fit = Q4_X_BYTES / (int64_t)(n * sizeof(q4_x)), piece = fit > 1 ? fit : 1; // spans
     q4_x *xs = burst_malloc_aligned(matmul_q4_few_bytes(n, cols));
     const size_t esize = x_dtype == DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
@@ -207,7 +208,7 @@ void matmul_q4_few(void *out, burst_dtype out_dtype, int accumulate, const void 
             memset(sums, 0, sizeof(float) * Q4_ROWS * (size_t)n);
             for (int64_t p = 0; p < spans; p += piece)
                 for (int r = 0; r < nr; r++) {
-                    const uint8_t *w = (const uint8_t *)W->data + (r0 + r) * q4_row_bytes(cols) + p * (Q4_SPAN / 2);
+                    const uint8_t *w = (const uint8_t *)W->data + (r0 + r) * row_bytes + p * (Q4_SPAN / 2);
                     const float *s = W->scales + (r0 + r) * groups + 16 * p;
                     const int64_t g = groups - 16 * p < 16 * piece ? groups - 16 * p : 16 * piece;
                     for (int t0 = 0; t0 < n; t0 += Q4_TOKENS) {
@@ -215,7 +216,7 @@ void matmul_q4_few(void *out, burst_dtype out_dtype, int accumulate, const void 
                         float part[Q4_TOKENS];
                         switch (nt) {
 #define TOKENS(k) \
-    case k: q4_row(w, s, g, xs + p * n + t0, n, k, q4_row_bytes(cols), groups, part); break;
+    case k: q4_row(w, s, g, xs + p * n + t0, n, k, row_bytes, groups, part); break;
                         TOKENS(1) TOKENS(2) TOKENS(3) TOKENS(4) TOKENS(5) TOKENS(6) TOKENS(7) TOKENS(8)
 #undef TOKENS
                         }
