@@ -4,7 +4,8 @@
 // are float32 (the cpu backend), or bf16 with --x-dtype bf16: the cpu-bf16 backend, which takes the
 // weights as backend_weight hands them to it (in AMX tiles where the CPU has AMX, model/matmul_amx.h).
 // --quantize q8 or q4: BF16 weights quantized (DTYPE_Q8, DTYPE_Q4) instead of the three dtypes.
-//   bench_matmul_cpu [--threads T] [--x-dtype f32|bf16] [--quantize q8|q4]
+// --tokens 1,2,8: those token counts only.
+//   bench_matmul_cpu [--threads T] [--x-dtype f32|bf16] [--quantize q8|q4] [--tokens N,N,...]
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,24 @@ static void *random_weight(burst_dtype dtype, int64_t n) {
     return w;
 }
 
+// The token counts of a --tokens list into ns (at most max of them, each positive): how many, or 0.
+static int parse_tokens(const char *list, int *ns, int max) {
+    int count = 0;
+    for (const char *p = list; count < max;) {
+        char *end;
+        const long n = strtol(p, &end, 10);
+        if (end == p || n < 1 || n > 1 << 20 || (*end != ',' && *end)) return 0;
+        ns[count++] = (int)n;
+        if (!*end) return count;
+        p = end + 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    // 24: the few-token tiles; 32: the GEMM's first; 40: a part-filled last panel of the GEMM;
+    // 512 and 2048: one and four of AMX's blocks of tokens (a prefill step, the default and larger)
+    int ns[16] = {1, 2, 4, 8, 16, 24, 32, 40, 64, 128, 256, 512, 2048}, n_ns = 13;
     int threads = 0, ok = 1, quant = 0;
     burst_dtype x_dtype = DTYPE_F32;
     for (int i = 1; ok && i < argc; i += 2) {
@@ -36,15 +54,14 @@ int main(int argc, char **argv) {
         if (!value) ok = 0;
         else if (!strcmp(flag, "--threads")) ok = (threads = atoi(value)) > 0;
         else if (!strcmp(flag, "--quantize")) ok = quant_parse(value, &quant);
+        else if (!strcmp(flag, "--tokens")) ok = (n_ns = parse_tokens(value, ns, 16)) > 0;
         else if (!strcmp(flag, "--x-dtype")) ok = dtype_parse(value, &x_dtype) && (x_dtype == DTYPE_F32 || x_dtype == DTYPE_BF16);
         else ok = 0;
     }
-    if (!ok) return fprintf(stderr, "usage: bench_matmul_cpu [--threads T] [--x-dtype f32|bf16] [--quantize q8|q4]\n"), 2;
+    if (!ok)
+        return fprintf(stderr, "usage: bench_matmul_cpu [--threads T] [--x-dtype f32|bf16] [--quantize q8|q4] [--tokens N,N,...]\n"), 2;
     burst_backend *be = backend_cpu_new(threads, x_dtype == DTYPE_BF16, quant);
     static const int64_t shapes[][2] = {{4096, 4096}, {11008, 4096}, {4096, 11008}};
-    // 24: the few-token tiles; 32: the GEMM's first; 40: a part-filled last panel of the GEMM;
-    // 512 and 2048: one and four of AMX's blocks of tokens (a prefill step, the default and larger)
-    static const int ns[] = {1, 2, 4, 8, 16, 24, 32, 40, 64, 128, 256, 512, 2048};
     printf("CPU matmul, %d threads, AMX %s, x %s, GFLOP/s (best of 3)\n", threads ? threads : omp_get_max_threads(),
            amx_usable() ? "on" : "off", dtype_name(x_dtype));
     printf("%6s %14s %6s %10s\n", "dtype", "weight", "n", "GFLOP/s");
@@ -57,7 +74,7 @@ int main(int argc, char **argv) {
             burst_weight W;
             burst_error err;
             if (backend_weight(be, &t, &W, &err)) return fprintf(stderr, "bench_matmul_cpu: %s\n", err.msg), 1;
-            for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+            for (int k = 0; k < n_ns; k++) {
                 int n = ns[k];
                 void *x = backend_alloc(be, dtype_size(x_dtype) * (size_t)(n * cols));
                 float *out = backend_alloc(be, sizeof(float) * (size_t)(n * rows));
