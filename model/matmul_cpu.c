@@ -65,6 +65,7 @@
 #define GEMM_KC 512
 #define FEW_ROWS 5
 #define FEW_TOKENS 4
+#define FEW_ROWS_ONE 1
 #define MM_FEW_TOKENS 44
 #elif defined(__AVX__)
 #define GEMM_MR 6
@@ -74,6 +75,7 @@
 #define GEMM_KC 256
 #define FEW_ROWS 2
 #define FEW_TOKENS 6
+#define FEW_ROWS_ONE 4
 #define MM_FEW_TOKENS 32
 #else
 #define GEMM_MR 6
@@ -83,6 +85,7 @@
 #define GEMM_KC 256
 #define FEW_ROWS 2
 #define FEW_TOKENS 6
+#define FEW_ROWS_ONE 1
 #define MM_FEW_TOKENS 32
 #endif
 enum { NR = GEMM_NV * VEC_FLOATS, KC = GEMM_KC, NB = GEMM_NB, MC = GEMM_MC, MAX_TILE_ROWS = 12, PACK_LANES = 128 };
@@ -286,17 +289,17 @@ static inline __attribute__((always_inline)) void few_tile_pairs(const void *con
 #endif
 
 // One group of a Q8 row's weights (w, with scale) times nt tokens' x (their blocks at xb), added to
-// acc[t]: the products with the unscaled int8 summed apart, then times the scale.
+// acc[t]: the products with the unscaled int8 summed apart, then times the scale. x is loaded a
+// vector at a time: copied as a group (an array of vectors), GCC moved it through the stack in
+// 16-byte pieces, and AVX2's 32-byte loads of them waited on the stores (one token 7x slower).
 static inline __attribute__((always_inline)) void q8_group(const int8_t *w, float scale, const float *xb,
                                                            const int nt, vec *acc) {
     enum { GV = Q_GROUP / VEC_FLOATS }; // vectors a group
     vec wv[GV];
     for (int h = 0; h < GV; h++) wv[h] = q8_vec(w + h * VEC_FLOATS);
     for (int t = 0; t < nt; t++) {
-        vec xv[GV];
-        memcpy(xv, xb + t * Q_GROUP, sizeof xv);
-        vec p = wv[0] * xv[0];
-        for (int h = 1; h < GV; h++) p += wv[h] * xv[h];
+        vec p = wv[0] * vec_load(xb + t * Q_GROUP);
+        for (int h = 1; h < GV; h++) p += wv[h] * vec_load(xb + t * Q_GROUP + h * VEC_FLOATS);
         acc[t] += p * scale;
     }
 }
@@ -487,7 +490,13 @@ static inline __attribute__((always_inline)) void few_tiles(void *out, burst_dty
 // reads bound the time: a thread's rows lie one after another, so that it reads them in one
 // stream rather than several a row apart (a 2048-wide model's BF16 weights on 2 Zen 5 cores,
 // against 3-row tiles: one token 8-13% less time with bf16 x, 16-23% with float32 x; two tokens,
-// with x's blocks, 9-16% less with bf16 x, 0-11% with float32 x).
+// with x's blocks, 9-16% less with bf16 x, 0-11% with float32 x). With AVX2, float32 x (or bf16
+// widened) takes FEW_ROWS_ONE = 4 rows instead: each of one row's sums of 8-float vectors waited
+// on its last multiply-add, so that one token ran at half the speed the memory allows (x86-64-v3
+// build, BF16 weights of LLaMA-7B's shapes, 2 threads: 28-44 GFLOP/s against 24-29 at one token,
+// 54-85 against 47-56 at two). Several chains of one row's sums were faster still, but would sum a
+// token's products in another order alone than beside other tokens, and a sequence's logits should
+// not depend on what else the step runs.
 static void matmul_few(void *out, burst_dtype out_dtype, int accumulate, const void *x, int pairs,
                        const burst_weight *W, int n, int n_threads) {
     const int form = pairs ? FEW_PAIRS : W->dtype == DTYPE_Q8 && n <= 2 ? FEW_Q8 : FEW_F32;
@@ -500,7 +509,7 @@ static void matmul_few(void *out, burst_dtype out_dtype, int accumulate, const v
     const void *xb = copy ? copy : x; // one token's blocks are its row
     #pragma omp parallel num_threads(n_threads)
     {
-        if (n <= 2) few_tiles(out, out_dtype, accumulate, x, xb, form, W, n, 1, 2);
+        if (n <= 2) few_tiles(out, out_dtype, accumulate, x, xb, form, W, n, form == FEW_F32 ? FEW_ROWS_ONE : 1, 2);
 #if GEMM_PAIRS
         else if (pairs) few_tiles(out, out_dtype, accumulate, x, xb, FEW_PAIRS, W, n, FEW_ROWS_PAIRS, FEW_TOKENS_PAIRS);
 #endif
