@@ -31,6 +31,7 @@
 #include "matmul_amx.h"
 #include "quantize_cpu.h"
 
+#include <limits.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,9 +102,14 @@ enum { MM_FEW_TOKENS_PAIRS = 25 };
 // Q4 weights: in integers below Q4_INT_TOKENS (matmul_q4_few), then widened in the GEMM. On a
 // decode step's matmuls of two LLaMA-7B layers (1 thread, bf16 x), matmul_q4_few took 0.74x the
 // GEMM's time at 64 tokens, as long at 80, 1.7x at 96 (where a span of x outgrows L1) and 2.3x at 512.
-// Without AVX-512 its plain-C loop is slow: there the GEMM takes over from 4.
-#ifdef BURST_AVX512
+// With AVX2 the integers win at every count, against a GEMM of 8-float vectors (bench_matmul_cpu
+// --quantize q4 on LLaMA-7B's shapes, an x86-64-v3 build, 2 threads: 300-350 GFLOP/s against 39-187
+// at 4 to 79 tokens, 190-234 against 128-196 at 80 to 512). Without either the plain-C loop is
+// slow: there the GEMM takes over from 4.
+#if defined(BURST_AVX512)
 enum { Q4_INT_TOKENS = 80 };
+#elif defined(__AVX2__)
+enum { Q4_INT_TOKENS = INT_MAX };
 #else
 enum { Q4_INT_TOKENS = 4 };
 #endif

@@ -10,7 +10,8 @@
 //       row's end hold 8 (zero). The scale is llama.cpp's Q4_0's: the group's largest magnitude,
 //       signed, over -8.
 // Q8 weights are multiplied as the others (model/matmul_cpu.c); Q4 ones by a few tokens here
-// (matmul_q4_few: decode steps, short prompt chunks), by more widened as Q8 ones in the GEMM.
+// (matmul_q4_few: decode steps, short prompt chunks; with AVX2, every count), by more widened as Q8
+// ones in the GEMM (matmul_cpu.c's Q4_INT_TOKENS).
 #pragma once
 #include <string.h>
 
