@@ -11,6 +11,27 @@
 #include "common/burst.h"
 #include "matmul_cpu.h"
 
+#if defined(__AVX2__) && !defined(BURST_AVX512)
+// The largest (smallest) of v's 8 floats.
+static inline float max8(__m256 v) {
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+}
+static inline float min8(__m256 v) {
+    __m128 h = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_min_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_min_ss(h, _mm_movehdup_ps(h)));
+}
+
+// A group's 32 integers (v[0] the first 8; each within -128..127) as int8 at q: the packs
+// interleave 128-bit halves, the permute undoes it.
+static inline void store_group_i8(const __m256i v[4], int8_t *q) {
+    const __m256i i8 = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+    _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(i8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+#endif
+
 // A whole group in AVX-512 (AVX2) registers: the scalar loop's calls to fmaxf and lrintf took 80%
 // of a 7B checkpoint's load, and Q4's matmuls quantize x with it too.
 float quantize_group(const float *w, int64_t n, int8_t *q) {
@@ -24,18 +45,15 @@ float quantize_group(const float *w, int64_t n, int8_t *q) {
         return amax / 127;
     }
 #elif defined(__AVX2__)
-    if (n == Q_GROUP) { // as above in four vectors; the packs interleave 128-bit halves, the permute undoes it
+    if (n == Q_GROUP) {
         const __m256 sign = _mm256_set1_ps(-0.0f);
         __m256 v[4], m = _mm256_setzero_ps();
         for (int i = 0; i < 4; i++) v[i] = _mm256_loadu_ps(w + 8 * i), m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
-        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        const float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+        const float amax = max8(m);
         const __m256 inv = _mm256_set1_ps(amax > 0 ? 127 / amax : 0);
         __m256i i32[4];
         for (int i = 0; i < 4; i++) i32[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv));
-        const __m256i i8 = _mm256_packs_epi16(_mm256_packs_epi32(i32[0], i32[1]), _mm256_packs_epi32(i32[2], i32[3]));
-        _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(i8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        store_group_i8(i32, q);
         return amax / 127;
     }
 #endif
@@ -50,7 +68,7 @@ float quantize_group(const float *w, int64_t n, int8_t *q) {
 // magnitude, signed (the positive one of a tie), over -8 (llama.cpp's Q4_0), each rounded to the
 // nearest (ties to even), then clamped (the far side reaches 8 at most). (Refitting the scale to
 // the integers by least squares, sum(q w) / sum(q q), left stories260K's perplexity on
-// bench/stories.txt where it was, 3.956.) AVX-512 for a whole group, as quantize_group.
+// bench/stories.txt where it was, 3.956.) AVX-512 (AVX2) for a whole group, as quantize_group.
 static float quantize_q4_group(const float *w, int64_t n, int8_t *q) {
 #ifdef BURST_AVX512
     if (n == Q_GROUP) {
@@ -62,6 +80,20 @@ static float quantize_q4_group(const float *w, int64_t n, int8_t *q) {
         const __m512 qh = _mm512_min_ps(_mm512_max_ps(_mm512_roundscale_ps(_mm512_mul_ps(hi, id), _MM_FROUND_TO_NEAREST_INT), qmin), qmax);
         _mm_storeu_si128((__m128i *)q, _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(ql)));
         _mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(qh)));
+        return d0;
+    }
+#elif defined(__AVX2__)
+    if (n == Q_GROUP) {
+        __m256 v[4], vmax = _mm256_setzero_ps(), vmin = _mm256_setzero_ps();
+        for (int i = 0; i < 4; i++) v[i] = _mm256_loadu_ps(w + 8 * i), vmax = _mm256_max_ps(vmax, v[i]), vmin = _mm256_min_ps(vmin, v[i]);
+        const float mx = max8(vmax), mn = min8(vmin), d0 = (-mn > mx ? mn : mx) / -8;
+        const __m256 id = _mm256_set1_ps(d0 != 0 ? 1 / d0 : 0), qmin = _mm256_set1_ps(-8), qmax = _mm256_set1_ps(7);
+        __m256i i32[4];
+        for (int i = 0; i < 4; i++) {
+            const __m256 r = _mm256_round_ps(_mm256_mul_ps(v[i], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            i32[i] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, qmin), qmax));
+        }
+        store_group_i8(i32, q);
         return d0;
     }
 #endif

@@ -337,10 +337,10 @@ static double q4_int_dot(const burst_weight *W, int r, const double *x) {
 // weight_to_f32 (a span across rows) give integer x scale in float32; matmuls of float32 and bf16 x
 // on every path (Q8: a row of one or two tokens a group at a time, the few-token tiles, the GEMM:
 // float32 weights, or bf16 on column pairs; Q4: x quantized too, where matmul_cpu_quantizes_x
-// says so (up to 79 tokens with AVX-512: a span or a few at a time), else the GEMM) against float64
-// of those values (rounded to bf16 where matmul_cpu_rounds_weights says so). Columns past a whole
-// group (31, 100), one group (64), past a span of 16 groups (600, 1111; 800: 9 groups past it, one
-// past half a span, which AVX2's integers take a half at a time).
+// says so (up to 79 tokens with AVX-512: a span or a few at a time; every count with AVX2), else the
+// GEMM) against float64 of those values (rounded to bf16 where matmul_cpu_rounds_weights says so).
+// Columns past a whole group (31, 100), one group (64), past a span of 16 groups (600, 1111; 800: 9
+// groups past it, one past half a span, which AVX2's integers take a half at a time).
 static void test_quantized(burst_backend *be, burst_dtype quant) {
     static const int ns[] = {1, 2, 3, 7, 25, 43, 44, 49, 79, 80, 300};
     static const int shapes[][2] = {{1, 1}, {17, 31}, {33, 64}, {9, 100}, {131, 600}, {3, 800}, {5, 1111}};
