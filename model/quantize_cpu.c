@@ -12,7 +12,12 @@
 #include "matmul_cpu.h"
 
 #if defined(__AVX2__) && !defined(BURST_AVX512)
-// The largest (smallest) of v's 8 floats.
+// The sum (largest, smallest) of v's 8 floats.
+static inline float sum8(__m256 v) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
 static inline float max8(__m256 v) {
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
@@ -234,11 +239,7 @@ static inline __attribute__((always_inline)) void q4_row(const uint8_t *w, const
             }
         }
     }
-    for (int t = 0; t < nt; t++) {
-        __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[t]), _mm256_extractf128_ps(acc[t], 1));
-        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        sums[t] = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
-    }
+    for (int t = 0; t < nt; t++) sums[t] = sum8(acc[t]);
 #else
     (void)row_bytes, (void)row_groups;
     float acc[Q4_TOKENS][16] = {{0}};
