@@ -110,7 +110,8 @@ static burst_status cpu_weight(burst_backend *b, const weights_tensor *t, burst_
     const int tiles = !quant && t->ndim == 2 && (t->dtype == DTYPE_BF16 || round_f16) && amx_usable();
     if (!tiles && !round_f16 && !quant) return BURST_OK;
     // Checked first: Linux grants a large malloc and would kill the process only as the copy fills it.
-    const size_t q_data = (size_t)((quant == DTYPE_Q4 ? out->rows * q4_row_bytes(out->cols) : t->numel) + 63) / 64 * 64;
+    // (Q8: and a group's bytes more, which matmul_ints's last load of a row in a part group may read)
+    const size_t q_data = (size_t)((quant == DTYPE_Q4 ? out->rows * q4_row_bytes(out->cols) : t->numel + Q_GROUP) + 63) / 64 * 64;
     const size_t bytes = quant   ? q_data + sizeof(float) * (size_t)(out->rows * q_groups(out->cols))
                          : tiles ? amx_tiles_bytes(out->rows, out->cols)
                                  : sizeof(uint16_t) * (size_t)t->numel;

@@ -3,8 +3,9 @@
 // (integers with a scale per group of columns: the backend's quantized copy, model/quantize_cpu.h).
 // Q8 weights are widened as the others, with their scales: to bf16 on column pairs (bf16 x with
 // AVX512-BF16), in registers or a GEMM block at a time; else to float32, but a row of one or two
-// tokens a group at a time (few_row_q8). Q4 ones, by up to 79 tokens, in integers (matmul_q4_few);
-// by more, widened as Q8 ones in the GEMM.
+// tokens a group at a time (few_row_q8). Q4 ones, by up to 79 tokens, in integers (matmul_ints,
+// x quantized to int8); by more, widened as Q8 ones in the GEMM. A build with AVX2 but not AVX-512
+// takes both in integers at every count (Q4_INT_TOKENS, Q8_INTS).
 //
 // A few tokens (decode steps, n < MM_FEW_TOKENS, or MM_FEW_TOKENS_PAIRS on column pairs): each
 // weight row is read once for all of them, a tile of FEW_ROWS rows at a time (one row for one or
@@ -99,8 +100,8 @@ enum { NR = GEMM_NV * VEC_FLOATS, KC = GEMM_KC, NB = GEMM_NB, MC = GEMM_MC, MAX_
 // took 0.77-0.96x the GEMM's time at 16 to 24 tokens, 0.99-1.05x at 26 and 28, 1.11x at 32
 // (LLaMA-7B's decode matmuls, BF16 weights in 2 MB pages, alternating).
 enum { MM_FEW_TOKENS_PAIRS = 25 };
-// Q4 weights: in integers below Q4_INT_TOKENS (matmul_q4_few), then widened in the GEMM. On a
-// decode step's matmuls of two LLaMA-7B layers (1 thread, bf16 x), matmul_q4_few took 0.74x the
+// Q4 weights: in integers below Q4_INT_TOKENS (matmul_ints), then widened in the GEMM. On a
+// decode step's matmuls of two LLaMA-7B layers (1 thread, bf16 x), matmul_ints took 0.74x the
 // GEMM's time at 64 tokens, as long at 80, 1.7x at 96 (where a span of x outgrows L1) and 2.3x at 512.
 // With AVX2 the integers win at every count, against a GEMM of 8-float vectors (bench_matmul_cpu
 // --quantize q4 on LLaMA-7B's shapes, an x86-64-v3 build, 2 threads: 300-350 GFLOP/s against 39-187
@@ -713,7 +714,9 @@ int matmul_cpu_rounds_weights(burst_dtype x_dtype, const burst_weight *W) {
     return dtype_quantized(W->dtype) && on_pairs(x_dtype, W);
 }
 
-int matmul_cpu_quantizes_x(const burst_weight *W, int n) { return W->dtype == DTYPE_Q4 && n < Q4_INT_TOKENS; }
+int matmul_cpu_quantizes_x(const burst_weight *W, int n) {
+    return W->dtype == DTYPE_Q4 ? n < Q4_INT_TOKENS : W->dtype == DTYPE_Q8 && Q8_INTS;
+}
 
 size_t matmul_cpu_transient_bytes(int n, int64_t cols, int n_threads) {
     // bf16 x widened for the few-token tiles, and x's blocks for them (few_blocks)
@@ -728,7 +731,7 @@ void matmul_cpu(void *out, burst_dtype out_dtype, int accumulate, const void *x,
                 const burst_weight *W, int n, int n_threads) {
     if (matmul_amx(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads)) return;
     if (matmul_cpu_quantizes_x(W, n)) {
-        matmul_q4_few(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads);
+        matmul_ints(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads);
         return;
     }
     const int pairs = on_pairs(x_dtype, W);

@@ -138,34 +138,39 @@ void quantize_weight(burst_dtype quant, void *data, float *scales, const burst_w
     }
 }
 
-// x as matmul_q4_few multiplies it: for each span of 16 groups, each token's q4_x, one after
-// another (span p of token t at (p x n + t)), so that a row's tokens are read front to back
-// through one pointer.
+// x as matmul_ints multiplies it, a span of 16 groups (Q4_SPAN columns) at a time for both
+// weight dtypes: for each span, each token's int_x, one after another (span p of token t at
+// (p x n + t)), so that a row's tokens are read front to back through one pointer.
 typedef struct {
-    int8_t q[8][64]; // q[k][4l + b]: column 4k + b of the span's group l as a multiple of the group's
-                     // scale (quantize_group), as a span's 64-byte load of weights lays them out;
-                     // zero past the row's end
-    int32_t neg[16]; // -8 x the sum of group l's int8: its dot product's part from the weights'
-                     // stored integers being q + 8
-    float scale[16]; // group l's scale
-} q4_x;
+    int8_t q[Q4_SPAN]; // the span's columns as multiples of their group's scale (quantize_group), as
+                       // the weights lay them out: Q8's column j at q[j]; Q4's column 4k + b of
+                       // group l at q[64k + 4l + b], where a span's 64-byte load of weights has it;
+                       // zero past the row's end
+    int32_t neg[16];   // Q4: -8 x the sum of group l's int8: its dot product's part from the
+                       // weights' stored integers being q + 8
+    float scale[16];   // group l's scale
+} int_x;
 
-static void q4_quantize_x(q4_x *xs, int64_t stride, const void *x, burst_dtype x_dtype, int64_t cols) {
+static void quantize_x(int_x *xs, int64_t stride, const void *x, burst_dtype x_dtype, int64_t cols, burst_dtype w_dtype) {
     for (int64_t p = 0; p * Q4_SPAN < cols; p++) {
-        q4_x *t = xs + p * stride;
+        int_x *t = xs + p * stride;
         memset(t, 0, sizeof *t);
         for (int l = 0; l < 16 && p * Q4_SPAN + l * Q_GROUP < cols; l++) {
             const int64_t c0 = p * Q4_SPAN + l * Q_GROUP, n = cols - c0 < Q_GROUP ? cols - c0 : Q_GROUP;
             float g[Q_GROUP];
-            int8_t q[Q_GROUP] = {0};
             for (int64_t j = 0; j < n; j++) g[j] = act_get(x, x_dtype, c0 + j);
+            if (w_dtype == DTYPE_Q8) {
+                t->scale[l] = quantize_group(g, n, t->q + Q_GROUP * l);
+                continue;
+            }
+            int8_t q[Q_GROUP] = {0};
             t->scale[l] = quantize_group(g, n, q);
-            for (int j = 0; j < Q_GROUP; j++) t->q[j / 4][4 * l + j % 4] = q[j], t->neg[l] -= 8 * q[j];
+            for (int j = 0; j < Q_GROUP; j++) t->q[64 * (j / 4) + 4 * l + j % 4] = q[j], t->neg[l] -= 8 * q[j];
         }
     }
 }
 
-enum { Q4_TOKENS = 8 }; // tokens a row's pass takes: their sums stay in registers
+enum { INT_TOKENS = 8 }; // tokens a row's pass takes: their sums stay in registers
 
 #ifdef BURST_AVX512
 // acc + each 4 products of 64 unsigned bytes u by 64 signed ones v, in 32-bit lanes: AVX512-VNNI's
@@ -179,19 +184,20 @@ static inline __m512i dot_u8s8(__m512i acc, __m512i u, __m512i v) {
 }
 #endif
 
-// sums[t] = the dot product of groups columns of a Q4 row (its bytes w, its scales s) with token t's
-// x (x[t], and then every n tokens the next span's), for t < nt (a constant once inlined): each
-// span's weights read once for all nt tokens; a token's group products summed in one 32-bit lane
-// (two chains of four dot-product instructions), then times both scales and added to its float32
-// sums. It asks for the weights and scales `rows_ahead` rows on (row_bytes and row_groups apart),
-// which the next calls read: a row of scales is its own stream, and waiting on it took a third of
-// the time at 8 tokens.
+// The row kernels: sums[t] = the dot product of `groups` columns of a row (its bytes w, its scales
+// s) with token t's x (x[t], and then every n tokens the next span's), for t < nt (a constant once
+// inlined): each span's weights read once for all nt tokens, a token's group products summed in
+// integers, then times both scales and added to its float32 sums. Each asks for the weights and
+// scales `rows_ahead` rows on (row_bytes and row_groups apart), which the next calls read: a row of
+// scales is its own stream, and waiting on it took a third of the time at 8 tokens.
+enum { rows_ahead = 2 };
+
+// Q4: a group's products summed in one 32-bit lane (two chains of four dot-product instructions).
 static inline __attribute__((always_inline)) void q4_row(const uint8_t *w, const float *s, int64_t groups,
-                                                         const q4_x *x, int n, const int nt, int64_t row_bytes,
+                                                         const int_x *x, int n, const int nt, int64_t row_bytes,
                                                          int64_t row_groups, float *sums) {
-    enum { rows_ahead = 2 };
 #ifdef BURST_AVX512
-    __m512 acc[Q4_TOKENS];
+    __m512 acc[INT_TOKENS];
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t g = 0; g < groups; g += 16, w += Q4_SPAN / 2, x += n) {
         for (int j = 0; j < 4; j++) __builtin_prefetch(w + rows_ahead * row_bytes + 64 * j, 0, 2);
@@ -206,8 +212,8 @@ static inline __attribute__((always_inline)) void q4_row(const uint8_t *w, const
         for (int t = 0; t < nt; t++) {
             __m512i d0 = _mm512_loadu_si512(x[t].neg), d1 = _mm512_setzero_si512();
             for (int k = 0; k < 4; k++) {
-                d0 = dot_u8s8(d0, wv[k], _mm512_loadu_si512(x[t].q[k]));
-                d1 = dot_u8s8(d1, wv[4 + k], _mm512_loadu_si512(x[t].q[4 + k]));
+                d0 = dot_u8s8(d0, wv[k], _mm512_loadu_si512(x[t].q + 64 * k));
+                d1 = dot_u8s8(d1, wv[4 + k], _mm512_loadu_si512(x[t].q + 64 * (4 + k)));
             }
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1)), _mm512_mul_ps(sw, _mm512_loadu_ps(x[t].scale)), acc[t]);
         }
@@ -217,7 +223,7 @@ static inline __attribute__((always_inline)) void q4_row(const uint8_t *w, const
     // Half a span at a time: a 32-byte load holds a dword of 8 groups, a group to each 32-bit lane.
     // vpmaddubsw's 16-bit sums of two products add up over the 8 loads in 16 bits (8 x 2 x 15 x 127
     // < 2^15), then vpmaddwd adds a lane's pairs: 10 instructions for a group's 32 products.
-    __m256 acc[Q4_TOKENS];
+    __m256 acc[INT_TOKENS];
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     const __m256i low = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1), lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int64_t g = 0; g < groups; g += 16, w += Q4_SPAN / 2, x += n) {
@@ -231,9 +237,9 @@ static inline __attribute__((always_inline)) void q4_row(const uint8_t *w, const
             }
             const __m256 sw = _mm256_maskload_ps(s + g + 8 * h, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(groups - g - 8 * h)), lane));
             for (int t = 0; t < nt; t++) {
-                __m256i d = _mm256_maddubs_epi16(wv[0], _mm256_loadu_si256((const __m256i *)(x[t].q[0] + 32 * h)));
+                __m256i d = _mm256_maddubs_epi16(wv[0], _mm256_loadu_si256((const __m256i *)(x[t].q + 32 * h)));
                 for (int k = 1; k < 8; k++)
-                    d = _mm256_add_epi16(d, _mm256_maddubs_epi16(wv[k], _mm256_loadu_si256((const __m256i *)(x[t].q[k] + 32 * h))));
+                    d = _mm256_add_epi16(d, _mm256_maddubs_epi16(wv[k], _mm256_loadu_si256((const __m256i *)(x[t].q + 64 * k + 32 * h))));
                 const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(d, ones), _mm256_loadu_si256((const __m256i *)(x[t].neg + 8 * h)));
                 acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(sw, _mm256_loadu_ps(x[t].scale + 8 * h)), acc[t]);
             }
@@ -242,7 +248,7 @@ static inline __attribute__((always_inline)) void q4_row(const uint8_t *w, const
     for (int t = 0; t < nt; t++) sums[t] = sum8(acc[t]);
 #else
     (void)row_bytes, (void)row_groups;
-    float acc[Q4_TOKENS][16] = {{0}};
+    float acc[INT_TOKENS][16] = {{0}};
     for (int64_t g = 0; g < groups; g += 16, w += Q4_SPAN / 2, x += n)
         for (int t = 0; t < nt; t++)
             for (int l = 0; l < 16 && g + l < groups; l++) {
@@ -250,7 +256,7 @@ static inline __attribute__((always_inline)) void q4_row(const uint8_t *w, const
                 for (int k = 0; k < 8; k++)
                     for (int b = 0; b < 4; b++) {
                         const uint8_t byte = w[q4_dword(l, k % 4) + b];
-                        dot += (k < 4 ? byte & 15 : byte >> 4) * x[t].q[k][4 * l + b];
+                        dot += (k < 4 ? byte & 15 : byte >> 4) * x[t].q[64 * k + 4 * l + b];
                     }
                 acc[t][l] += (float)dot * (s[g + l] * x[t].scale[l]);
             }
@@ -262,40 +268,83 @@ static inline __attribute__((always_inline)) void q4_row(const uint8_t *w, const
 #endif
 }
 
-// Q4_ROWS rows at a time go through x a piece of about Q4_X_BYTES at a time (as many spans as that
+#if Q8_INTS
+// Q8, a group a 32-byte load: vpmaddubsw multiplies |w| by x with w's sign (vpsignb; pair sums up
+// to 2 x 127 x 127, within 16 bits), vpmaddwd adds pairs: 8 sums of 4 a group, times both scales.
+// A row may end in a part group: its load reads on past the row (backend_cpu.c leaves a group's
+// bytes after the last row), where x is 0.
+static inline __attribute__((always_inline)) void q8_row(const int8_t *w, const float *s, int64_t groups,
+                                                         const int_x *x, int n, const int nt, int64_t row_bytes,
+                                                         int64_t row_groups, float *sums) {
+    __m256 acc[INT_TOKENS];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t g = 0; g < groups; g += 16, w += Q4_SPAN, x += n) {
+        for (int j = 0; j < 8; j++) __builtin_prefetch(w + rows_ahead * row_bytes + 64 * j, 0, 2);
+        __builtin_prefetch(s + g + rows_ahead * row_groups, 0, 2);
+        for (int l = 0; l < 16 && g + l < groups; l++) {
+            const __m256i wv = _mm256_loadu_si256((const __m256i *)(w + Q_GROUP * l)), aw = _mm256_sign_epi8(wv, wv);
+            const __m256 sw = _mm256_broadcast_ss(s + g + l);
+            for (int t = 0; t < nt; t++) {
+                const __m256i xv = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(x[t].q + Q_GROUP * l)), wv);
+                const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xv), ones);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(sw, _mm256_broadcast_ss(x[t].scale + l)), acc[t]);
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++) sums[t] = sum8(acc[t]);
+}
+#endif
+
+// The row kernel of W's dtype.
+static inline __attribute__((always_inline)) void int_row(burst_dtype dtype, const void *w, const float *s, int64_t groups,
+                                                          const int_x *x, int n, const int nt, int64_t row_bytes,
+                                                          int64_t row_groups, float *sums) {
+#if Q8_INTS
+    if (dtype == DTYPE_Q8) {
+        q8_row(w, s, groups, x, n, nt, row_bytes, row_groups, sums);
+        return;
+    }
+#endif
+    (void)dtype;
+    q4_row(w, s, groups, x, n, nt, row_bytes, row_groups, sums);
+}
+
+// INT_ROWS rows at a time go through x a piece of about INT_X_BYTES at a time (as many spans as that
 // holds of every token; at least one), so that each piece stays in L1 while the rows read it.
-enum { Q4_ROWS = 16, Q4_X_BYTES = 24 << 10 };
+enum { INT_ROWS = 16, INT_X_BYTES = 24 << 10 };
 
-static size_t matmul_q4_few_bytes(int n, int64_t cols) { return sizeof(q4_x) * (size_t)(n * ((cols + Q4_SPAN - 1) / Q4_SPAN)); }
+static size_t matmul_ints_bytes(int n, int64_t cols) { return sizeof(int_x) * (size_t)(n * ((cols + Q4_SPAN - 1) / Q4_SPAN)); }
 
-void matmul_q4_few(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
-                   const burst_weight *W, int n, int n_threads) {
+void matmul_ints(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
+                 const burst_weight *W, int n, int n_threads) {
     if (n < 1) return; // (nothing to write; and the piece below divides by n)
     const int64_t rows = W->rows, cols = W->cols, groups = q_groups(cols), spans = (groups + 15) / 16;
-    const int64_t row_bytes = q4_row_bytes(cols);
-    const int64_t fit = Q4_X_BYTES / (int64_t)(n * sizeof(q4_x)), piece = fit > 1 ? fit : 1; // spans
-    q4_x *xs = burst_malloc_aligned(matmul_q4_few_bytes(n, cols));
+    const int q4 = W->dtype == DTYPE_Q4;
+    const int64_t row_bytes = q4 ? q4_row_bytes(cols) : cols, span_bytes = q4 ? Q4_SPAN / 2 : Q4_SPAN;
+    const int64_t fit = INT_X_BYTES / (int64_t)(n * sizeof(int_x)), piece = fit > 1 ? fit : 1; // spans
+    int_x *xs = burst_malloc_aligned(matmul_ints_bytes(n, cols));
     const size_t esize = x_dtype == DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
     #pragma omp parallel num_threads(n_threads)
     {
         #pragma omp for schedule(static)
-        for (int t = 0; t < n; t++) q4_quantize_x(xs + t, n, (const char *)x + (size_t)t * (size_t)cols * esize, x_dtype, cols);
-        float *sums = burst_malloc(sizeof(float) * Q4_ROWS * (size_t)n); // sums[r * n + t]
+        for (int t = 0; t < n; t++) quantize_x(xs + t, n, (const char *)x + (size_t)t * (size_t)cols * esize, x_dtype, cols, W->dtype);
+        float *sums = burst_malloc(sizeof(float) * INT_ROWS * (size_t)n); // sums[r * n + t]
         #pragma omp for schedule(static)
-        for (int64_t r0 = 0; r0 < rows; r0 += Q4_ROWS) {
-            const int nr = rows - r0 < Q4_ROWS ? (int)(rows - r0) : Q4_ROWS;
-            memset(sums, 0, sizeof(float) * Q4_ROWS * (size_t)n);
+        for (int64_t r0 = 0; r0 < rows; r0 += INT_ROWS) {
+            const int nr = rows - r0 < INT_ROWS ? (int)(rows - r0) : INT_ROWS;
+            memset(sums, 0, sizeof(float) * INT_ROWS * (size_t)n);
             for (int64_t p = 0; p < spans; p += piece)
                 for (int r = 0; r < nr; r++) {
-                    const uint8_t *w = (const uint8_t *)W->data + (r0 + r) * row_bytes + p * (Q4_SPAN / 2);
+                    const uint8_t *w = (const uint8_t *)W->data + (r0 + r) * row_bytes + p * span_bytes;
                     const float *s = W->scales + (r0 + r) * groups + 16 * p;
                     const int64_t g = groups - 16 * p < 16 * piece ? groups - 16 * p : 16 * piece;
-                    for (int t0 = 0; t0 < n; t0 += Q4_TOKENS) {
-                        const int nt = n - t0 < Q4_TOKENS ? n - t0 : Q4_TOKENS;
-                        float part[Q4_TOKENS];
+                    for (int t0 = 0; t0 < n; t0 += INT_TOKENS) {
+                        const int nt = n - t0 < INT_TOKENS ? n - t0 : INT_TOKENS;
+                        float part[INT_TOKENS];
                         switch (nt) {
 #define TOKENS(k) \
-    case k: q4_row(w, s, g, xs + p * n + t0, n, k, row_bytes, groups, part); break;
+    case k: int_row(W->dtype, w, s, g, xs + p * n + t0, n, k, row_bytes, groups, part); break;
                         TOKENS(1) TOKENS(2) TOKENS(3) TOKENS(4) TOKENS(5) TOKENS(6) TOKENS(7) TOKENS(8)
 #undef TOKENS
                         }

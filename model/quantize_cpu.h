@@ -6,18 +6,26 @@
 //       high ones. A row is spans of 16 groups (Q4_SPAN columns, 256 bytes; the last one padded),
 //       which keep dword j of their 16 groups side by side, at 64j + 4 x (the group in the span):
 //       so one 64-byte load holds a dword of 16 groups, a group to each 32-bit lane, and the integer
-//       dot products add a whole group's products in one lane (matmul_q4_few). Columns past the
+//       dot products add a whole group's products in one lane (matmul_ints). Columns past the
 //       row's end hold 8 (zero). The scale is llama.cpp's Q4_0's: the group's largest magnitude,
 //       signed, over -8.
-// Q8 weights are multiplied as the others (model/matmul_cpu.c); Q4 ones by a few tokens here
-// (matmul_q4_few: decode steps, short prompt chunks; with AVX2, every count), by more widened as Q8
-// ones in the GEMM (matmul_cpu.c's Q4_INT_TOKENS).
+// Q4 weights multiply x quantized to int8 here (matmul_ints: decode steps, short prompt chunks; with
+// AVX2, every count), by more tokens widened as Q8 ones in the GEMM (matmul_cpu.c's
+// Q4_INT_TOKENS). Q8 weights are multiplied as the others (model/matmul_cpu.c), but with AVX2
+// alone (Q8_INTS: no AVX-512) in integers here too.
 #pragma once
 #include <string.h>
 
 #include "backend.h"
+#include "common/avx512.h"
 #if defined(__AVX2__)
 #include <immintrin.h>
+#endif
+
+#if defined(__AVX2__) && !defined(BURST_AVX512)
+#define Q8_INTS 1
+#else
+#define Q8_INTS 0
 #endif
 
 enum { Q4_SPAN = 16 * Q_GROUP };
@@ -55,8 +63,9 @@ static inline float q4_at(const uint8_t *w, const float *s, int64_t j) {
     return (float)((c < 16 ? byte & 15 : byte >> 4) - 8) * s[j / Q_GROUP];
 }
 
-// out (n, rows) = x @ W^T for a Q4 weight W and n tokens of x (F32 or BF16), or out (F32) += it
-// with accumulate: each token's row quantized as Q8 weights are (quantize_group), each group's
-// integer products summed exactly, then times both scales and summed in float32.
-void matmul_q4_few(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
+// out (n, rows) = x @ W^T for a Q4 weight W (or Q8, where Q8_INTS) and n tokens of x (F32 or
+// BF16), or out (F32) += it with accumulate: each token's row quantized as Q8 weights are
+// (quantize_group), each group's integer products summed exactly, then times both scales and
+// summed in float32.
+void matmul_ints(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                    const burst_weight *W, int n, int n_threads);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "model/llama.h"
+#include "model/quantize_cpu.h"
 
 static const char usage[] =
     "usage: forward_dump [--backend NAME] [--kv-dtype f32|bf16] [--quantize q8|q4] DIR OUT BATCH RANKS p0 p1 ... [-- d0 d1 ...] "
@@ -45,6 +46,7 @@ int main(int argc, char **argv) {
         free(ids);
         return 1;
     }
+    if (quant == DTYPE_Q8 && Q8_INTS) fputs("q8: matmul inputs quantized to int8\n", stderr); // (test_logits.py)
     int vocab = llama_config_of(m)->vocab_size;
     float *logits = malloc(sizeof(float) * (size_t)vocab);
     FILE *out = fopen(argv[2], "wb");

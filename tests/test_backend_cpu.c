@@ -312,10 +312,15 @@ static int q4_int(const burst_weight *W, int r, int j) {
     return (c < 16 ? byte & 15 : byte >> 4) - 8;
 }
 
-// The integer products matmul_q4_few sums: x's row quantized as a Q8 weight's group (the largest
+// The integer Q8 or Q4 weight W holds at row r, column j.
+static int weight_int(const burst_weight *W, int r, int j) {
+    return W->dtype == DTYPE_Q4 ? q4_int(W, r, j) : ((const int8_t *)W->data)[(int64_t)r * W->cols + j];
+}
+
+// The integer products matmul_ints sums: x's row quantized as a Q8 weight's group (the largest
 // magnitude over 127 its scale, each rounded to the nearest), times W's integers, a group at a
 // time, times both scales, in float64.
-static double q4_int_dot(const burst_weight *W, int r, const double *x) {
+static double int_dot(const burst_weight *W, int r, const double *x) {
     const int64_t cols = W->cols, groups = q_groups(cols);
     double sum = 0;
     for (int64_t g = 0; g < groups; g++) {
@@ -324,7 +329,7 @@ static double q4_int_dot(const burst_weight *W, int r, const double *x) {
         for (int64_t j = j0; j < j1; j++) amax = fmaxf(amax, fabsf((float)x[j]));
         const float inv = amax > 0 ? 127 / amax : 0;
         int64_t dot = 0;
-        for (int64_t j = j0; j < j1; j++) dot += (int64_t)q4_int(W, r, (int)j) * (int64_t)rintf((float)x[j] * inv);
+        for (int64_t j = j0; j < j1; j++) dot += (int64_t)weight_int(W, r, (int)j) * (int64_t)rintf((float)x[j] * inv);
         sum += (double)dot * (double)(W->scales[r * groups + g] * (amax / 127));
     }
     return sum;
@@ -338,7 +343,8 @@ static double q4_int_dot(const burst_weight *W, int r, const double *x) {
 // on every path (Q8: a row of one or two tokens a group at a time, the few-token tiles, the GEMM:
 // float32 weights, or bf16 on column pairs; Q4: x quantized too, where matmul_cpu_quantizes_x
 // says so (up to 79 tokens with AVX-512: a span or a few at a time; every count with AVX2), else the
-// GEMM) against float64 of those values (rounded to bf16 where matmul_cpu_rounds_weights says so).
+// GEMM; with AVX2 alone, Q8 as Q4 at every count) against float64 of those values (rounded to bf16
+// where matmul_cpu_rounds_weights says so), or of the integer products (int_dot).
 // Columns past a whole group (31, 100), one group (64), past a span of 16 groups (600, 1111; 800: 9
 // groups past it, one past half a span, which AVX2's integers take a half at a time).
 static void test_quantized(burst_backend *be, burst_dtype quant) {
@@ -423,7 +429,7 @@ static void test_quantized(burst_backend *be, burst_dtype quant) {
                                 const double wv = rounds ? bf16_to_f32(f32_to_bf16((float)q[r * cols + j])) : q[r * cols + j];
                                 s += x.as_f64[(int64_t)i * cols + j] * wv, abs_sum += fabs(x.as_f64[(int64_t)i * cols + j] * wv);
                             }
-                            ref[(int64_t)i * rows + r] = ints ? q4_int_dot(&W, r, x.as_f64 + (int64_t)i * cols) : s;
+                            ref[(int64_t)i * rows + r] = ints ? int_dot(&W, r, x.as_f64 + (int64_t)i * cols) : s;
                             if (abs_sum > terms) terms = abs_sum;
                         }
                     backend_matmul(be, out.p, DTYPE_F32, x.p, x.dt, &W, n);
@@ -437,11 +443,12 @@ static void test_quantized(burst_backend *be, burst_dtype quant) {
             free(q), free(got), free(tokens), free((void *)w.w.data), free(w.as_f64);
         }
     // where the CPU multiplies bf16 (AVX512-BF16), bf16 x by quantized weights ran on column pairs
-    // somewhere; x by Q4 ones in integers somewhere
+    // somewhere; x by Q4 ones (and Q8 ones with AVX2 alone) in integers somewhere
+    const int want_ints = quant == DTYPE_Q4 || Q8_INTS;
     printf("%s %s on column pairs: %s; in integers: %s\n",
-           rounded_somewhere == matmul_cpu_bf16_products() && ints_somewhere == (quant == DTYPE_Q4) ? "ok  " : "FAIL",
+           rounded_somewhere == matmul_cpu_bf16_products() && ints_somewhere == want_ints ? "ok  " : "FAIL",
            dtype_name(quant), rounded_somewhere ? "ran" : "not in this build", ints_somewhere ? "ran" : "not");
-    check(rounded_somewhere == matmul_cpu_bf16_products() && ints_somewhere == (quant == DTYPE_Q4));
+    check(rounded_somewhere == matmul_cpu_bf16_products() && ints_somewhere == want_ints);
     backend_free(qbe);
 }
 

@@ -29,6 +29,11 @@ MAX_REL_ACT_BF16, TIE_ACT_BF16, MIN_REL_UNROUNDED = 1e-2, 3e-2, 1e-3
 # Q8 weights move the logits ~1e-2 from the unquantized model's: a run that did not quantize (or
 # quantized other values) lands far from the quantized reference and near the other.
 MIN_REL_UNQUANTIZED = 1e-3
+# Q8 on a build with AVX2 but not AVX-512 multiplies x quantized to int8 too (forward_dump says so),
+# which the reference does not: 1.3-1.8e-2 from it, where float x lands within 1e-6 (a reference
+# that quantizes x as well lands no nearer: one element of x within float32's last bits of a
+# rounding midpoint, which its float64 rows round the other way, moved a token's logits by 1.2e-2).
+MAX_REL_Q8_INTS = 5e-2
 # Q4: a matmul of fewer tokens than the GEMM takes (a decode step) quantizes x to int8 as well,
 # which the reference does not: 9 runs landed at 1.2-1.6e-2, against 0.24-0.31 from the
 # unquantized model's logits (a group's wrong scale or a shifted block costs O(1)).
@@ -111,6 +116,7 @@ for i, case in enumerate(CASES):
         if case.get("quant"):
             quantize = llama_ref.q8 if case["quant"] == "q8" else llama_ref.q4
             w_used = {k: quantize(v) if v.ndim == 2 else v for k, v in w.items()}
+        ints = "matmul inputs quantized to int8" in r.stderr
         ref = llama_ref.forward(cfg, w_used, toks, kv_bf16=kv == "bf16", act_bf16=backend == "cpu-bf16",
                                 bf16_weights=case["model"]["dtype"] != "f32" or bool(case.get("quant")))[case["n"] - 1:]
         rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
@@ -119,6 +125,8 @@ for i, case in enumerate(CASES):
         bound, tie = (MAX_REL_ACT_BF16, TIE_ACT_BF16) if backend == "cpu-bf16" else (MAX_REL_BF16, TIE_BF16) if kv == "bf16" else (MAX_REL, 1e-4)
         if case.get("quant") == "q4":
             bound, tie = MAX_REL_Q4, 0.1
+        elif ints:
+            bound, tie = MAX_REL_Q8_INTS, 0.1
         clear = top2[:, 1] - top2[:, 0] > tie
         ok = got.shape == ref.shape and rel < bound and \
             np.array_equal(got.argmax(-1)[clear], ref.argmax(-1)[clear])
@@ -129,6 +137,9 @@ for i, case in enumerate(CASES):
             rel_w = np.linalg.norm(got - ref_w) / np.linalg.norm(ref_w)
             ok = ok and rel_w > MIN_REL_UNQUANTIZED
             note = f"; {rel_w:.2e} from the unquantized reference (min {MIN_REL_UNQUANTIZED:g})"
+            if ints:  # and it must have quantized x
+                ok = ok and rel > MIN_REL_UNQUANTIZED
+                note += f"; x in int8 (min {MIN_REL_UNQUANTIZED:g} from the reference)"
         elif backend == "cpu-bf16":  # it must round: float32 activations would land near the reference without them
             ref32 = llama_ref.forward(cfg, w_used, toks, kv_bf16=kv == "bf16")[case["n"] - 1:]
             rel32 = np.linalg.norm(got - ref32) / np.linalg.norm(ref32)
