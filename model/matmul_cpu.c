@@ -3,9 +3,10 @@
 // (integers with a scale per group of columns: the backend's quantized copy, model/quantize_cpu.h).
 // Q8 weights are widened as the others, with their scales: to bf16 on column pairs (bf16 x with
 // AVX512-BF16), in registers or a GEMM block at a time; else to float32, but a row of one or two
-// tokens a group at a time (few_row_q8). Q4 ones, by up to 79 tokens, in integers (matmul_ints,
-// x quantized to int8); by more, widened as Q8 ones in the GEMM. A build with AVX2 but not AVX-512
-// takes both in integers at every count (Q4_INT_TOKENS, Q8_INTS).
+// tokens a group at a time (few_row_q8). Q4 ones in integers (matmul_ints, x quantized to int8),
+// but by 256 tokens or more of bf16 x on column pairs widened as Q8 ones in the GEMM
+// (Q4_INT_TOKENS_PAIRS). A build with AVX2 but not AVX-512 takes Q8 weights in integers too
+// (Q8_INTS).
 //
 // A few tokens (decode steps, n < MM_FEW_TOKENS, or MM_FEW_TOKENS_PAIRS on column pairs): each
 // weight row is read once for all of them, a tile of FEW_ROWS rows at a time (one row for one or
@@ -100,20 +101,21 @@ enum { NR = GEMM_NV * VEC_FLOATS, KC = GEMM_KC, NB = GEMM_NB, MC = GEMM_MC, MAX_
 // took 0.77-0.96x the GEMM's time at 16 to 24 tokens, 0.99-1.05x at 26 and 28, 1.11x at 32
 // (LLaMA-7B's decode matmuls, BF16 weights in 2 MB pages, alternating).
 enum { MM_FEW_TOKENS_PAIRS = 25 };
-// Q4 weights: in integers below Q4_INT_TOKENS (matmul_ints), then widened in the GEMM. On a
-// decode step's matmuls of two LLaMA-7B layers (1 thread, bf16 x), matmul_ints took 0.74x the
-// GEMM's time at 64 tokens, as long at 80, 1.7x at 96 (where a span of x outgrows L1) and 2.3x at 512.
-// With AVX2 the integers win at every count, against a GEMM of 8-float vectors (bench_matmul_cpu
-// --quantize q4 on LLaMA-7B's shapes, an x86-64-v3 build, 2 threads: 300-350 GFLOP/s against 39-187
-// at 4 to 79 tokens, 190-234 against 128-196 at 80 to 512). Without either the plain-C loop is
-// slow: there the GEMM takes over from 4.
-#if defined(BURST_AVX512)
-enum { Q4_INT_TOKENS = 80 };
-#elif defined(__AVX2__)
+// Q4 weights: in integers (matmul_ints) below Q4_INT_TOKENS, then widened in the GEMM; against its
+// GEMM on column pairs (bf16 x with AVX512-BF16), below Q4_INT_TOKENS_PAIRS. Blocks of 32 tokens
+// (matmul_ints) keep a span of x in L1 at every count, so that with AVX-512 and VNNI the integers
+// ran LLaMA-7B's shapes at 513-771 GFLOP/s from 160 to 512 tokens of float32 x against the float32
+// GEMM's 255-430, and of bf16 x at 650-811 against the pairs' 446-685 at 96 to 160 tokens, as fast
+// at 256, slower at 384 and 512 (581-749 against 720-816; bench_matmul_cpu --quantize q4, 2
+// threads, two rounds alternating). With AVX2 the integers win at every count too, against a GEMM of 8-float vectors
+// (300-350 GFLOP/s against 39-187 at 4 to 79 tokens, before the blocks 190-234 against 128-196 at
+// 80 to 512). Without either the plain-C loop is slow: there the GEMM takes over from 4.
+#if defined(BURST_AVX512) || defined(__AVX2__)
 enum { Q4_INT_TOKENS = INT_MAX };
 #else
 enum { Q4_INT_TOKENS = 4 };
 #endif
+enum { Q4_INT_TOKENS_PAIRS = 256 };
 
 // bf16 x times BF16 weights (the cpu-bf16 backend), on a CPU with AVX512-BF16 (AMD Zen 4 and later,
 // Intel Cooper Lake and later): both paths multiply them as stored, a pair of adjacent columns in
@@ -714,8 +716,9 @@ int matmul_cpu_rounds_weights(burst_dtype x_dtype, const burst_weight *W) {
     return dtype_quantized(W->dtype) && on_pairs(x_dtype, W);
 }
 
-int matmul_cpu_quantizes_x(const burst_weight *W, int n) {
-    return W->dtype == DTYPE_Q4 ? n < Q4_INT_TOKENS : W->dtype == DTYPE_Q8 && Q8_INTS;
+int matmul_cpu_quantizes_x(burst_dtype x_dtype, const burst_weight *W, int n) {
+    if (W->dtype == DTYPE_Q4) return n < (on_pairs(x_dtype, W) ? Q4_INT_TOKENS_PAIRS : Q4_INT_TOKENS);
+    return W->dtype == DTYPE_Q8 && Q8_INTS;
 }
 
 size_t matmul_cpu_transient_bytes(int n, int64_t cols, int n_threads) {
@@ -730,7 +733,7 @@ size_t matmul_cpu_transient_bytes(int n, int64_t cols, int n_threads) {
 void matmul_cpu(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                 const burst_weight *W, int n, int n_threads) {
     if (matmul_amx(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads)) return;
-    if (matmul_cpu_quantizes_x(W, n)) {
+    if (matmul_cpu_quantizes_x(x_dtype, W, n)) {
         matmul_ints(out, out_dtype, accumulate, x, x_dtype, W, n, n_threads);
         return;
     }

@@ -21,10 +21,10 @@ int matmul_cpu_bf16_products(void);
 // where not matmul_cpu_quantizes_x) weights on column pairs (bf16 x, AVX512-BF16).
 int matmul_cpu_rounds_weights(burst_dtype x_dtype, const burst_weight *W);
 
-// 1 where matmul_cpu multiplies n tokens of x quantized to int8 (matmul_ints): by Q4 weights, for
-// up to 79 tokens with AVX-512, every count with AVX2 alone, one to three with neither; by Q8
-// weights at every count with AVX2 alone (Q8_INTS).
-int matmul_cpu_quantizes_x(const burst_weight *W, int n);
+// 1 where matmul_cpu multiplies n tokens of x (x_dtype) quantized to int8 (matmul_ints): by Q4
+// weights at every count with AVX2 or AVX-512 (but up to 255 tokens of bf16 x with AVX512-BF16),
+// one to three with neither; by Q8 weights at every count with AVX2 alone (Q8_INTS).
+int matmul_cpu_quantizes_x(burst_dtype x_dtype, const burst_weight *W, int n);
 
 // The most bytes matmul_cpu allocates for a call of n tokens by a weight of cols columns.
 size_t matmul_cpu_transient_bytes(int n, int64_t cols, int n_threads);

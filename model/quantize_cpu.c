@@ -311,8 +311,13 @@ static inline __attribute__((always_inline)) void int_row(burst_dtype dtype, con
 }
 
 // INT_ROWS rows at a time go through x a piece of about INT_X_BYTES at a time (as many spans as that
-// holds of every token; at least one), so that each piece stays in L1 while the rows read it.
-enum { INT_ROWS = 16, INT_X_BYTES = 24 << 10 };
+// holds of INT_BLOCK tokens, or of all n if fewer; at least one span), a block of INT_BLOCK tokens
+// after another, so that each block's piece stays in L1 while the rows read it (and the rows'
+// piece of weights for the next block). Without the blocks a span of 96 or more tokens outgrew L1:
+// Q4 at 128 to 512 tokens ran at 300-350 GFLOP/s against 355-400 with blocks of 32 (16 and 64:
+// as fast; an x86-64-v3 build), and on AVX-512 at 96 to 128 at half the speed of 64
+// (bench_matmul_cpu --quantize q4, LLaMA-7B's shapes, 2 threads).
+enum { INT_ROWS = 16, INT_X_BYTES = 24 << 10, INT_BLOCK = 32 };
 
 static size_t matmul_ints_bytes(int n, int64_t cols) { return sizeof(int_x) * (size_t)(n * ((cols + Q4_SPAN - 1) / Q4_SPAN)); }
 
@@ -322,7 +327,8 @@ void matmul_ints(void *out, burst_dtype out_dtype, int accumulate, const void *x
     const int64_t rows = W->rows, cols = W->cols, groups = q_groups(cols), spans = (groups + 15) / 16;
     const int q4 = W->dtype == DTYPE_Q4;
     const int64_t row_bytes = q4 ? q4_row_bytes(cols) : cols, span_bytes = q4 ? Q4_SPAN / 2 : Q4_SPAN;
-    const int64_t fit = INT_X_BYTES / (int64_t)(n * sizeof(int_x)), piece = fit > 1 ? fit : 1; // spans
+    const int block = n < INT_BLOCK ? n : INT_BLOCK;
+    const int64_t fit = INT_X_BYTES / (int64_t)(block * sizeof(int_x)), piece = fit > 1 ? fit : 1; // spans
     int_x *xs = burst_malloc_aligned(matmul_ints_bytes(n, cols));
     const size_t esize = x_dtype == DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
     #pragma omp parallel num_threads(n_threads)
@@ -335,22 +341,23 @@ void matmul_ints(void *out, burst_dtype out_dtype, int accumulate, const void *x
             const int nr = rows - r0 < INT_ROWS ? (int)(rows - r0) : INT_ROWS;
             memset(sums, 0, sizeof(float) * INT_ROWS * (size_t)n);
             for (int64_t p = 0; p < spans; p += piece)
-                for (int r = 0; r < nr; r++) {
-                    const uint8_t *w = (const uint8_t *)W->data + (r0 + r) * row_bytes + p * span_bytes;
-                    const float *s = W->scales + (r0 + r) * groups + 16 * p;
-                    const int64_t g = groups - 16 * p < 16 * piece ? groups - 16 * p : 16 * piece;
-                    for (int t0 = 0; t0 < n; t0 += INT_TOKENS) {
-                        const int nt = n - t0 < INT_TOKENS ? n - t0 : INT_TOKENS;
-                        float part[INT_TOKENS];
-                        switch (nt) {
+                for (int b0 = 0; b0 < n; b0 += block)
+                    for (int r = 0; r < nr; r++) {
+                        const uint8_t *w = (const uint8_t *)W->data + (r0 + r) * row_bytes + p * span_bytes;
+                        const float *s = W->scales + (r0 + r) * groups + 16 * p;
+                        const int64_t g = groups - 16 * p < 16 * piece ? groups - 16 * p : 16 * piece;
+                        for (int t0 = b0; t0 < n && t0 < b0 + block; t0 += INT_TOKENS) {
+                            const int nt = n - t0 < INT_TOKENS ? n - t0 : INT_TOKENS;
+                            float part[INT_TOKENS];
+                            switch (nt) {
 #define TOKENS(k) \
     case k: int_row(W->dtype, w, s, g, xs + p * n + t0, n, k, row_bytes, groups, part); break;
-                        TOKENS(1) TOKENS(2) TOKENS(3) TOKENS(4) TOKENS(5) TOKENS(6) TOKENS(7) TOKENS(8)
+                            TOKENS(1) TOKENS(2) TOKENS(3) TOKENS(4) TOKENS(5) TOKENS(6) TOKENS(7) TOKENS(8)
 #undef TOKENS
+                            }
+                            for (int t = 0; t < nt; t++) sums[r * n + t0 + t] += part[t];
                         }
-                        for (int t = 0; t < nt; t++) sums[r * n + t0 + t] += part[t];
                     }
-                }
             for (int t = 0; t < n; t++)
                 for (int r = 0; r < nr; r++) {
                     const int64_t o = (int64_t)t * rows + r0 + r;

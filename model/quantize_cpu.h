@@ -9,10 +9,10 @@
 //       dot products add a whole group's products in one lane (matmul_ints). Columns past the
 //       row's end hold 8 (zero). The scale is llama.cpp's Q4_0's: the group's largest magnitude,
 //       signed, over -8.
-// Q4 weights multiply x quantized to int8 here (matmul_ints: decode steps, short prompt chunks; with
-// AVX2, every count), by more tokens widened as Q8 ones in the GEMM (matmul_cpu.c's
-// Q4_INT_TOKENS). Q8 weights are multiplied as the others (model/matmul_cpu.c), but with AVX2
-// alone (Q8_INTS: no AVX-512) in integers here too.
+// Q4 weights multiply x quantized to int8 here (matmul_ints), at every token count with AVX2 or
+// AVX-512, but from 256 tokens of bf16 x on column pairs (and from 4 with neither) widened as Q8
+// ones in the GEMM (matmul_cpu.c's Q4_INT_TOKENS). Q8 weights are multiplied as the others
+// (model/matmul_cpu.c), but with AVX2 alone (Q8_INTS: no AVX-512) in integers here too.
 #pragma once
 #include <string.h>
 

@@ -342,9 +342,10 @@ static double int_dot(const burst_weight *W, int r, const double *x) {
 // weight_to_f32 (a span across rows) give integer x scale in float32; matmuls of float32 and bf16 x
 // on every path (Q8: a row of one or two tokens a group at a time, the few-token tiles, the GEMM:
 // float32 weights, or bf16 on column pairs; Q4: x quantized too, where matmul_cpu_quantizes_x
-// says so (up to 79 tokens with AVX-512: a span or a few at a time; every count with AVX2), else the
-// GEMM; with AVX2 alone, Q8 as Q4 at every count) against float64 of those values (rounded to bf16
-// where matmul_cpu_rounds_weights says so), or of the integer products (int_dot).
+// says so (every count with AVX2 or AVX-512, in blocks of 32 tokens from 33 on, a span or a few at a
+// time; but from 256 tokens of bf16 x on column pairs, and from 4 without either, the GEMM; with
+// AVX2 alone, Q8 as Q4 at every count) against float64 of those values (rounded to bf16 where
+// matmul_cpu_rounds_weights says so), or of the integer products (int_dot).
 // Columns past a whole group (31, 100), one group (64), past a span of 16 groups (600, 1111; 800: 9
 // groups past it, one past half a span, which AVX2's integers take a half at a time).
 static void test_quantized(burst_backend *be, burst_dtype quant) {
@@ -417,7 +418,7 @@ static void test_quantized(burst_backend *be, burst_dtype quant) {
             check(!bad);
             for (int xi = 0; xi < 2; xi++)
                 for (int k = 0; k < (int)(sizeof ns / sizeof ns[0]); k++) {
-                    const int n = ns[k], ints = matmul_cpu_quantizes_x(&W, n);
+                    const int n = ns[k], ints = matmul_cpu_quantizes_x(DTS[xi], &W, n);
                     const int rounds = !ints && matmul_cpu_rounds_weights(DTS[xi], &W);
                     rounded_somewhere |= rounds, ints_somewhere |= ints;
                     act_buf x = act_random(DTS[xi], (int64_t)n * cols, -1, 1), out = act_random(DTYPE_F32, (int64_t)n * rows, 0, 0);

@@ -82,11 +82,11 @@ CASES = [  # model shape, prompt length, prefill chunk, ranks, decode steps
          dec=4, quant="q8"),
     dict(model=dict(dim=96, hidden=200, layers=2, heads=3, kv_heads=1, vocab=300, dtype="bf16"), n=150, batch=64, ranks=2,
          dec=4, backend="cpu-bf16", kv="bf16", quant="q8"),
-    # Q4: a chunk of 96 on one rank (the GEMM), chunks of 54, 8 and 5 and of 4 a rank (x in int8, as
-    # decode steps); rows of 96 columns (three groups of a span of 16) and 200 (a short last group);
-    # the tied head from the quantized embedding.
-    dict(model=dict(dim=96, hidden=200, layers=2, heads=3, kv_heads=1, vocab=300, dtype="bf16", tie=True), n=150,
-         batch=96, dec=4, quant="q4"),
+    # Q4: a chunk of 300 on one rank (on cpu-bf16 with AVX512-BF16 the GEMM on column pairs), chunks
+    # of 8 and 5 and of 4 a rank (x in int8, as decode steps); rows of 96 columns (three groups of a
+    # span of 16) and 200 (a short last group); the tied head from the quantized embedding.
+    dict(model=dict(dim=96, hidden=200, layers=2, heads=3, kv_heads=1, vocab=300, dtype="bf16", tie=True), n=300,
+         batch=300, dec=4, backend="cpu-bf16", kv="bf16", quant="q4"),
     dict(model=dict(dim=96, hidden=200, layers=2, heads=6, kv_heads=2, vocab=300, dtype="f16"), n=37, batch=8,
          dec=5, quant="q4"),
     dict(model=dict(dim=96, hidden=200, layers=2, heads=3, kv_heads=1, vocab=300, dtype="bf16"), n=70, batch=8, ranks=2,
