@@ -107,9 +107,10 @@ enum { MM_FEW_TOKENS_PAIRS = 25 };
 // ran LLaMA-7B's shapes at 513-771 GFLOP/s from 160 to 512 tokens of float32 x against the float32
 // GEMM's 255-430, and of bf16 x at 650-811 against the pairs' 446-685 at 96 to 160 tokens, as fast
 // at 256, slower at 384 and 512 (581-749 against 720-816; bench_matmul_cpu --quantize q4, 2
-// threads, two rounds alternating). With AVX2 the integers win at every count too, against a GEMM of 8-float vectors
-// (300-350 GFLOP/s against 39-187 at 4 to 79 tokens, before the blocks 190-234 against 128-196 at
-// 80 to 512). Without either the plain-C loop is slow: there the GEMM takes over from 4.
+// threads, two rounds alternating). With AVX2 the integers win at every count too, against a GEMM
+// of 8-float vectors (300-350 GFLOP/s against 39-187 at 4 to 79 tokens, before the blocks 190-234
+// against 128-196 at 80 to 512). Without either the plain-C loop is slow: there the GEMM takes
+// over from 4.
 #if defined(BURST_AVX512) || defined(__AVX2__)
 enum { Q4_INT_TOKENS = INT_MAX };
 #else

@@ -11,7 +11,7 @@
 //       signed, over -8.
 // Q4 weights multiply x quantized to int8 here (matmul_ints), at every token count with AVX2 or
 // AVX-512, but from 256 tokens of bf16 x on column pairs (and from 4 with neither) widened as Q8
-// ones in the GEMM (matmul_cpu.c's Q4_INT_TOKENS). Q8 weights are multiplied as the others
+// ones in the GEMM (matmul_cpu.c's Q4_INT_TOKENS, Q4_INT_TOKENS_PAIRS). Q8 weights are multiplied as the others
 // (model/matmul_cpu.c), but with AVX2 alone (Q8_INTS: no AVX-512) in integers here too.
 #pragma once
 #include <string.h>
@@ -68,4 +68,4 @@ static inline float q4_at(const uint8_t *w, const float *s, int64_t j) {
 // (quantize_group), each group's integer products summed exactly, then times both scales and
 // summed in float32.
 void matmul_ints(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
-                   const burst_weight *W, int n, int n_threads);
+                 const burst_weight *W, int n, int n_threads);
