@@ -172,6 +172,27 @@ static void quantize_x(int_x *xs, int64_t stride, const void *x, burst_dtype x_d
 
 enum { INT_TOKENS = 8 }; // tokens a row's pass takes: their sums stay in registers
 
+// A token's sums with a row, a lane each, from its first span to its last (matmul_ints adds the
+// lanes up once, at the end): the kernels start them at 0 on a row's first piece of spans (first),
+// and load and store them around each later one, so that a token's sums go in the same order
+// however the tokens and spans are cut.
+#ifdef BURST_AVX512
+typedef __m512 int_acc;
+static float int_acc_sum(int_acc a) { return _mm512_reduce_add_ps(a); }
+#elif defined(__AVX2__)
+typedef __m256 int_acc;
+static float int_acc_sum(int_acc a) { return sum8(a); }
+#else
+typedef struct {
+    float l[16];
+} int_acc;
+static float int_acc_sum(int_acc a) {
+    float sum = 0;
+    for (int l = 0; l < 16; l++) sum += a.l[l];
+    return sum;
+}
+#endif
+
 #ifdef BURST_AVX512
 // acc + each 4 products of 64 unsigned bytes u by 64 signed ones v, in 32-bit lanes: AVX512-VNNI's
 // one instruction, or AVX512-BW's two (16-bit sums of pairs, which 15 x 127 x 2 cannot overflow).
@@ -184,21 +205,22 @@ static inline __m512i dot_u8s8(__m512i acc, __m512i u, __m512i v) {
 }
 #endif
 
-// The row kernels: sums[t] = the dot product of `groups` columns of a row (its bytes w, its scales
-// s) with token t's x (x[t], and then every n tokens the next span's), for t < nt (a constant once
-// inlined): each span's weights read once for all nt tokens, a token's group products summed in
-// integers, then times both scales and added to its float32 sums. Each asks for the weights and
-// scales `rows_ahead` rows on (row_bytes and row_groups apart), which the next calls read: a row of
-// scales is its own stream, and waiting on it took a third of the time at 8 tokens.
+// The row kernels: acc[t] (from 0 where first) += the dot product of `groups` columns of a row (its
+// bytes w, its scales s) with token t's x (x[t], and then every n tokens the next span's), for t <
+// nt (a constant once inlined): each span's weights read once for all nt tokens, a token's group
+// products summed in integers, then times both scales and added to its float32 lanes. Each asks
+// for the weights and scales `rows_ahead` rows on (row_bytes and row_groups apart), which the next
+// calls read: a row of scales is its own stream, and waiting on it took a third of the time at 8
+// tokens.
 enum { rows_ahead = 2 };
 
 // Q4: a group's products summed in one 32-bit lane (two chains of four dot-product instructions).
 static inline __attribute__((always_inline)) void q4_row(const uint8_t *w, const float *s, int64_t groups,
                                                          const int_x *x, int n, const int nt, int64_t row_bytes,
-                                                         int64_t row_groups, float *sums) {
+                                                         int64_t row_groups, int_acc *acc, int first) {
 #ifdef BURST_AVX512
-    __m512 acc[INT_TOKENS];
-    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    __m512 a[INT_TOKENS];
+    for (int t = 0; t < nt; t++) a[t] = first ? _mm512_setzero_ps() : acc[t];
     for (int64_t g = 0; g < groups; g += 16, w += Q4_SPAN / 2, x += n) {
         for (int j = 0; j < 4; j++) __builtin_prefetch(w + rows_ahead * row_bytes + 64 * j, 0, 2);
         __builtin_prefetch(s + g + rows_ahead * row_groups, 0, 2);
@@ -215,16 +237,16 @@ static inline __attribute__((always_inline)) void q4_row(const uint8_t *w, const
                 d0 = dot_u8s8(d0, wv[k], _mm512_loadu_si512(x[t].q + 64 * k));
                 d1 = dot_u8s8(d1, wv[4 + k], _mm512_loadu_si512(x[t].q + 64 * (4 + k)));
             }
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1)), _mm512_mul_ps(sw, _mm512_loadu_ps(x[t].scale)), acc[t]);
+            a[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1)), _mm512_mul_ps(sw, _mm512_loadu_ps(x[t].scale)), a[t]);
         }
     }
-    for (int t = 0; t < nt; t++) sums[t] = _mm512_reduce_add_ps(acc[t]);
+    for (int t = 0; t < nt; t++) acc[t] = a[t];
 #elif defined(__AVX2__)
     // Half a span at a time: a 32-byte load holds a dword of 8 groups, a group to each 32-bit lane.
     // vpmaddubsw's 16-bit sums of two products add up over the 8 loads in 16 bits (8 x 2 x 15 x 127
     // < 2^15), then vpmaddwd adds a lane's pairs: 10 instructions for a group's 32 products.
-    __m256 acc[INT_TOKENS];
-    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    __m256 a[INT_TOKENS];
+    for (int t = 0; t < nt; t++) a[t] = first ? _mm256_setzero_ps() : acc[t];
     const __m256i low = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1), lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int64_t g = 0; g < groups; g += 16, w += Q4_SPAN / 2, x += n) {
         for (int j = 0; j < 4; j++) __builtin_prefetch(w + rows_ahead * row_bytes + 64 * j, 0, 2);
@@ -241,14 +263,14 @@ static inline __attribute__((always_inline)) void q4_row(const uint8_t *w, const
                 for (int k = 1; k < 8; k++)
                     d = _mm256_add_epi16(d, _mm256_maddubs_epi16(wv[k], _mm256_loadu_si256((const __m256i *)(x[t].q + 64 * k + 32 * h))));
                 const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(d, ones), _mm256_loadu_si256((const __m256i *)(x[t].neg + 8 * h)));
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(sw, _mm256_loadu_ps(x[t].scale + 8 * h)), acc[t]);
+                a[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(sw, _mm256_loadu_ps(x[t].scale + 8 * h)), a[t]);
             }
         }
     }
-    for (int t = 0; t < nt; t++) sums[t] = sum8(acc[t]);
+    for (int t = 0; t < nt; t++) acc[t] = a[t];
 #else
     (void)row_bytes, (void)row_groups;
-    float acc[INT_TOKENS][16] = {{0}};
+    for (int t = 0; first && t < nt; t++) acc[t] = (int_acc){{0}};
     for (int64_t g = 0; g < groups; g += 16, w += Q4_SPAN / 2, x += n)
         for (int t = 0; t < nt; t++)
             for (int l = 0; l < 16 && g + l < groups; l++) {
@@ -258,13 +280,8 @@ static inline __attribute__((always_inline)) void q4_row(const uint8_t *w, const
                         const uint8_t byte = w[q4_dword(l, k % 4) + b];
                         dot += (k < 4 ? byte & 15 : byte >> 4) * x[t].q[64 * k + 4 * l + b];
                     }
-                acc[t][l] += (float)dot * (s[g + l] * x[t].scale[l]);
+                acc[t].l[l] += (float)dot * (s[g + l] * x[t].scale[l]);
             }
-    for (int t = 0; t < nt; t++) {
-        float sum = 0;
-        for (int l = 0; l < 16; l++) sum += acc[t][l];
-        sums[t] = sum;
-    }
 #endif
 }
 
@@ -275,9 +292,9 @@ static inline __attribute__((always_inline)) void q4_row(const uint8_t *w, const
 // bytes after the last row), where x is 0.
 static inline __attribute__((always_inline)) void q8_row(const int8_t *w, const float *s, int64_t groups,
                                                          const int_x *x, int n, const int nt, int64_t row_bytes,
-                                                         int64_t row_groups, float *sums) {
-    __m256 acc[INT_TOKENS];
-    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+                                                         int64_t row_groups, int_acc *acc, int first) {
+    __m256 a[INT_TOKENS];
+    for (int t = 0; t < nt; t++) a[t] = first ? _mm256_setzero_ps() : acc[t];
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t g = 0; g < groups; g += 16, w += Q4_SPAN, x += n) {
         for (int j = 0; j < 8; j++) __builtin_prefetch(w + rows_ahead * row_bytes + 64 * j, 0, 2);
@@ -288,26 +305,26 @@ static inline __attribute__((always_inline)) void q8_row(const int8_t *w, const 
             for (int t = 0; t < nt; t++) {
                 const __m256i xv = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(x[t].q + Q_GROUP * l)), wv);
                 const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xv), ones);
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(sw, _mm256_broadcast_ss(x[t].scale + l)), acc[t]);
+                a[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(sw, _mm256_broadcast_ss(x[t].scale + l)), a[t]);
             }
         }
     }
-    for (int t = 0; t < nt; t++) sums[t] = sum8(acc[t]);
+    for (int t = 0; t < nt; t++) acc[t] = a[t];
 }
 #endif
 
 // The row kernel of W's dtype.
 static inline __attribute__((always_inline)) void int_row(burst_dtype dtype, const void *w, const float *s, int64_t groups,
                                                           const int_x *x, int n, const int nt, int64_t row_bytes,
-                                                          int64_t row_groups, float *sums) {
+                                                          int64_t row_groups, int_acc *acc, int first) {
 #if Q8_INTS
     if (dtype == DTYPE_Q8) {
-        q8_row(w, s, groups, x, n, nt, row_bytes, row_groups, sums);
+        q8_row(w, s, groups, x, n, nt, row_bytes, row_groups, acc, first);
         return;
     }
 #endif
     (void)dtype;
-    q4_row(w, s, groups, x, n, nt, row_bytes, row_groups, sums);
+    q4_row(w, s, groups, x, n, nt, row_bytes, row_groups, acc, first);
 }
 
 // INT_ROWS rows at a time go through x a piece of about INT_X_BYTES at a time (as many spans as that
@@ -317,7 +334,7 @@ static inline __attribute__((always_inline)) void int_row(burst_dtype dtype, con
 // Q4 at 128 to 512 tokens ran at 300-350 GFLOP/s against 355-400 with blocks of 32 (16 and 64:
 // as fast; an x86-64-v3 build), and on AVX-512 at 96 to 128 at half the speed of 64
 // (bench_matmul_cpu --quantize q4, LLaMA-7B's shapes, 2 threads).
-enum { INT_ROWS = 16, INT_X_BYTES = 24 << 10, INT_BLOCK = 32 };
+enum { INT_ROWS = 16, INT_X_BYTES = 24 << 10, INT_BLOCK = 16 };
 
 static size_t matmul_ints_bytes(int n, int64_t cols) { return sizeof(int_x) * (size_t)(n * ((cols + Q4_SPAN - 1) / Q4_SPAN)); }
 
@@ -335,11 +352,10 @@ void matmul_ints(void *out, burst_dtype out_dtype, int accumulate, const void *x
     {
         #pragma omp for schedule(static)
         for (int t = 0; t < n; t++) quantize_x(xs + t, n, (const char *)x + (size_t)t * (size_t)cols * esize, x_dtype, cols, W->dtype);
-        float *sums = burst_malloc(sizeof(float) * INT_ROWS * (size_t)n); // sums[r * n + t]
+        int_acc *accs = burst_malloc_aligned(sizeof(int_acc) * INT_ROWS * (size_t)n); // accs[r * n + t]
         #pragma omp for schedule(static)
         for (int64_t r0 = 0; r0 < rows; r0 += INT_ROWS) {
             const int nr = rows - r0 < INT_ROWS ? (int)(rows - r0) : INT_ROWS;
-            memset(sums, 0, sizeof(float) * INT_ROWS * (size_t)n);
             for (int64_t p = 0; p < spans; p += piece)
                 for (int b0 = 0; b0 < n; b0 += block)
                     for (int r = 0; r < nr; r++) {
@@ -348,24 +364,24 @@ void matmul_ints(void *out, burst_dtype out_dtype, int accumulate, const void *x
                         const int64_t g = groups - 16 * p < 16 * piece ? groups - 16 * p : 16 * piece;
                         for (int t0 = b0; t0 < n && t0 < b0 + block; t0 += INT_TOKENS) {
                             const int nt = n - t0 < INT_TOKENS ? n - t0 : INT_TOKENS;
-                            float part[INT_TOKENS];
+                            int_acc *acc = accs + r * n + t0;
                             switch (nt) {
 #define TOKENS(k) \
-    case k: int_row(W->dtype, w, s, g, xs + p * n + t0, n, k, row_bytes, groups, part); break;
+    case k: int_row(W->dtype, w, s, g, xs + p * n + t0, n, k, row_bytes, groups, acc, p == 0); break;
                             TOKENS(1) TOKENS(2) TOKENS(3) TOKENS(4) TOKENS(5) TOKENS(6) TOKENS(7) TOKENS(8)
 #undef TOKENS
                             }
-                            for (int t = 0; t < nt; t++) sums[r * n + t0 + t] += part[t];
                         }
                     }
             for (int t = 0; t < n; t++)
                 for (int r = 0; r < nr; r++) {
                     const int64_t o = (int64_t)t * rows + r0 + r;
-                    if (accumulate) ((float *)out)[o] += sums[r * n + t];
-                    else act_set(out, out_dtype, o, sums[r * n + t]);
+                    const float sum = int_acc_sum(accs[r * n + t]);
+                    if (accumulate) ((float *)out)[o] += sum;
+                    else act_set(out, out_dtype, o, sum);
                 }
         }
-        free(sums);
+        free(accs);
     }
     free(xs);
 }

@@ -438,7 +438,16 @@ static void test_quantized(burst_backend *be, burst_dtype quant) {
                     snprintf(what, sizeof what, "matmul %s from %s%s%s x %s n=%d W=(%d,%d)", dtype_name(quant), dtype_name(WEIGHT_DTS[wi]),
                              rounds ? " (as bf16)" : "", ints ? " (int8)" : "", dtype_name(x.dt), n, rows, cols);
                     act_check(what, &out, ref, F32_RTOL * (terms + 1));
-                    free(ref), act_free(&x), act_free(&out);
+                    // in integers, each token's row the same bits as the token's alone (its sums in the same order)
+                    float *alone = burst_malloc(sizeof(float) * (size_t)rows);
+                    int differ = 0;
+                    for (int i = 0; ints && i < n; i++) {
+                        backend_matmul(be, alone, DTYPE_F32, (const char *)x.p + (size_t)i * cols * dtype_size(x.dt), x.dt, &W, 1);
+                        differ += memcmp(alone, (const float *)out.p + (size_t)i * rows, sizeof(float) * (size_t)rows) != 0;
+                    }
+                    if (ints && n > 1) printf("%s %s: %d of %d rows differ from the token's alone\n", differ ? "FAIL" : "ok  ", what, differ, n);
+                    check(!differ);
+                    free(alone), free(ref), act_free(&x), act_free(&out);
                 }
             backend_matmul(be, got, DTYPE_F32, span, DTYPE_F32, &W, 0); // no tokens (a rank without rows): nothing, no crash
             free(q), free(got), free(tokens), free((void *)w.w.data), free(w.as_f64);
