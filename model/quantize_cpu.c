@@ -329,11 +329,13 @@ static inline __attribute__((always_inline)) void int_row(burst_dtype dtype, con
 
 // INT_ROWS rows at a time go through x a piece of about INT_X_BYTES at a time (as many spans as that
 // holds of INT_BLOCK tokens, or of all n if fewer; at least one span), a block of INT_BLOCK tokens
-// after another, so that each block's piece stays in L1 while the rows read it (and the rows'
-// piece of weights for the next block). Without the blocks a span of 96 or more tokens outgrew L1:
-// Q4 at 128 to 512 tokens ran at 300-350 GFLOP/s against 355-400 with blocks of 32 (16 and 64:
-// as fast; an x86-64-v3 build), and on AVX-512 at 96 to 128 at half the speed of 64
-// (bench_matmul_cpu --quantize q4, LLaMA-7B's shapes, 2 threads).
+// after another, so that each block's piece, and its tokens' lanes for the rows (int_acc), stay
+// in L1 while the rows read them (and the rows' piece of weights for the next block). Without the
+// blocks a span of 96 or more tokens outgrew L1: Q4 at 128 to 512 tokens ran at 300-350 GFLOP/s
+// against 355-400 with blocks of 32 (16 and 64: as fast; an x86-64-v3 build, before the lanes
+// were kept), and on AVX-512 at 96 to 128 at half the speed of 64 (bench_matmul_cpu --quantize q4,
+// LLaMA-7B's shapes, 2 threads). 16, since the lanes are kept: 16 rows' lanes of 32 tokens are 32
+// KB on AVX-512, beside 20 KB of x.
 enum { INT_ROWS = 16, INT_X_BYTES = 24 << 10, INT_BLOCK = 16 };
 
 static size_t matmul_ints_bytes(int n, int64_t cols) { return sizeof(int_x) * (size_t)(n * ((cols + Q4_SPAN - 1) / Q4_SPAN)); }
