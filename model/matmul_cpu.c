@@ -102,10 +102,10 @@ enum { NR = GEMM_NV * VEC_FLOATS, KC = GEMM_KC, NB = GEMM_NB, MC = GEMM_MC, MAX_
 // (LLaMA-7B's decode matmuls, BF16 weights in 2 MB pages, alternating).
 enum { MM_FEW_TOKENS_PAIRS = 25 };
 // Q4 weights: in integers (matmul_ints) below Q4_INT_TOKENS, then widened in the GEMM; against its
-// GEMM on column pairs (bf16 x with AVX512-BF16), below Q4_INT_TOKENS_PAIRS. Blocks of 32 tokens
-// (matmul_ints) keep a span of x in L1 at every count, so that with AVX-512 and VNNI the integers
-// ran LLaMA-7B's shapes at 513-771 GFLOP/s from 160 to 512 tokens of float32 x against the float32
-// GEMM's 255-430, and of bf16 x at 650-811 against the pairs' 446-685 at 96 to 160 tokens, as fast
+// GEMM on column pairs (bf16 x with AVX512-BF16), below Q4_INT_TOKENS_PAIRS. Blocks of tokens
+// (matmul_ints; 32 when these ran) keep a span of x in L1 at every count, so that with AVX-512
+// and VNNI the integers ran LLaMA-7B's shapes at 513-771 GFLOP/s from 160 to 512 tokens of
+// float32 x against the float32 GEMM's 255-430, and of bf16 x at 650-811 against the pairs' 446-685 at 96 to 160 tokens, as fast
 // at 256, slower at 384 and 512 (581-749 against 720-816; bench_matmul_cpu --quantize q4, 2
 // threads, two rounds alternating). With AVX2 the integers win at every count too, against a GEMM
 // of 8-float vectors (300-350 GFLOP/s against 39-187 at 4 to 79 tokens, before the blocks 190-234

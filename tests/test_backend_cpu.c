@@ -342,7 +342,7 @@ static double int_dot(const burst_weight *W, int r, const double *x) {
 // weight_to_f32 (a span across rows) give integer x scale in float32; matmuls of float32 and bf16 x
 // on every path (Q8: a row of one or two tokens a group at a time, the few-token tiles, the GEMM:
 // float32 weights, or bf16 on column pairs; Q4: x quantized too, where matmul_cpu_quantizes_x
-// says so (every count with AVX2 or AVX-512, in blocks of 32 tokens from 33 on, a span or a few at a
+// says so (every count with AVX2 or AVX-512, in blocks of 16 tokens from 17 on, a span or a few at a
 // time; but from 256 tokens of bf16 x on column pairs, and from 4 without either, the GEMM; with
 // AVX2 alone, Q8 as Q4 at every count) against float64 of those values (rounded to bf16 where
 // matmul_cpu_rounds_weights says so), or of the integer products (int_dot).
