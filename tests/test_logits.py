@@ -30,7 +30,7 @@ MAX_REL_ACT_BF16, TIE_ACT_BF16, MIN_REL_UNROUNDED = 1e-2, 3e-2, 1e-3
 # quantized other values) lands far from the quantized reference and near the other.
 MIN_REL_UNQUANTIZED = 1e-3
 # Q8 on a build with AVX2 but not AVX-512 multiplies x quantized to int8 too (forward_dump says so),
-# which the reference does not: 1.3-1.8e-2 from it, where float x lands within 1e-6 (a reference
+# which the reference does not: 1.2-1.8e-2 from it, where float x lands within 1e-6 (a reference
 # that quantizes x as well lands no nearer: one element of x within float32's last bits of a
 # rounding midpoint, which its float64 rows round the other way, moved a token's logits by 1.2e-2).
 MAX_REL_Q8_INTS = 5e-2
