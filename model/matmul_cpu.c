@@ -726,9 +726,9 @@ size_t matmul_cpu_transient_bytes(int n, int64_t cols, int n_threads) {
     // bf16 x widened for the few-token tiles, and x's blocks for them (few_blocks)
     const size_t widened = n < MM_FEW_TOKENS ? 2 * sizeof(float) * (size_t)(n * cols) : 0;
     const size_t gemm = n >= MM_FEW_TOKENS_PAIRS ? xt_bytes(n, cols) + (size_t)n_threads * (wf_bytes + c_bytes) : 0;
-    const size_t vector = widened > gemm ? widened : gemm;
-    size_t amx = matmul_amx_transient_bytes(n, cols, n_threads);
-    return vector > amx ? vector : amx;
+    const size_t vector = widened > gemm ? widened : gemm, ints = matmul_ints_transient_bytes(n, cols, n_threads);
+    const size_t amx = matmul_amx_transient_bytes(n, cols, n_threads), most = vector > ints ? vector : ints;
+    return most > amx ? most : amx;
 }
 
 void matmul_cpu(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,

@@ -338,7 +338,12 @@ static inline __attribute__((always_inline)) void int_row(burst_dtype dtype, con
 // KB on AVX-512, beside 20 KB of x.
 enum { INT_ROWS = 16, INT_X_BYTES = 24 << 10, INT_BLOCK = 16 };
 
-static size_t matmul_ints_bytes(int n, int64_t cols) { return sizeof(int_x) * (size_t)(n * ((cols + Q4_SPAN - 1) / Q4_SPAN)); }
+static size_t x_bytes(int n, int64_t cols) { return sizeof(int_x) * (size_t)(n * ((cols + Q4_SPAN - 1) / Q4_SPAN)); }
+static size_t accs_bytes(int n) { return sizeof(int_acc) * INT_ROWS * (size_t)n; } // a thread's
+
+size_t matmul_ints_transient_bytes(int n, int64_t cols, int n_threads) {
+    return x_bytes(n, cols) + (size_t)n_threads * accs_bytes(n);
+}
 
 void matmul_ints(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                  const burst_weight *W, int n, int n_threads) {
@@ -348,13 +353,13 @@ void matmul_ints(void *out, burst_dtype out_dtype, int accumulate, const void *x
     const int64_t row_bytes = q4 ? q4_row_bytes(cols) : cols, span_bytes = q4 ? Q4_SPAN / 2 : Q4_SPAN;
     const int block = n < INT_BLOCK ? n : INT_BLOCK;
     const int64_t fit = INT_X_BYTES / (int64_t)(block * sizeof(int_x)), piece = fit > 1 ? fit : 1; // spans
-    int_x *xs = burst_malloc_aligned(matmul_ints_bytes(n, cols));
+    int_x *xs = burst_malloc_aligned(x_bytes(n, cols));
     const size_t esize = x_dtype == DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
     #pragma omp parallel num_threads(n_threads)
     {
         #pragma omp for schedule(static)
         for (int t = 0; t < n; t++) quantize_x(xs + t, n, (const char *)x + (size_t)t * (size_t)cols * esize, x_dtype, cols, W->dtype);
-        int_acc *accs = burst_malloc_aligned(sizeof(int_acc) * INT_ROWS * (size_t)n); // accs[r * n + t]
+        int_acc *accs = burst_malloc_aligned(accs_bytes(n)); // accs[r * n + t]
         #pragma omp for schedule(static)
         for (int64_t r0 = 0; r0 < rows; r0 += INT_ROWS) {
             const int nr = rows - r0 < INT_ROWS ? (int)(rows - r0) : INT_ROWS;

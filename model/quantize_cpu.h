@@ -69,3 +69,5 @@ static inline float q4_at(const uint8_t *w, const float *s, int64_t j) {
 // summed in float32.
 void matmul_ints(void *out, burst_dtype out_dtype, int accumulate, const void *x, burst_dtype x_dtype,
                  const burst_weight *W, int n, int n_threads);
+// What matmul_ints allocates while it runs: x quantized, and each thread's sums.
+size_t matmul_ints_transient_bytes(int n, int64_t cols, int n_threads);

@@ -717,6 +717,24 @@ static void test_attention_transient(void) {
     }
 }
 
+// What the memory check counts for a matmul (backend_matmul_transient_bytes) covers what matmul_ints
+// allocates for 512 tokens by 4096 columns on 64 threads: each token's x as int8 with its groups'
+// sums and scales (640 bytes a span of 512 columns), and each thread's sums of 16 rows a token (16
+// floats a sum; 8 with AVX2 alone). 64 threads' sums outgrow the GEMM's buffers, which the count
+// alone once held.
+static void test_matmul_transient(void) {
+    burst_backend *be = backend_cpu_new(64, 0, 0);
+#if defined(__AVX2__) && !defined(BURST_AVX512)
+    const size_t sum_bytes = 8 * sizeof(float);
+#else
+    const size_t sum_bytes = 16 * sizeof(float);
+#endif
+    const size_t want = (size_t)512 * 8 * 640 + (size_t)64 * 16 * 512 * sum_bytes, got = backend_matmul_transient_bytes(be, 512, 4096);
+    printf("%s matmul transient bytes: %zu (want at least %zu)\n", got >= want ? "ok  " : "FAIL", got, want);
+    failures += got < want;
+    backend_free(be);
+}
+
 int main(void) {
     test_seed("test_backend_cpu");
     test_bf16_nearest();
@@ -740,6 +758,7 @@ int main(void) {
     test_rope(be);
     test_sample(be);
     test_attention_transient();
+    test_matmul_transient();
     backend_free(be);
     printf("%d failures\n", failures);
     return failures != 0;
