@@ -70,7 +70,7 @@
 #define FEW_TOKENS 4
 #define FEW_ROWS_ONE 1
 #define MM_FEW_TOKENS 44
-#elif defined(__AVX__)
+#else // AVX2, and any 4-wide unit
 #define GEMM_MR 6
 #define GEMM_NV 2
 #define GEMM_NB 48
@@ -78,18 +78,12 @@
 #define GEMM_KC 256
 #define FEW_ROWS 2
 #define FEW_TOKENS 6
+#define MM_FEW_TOKENS 32
+#if defined(__AVX__)
 #define FEW_ROWS_ONE 4
-#define MM_FEW_TOKENS 32
 #else
-#define GEMM_MR 6
-#define GEMM_NV 2
-#define GEMM_NB 48
-#define GEMM_MC 128
-#define GEMM_KC 256
-#define FEW_ROWS 2
-#define FEW_TOKENS 6
 #define FEW_ROWS_ONE 1
-#define MM_FEW_TOKENS 32
+#endif
 #endif
 enum { NR = GEMM_NV * VEC_FLOATS, KC = GEMM_KC, NB = GEMM_NB, MC = GEMM_MC, MAX_TILE_ROWS = 12, PACK_LANES = 128 };
 
