@@ -6,42 +6,119 @@
 #include <stdlib.h>
 #include <string.h>
 
+// FastChat's vicuna_v1.1 system message.
+static const char vicuna_system[] = "A chat between a curious user and an artificial intelligence assistant. "
+                                    "The assistant gives helpful, detailed, and polite answers to the user's questions.";
+
+int chat_template_named(const char *name, chat_template *tpl) {
+    if (!strcmp(name, "llama-2")) *tpl = CHAT_LLAMA2;
+    else if (!strcmp(name, "vicuna")) *tpl = CHAT_VICUNA;
+    else return 0;
+    return 1;
+}
+
+const char *chat_template_name(chat_template tpl) { return tpl == CHAT_VICUNA ? "vicuna" : "llama-2"; }
+
 static int is_system(const char *role) { return !strcmp(role, "system") || !strcmp(role, "developer"); }
 
-// The content without leading and trailing whitespace: [*start, *start + *len).
-static void strip(const char *s, const char **start, size_t *len) {
+// s without leading and trailing whitespace, as "%.*s" prints it: its length, and *start.
+static int stripped(const char *s, const char **start) {
     size_t n = strlen(s);
     while (n && isspace((unsigned char)s[n - 1])) n--;
     while (n && isspace((unsigned char)*s)) s++, n--;
     *start = s;
-    *len = n;
+    return (int)n;
 }
 
-// Appends the ids of BOS + text (+ EOS) to *ids.
-static burst_status append_turn(const tokenizer *t, const char *text, int eos, int **ids, int *n,
+// Appends the ids of (BOS +) text (+ EOS) to *ids.
+static burst_status append_text(const tokenizer *t, const char *text, int bos, int eos, int **ids, int *n,
                                 burst_error *err) {
-    int *turn = NULL, n_turn = 0;
-    burst_status st = tokenizer_encode(t, text, 1, &turn, &n_turn, err);
+    int *part = NULL, n_part = 0;
+    burst_status st = tokenizer_encode(t, text, bos, &part, &n_part, err);
     if (st) return st;
-    int *grown = realloc(*ids, sizeof(int) * (size_t)(*n + n_turn + 1));
+    int *grown = realloc(*ids, sizeof(int) * (size_t)(*n + n_part + 1));
     if (!grown) {
-        free(turn);
-        return BURST_FAIL(err, BURST_ERR_NOMEM, "chat template: %d ids", *n + n_turn + 1);
+        free(part);
+        return BURST_FAIL(err, BURST_ERR_NOMEM, "chat template: %d ids", *n + n_part + 1);
     }
-    memcpy(grown + *n, turn, sizeof(int) * (size_t)n_turn);
-    *n += n_turn;
+    memcpy(grown + *n, part, sizeof(int) * (size_t)n_part);
+    *n += n_part;
     if (eos) grown[(*n)++] = tokenizer_eos(t);
     *ids = grown;
-    free(turn);
+    free(part);
     return BURST_OK;
 }
 
-burst_status chat_template_encode(const tokenizer *t, const chat_message *msgs, int n_msgs,
+// Encodes what was written to f (open_memstream's, over *text) after (BOS and) the ids so far,
+// (then EOS,) and frees it.
+static burst_status append_written(const tokenizer *t, FILE *f, char **text, int bos, int eos, int **ids, int *n,
+                                   burst_error *err) {
+    const int failed = ferror(f);
+    fclose(f);
+    burst_status st = failed || !*text ? BURST_FAIL(err, BURST_ERR_NOMEM, "chat template: writing the text failed")
+                                       : append_text(t, *text, bos, eos, ids, n, err);
+    free(*text);
+    *text = NULL;
+    return st;
+}
+
+// Meta's: an exchange at a time, each encoded alone with BOS. The system message joins the first
+// user text, and Meta strips the joined text: the user text's leading whitespace stays, and where
+// it is all whitespace the system block's last "\n\n" goes with it.
+static burst_status llama2_encode(const tokenizer *t, const chat_message *msgs, int first, int n_msgs, int **ids,
+                                  int *n_ids, burst_error *err) {
+    burst_status st = BURST_OK;
+    for (int i = first; i < n_msgs && !st; i += 2) {
+        const int last = i + 1 >= n_msgs;
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        if (!f) return BURST_FAIL(err, BURST_ERR_NOMEM, "chat template: open_memstream failed");
+        const char *s;
+        int n = stripped(msgs[i].content, &s);
+        if (first && i == first) {
+            if (n) { // (the leading whitespace is inside the joined text)
+                n += (int)(s - msgs[i].content);
+                s = msgs[i].content;
+            }
+            fprintf(f, "[INST] <<SYS>>\n%s\n<</SYS>>%s%.*s [/INST]", msgs[0].content, n ? "\n\n" : "", n, s);
+        } else fprintf(f, "[INST] %.*s [/INST]", n, s);
+        if (!last) n = stripped(msgs[i + 1].content, &s), fprintf(f, " %.*s ", n, s);
+        st = append_written(t, f, &text, 1, !last, ids, n_ids, err);
+    }
+    return st;
+}
+
+// FastChat's get_prompt for its ADD_COLON_TWO style: the system message and a space, then each
+// message as "USER: " text " " or "ASSISTANT: " text "</s>", or its role and ":" alone where its
+// text is empty, then "ASSISTANT:". Each "</s>" is EOS, the text before it encoded alone.
+static burst_status vicuna_encode(const tokenizer *t, const chat_message *msgs, int first, int n_msgs, int **ids,
+                                  int *n_ids, burst_error *err) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return BURST_FAIL(err, BURST_ERR_NOMEM, "chat template: open_memstream failed");
+    fprintf(f, "%s ", first ? msgs[0].content : vicuna_system);
+    burst_status st = BURST_OK;
+    int bos = 1;
+    for (int i = first; i < n_msgs && !st; i++) {
+        const int user = (i - first) % 2 == 0, empty = !*msgs[i].content;
+        if (empty) fprintf(f, "%s:", user ? "USER" : "ASSISTANT");
+        else fprintf(f, "%s: %s%s", user ? "USER" : "ASSISTANT", msgs[i].content, user ? " " : "");
+        if (user || empty) continue;
+        st = append_written(t, f, &text, bos, 1, ids, n_ids, err);
+        bos = 0;
+        if (!st && !(f = open_memstream(&text, &len)))
+            return BURST_FAIL(err, BURST_ERR_NOMEM, "chat template: open_memstream failed");
+    }
+    if (st) return st;
+    fputs("ASSISTANT:", f);
+    return append_written(t, f, &text, bos, 0, ids, n_ids, err);
+}
+
+burst_status chat_template_encode(const tokenizer *t, chat_template tpl, const chat_message *msgs, int n_msgs,
                                   int **ids, int *n_ids, burst_error *err) {
-    int first = n_msgs > 0 && is_system(msgs[0].role);
-    const char *sys = NULL;
-    size_t sys_len = 0;
-    if (first) strip(msgs[0].content, &sys, &sys_len);
+    const int first = n_msgs > 0 && is_system(msgs[0].role);
     if (n_msgs - first < 1 || (n_msgs - first) % 2 == 0)
         return BURST_FAIL(err, BURST_ERR_INVALID, "messages: %d after the system message (want user/assistant "
                           "pairs, then a final user message)", n_msgs - first);
@@ -53,25 +130,8 @@ burst_status chat_template_encode(const tokenizer *t, const chat_message *msgs, 
     }
     *ids = NULL;
     *n_ids = 0;
-    burst_status st = BURST_OK;
-    for (int i = first; i < n_msgs && !st; i += 2) {
-        const char *user, *answer = "";
-        size_t user_len, answer_len = 0;
-        strip(msgs[i].content, &user, &user_len);
-        int last = i + 1 >= n_msgs;
-        if (!last) strip(msgs[i + 1].content, &answer, &answer_len);
-        char *text = NULL;
-        size_t text_len = 0;
-        FILE *f = open_memstream(&text, &text_len);
-        if (!f) return BURST_FAIL(err, BURST_ERR_NOMEM, "chat template: open_memstream failed");
-        fputs("[INST] ", f);
-        if (sys && i == first) fprintf(f, "<<SYS>>\n%.*s\n<</SYS>>\n\n", (int)sys_len, sys);
-        fprintf(f, "%.*s [/INST]", (int)user_len, user);
-        if (!last) fprintf(f, " %.*s ", (int)answer_len, answer);
-        fclose(f);
-        st = append_turn(t, text, !last, ids, n_ids, err);
-        free(text);
-    }
+    burst_status st = tpl == CHAT_VICUNA ? vicuna_encode(t, msgs, first, n_msgs, ids, n_ids, err)
+                                         : llama2_encode(t, msgs, first, n_msgs, ids, n_ids, err);
     if (st) {
         free(*ids);
         *ids = NULL;

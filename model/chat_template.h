@@ -1,20 +1,36 @@
-// The LLaMA-2 chat template: a conversation becomes token ids the way Meta's reference code
-// (llama/generation.py, chat_completion) builds them. Each finished exchange is
-//   BOS "[INST] <user> [/INST] <assistant> " EOS
-// and the last user turn is BOS "[INST] <user> [/INST]", left open for the model's answer. A system
-// message is folded into the first user turn as "<<SYS>>\n<system>\n<</SYS>>\n\n<user>". Contents
-// are stripped of surrounding whitespace, as Meta's code does.
+// Chat templates: a conversation becomes token ids the way the model's makers built its training
+// conversations.
+//   llama-2 (LLaMA-2-chat, Code Llama - Instruct): as Meta's reference code builds them
+//     (llama/generation.py, chat_completion). Each finished exchange is
+//       BOS "[INST] <user> [/INST] <assistant> " EOS
+//     and the last user turn is BOS "[INST] <user> [/INST]", left open for the model's answer. A
+//     system message goes before the first user turn's text as "<<SYS>>\n<system>\n<</SYS>>\n\n";
+//     user and assistant texts are stripped of surrounding whitespace (the first user turn's
+//     after the system message joined it, as Meta's code does; ASCII whitespace only, where
+//     Python's strip takes Unicode's too).
+//   vicuna (Vicuna v1.1 and later, LongChat v1.5: FastChat's vicuna_v1.1): the text
+//       <system> " USER: " <user> " ASSISTANT: " <assistant> "</s>USER: " <user> " ASSISTANT:"
+//     with FastChat's system message where the conversation has none, and each "</s>" EOS, the
+//     text between them encoded alone (BOS before the first), as the slow Hugging Face tokenizer
+//     FastChat trained with encodes it. Texts are taken as they are.
+// In both, "</s>" or "[INST]" inside a message's text is text, not EOS or a turn.
 //
 // Stateless; safe from any thread. The returned ids are malloc'd; the caller frees them.
 #pragma once
 #include "tokenizer.h"
+
+typedef enum { CHAT_LLAMA2, CHAT_VICUNA } chat_template;
 
 typedef struct {
     const char *role;    // "system", "user" or "assistant" ("developer" counts as "system")
     const char *content; // UTF-8
 } chat_message;
 
+// The template called name ("llama-2" or "vicuna") into *tpl: 1, or 0 for no such template.
+int chat_template_named(const char *name, chat_template *tpl);
+const char *chat_template_name(chat_template tpl);
+
 // Fails with BURST_ERR_INVALID (a message saying which one) unless the roles are: an optional
 // system message, then user and assistant alternating, ending with user.
-burst_status chat_template_encode(const tokenizer *t, const chat_message *msgs, int n_msgs,
+burst_status chat_template_encode(const tokenizer *t, chat_template tpl, const chat_message *msgs, int n_msgs,
                                   int **ids, int *n_ids, burst_error *err);

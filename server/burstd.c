@@ -1,6 +1,7 @@
 // burstd: the daemon. Loads the model (failing clearly before any port opens), starts the engine
 // thread and the HTTP server, and runs until SIGINT or SIGTERM.
 #define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,9 @@ static const char usage[] =
     "  --served-model-name NAME  the model's name in the API (/v1/models, each answer's \"model\",\n"
     "                    the metrics' model_name); a request naming another model gets 404\n"
     "                    (default: the --model directory's name)\n"
+    "  --chat-template T how /v1/chat/completions turns messages into a prompt: llama-2 (LLaMA-2-chat,\n"
+    "                    Code Llama - Instruct: [INST] ... [/INST]) or vicuna (Vicuna, LongChat: USER: ...\n"
+    "                    ASSISTANT:) (default llama-2)\n"
     "  --host ADDR       address to listen on (default 127.0.0.1)\n"
     "  --port N          port (default 8080; 0: any free port, printed at start)\n"
     "  --api-key KEY     require \"Authorization: Bearer KEY\" (all routes but /health); default:\n"
@@ -99,6 +103,7 @@ typedef struct {
     const char *model, *served_name, *host, *api_key, *cors_origin, *backend, *comm, *coordinator, *tls_cert, *tls_key;
     int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk, nodes, prefix_cache, max_connections,
         idle_timeout, warmup, speculate, quant; // warmup: -1 until resolved against the backend and the context
+    chat_template chat;
     float max_wait, join_timeout, node_timeout, drain_timeout, stream_ping;
     const char *kv; // --kv-dtype as given (NULL: the backend's default)
     burst_dtype kv_dtype;
@@ -124,6 +129,7 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         else if (!strcmp(f, "--comm")) a->comm = v;
         else if (!strcmp(f, "--prefix-cache")) ok = cli_parse_on_off("burstd", f, v, &a->prefix_cache);
         else if (!strcmp(f, "--kv-dtype")) a->kv = v;
+        else if (!strcmp(f, "--chat-template")) ok = cli_parse_chat_template("burstd", f, v, &a->chat);
         else if (!strcmp(f, "--quantize")) ok = cli_parse_quantize("burstd", f, v, &a->quant);
         else if (!strcmp(f, "--coordinator")) a->coordinator = v;
         else if (!strcmp(f, "--nodes")) ok = cli_parse_long("burstd", f, v, 1, 1024, &n), dst = &a->nodes;
@@ -174,6 +180,30 @@ static const char *model_name(const char *dir) {
     while (n > 1 && name[n - 1] == '/') name[--n] = 0;
     const char *slash = strrchr(name, '/');
     return slash && slash[1] ? slash + 1 : name;
+}
+
+// A warning at start where the checkpoint's tokenizer_config.json holds a chat template (Hugging
+// Face's Jinja) that is not the one chats will use, saying which one it looks like: its
+// conversations would be formatted as another model's.
+static void check_chat_template(const char *dir, chat_template tpl) {
+    char path[4096], *text = NULL;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    burst_error err;
+    if (burst_read_file(path, 1 << 24, &text, NULL, &err)) return; // none: nothing to compare with
+    cJSON *root = cJSON_Parse(text);
+    const cJSON *jinja = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
+    if (cJSON_IsString(jinja)) {
+        const char *j = jinja->valuestring;
+        const int llama2 = strstr(j, "[INST]") != NULL, vicuna = !llama2 && strstr(j, "USER") && strstr(j, "ASSISTANT");
+        if (tpl == CHAT_LLAMA2 ? !llama2 : !vicuna)
+            LOG_W("%s: its chat_template is %s, but chats use --chat-template %s", path,
+                  llama2   ? "LLaMA-2's ([INST] ... [/INST]; --chat-template llama-2)"
+                  : vicuna ? "Vicuna's (USER: ... ASSISTANT:; --chat-template vicuna)"
+                           : "none that burstd has (send /v1/completions prompts in the model's own format)",
+                  chat_template_name(tpl));
+    }
+    cJSON_Delete(root);
+    free(text);
 }
 
 // Runs a throw-away prompt of n tokens, in the engine's prompt chunks (the shapes requests will
@@ -267,12 +297,13 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
     if (warmup < 0) warmup = backend_on_device(llama_options_of(m)->backend) ? 2 * batch : 0;
     if (warmup > ctx - 1) warmup = ctx - 1; // room for the decode step
     if (warmup > 0 && warm_up(m, warmup, batch, &err)) goto fail; // the steps of a first request, alone
+    check_chat_template(a->model, a->chat);
     const char *name = a->served_name ? a->served_name : model_name(a->model);
     met = metrics_new(name);
     http_options ho = {.host = a->host, .port = a->port, .api_key = a->api_key, .model_name = name,
                        .cors_origin = a->cors_origin, .idle_timeout_s = (unsigned)a->idle_timeout,
                        .max_connections = (unsigned)a->max_connections, .stream_ping_s = a->stream_ping,
-                       .tls_cert = tls_cert, .tls_key = tls_key};
+                       .tls_cert = tls_cert, .tls_key = tls_key, .chat = a->chat};
     if (engine_start(m, tok, met, &(engine_options){.max_queue = a->max_queue, .prefill_chunk = a->prefill_chunk,
                                                        .max_wait_s = a->max_wait, .prefix_cache = a->prefix_cache,
                                                        .speculate = a->speculate, .threads = a->threads},
@@ -280,8 +311,8 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
         http_start(&ho, eng, m, tok, met, &http, &err))
         goto fail;
     int v6 = strchr(a->host, ':') != NULL; // an IPv6 address goes in brackets in a URL
-    LOG_I("listening on http%s://%s%s%s:%d (model %s%s)", tls_cert ? "s" : "", v6 ? "[" : "", a->host, v6 ? "]" : "",
-          http_port(http), ho.model_name, a->api_key ? ", API key required" : "");
+    LOG_I("listening on http%s://%s%s%s:%d (model %s, chat template %s%s)", tls_cert ? "s" : "", v6 ? "[" : "", a->host,
+          v6 ? "]" : "", http_port(http), ho.model_name, chat_template_name(a->chat), a->api_key ? ", API key required" : "");
     int sig;
     sigwait(stop_signals, &sig);
     drain(a, eng, http, stop_signals, sig);

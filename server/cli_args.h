@@ -3,6 +3,7 @@
 // Stateless; safe from any thread.
 #pragma once
 #include "common/dtype.h"
+#include "model/chat_template.h"
 
 // "0.1.0 (git 1a2b3c4; cpu with AVX512-BF16, CUDA 13.0.88 for sm_90a, cuDNN, NCCL)": the version,
 // the commit built and what the build can run on (what multiplies bf16 on this CPU, if anything:
@@ -21,6 +22,8 @@ int cli_parse_kv_dtype(const char *prog, const char *flag, const char *s, burst_
 // Returns 1 and sets *out (DTYPE_Q8 for q8, DTYPE_Q4 for q4, 0 for none) when s names a
 // --quantize mode; else prints why and returns 0.
 int cli_parse_quantize(const char *prog, const char *flag, const char *s, int *out);
+// Returns 1 and sets *out when s names a chat template (llama-2 or vicuna); else prints why and returns 0.
+int cli_parse_chat_template(const char *prog, const char *flag, const char *s, chat_template *out);
 // Returns 1 and sets *out (1 or 0) when s is on or off; else prints why and returns 0.
 int cli_parse_on_off(const char *prog, const char *flag, const char *s, int *out);
 // Tokens per step (--batch, --prefill-chunk) by default on a backend: cpu's own default there,

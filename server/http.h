@@ -12,6 +12,7 @@
 // and http_stop belong to main.
 #pragma once
 #include "engine.h"
+#include "model/chat_template.h"
 
 typedef struct {
     const char *host;    // address to bind (IPv4 or IPv6 literal, or a name)
@@ -26,6 +27,7 @@ typedef struct {
     double stream_ping_s; // a stream silent this long (its request still queued) gets an SSE
                           // comment, so that proxies' read timeouts keep it; 0: never
     const char *tls_cert, *tls_key; // PEM text of both: HTTPS; NULL: plain HTTP
+    chat_template chat;             // chats' messages into a prompt
 } http_options;
 
 typedef struct http_server http_server;

@@ -11,6 +11,7 @@
 #pragma once
 #include <stddef.h>
 
+#include "model/chat_template.h"
 #include "model/tokenizer.h"
 #include "request.h"
 
@@ -64,6 +65,7 @@ typedef struct {
     int vocab, ctx;      // token ids must be < vocab; prompt + max_tokens <= ctx
     int max_choices;     // n at most (the KV slots: each choice takes one)
     int max_prompts;     // prompts in a batch at most (the engine's queue: each waits there)
+    chat_template chat;  // how chats' messages become the prompt
 } openai_limits;
 
 // Parses a request body (valid UTF-8, NUL-terminated) into req's prompt (the first of a batch),

@@ -149,7 +149,7 @@ static char *message_text(const cJSON *content, int index, api_error *e) {
     return text;
 }
 
-// The prompt of a chat: messages through the LLaMA-2 chat template.
+// The prompt of a chat: messages through the chat template.
 static int get_messages(const cJSON *o, const openai_limits *lim, burst_request *req, api_error *e) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(o, "messages");
     int n = cJSON_IsArray(msgs) ? cJSON_GetArraySize(msgs) : 0;
@@ -164,7 +164,7 @@ static int get_messages(const cJSON *o, const openai_limits *lim, burst_request 
         else cm[i].role = role->valuestring;
     }
     burst_error err = {{0}};
-    if (ok && chat_template_encode(lim->tok, cm, n, &req->prompt, &req->n_prompt, &err))
+    if (ok && chat_template_encode(lim->tok, lim->chat, cm, n, &req->prompt, &req->n_prompt, &err))
         ok = BAD(e, "%s", strstr(err.msg, "messages") ? strstr(err.msg, "messages") : err.msg);
     for (int i = 0; i < n; i++) free((char *)cm[i].content);
     free(cm);

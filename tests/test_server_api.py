@@ -95,11 +95,12 @@ with Burstd(STORIES) as srv:
     check("chat = burst generate on [INST] ... [/INST]", msg.get("content") == ref and msg.get("role") == "assistant",
           (st, body, ref))
     st, events = srv.stream("/v1/chat/completions", chat)
+    check("no tokenizer_config.json: no chat_template warning", "chat_template" not in srv.log(), srv.log()[-300:])
     check("streamed chat = whole", stream_text(events, "chat") == ref and events[0]["choices"][0]["delta"]["role"]
           == "assistant" and events[0]["object"] == "chat.completion.chunk", events[:2])
     sys_chat = [{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "Hi"},
                 {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Story?"}]
-    want = (tokens(srv, "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello! ") + [2]
+    want = (tokens(srv, "[INST] <<SYS>>\n Be brief. \n<</SYS>>\n\nHi [/INST] Hello! ") + [2]
             + tokens(srv, "[INST] Story? [/INST]"))
     st, _, body = srv.request("POST", "/v1/chat/completions", {"messages": sys_chat, "max_tokens": 2})
     check("chat template: system, turns, EOS between", st == 200 and body["usage"]["prompt_tokens"] == len(want),
@@ -211,7 +212,7 @@ with Burstd(STORIES, "--served-model-name", NAME) as srv:
     check("... the directory's name is another model's: 404", st == 404 and body["error"]["code"] == "model_not_found", body)
     _, _, text = srv.request("GET", "/metrics")
     check("... the metrics' label escapes its quotes", 'model_name="team \\"a\\"/llama-2"' in text, text[:300])
-    check("... the start line names it", f"(model {NAME})" in srv.log(), srv.log()[-300:])
+    check("... the start line names it", f"(model {NAME}, chat template llama-2)" in srv.log(), srv.log()[-300:])
 
 # The API key: every route but /health wants it.
 # --host ::1: an IPv6 address; the start line names it as a URL does (in brackets). Skipped where
@@ -407,6 +408,26 @@ with Burstd(STORIES) as srv:  # (on a CPU with AMX, the AMX line comes first: th
     check("burstd's first line names its version", re.search(r"I server/burstd.c:\d+ serve: burstd \d+\.\d+\.\d+ \(git ",
                                                               first), srv.log()[:300])
 
+# --chat-template vicuna: chats as FastChat's vicuna_v1.1 prompt (tests/test_chat_template.py holds the
+# ids to FastChat's text), against burst generate on that prompt. The checkpoint's copy here has a
+# tokenizer_config.json whose (Jinja) chat_template is LLaMA-2's: the start log warns of it.
+with tempfile.TemporaryDirectory() as tmp:
+    model = shutil.copytree(STORIES, os.path.join(tmp, "stories260K"))
+    with open(os.path.join(model, "tokenizer_config.json"), "w") as f:
+        json.dump({"chat_template": "{% for m in messages %}{{ bos_token + '[INST] ' + m['content'] + ' [/INST]' }}"
+                                    "{% endfor %}"}, f)
+    with Burstd(model, "--chat-template", "vicuna") as srv:
+        vicuna = ("A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, "
+                  "detailed, and polite answers to the user's questions. USER: Tell me a story ASSISTANT:")
+        ref = generate(STORIES, vicuna, 20)
+        st, _, body = srv.request("POST", "/v1/chat/completions", {**chat, "max_tokens": 20})
+        check("--chat-template vicuna: chat = burst generate on FastChat's prompt, named in the start log",
+              st == 200 and body["choices"][0]["message"]["content"] == ref and "chat template vicuna" in srv.log(),
+              (st, body, ref, srv.log()[-300:]))
+        check("... and a warning that tokenizer_config.json's chat_template is LLaMA-2's",
+              "tokenizer_config.json: its chat_template is LLaMA-2's ([INST] ... [/INST]; --chat-template llama-2), "
+              "but chats use --chat-template vicuna" in srv.log(), srv.log()[-600:])
+
 # A missing or unusable model directory fails clearly before the port opens; bad flags too.
 with tempfile.TemporaryDirectory() as tmp:
     for args, want in ([["--model", os.path.join(tmp, "nope")], "nope"],
@@ -418,6 +439,7 @@ with tempfile.TemporaryDirectory() as tmp:
                        [["--model", STORIES, "--api-key", ""], "--api-key must not be empty"],
                        [["--model", STORIES, "--kv-dtype", "int8"], "--kv-dtype int8: want f32 or bf16"],
                        [["--model", STORIES, "--quantize", "int4"], "--quantize int4: want q8, q4 or none"],
+                       [["--model", STORIES, "--chat-template", "chatml"], "--chat-template chatml: want llama-2 or vicuna"],
                        [["--model", STORIES, "--host", "no.such.host.invalid", "--port", "0"], "no.such.host.invalid"],
                        # 88 TB of KV cache: refused before it is allocated, saying what fits
                        [["--model", STORIES, "--ctx", "1073741824", "--slots", "64", "--ranks", "2"],

@@ -1,0 +1,127 @@
+"""Chat templates (model/chat_template.c, through tests/tokenizer_tool --chat) against references
+written from their makers' code, on the LLaMA-2 tokenizer with SentencePiece's Python binding:
+llama-2 as Meta's llama/generation.py chat_completion builds it, vicuna as FastChat's get_prompt
+(vicuna_v1.1) writes it and Hugging Face's slow tokenizer encodes it (BOS, "</s>" as EOS, the text
+between encoded alone). Fixed conversations for the edges (system messages, whitespace, empty
+texts), fresh random ones, and conversations both templates refuse."""
+import os, random, subprocess, sys, tempfile
+
+try:
+    import sentencepiece as spm
+except ImportError:
+    print("skip: python3-sentencepiece missing")
+    sys.exit(77)
+
+TOOL = os.path.join(os.environ["BURST_BIN"], "tests", "tokenizer_tool")
+MODEL = os.path.join(os.environ["BURST_MODELS_DIR"], "llama2-tokenizer", "tokenizer.model")
+sp = spm.SentencePieceProcessor(model_file=MODEL)
+BOS, EOS = sp.bos_id(), sp.eos_id()
+VICUNA_SYSTEM = ("A chat between a curious user and an artificial intelligence assistant. "
+                 "The assistant gives helpful, detailed, and polite answers to the user's questions.")
+
+
+def llama2_ref(dialog):
+    """Meta's chat_completion (llama/generation.py), the ids of one dialog."""
+    B_INST, E_INST, B_SYS, E_SYS = "[INST]", "[/INST]", "<<SYS>>\n", "\n<</SYS>>\n\n"
+    if dialog[0]["role"] in ("system", "developer"):
+        dialog = [{"role": dialog[1]["role"], "content": B_SYS + dialog[0]["content"] + E_SYS + dialog[1]["content"]}] \
+                 + dialog[2:]
+    ids = []
+    for prompt, answer in zip(dialog[::2], dialog[1::2]):
+        ids += [BOS] + sp.encode(f"{B_INST} {(prompt['content']).strip()} {E_INST} {(answer['content']).strip()} ") + [EOS]
+    return ids + [BOS] + sp.encode(f"{B_INST} {(dialog[-1]['content']).strip()} {E_INST}")
+
+
+def vicuna_ref(dialog):
+    """FastChat's get_prompt (ADD_COLON_TWO, sep " ", sep2 "</s>"), then the slow tokenizer's ids."""
+    system = VICUNA_SYSTEM
+    if dialog[0]["role"] in ("system", "developer"):
+        system, dialog = dialog[0]["content"], dialog[1:]
+    seps, ret = [" ", "</s>"], system + " "
+    for i, m in enumerate(dialog + [{"content": None}]):
+        role = ("USER", "ASSISTANT")[i % 2]
+        ret += role + ": " + m["content"] + seps[i % 2] if m["content"] else role + ":"
+    ids = [BOS]
+    for j, part in enumerate(ret.split("</s>")):
+        ids += ([EOS] if j else []) + sp.encode(part)
+    return ids
+
+
+def run(template, dialogs):
+    """The tool's line for each dialog."""
+    with tempfile.NamedTemporaryFile(delete=False) as f:
+        for d in dialogs:
+            f.write(b"".join(m["role"].encode() + b"\0" + m["content"].encode() + b"\0" for m in d) + b"\0")
+    out = subprocess.run([TOOL, MODEL, "--chat", template, f.name], capture_output=True, text=True, timeout=60)
+    os.unlink(f.name)
+    lines = out.stdout.splitlines()
+    if out.returncode or len(lines) != len(dialogs):
+        sys.exit(f"FAIL tool: rc {out.returncode}, {len(lines)} lines for {len(dialogs)} dialogs: {out.stderr}")
+    return lines
+
+
+def S(c): return {"role": "system", "content": c}
+def U(c): return {"role": "user", "content": c}
+def A(c): return {"role": "assistant", "content": c}
+
+
+FIXED = [
+    [U("Tell me a story")],
+    [S("Be brief."), U("Hi")],
+    [S(" Be brief. "), U("Hi"), A("Hello!"), U("Story?")],  # the system text as it is, inside the block
+    [{"role": "developer", "content": "Answer in French."}, U("Hello")],
+    [U("  leading and trailing  \n"), A("\tanswer "), U("\nnext ")],
+    [S("sys"), U("  kept after the block, stripped at the end  "), A("ok"), U("more")],
+    [S("sys"), U(" \n\t ")],  # all whitespace: Meta's strip takes the block's "\n\n" too
+    [U(""), A(""), U("empty texts")],
+    [U("first"), A(""), U("an empty answer: no EOS in vicuna")],
+    [U("naïve café — “quotes” 日本語 🦙"), A("line one\nline two"), U("x² ≥ 0")],
+    [S(""), U("an empty system message")],
+]
+
+
+def random_dialog(rng):
+    words = ["the", "a", "Lily", "ball", "3.14", "x=1;", "é", "中", "🦙", "Hello", "world", "?", "[INST]", "USER:"]
+    seps = [" "] * 8 + ["  ", "\n", " \n", "\t", ". "]
+    def text():
+        return "".join(rng.choice(words) + rng.choice(seps) for _ in range(rng.randint(0, 12))).strip(" ") \
+            if rng.random() < 0.5 else " ".join(rng.choice(words) for _ in range(rng.randint(1, 12)))
+    turns = rng.randint(0, 3)
+    dialog = [S(text())] if rng.random() < 0.5 else []
+    for _ in range(turns):
+        dialog += [U(text()), A(text())]
+    return dialog + [U(text())]
+
+
+seed = random.randrange(1 << 30)
+print("random dialogs from seed", seed)
+rng = random.Random(seed)
+dialogs = FIXED + [random_dialog(rng) for _ in range(200)]
+failures = 0
+for template, ref in (("llama-2", llama2_ref), ("vicuna", vicuna_ref)):
+    for i, (d, line) in enumerate(zip(dialogs, run(template, dialogs))):
+        want = ref(d)
+        got = [int(x) for x in line[4:].split()] if line.startswith("ids:") else line
+        ok = got == want
+        failures += not ok
+        if i < len(FIXED) or not ok:
+            print(("ok   " if ok else "FAIL ") + f"{template} dialog {i} ({len(d)} messages, {len(want)} ids)" +
+                  ("" if ok else f": {got} want {want} for {d}"))
+    print(f"{template}: {len(dialogs) - len(FIXED)} random dialogs checked")
+
+# Both refuse what is not an optional system message, then user and assistant alternating,
+# ending with user, saying which message.
+BAD = [([], "messages: 0 after the system message"),
+       ([S("only a system message")], "messages: 0 after the system message"),
+       ([U("a"), A("b")], "messages: 2 after the system message"),
+       ([A("answer first")], "messages[0]: role 'assistant' (want 'user'"),
+       ([S("s"), U("a"), U("b"), U("c")], "messages[2]: role 'user' (want 'assistant'"),
+       ([U("a"), A("b"), S("late system")], "messages[2]: role 'system' (want 'user'"),
+       ([U("a"), {"role": "tool", "content": "x"}, U("c")], "messages[1]: role 'tool' (want 'assistant'")]
+for template in ("llama-2", "vicuna"):
+    for (d, want), line in zip(BAD, run(template, [d for d, _ in BAD])):
+        ok = line.startswith("E ") and want in line
+        failures += not ok
+        print(("ok   " if ok else "FAIL ") + f"{template} refuses {[m['role'] for m in d]}: {line}")
+print(f"{failures} failures")
+sys.exit(1 if failures else 0)
