@@ -6,14 +6,8 @@ between encoded alone). Fixed conversations for the edges (system messages, whit
 texts), fresh random ones, and conversations both templates refuse."""
 import os, random, subprocess, sys, tempfile
 
-try:
-    import sentencepiece as spm
-except ImportError:
-    print("skip: python3-sentencepiece missing")
-    sys.exit(77)
+from tokenizer_reference import MODEL, TOOL, spm
 
-TOOL = os.path.join(os.environ["BURST_BIN"], "tests", "tokenizer_tool")
-MODEL = os.path.join(os.environ["BURST_MODELS_DIR"], "llama2-tokenizer", "tokenizer.model")
 sp = spm.SentencePieceProcessor(model_file=MODEL)
 BOS, EOS = sp.bos_id(), sp.eos_id()
 VICUNA_SYSTEM = ("A chat between a curious user and an artificial intelligence assistant. "

@@ -5,14 +5,8 @@ mixes of words, spacing, code, non-ASCII around spaces, and a text with no space
 two tokenizers trained here that pieces would get wrong, so burst must encode them whole."""
 import os, random, subprocess, sys, tempfile
 
-try:
-    import sentencepiece as spm
-except ImportError:
-    print("skip: python3-sentencepiece missing")
-    sys.exit(77)
+from tokenizer_reference import MODEL, TOOL, spm
 
-TOOL = os.path.join(os.environ["BURST_BIN"], "tests", "tokenizer_tool")
-MODEL = os.path.join(os.environ["BURST_MODELS_DIR"], "llama2-tokenizer", "tokenizer.model")
 STRINGS = [
     "Hello world", " Hello world", "  two leading spaces", "trailing space ",
     "line one\nline two\n\nblank", "tab\tseparated\tvalues", "naïve café, Zürich — “quotes”",
