@@ -13,7 +13,8 @@ void sampler_init(sampler *s, const sampler_params *p, int vocab) {
     s->cand = burst_malloc(sizeof *s->cand * (size_t)vocab);
     int penalties = p->presence_penalty != 0 || p->frequency_penalty != 0;
     s->counts = penalties ? burst_calloc((size_t)vocab, sizeof *s->counts) : NULL;
-    s->adjusted = penalties || p->n_bias ? burst_malloc(sizeof *s->adjusted * (size_t)vocab) : NULL;
+    s->adjusted = penalties || p->n_bias || p->json ? burst_malloc(sizeof *s->adjusted * (size_t)vocab) : NULL;
+    json_start(&s->json);
 }
 
 void sampler_free(sampler *s) {
@@ -59,7 +60,7 @@ static int front_sorted(struct sampler_cand *c, int n, float floor) {
     return m;
 }
 
-// The logits with the penalties and the bias applied, in s->adjusted.
+// The logits with the penalties, the bias and JSON mode's mask applied, in s->adjusted.
 static const float *adjust(sampler *s, const float *logits) {
     float *x = s->adjusted;
     if (s->counts) {
@@ -70,6 +71,7 @@ static const float *adjust(sampler *s, const float *logits) {
         memcpy(x, logits, sizeof *x * (size_t)s->vocab);
     }
     for (int i = 0; i < s->p.n_bias; i++) x[s->p.bias[i].id] += s->p.bias[i].bias;
+    if (s->p.json) json_mask(s->p.json, &s->json, x);
     return x;
 }
 
@@ -142,8 +144,11 @@ static int pick(sampler *s, const float *logits) {
 }
 
 int sampler_sample(sampler *s, const float *logits) {
-    int id = pick(s, s->adjusted ? adjust(s, logits) : logits);
+    const float *x = s->adjusted ? adjust(s, logits) : logits;
+    int id = pick(s, x);
+    if (s->p.json && isinf(x[id])) id = argmax(x, s->vocab); // a draw rounded past the last token allowed
     if (s->counts) s->counts[id]++;
+    if (s->p.json) json_advance(s->p.json, &s->json, id);
     return id;
 }
 

@@ -1,12 +1,15 @@
 // Picks the next token from logits: greedy (temperature 0), or temperature with optional top-k,
 // top-p (nucleus) and min-p filtering, from a seeded generator so that a seed reproduces a completion.
-// Before either, OpenAI's logit_bias and presence/frequency penalties adjust the logits.
+// Before either, OpenAI's logit_bias and presence/frequency penalties adjust the logits, and JSON
+// mode masks the tokens that would not continue a JSON object.
 // sampler_logprobs gives the log-probabilities of a logits row (the API's logprobs).
 //
 // A sampler belongs to one request; it owns a scratch buffer of vocab entries, and two more (the
 // adjusted logits, the counts of sampled tokens) only when its request adjusts the logits.
 #pragma once
 #include <stdint.h>
+
+#include "json_grammar.h"
 
 typedef struct {
     int id;
@@ -24,6 +27,7 @@ typedef struct {
     float presence_penalty, frequency_penalty;
     sampler_bias *bias; // (n_bias) added to the logits; borrowed (it outlives the sampler)
     int n_bias;
+    const json_vocab *json; // JSON mode: the tokens drawn make one JSON object (json_grammar.h); NULL: off
 } sampler_params;
 
 typedef struct {
@@ -31,8 +35,9 @@ typedef struct {
     uint64_t rng;
     int vocab;
     struct sampler_cand { float prob; int id; } *cand; // (vocab)
-    float *adjusted;   // (vocab) the logits after bias and penalties; NULL when there are none
+    float *adjusted;   // (vocab) the logits after bias, penalties and JSON mode; NULL when there are none
     int *counts;       // (vocab) times each token was sampled; NULL without penalties
+    json_state json;   // JSON mode: the text of the tokens drawn so far
 } sampler;
 
 void sampler_init(sampler *s, const sampler_params *p, int vocab);
@@ -40,12 +45,12 @@ void sampler_free(sampler *s);
 // logits (vocab) is only read.
 int sampler_sample(sampler *s, const float *logits);
 // Whether sampler_sample is the first largest logit and nothing else (temperature 0, no bias, no
-// penalties).
+// penalties, no JSON mode).
 int sampler_greedy(const sampler *s);
 
 // Sampling where the logits are (backend_sample on a GPU: 4 bytes back a row instead of the row).
 // sampler_unfiltered: whether sampler_sample draws from the logits as they are, greedy or at a
-// temperature with no top_k, top_p or min_p, and no bias or penalty: then its token is
+// temperature with no top_k, top_p or min_p, and no bias, penalty or JSON mode: then its token is
 // sampler_pick_unfiltered of the logits at its temperature with the unit its generator draws
 // next. sampler_peek_units gives the next n of those units without drawing them (0 for greedy),
 // one a token in turn; sampler_skip draws one, for a token taken from elsewhere.

@@ -130,6 +130,10 @@ extern "C" char *tokenizer_decode(const tokenizer *t, const int *ids, int n) {
     return status.ok() ? dup_string(text) : nullptr;
 }
 
+extern "C" int tokenizer_is_text(const tokenizer *t, int id) {
+    return id >= 0 && id < t->sp.GetPieceSize() && !t->sp.IsControl(id) && !t->sp.IsUnknown(id) && !t->sp.IsUnused(id);
+}
+
 extern "C" char *tokenizer_piece(const tokenizer *t, int id, int *byte) {
     *byte = -1;
     if (id < 0 || id >= t->sp.GetPieceSize()) return nullptr;

@@ -27,6 +27,9 @@ char *tokenizer_decode(const tokenizer *t, const int *ids, int n);
 // control pieces by name ("</s>"). For a byte-fallback piece "<0xNN>", *byte is NN, else -1.
 // NULL when id is out of range.
 char *tokenizer_piece(const tokenizer *t, int id, int *byte);
+// Whether id's piece is text (or a byte) in decoded output: 0 for control pieces (BOS, EOS),
+// unknown and unused ones, and ids out of range.
+int tokenizer_is_text(const tokenizer *t, int id);
 
 // Streaming detokenization: text for generated ids as they come, never splitting a UTF-8
 // character (byte-fallback pieces of one emoji arrive as several ids) and keeping the spaces

@@ -270,7 +270,7 @@ burst_status http_start(const http_options *opt, engine *eng, const llama_model 
                        .started = (long long)time(NULL),
                        .limits = {.model = opt->model_name, .tok = tok, .vocab = llama_config_of(m)->vocab_size, .ctx = llama_options_of(m)->ctx,
                                   .max_choices = llama_options_of(m)->n_slots,
-                                  .max_prompts = engine_max_queue(eng), .chat = opt->chat}};
+                                  .max_prompts = engine_max_queue(eng), .chat = opt->chat, .json = json_vocab_new(tok)}};
     atomic_init(&s->next_id, 1);
     atomic_init(&s->draining, 0);
     atomic_init(&s->in_flight, 0);
@@ -288,6 +288,7 @@ burst_status http_start(const http_options *opt, engine *eng, const llama_model 
     freeaddrinfo(ai);
     if (!s->daemon) {
         pthread_mutex_destroy(&s->log_mu);
+        json_vocab_free((json_vocab *)s->limits.json);
         free(s);
         if (tls)
             return BURST_FAIL(err, BURST_ERR_IO, "%s:%d: could not serve HTTPS (libmicrohttpd's line above says "
@@ -313,5 +314,6 @@ void http_stop(http_server *s) {
     for (int i = 0; i < 100 && atomic_load(&s->in_flight) > 0; i++) nanosleep(&(struct timespec){.tv_nsec = 20000000}, NULL);
     MHD_stop_daemon(s->daemon);
     pthread_mutex_destroy(&s->log_mu);
+    json_vocab_free((json_vocab *)s->limits.json); // (the engine stopped before: no sampler reads it)
     free(s);
 }

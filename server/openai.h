@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "model/chat_template.h"
+#include "model/json_grammar.h"
 #include "model/tokenizer.h"
 #include "request.h"
 
@@ -66,6 +67,7 @@ typedef struct {
     int max_choices;     // n at most (the KV slots: each choice takes one)
     int max_prompts;     // prompts in a batch at most (the engine's queue: each waits there)
     chat_template chat;  // how chats' messages become the prompt
+    const json_vocab *json; // JSON mode's vocabulary (NULL: response_format json_object is refused)
 } openai_limits;
 
 // Parses a request body (valid UTF-8, NUL-terminated) into req's prompt (the first of a batch),

@@ -265,21 +265,33 @@ static int get_stream_options(const cJSON *o, openai_call *call, api_error *e) {
     return get_bool(so, "include_usage", &call->include_usage, e);
 }
 
+// response_format: {"type": "text"} (or null), or {"type": "json_object"}: JSON mode, where the
+// sampler keeps the completion one JSON object (json_grammar.h). It must end at EOS, so not with
+// ignore_eos.
+static int get_response_format(const cJSON *o, const openai_limits *lim, burst_request *req, api_error *e) {
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(o, "response_format");
+    if (!format || cJSON_IsNull(format)) return 1;
+    const cJSON *type = cJSON_IsObject(format) ? cJSON_GetObjectItemCaseSensitive(format, "type") : NULL;
+    if (cJSON_IsString(type) && !strcmp(type->valuestring, "text")) return 1;
+    if (!cJSON_IsString(type) || strcmp(type->valuestring, "json_object") || !lim->json)
+        return BAD(e, "'response_format' must be {\"type\": \"text\"} or {\"type\": \"json_object\"} (JSON schemas are not "
+                      "supported)");
+    if (req->ignore_eos) return BAD(e, "'response_format' json_object ends at EOS: not with 'ignore_eos'");
+    req->sampling.json = lim->json;
+    return 1;
+}
+
 // Fields that would change the answer and that burstd does not do: a 400 says so, rather than an
-// answer that ignores them. Their harmless values (null, 1, "text", an empty list) pass.
+// answer that ignores them. Their harmless values (null, 1, an empty list) pass.
 static int reject_unsupported(const cJSON *o, api_error *e) {
     const cJSON *suffix = cJSON_GetObjectItemCaseSensitive(o, "suffix");
     const cJSON *best_of = cJSON_GetObjectItemCaseSensitive(o, "best_of");
-    const cJSON *format = cJSON_GetObjectItemCaseSensitive(o, "response_format");
-    const cJSON *format_type = cJSON_IsObject(format) ? cJSON_GetObjectItemCaseSensitive(format, "type") : NULL;
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(o, "tools");
     const cJSON *functions = cJSON_GetObjectItemCaseSensitive(o, "functions");
     if (suffix && !cJSON_IsNull(suffix) && !(cJSON_IsString(suffix) && !suffix->valuestring[0]))
         return BAD(e, "'suffix' (text insertion) is not supported");
     if (best_of && !cJSON_IsNull(best_of) && !(cJSON_IsNumber(best_of) && best_of->valuedouble == 1))
         return BAD(e, "'best_of' other than 1 is not supported");
-    if (format && !cJSON_IsNull(format) && !(cJSON_IsString(format_type) && !strcmp(format_type->valuestring, "text")))
-        return BAD(e, "'response_format' other than {\"type\": \"text\"} is not supported");
     if ((tools && !cJSON_IsNull(tools) && !(cJSON_IsArray(tools) && cJSON_GetArraySize(tools) == 0)) ||
         (functions && !cJSON_IsNull(functions) && !(cJSON_IsArray(functions) && cJSON_GetArraySize(functions) == 0)))
         return BAD(e, "tool and function calling are not supported");
@@ -323,7 +335,8 @@ int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, b
         ok = ok && get_prompts(o, lim, req, call, &texts, e);
     }
     ok = ok && get_bool(o, "stream", &call->stream, e) && get_stream_options(o, call, e) && get_stop(o, req, e);
-    ok = ok && get_sampling(o, req, e) && get_logit_bias(o, lim, req, e) && get_logprobs(o, kind, req, call, e);
+    ok = ok && get_sampling(o, req, e) && get_logit_bias(o, lim, req, e) && get_response_format(o, lim, req, e) &&
+         get_logprobs(o, kind, req, call, e);
     ok = ok && (kind == OPENAI_CHAT || get_echo(o, req, &echo, e)) && get_choices(o, lim, req, call, echo, texts, e);
     ok = ok && get_max_tokens(o, kind, lim, req, call, echo, e);
     free(texts);
