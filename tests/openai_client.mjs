@@ -1,7 +1,7 @@
 // Streams one chat completion and one completion from burstd with the official `openai` npm
 // client (greedy), asks a chat for logprobs, asks for two choices (a chat, and a streamed
-// completion), and prints {"chat": ..., "completion": ..., "usage": ..., "logprobs": ...,
-// "chat_n2": [...], "completion_n2": [...]} as one JSON line.
+// completion) and for a chat in JSON mode, and prints {"chat": ..., "completion": ..., "usage": ...,
+// "logprobs": ..., "chat_n2": [...], "completion_n2": [...], "json_chat": ...} as one JSON line.
 // usage: node openai_client.mjs BASE_URL API_KEY MODEL
 import OpenAI from "openai";
 
@@ -37,9 +37,14 @@ for await (const chunk of await client.completions.create({
 })) {
   for (const c of chunk.choices) completionN2[c.index] = (completionN2[c.index] ?? "") + c.text;
 }
+const jsonChat = await client.chat.completions.create({
+  model, messages: [{ role: "user", content: "Tell me a story" }], max_tokens: 20, temperature: 0,
+  response_format: { type: "json_object" },
+});
 const models = await client.models.list();
 const retrieved = await client.models.retrieve(model);
 console.log(JSON.stringify({ chat: chat.text, completion: completion.text, usage: completion.usage,
                              logprobs: scored.choices[0].logprobs.content, models: models.data.map((m) => m.id),
                              retrieved: retrieved.id,
-                             chat_n2: chatN2.choices.map((c) => c.message.content), completion_n2: completionN2 }));
+                             chat_n2: chatN2.choices.map((c) => c.message.content), completion_n2: completionN2,
+                             json_chat: jsonChat.choices[0].message.content }));

@@ -1,6 +1,7 @@
 """The official `openai` npm client (tests/package.json; `npm ci --prefix tests` installs it)
 streams a chat completion and a completion from burstd, with an API key, and receives the same
-text `burst generate` gives greedily, the usage it asked for, and a chat's logprobs. Skips (77)
+text `burst generate` gives greedily, the usage it asked for, a chat's logprobs, and a chat in JSON
+mode as the same request over HTTP gets it. Skips (77)
 where node or the package is missing."""
 import json
 import os
@@ -39,4 +40,11 @@ with Burstd(STORIES, "--api-key", "test-key") as srv:
     check("n=2 chat: two choices, each = burst generate", out.get("chat_n2") == [chat_ref] * 2, out.get("chat_n2"))
     check("n=2 streamed completion: each choice's chunks = burst generate",
           out.get("completion_n2") == [completion_ref] * 2, out.get("completion_n2"))
+    st, _, raw = srv.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Tell me a story"}],
+                                                              "max_tokens": 20, "temperature": 0,
+                                                              "response_format": {"type": "json_object"}},
+                             headers={"Authorization": "Bearer test-key"})
+    json_ref = raw["choices"][0]["message"]["content"] if st == 200 else None
+    check("JSON mode chat: the client's answer = the same request's over HTTP, an object's beginning",
+          out.get("json_chat") == json_ref and json_ref.lstrip().startswith("{"), (out.get("json_chat"), json_ref))
 check.exit()
