@@ -264,13 +264,14 @@ burst_status http_start(const http_options *opt, engine *eng, const llama_model 
     int rc = getaddrinfo(opt->host, port, &hints, &ai);
     if (rc) return BURST_FAIL(err, BURST_ERR_INVALID, "--host %s: %s", opt->host, gai_strerror(rc));
     http_server *s = burst_calloc(1, sizeof *s);
+    json_vocab *json = json_vocab_new(tok);
     *s = (http_server){.eng = eng, .model = m, .met = met, .model_name = opt->model_name, .api_key = opt->api_key,
                        .cors_origin = opt->cors_origin, .idle_timeout_s = opt->idle_timeout_s,
-                       .stream_ping_s = opt->stream_ping_s,
+                       .stream_ping_s = opt->stream_ping_s, .json = json,
                        .started = (long long)time(NULL),
                        .limits = {.model = opt->model_name, .tok = tok, .vocab = llama_config_of(m)->vocab_size, .ctx = llama_options_of(m)->ctx,
                                   .max_choices = llama_options_of(m)->n_slots,
-                                  .max_prompts = engine_max_queue(eng), .chat = opt->chat, .json = json_vocab_new(tok)}};
+                                  .max_prompts = engine_max_queue(eng), .chat = opt->chat, .json = json}};
     atomic_init(&s->next_id, 1);
     atomic_init(&s->draining, 0);
     atomic_init(&s->in_flight, 0);
@@ -288,7 +289,7 @@ burst_status http_start(const http_options *opt, engine *eng, const llama_model 
     freeaddrinfo(ai);
     if (!s->daemon) {
         pthread_mutex_destroy(&s->log_mu);
-        json_vocab_free((json_vocab *)s->limits.json);
+        json_vocab_free(s->json);
         free(s);
         if (tls)
             return BURST_FAIL(err, BURST_ERR_IO, "%s:%d: could not serve HTTPS (libmicrohttpd's line above says "
@@ -314,6 +315,6 @@ void http_stop(http_server *s) {
     for (int i = 0; i < 100 && atomic_load(&s->in_flight) > 0; i++) nanosleep(&(struct timespec){.tv_nsec = 20000000}, NULL);
     MHD_stop_daemon(s->daemon);
     pthread_mutex_destroy(&s->log_mu);
-    json_vocab_free((json_vocab *)s->limits.json); // (the engine stopped before: no sampler reads it)
+    json_vocab_free(s->json); // (the engine stopped before: no sampler reads it)
     free(s);
 }

@@ -21,6 +21,7 @@ struct http_server {
     const llama_model *model; // for its health
     metrics *met;
     openai_limits limits;
+    json_vocab *json;         // limits.json: JSON mode's vocabulary, made here
     const char *model_name, *api_key, *cors_origin;
     unsigned idle_timeout_s;  // http_options'
     double stream_ping_s;     // http_options'
