@@ -153,12 +153,14 @@ struct json_vocab {
     int n, eos;
     int *start, *len; // token id's text: text[start[id], + len[id]); len 0: none (control pieces)
     char *text;
+    uint8_t *plain;   // token id's text can only be a string's content: no quote, backslash or byte below 0x20
 };
 
 json_vocab *json_vocab_new(const tokenizer *t) {
     json_vocab *v = burst_calloc(1, sizeof *v);
     v->n = tokenizer_vocab_size(t), v->eos = tokenizer_eos(t);
     v->start = burst_malloc(sizeof *v->start * (size_t)v->n), v->len = burst_calloc((size_t)v->n, sizeof *v->len);
+    v->plain = burst_calloc((size_t)v->n, 1);
     size_t used = 0, cap = 16 * (size_t)v->n;
     v->text = burst_malloc(cap);
     for (int id = 0; id < v->n; id++) {
@@ -170,7 +172,13 @@ json_vocab *json_vocab_new(const tokenizer *t) {
         if (used + len > cap) v->text = burst_realloc(v->text, cap = 2 * (used + len));
         if (byte >= 0) v->text[used] = (char)byte;
         else memcpy(v->text + used, piece, len);
-        v->len[id] = (int)len, used += len;
+        v->len[id] = (int)len;
+        v->plain[id] = 1;
+        for (size_t i = 0; i < len; i++) {
+            const unsigned char c = (unsigned char)v->text[used + i];
+            v->plain[id] &= c >= 0x20 && c != '"' && c != '\\';
+        }
+        used += len;
         free(piece);
     }
     return v;
@@ -178,15 +186,28 @@ json_vocab *json_vocab_new(const tokenizer *t) {
 
 void json_vocab_free(json_vocab *v) {
     if (!v) return;
-    free(v->start), free(v->len), free(v->text);
+    free(v->start), free(v->len), free(v->text), free(v->plain);
     free(v);
 }
 
+// Two shortcuts before a token's text is fed whole: within a string's plain text, a token that can
+// only be string content fits as it is (most of a vocabulary: 0.7 ms a mask of 32000 tokens fed
+// whole); and a token whose first byte does not fit is out.
 void json_mask(const json_vocab *v, const json_state *s, float *logits) {
+    const int in_text = s->mode == J_STRING && s->sub == S_PLAIN;
+    uint8_t first_fits[256];
+    for (int c = 0; c < 256; c++) {
+        json_state next = *s;
+        first_fits[c] = (uint8_t)feed_byte(&next, (unsigned char)c);
+    }
     int fits = 0;
     for (int id = 0; id < v->n; id++) {
+        const char *text = v->text + v->start[id];
         json_state next = *s;
-        const int ok = id == v->eos ? json_complete(s) : v->len[id] && json_feed(&next, v->text + v->start[id], v->len[id]);
+        const int ok = id == v->eos ? json_complete(s)
+                       : !v->len[id] || !first_fits[(unsigned char)text[0]] ? 0
+                       : in_text && v->plain[id] ? 1
+                                                 : json_feed(&next, text, v->len[id]);
         if (ok) fits++;
         else logits[id] = -INFINITY;
     }
