@@ -19,14 +19,15 @@ int json_complete(const json_state *s) { return s->mode == J_DONE; }
 
 static int is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-// Whitespace byte c between tokens: nothing before it, or a newline and fewer than JSON_MAX_INDENT
-// spaces or tabs.
+// Whitespace byte c between tokens, where the run allows it: a space or a newline first, then
+// (after a newline) up to JSON_MAX_INDENT spaces or tabs.
 static int space(json_state *s, unsigned char c) {
     if (!s->spaces) s->spaces = c == ' ' ? 1 : c == '\n' ? 2 : 0;
     else if (s->spaces >= 2 && s->spaces < 2 + JSON_MAX_INDENT && (c == ' ' || c == '\t')) s->spaces++;
     else return 0;
     return s->spaces != 0;
 }
+
 static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 static int is_hex(unsigned char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
