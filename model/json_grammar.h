@@ -38,5 +38,5 @@ void json_vocab_free(json_vocab *v);
 // logits (the vocabulary's) of the tokens whose text would not continue the object, and of EOS
 // until it is whole (of all others then), set to -inf. Where no token fits, EOS is left.
 void json_mask(const json_vocab *v, const json_state *s, float *logits);
-// s after token id, one json_mask left (EOS: unchanged).
+// s after token id, one that json_mask left (EOS: s unchanged).
 void json_advance(const json_vocab *v, json_state *s, int id);

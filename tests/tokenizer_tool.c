@@ -28,7 +28,11 @@ static void chats(const tokenizer *t, chat_template tpl, const char *buf, size_t
     chat_message msgs[64];
     int n = 0;
     for (size_t off = 0; off < len; off += strlen(buf + off) + 1) {
-        if (buf[off] && n < 64) {
+        if (buf[off] && n == 64) {
+            fprintf(stderr, "tokenizer_tool: a conversation of more than 64 messages\n");
+            exit(1);
+        }
+        if (buf[off]) {
             msgs[n].role = buf + off;
             off += strlen(buf + off) + 1;
             msgs[n++].content = off < len ? buf + off : "";
