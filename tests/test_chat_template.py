@@ -4,9 +4,9 @@ llama-2 as Meta's llama/generation.py chat_completion builds it, vicuna as FastC
 (vicuna_v1.1) writes it and Hugging Face's slow tokenizer encodes it (BOS, "</s>" as EOS, the text
 between encoded alone). Fixed conversations for the edges (system messages, whitespace, empty
 texts), fresh random ones, and conversations both templates refuse."""
-import os, random, subprocess, sys, tempfile
+import random, sys
 
-from tokenizer_reference import MODEL, TOOL, spm
+from tokenizer_reference import MODEL, TOOL, spm, tool_lines
 
 sp = spm.SentencePieceProcessor(model_file=MODEL)
 BOS, EOS = sp.bos_id(), sp.eos_id()
@@ -43,15 +43,9 @@ def vicuna_ref(dialog):
 
 def run(template, dialogs):
     """The tool's line for each dialog."""
-    with tempfile.NamedTemporaryFile(delete=False) as f:
-        for d in dialogs:
-            f.write(b"".join(m["role"].encode() + b"\0" + m["content"].encode() + b"\0" for m in d) + b"\0")
-    out = subprocess.run([TOOL, MODEL, "--chat", template, f.name], capture_output=True, text=True, timeout=60)
-    os.unlink(f.name)
-    lines = out.stdout.splitlines()
-    if out.returncode or len(lines) != len(dialogs):
-        sys.exit(f"FAIL tool: rc {out.returncode}, {len(lines)} lines for {len(dialogs)} dialogs: {out.stderr}")
-    return lines
+    data = b"".join(b"".join(m["role"].encode() + b"\0" + m["content"].encode() + b"\0" for m in d) + b"\0"
+                    for d in dialogs)
+    return tool_lines([TOOL, MODEL, "--chat", template], data, len(dialogs))
 
 
 def S(c): return {"role": "system", "content": c}

@@ -5,10 +5,10 @@ whole; on the LLaMA-2 vocabulary json_mask must leave exactly the tokens whose t
 takes after a prefix. Then burstd: completions and chats in JSON mode are objects when they end at
 EOS and objects' beginnings when cut by max_tokens, streamed as whole, the same with --speculate,
 and the refusals."""
-import json, os, random, subprocess, sys, tempfile
+import json, os, random
 
 from burstd_util import STORIES, Burstd, Checks, need_stories, stream_text
-from tokenizer_reference import MODEL, spm
+from tokenizer_reference import MODEL, spm, tool_lines
 
 TOOL = os.path.join(os.environ["BURST_BIN"], "tests", "json_tool")
 MAX_INDENT, MAX_DEPTH = 20, 64  # json_grammar.h's limits
@@ -224,14 +224,7 @@ EDGES = [b"", b" ", b"{", b"{}", b" {}", b"{} ", b"{}{}", b"[]", b'"a"', b"1", b
 
 
 def run(args, strings):
-    with tempfile.NamedTemporaryFile(delete=False) as f:
-        f.write(b"\0".join(strings) + b"\0")
-    out = subprocess.run([TOOL, *args, f.name], capture_output=True, text=True, timeout=300)
-    os.unlink(f.name)
-    lines = out.stdout.splitlines()
-    if out.returncode or len(lines) != len(strings):
-        sys.exit(f"FAIL json_tool: rc {out.returncode}, {len(lines)} lines for {len(strings)}: {out.stderr}")
-    return lines
+    return tool_lines([TOOL, *args], b"\0".join(strings) + b"\0", len(strings))
 
 
 check = Checks()
@@ -294,7 +287,7 @@ with Burstd(STORIES) as srv, Burstd(STORIES, "--speculate", "4") as spec:
                     (st, r))
         st, events = srv.stream("/v1/completions", {**body, **fmt, "max_tokens": 120, "n": 1})
         whole = srv.request("POST", "/v1/completions", {**body, **fmt, "max_tokens": 120, "n": 1})[2]["choices"][0]["text"]
-        check(f"... streamed = whole", stream_text(events) == whole, (stream_text(events), whole))
+        check("... streamed = whole", stream_text(events) == whole, (stream_text(events), whole))
         if body["temperature"] == 0:
             st, _, r2 = spec.request("POST", "/v1/completions", {**body, **fmt, "max_tokens": 120})
             check("... greedy: the same text with --speculate 4", st == 200 and r2["choices"][0]["text"] == whole,

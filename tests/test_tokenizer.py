@@ -3,9 +3,9 @@ SentencePiece's own Python binding (Debian python3-sentencepiece), on the LLaMA-
 long texts (which burst encodes in pieces, in parallel) on it and on stories260K's: fresh random
 mixes of words, spacing, code, non-ASCII around spaces, and a text with no space at all; and on
 two tokenizers trained here that pieces would get wrong, so burst must encode them whole."""
-import os, random, subprocess, sys, tempfile
+import os, random, sys, tempfile
 
-from tokenizer_reference import MODEL, TOOL, spm
+from tokenizer_reference import MODEL, TOOL, spm, tool_lines
 
 STRINGS = [
     "Hello world", " Hello world", "  two leading spaces", "trailing space ",
@@ -31,14 +31,7 @@ def long_texts(rng):
 def run(model, strings, label):
     """Failures of the tool's ids, decode and streaming decode against the binding's."""
     sp = spm.SentencePieceProcessor(model_file=model)
-    with tempfile.NamedTemporaryFile(delete=False) as f:
-        f.write(b"\0".join(s.encode() for s in strings))
-    out = subprocess.run([TOOL, model, f.name], capture_output=True, text=True, timeout=300)
-    os.unlink(f.name)
-    if out.returncode != 0:
-        print("FAIL tool:", out.stderr)
-        return 1
-    lines = out.stdout.splitlines()
+    lines = tool_lines([TOOL, model], b"\0".join(s.encode() for s in strings), 3 * len(strings))
     failures = 0
     for i, s in enumerate(strings):
         ids = [int(x) for x in lines[3 * i][4:].split()]
