@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/burst.h"
 #include "model/json_grammar.h"
 
 int main(int argc, char **argv) {
@@ -25,11 +26,12 @@ int main(int argc, char **argv) {
     json_vocab *v = mask ? json_vocab_new(t) : NULL;
     const int vocab = mask ? tokenizer_vocab_size(t) : 0;
     float *logits = mask ? calloc((size_t)vocab, sizeof *logits) : NULL;
-    FILE *f = fopen(argv[argc - 1], "rb");
-    if (!f) return 1;
-    static char buf[16 << 20];
-    const size_t len = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
+    char *buf;
+    size_t len;
+    if (burst_read_file(argv[argc - 1], 64 << 20, &buf, &len, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
     for (size_t off = 0; off < len; off += strlen(buf + off) + 1) {
         json_state s;
         json_start(&s);
@@ -48,5 +50,6 @@ int main(int argc, char **argv) {
     json_vocab_free(v);
     tokenizer_free(t);
     free(logits);
+    free(buf);
     return 0;
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/burst.h"
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
 
@@ -59,15 +60,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "E %s\n", err.msg);
         return 1;
     }
-    FILE *f = fopen(argv[argc - 1], "rb");
-    if (!f) return 1;
-    static char buf[4 << 20];
-    size_t len = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[len] = 0;
+    char *buf;
+    size_t len;
+    if (burst_read_file(argv[argc - 1], 64 << 20, &buf, &len, &err)) {
+        fprintf(stderr, "E %s\n", err.msg);
+        return 1;
+    }
     if (chat) {
         chats(t, tpl, buf, len);
         tokenizer_free(t);
+        free(buf);
         return 0;
     }
     for (size_t off = 0; off < len; off += strlen(buf + off) + 1) {
@@ -96,5 +98,6 @@ int main(int argc, char **argv) {
         free(ids);
     }
     tokenizer_free(t);
+    free(buf);
     return 0;
 }
