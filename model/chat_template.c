@@ -30,11 +30,17 @@ static int stripped(const char *s, const char **start) {
     return (int)n;
 }
 
-// Appends the ids of (BOS +) text (+ EOS) to *ids.
-static burst_status append_text(const tokenizer *t, const char *text, int bos, int eos, int **ids, int *n,
-                                burst_error *err) {
+// Encodes what was written to f (open_memstream's, over *text) after (BOS and) the ids so far,
+// (then EOS,) and frees it.
+static burst_status append_written(const tokenizer *t, FILE *f, char **text, int bos, int eos, int **ids, int *n,
+                                   burst_error *err) {
+    const int failed = ferror(f);
+    fclose(f);
     int *part = NULL, n_part = 0;
-    burst_status st = tokenizer_encode(t, text, bos, &part, &n_part, err);
+    burst_status st = failed || !*text ? BURST_FAIL(err, BURST_ERR_NOMEM, "chat template: writing the text failed")
+                                       : tokenizer_encode(t, *text, bos, &part, &n_part, err);
+    free(*text);
+    *text = NULL;
     if (st) return st;
     int *grown = realloc(*ids, sizeof(int) * (size_t)(*n + n_part + 1));
     if (!grown) {
@@ -47,19 +53,6 @@ static burst_status append_text(const tokenizer *t, const char *text, int bos, i
     *ids = grown;
     free(part);
     return BURST_OK;
-}
-
-// Encodes what was written to f (open_memstream's, over *text) after (BOS and) the ids so far,
-// (then EOS,) and frees it.
-static burst_status append_written(const tokenizer *t, FILE *f, char **text, int bos, int eos, int **ids, int *n,
-                                   burst_error *err) {
-    const int failed = ferror(f);
-    fclose(f);
-    burst_status st = failed || !*text ? BURST_FAIL(err, BURST_ERR_NOMEM, "chat template: writing the text failed")
-                                       : append_text(t, *text, bos, eos, ids, n, err);
-    free(*text);
-    *text = NULL;
-    return st;
 }
 
 // Meta's: an exchange at a time, each encoded alone with BOS. The system message joins the first
