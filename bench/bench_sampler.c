@@ -1,7 +1,7 @@
 // The sampler's time per token on a LLaMA vocabulary (32000 logits, bell-shaped, spread like a
 // model's), greedy and with temperature and each filter; mean of 200 draws, one thread. The
 // engine samples every running sequence on its own thread between GPU steps. Given a tokenizer,
-// also JSON mode's mask of its vocabulary (json_mask) after a few prefixes of an object.
+// also the mask of its vocabulary (json_mask) of JSON mode and of a schema after a few prefixes.
 //   bench_sampler [tokenizer.model]
 #include <math.h>
 #include <stdio.h>
@@ -11,22 +11,40 @@
 #include "common/burst.h"
 #include "model/sampler.h"
 
-// json_mask's time on t's vocabulary after each of a few prefixes (mean of 200).
+// json_mask's time on t's vocabulary after each of a few prefixes of an object (mean of 200): JSON
+// mode's (any object), then a schema's (a string of at most 12 characters, an enum, an integer).
 static void json_rows(const tokenizer *t) {
-    static const char *const prefixes[] = {"{\"name\": \"Lil", " {", "{\"a\": ", "{\"a\": 12", "{\"a\": [tr",
-                                           "{\"a\": {\"b\": [1, 2]}"};
+    static const struct {
+        int schema;
+        const char *prefix;
+    } rows[] = {{0, "{\"name\": \"Lil"}, {0, " {"}, {0, "{\"a\": "}, {0, "{\"a\": 12"}, {0, "{\"a\": [tr"},
+                {0, "{\"a\": {\"b\": [1, 2]}"}, {1, "{\"na"}, {1, "{\"name\": \"Lil"}, {1, "{\"name\": \"Lily\", \"mood\": "},
+                {1, "{\"name\": \"Lily\", \"mood\": \"ha"}, {1, "{\"name\": \"Lily\", \"mood\": \"sad\", \"age\": 1"}};
+    static const char *const schema_text =
+        "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 12}, \"mood\": "
+        "{\"enum\": [\"happy\", \"sad\", \"hungry\"]}, \"age\": {\"type\": \"integer\"}}, \"required\": [\"name\", \"mood\"]}";
+    char err[256];
+    cJSON *j = cJSON_Parse(schema_text);
+    json_schema *schema = json_schema_compile(j, err, sizeof err);
+    cJSON_Delete(j);
+    if (!schema) {
+        fprintf(stderr, "bench_sampler: %s\n", err);
+        exit(1);
+    }
     json_vocab *v = json_vocab_new(t);
     float *logits = burst_calloc((size_t)tokenizer_vocab_size(t), sizeof *logits);
-    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         json_state s;
-        json_start(&s);
-        json_feed(&s, prefixes[i], (int)strlen(prefixes[i]));
+        json_start(&s, rows[i].schema ? schema : NULL);
+        json_feed(&s, rows[i].prefix, (int)strlen(rows[i].prefix));
         double t0 = burst_now();
         for (int r = 0; r < 200; r++) json_mask(v, &s, logits);
-        printf("| JSON mode's mask after `%s` | %.3f | |\n", prefixes[i], (burst_now() - t0) / 200 * 1e3);
+        printf("| %s's mask after `%s` | %.3f | |\n", rows[i].schema ? "The schema" : "JSON mode", rows[i].prefix,
+               (burst_now() - t0) / 200 * 1e3);
     }
     free(logits);
     json_vocab_free(v);
+    json_schema_free(schema);
 }
 
 int main(int argc, char **argv) {

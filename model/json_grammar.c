@@ -1,21 +1,36 @@
 #include "json_grammar.h"
 
+#include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/burst.h"
 
 // What the next byte may be. Whitespace may come in the modes up to J_AFTER.
-enum { J_START, J_VALUE, J_VALUE_OR_CLOSE, J_KEY, J_KEY_OR_CLOSE, J_COLON, J_AFTER, J_STRING, J_NUMBER, J_LITERAL, J_DONE };
+enum { J_START, J_VALUE, J_VALUE_OR_CLOSE, J_KEY, J_KEY_OR_CLOSE, J_COLON, J_AFTER, J_STRING, J_NUMBER, J_LITERAL, J_MATCH, J_DONE };
 // A number's parts, by RFC 8259's grammar: -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?
 enum { N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
 // Within a string: S_PLAIN, after a backslash, or S_HEX + k after \u and k of its 4 digits.
 enum { S_PLAIN, S_ESCAPE, S_HEX };
 
-void json_start(json_state *s) { *s = (json_state){.mode = J_START}; }
+void json_start(json_state *s, const json_schema *schema) {
+    if (!schema) schema = json_schema_any_object();
+    *s = (json_state){.schema = schema, .node = (uint16_t)schema->root, .mode = J_START};
+}
+
+void json_copy(json_state *dst, const json_state *src) {
+    memcpy(dst, src, offsetof(json_state, frames) + sizeof *src->frames * src->depth);
+}
 
 int json_complete(const json_state *s) { return s->mode == J_DONE; }
+
+static const json_node *node_at(const json_state *s, int n) { return &s->schema->nodes[n]; }
+static json_frame *innermost(json_state *s) { return &s->frames[s->depth - 1]; }
+static const json_node *innermost_node(const json_state *s) { return node_at(s, s->frames[s->depth - 1].node); }
+static uint16_t count_up(uint16_t n) { return n < JSON_UNLIMITED ? n + 1 : n; }
+static int below_max(int n, int max) { return max == JSON_UNLIMITED || n < max; }
 
 static int is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
@@ -34,38 +49,113 @@ static int is_hex(unsigned char c) { return is_digit(c) || (c >= 'a' && c <= 'f'
 // After a value: a separator or a closer in the container, or nothing at all after the object.
 static void value_done(json_state *s) { s->mode = s->depth ? J_AFTER : J_DONE; }
 
+// The innermost object may take a key: a property not yet given, or any key where it has no
+// properties and its values have a schema.
+static int may_key(const json_state *s) {
+    const json_node *n = innermost_node(s);
+    return n->n_props ? s->frames[s->depth - 1].count < n->n_props : n->extra >= 0;
+}
+
+// Whether the innermost object's property i may come next: none required is left out before it.
+static int may_be_next(const json_state *s, int i) {
+    const json_node *n = innermost_node(s);
+    int k = s->frames[s->depth - 1].count;
+    if (i < k) return 0;
+    while (k < i && !s->schema->props[n->props + k].required) k++;
+    return k == i;
+}
+
+static int may_close(const json_state *s, int object) {
+    const json_node *n = innermost_node(s);
+    const int count = s->frames[s->depth - 1].count;
+    return object ? count > n->last_required : count >= n->min_items;
+}
+
+// Container open, of the value's node.
 static int open_container(json_state *s, int object) {
     if (s->depth == JSON_MAX_DEPTH) return 0;
-    s->objects = object ? s->objects | 1ull << s->depth : s->objects & ~(1ull << s->depth);
-    s->depth++;
+    s->frames[s->depth++] = (json_frame){.node = s->node, .object = (uint8_t)object};
     s->mode = object ? J_KEY_OR_CLOSE : J_VALUE_OR_CLOSE;
+    if (!object) s->node = (uint16_t)innermost_node(s)->items;
     return 1;
 }
 
-static int in_object(const json_state *s) { return (int)(s->objects >> (s->depth - 1) & 1); }
-
 static int close_container(json_state *s, int object) {
-    if (!s->depth || in_object(s) != object) return 0;
+    if (!s->depth || innermost(s)->object != object || !may_close(s, object)) return 0;
     s->depth--;
     value_done(s);
     return 1;
 }
 
 static int start_string(json_state *s, int key) {
-    s->mode = J_STRING, s->key = (uint8_t)key, s->sub = S_PLAIN;
+    s->mode = J_STRING, s->key = (uint8_t)key, s->sub = S_PLAIN, s->chars = 0;
     return 1;
 }
 
-// A value's first byte.
+// The texts being matched: the node's values, or the names of the innermost object's properties.
+static const json_text *match_texts(const json_state *s) {
+    return s->schema->texts + (s->key ? innermost_node(s)->names : node_at(s, s->node)->values);
+}
+
+// Byte c of a text matched (sorted, the texts that go on with c are a run of [lo, hi)): where one
+// is left (a key: one that may come next), those. A name matched whole gives its property's value
+// node; a value matched whole ends there unless it is a number (more digits may follow).
+static int match_byte(json_state *s, unsigned char c) {
+    const json_text *t = match_texts(s);
+    const int at = s->matched;
+    int lo = s->lo, hi, fits = 0;
+    while (lo < s->hi && (t[lo].len <= at || (unsigned char)t[lo].text[at] < c)) lo++;
+    for (hi = lo; hi < s->hi && (unsigned char)t[hi].text[at] == c; hi++) fits |= !s->key || may_be_next(s, t[hi].index);
+    if (!fits) return 0;
+    s->lo = (uint16_t)lo, s->hi = (uint16_t)hi, s->matched++;
+    if (t[lo].len != s->matched) return 1;
+    if (s->key) {
+        json_frame *f = innermost(s);
+        f->count = (uint16_t)(t[lo].index + 1);
+        s->node = (uint16_t)s->schema->props[innermost_node(s)->props + t[lo].index].node;
+        s->mode = J_COLON;
+    } else if (!is_digit(c)) {
+        value_done(s);
+    }
+    return 1;
+}
+
+static int start_match(json_state *s, int key, int n, unsigned char c) {
+    s->mode = J_MATCH, s->key = (uint8_t)key, s->lo = 0, s->hi = (uint16_t)n, s->matched = 0;
+    return match_byte(s, c);
+}
+
+static int start_key(json_state *s, unsigned char c) {
+    if (c != '"' || !may_key(s)) return 0;
+    const json_node *n = innermost_node(s);
+    if (n->n_props) return start_match(s, 1, n->n_props, c);
+    s->node = (uint16_t)n->extra;
+    return start_string(s, 1);
+}
+
+// A value's first byte: of the value's node, or of its alternative that begins so.
 static int start_value(json_state *s, unsigned char c) {
+    const int class = json_start_class(c);
+    const json_node *n = node_at(s, s->node);
+    while (n->starts & class && n->n_alts) {
+        const int *alt = s->schema->alts + n->alts;
+        while (!(node_at(s, *alt)->starts & class)) alt++;
+        s->node = (uint16_t)*alt, n = node_at(s, *alt);
+    }
+    if (!(n->starts & class)) return 0;
+    if (s->depth && !innermost(s)->object) {
+        if (!below_max(innermost(s)->count, innermost_node(s)->max_items)) return 0;
+        innermost(s)->count = count_up(innermost(s)->count);
+    }
+    if (n->n_values) return start_match(s, 0, n->n_values, c);
     if (c == '{' || c == '[') return open_container(s, c == '{');
     if (c == '"') return start_string(s, 0);
     if (c == 't' || c == 'f' || c == 'n') {
         s->mode = J_LITERAL, s->literal = c == 't' ? 0 : c == 'f' ? 1 : 2, s->sub = 1;
         return 1;
     }
-    if (c != '-' && !is_digit(c)) return 0;
     s->mode = J_NUMBER, s->sub = c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT;
+    s->integer = !(n->types & JSON_NUMBER);
     return 1;
 }
 
@@ -80,10 +170,28 @@ static int string_byte(json_state *s, unsigned char c) {
         s->sub = s->sub == S_HEX + 3 ? S_PLAIN : s->sub + 1;
         return is_hex(c);
     }
+    if (s->utf8_left) {
+        if (c < s->utf8_lo || c > s->utf8_hi) return 0;
+        s->utf8_left--, s->utf8_lo = 0x80, s->utf8_hi = 0xbf;
+        return 1;
+    }
+    const json_node *n = node_at(s, s->node);
+    if (c == '"') {
+        if (s->key) s->mode = J_COLON;
+        else if (s->chars < n->min_length) return 0;
+        else value_done(s);
+        return 1;
+    }
+    if (c < 0x20 || (c >= 0x80 && (c < 0xc2 || c > 0xf4))) return 0;
+    if (!s->key && !below_max(s->chars, n->max_length)) return 0; // a character begins (an escape's at its backslash)
+    s->chars = count_up(s->chars);
+    if (c >= 0x80) { // RFC 3629's table: the continuation bytes due, and the first one's range
+        s->utf8_left = c < 0xe0 ? 1 : c < 0xf0 ? 2 : 3;
+        s->utf8_lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+        s->utf8_hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+    }
     if (c == '\\') s->sub = S_ESCAPE;
-    else if (c == '"' && s->key) s->mode = J_COLON;
-    else if (c == '"') value_done(s);
-    return c >= 0x20;
+    return 1;
 }
 
 // The number's part after byte c, or -1 where c does not continue it.
@@ -111,7 +219,7 @@ static int feed_byte(json_state *s, unsigned char c) {
         return 1;
     case J_NUMBER: {
         const int part = number_byte(s->sub, c);
-        if (part >= 0) {
+        if (part >= 0 && !(s->integer && (part == N_DOT || part == N_E))) {
             s->sub = (uint8_t)part;
             return 1;
         }
@@ -119,26 +227,35 @@ static int feed_byte(json_state *s, unsigned char c) {
         value_done(s); // c comes after the number (the object is open: J_AFTER)
         break;
     }
+    case J_MATCH:
+        if (match_byte(s, c)) return 1;
+        if (s->key || match_texts(s)[s->lo].len != s->matched) return 0;
+        value_done(s); // a number matched whole: c comes after it
+        break;
     case J_DONE: return 0;
     }
     if (is_space(c)) return space(s, c);
     switch (s->mode) {
-    case J_START: return c == '{' && open_container(s, 1);
+    case J_START: return c == '{' && start_value(s, c);
     case J_VALUE_OR_CLOSE:
         if (c == ']') return close_container(s, 0);
         return start_value(s, c);
     case J_VALUE: return start_value(s, c);
     case J_KEY_OR_CLOSE:
         if (c == '}') return close_container(s, 1);
-        return c == '"' && start_string(s, 1);
-    case J_KEY: return c == '"' && start_string(s, 1);
+        return start_key(s, c);
+    case J_KEY: return start_key(s, c);
     case J_COLON:
         s->mode = J_VALUE;
         return c == ':';
     default: // J_AFTER
+        if (c == ',' && innermost(s)->object) {
+            s->mode = J_KEY;
+            return may_key(s);
+        }
         if (c == ',') {
-            s->mode = in_object(s) ? J_KEY : J_VALUE;
-            return 1;
+            s->mode = J_VALUE, s->node = (uint16_t)innermost_node(s)->items;
+            return below_max(innermost(s)->count, innermost_node(s)->max_items);
         }
         return (c == '}' || c == ']') && close_container(s, c == '}');
     }
@@ -154,14 +271,16 @@ struct json_vocab {
     int n, eos;
     int *start, *len; // token id's text: text[start[id], + len[id]); len 0: none (control pieces)
     char *text;
-    uint8_t *plain;   // token id's text can only be a string's content: no quote, backslash or byte below 0x20
+    uint8_t *plain;   // token id's text is string content, whole: from a string's plain text back to it (no
+                      // quote, escapes and UTF-8 sequences whole)
+    uint16_t *chars;  // and then its characters
 };
 
 json_vocab *json_vocab_new(const tokenizer *t) {
     json_vocab *v = burst_calloc(1, sizeof *v);
     v->n = tokenizer_vocab_size(t), v->eos = tokenizer_eos(t);
     v->start = burst_malloc(sizeof *v->start * (size_t)v->n), v->len = burst_calloc((size_t)v->n, sizeof *v->len);
-    v->plain = burst_calloc((size_t)v->n, 1);
+    v->plain = burst_calloc((size_t)v->n, 1), v->chars = burst_calloc((size_t)v->n, sizeof *v->chars);
     size_t used = 0, cap = 16 * (size_t)v->n;
     v->text = burst_malloc(cap);
     for (int id = 0; id < v->n; id++) {
@@ -174,11 +293,12 @@ json_vocab *json_vocab_new(const tokenizer *t) {
         if (byte >= 0) v->text[used] = (char)byte;
         else memcpy(v->text + used, piece, len);
         v->len[id] = (int)len;
-        v->plain[id] = 1;
-        for (size_t i = 0; i < len; i++) {
-            const unsigned char c = (unsigned char)v->text[used + i];
-            v->plain[id] &= c >= 0x20 && c != '"' && c != '\\';
-        }
+        json_state s;
+        json_start(&s, NULL);
+        json_feed(&s, "{\"", 2); // in a key: a string without limits on its length
+        v->plain[id] = !memchr(v->text + used, '"', len) && json_feed(&s, v->text + used, (int)len) && s.sub == S_PLAIN &&
+                       !s.utf8_left;
+        v->chars[id] = s.chars;
         used += len;
         free(piece);
     }
@@ -187,38 +307,45 @@ json_vocab *json_vocab_new(const tokenizer *t) {
 
 void json_vocab_free(json_vocab *v) {
     if (!v) return;
-    free(v->start), free(v->len), free(v->text), free(v->plain);
+    free(v->start), free(v->len), free(v->text), free(v->plain), free(v->chars);
     free(v);
 }
 
 // fits[c]: whether byte c may come after s.
 static void next_bytes(const json_state *s, uint8_t fits[256]) {
+    json_state next;
     for (int c = 0; c < 256; c++) {
-        json_state next = *s;
+        json_copy(&next, s);
         fits[c] = (uint8_t)feed_byte(&next, (unsigned char)c);
     }
 }
 
 // Shortcuts before a token's text is fed whole: within a string's plain text, a token that can
-// only be string content fits as it is (most of a vocabulary: 0.7 ms a mask of 32000 tokens fed
-// whole); a token whose first byte does not fit is out, and so is one whose first byte is a space
-// (most of LLaMA's) and whose second does not fit after it.
+// only be string content fits as it is where the string has room for its characters, and not
+// where it has not (most of a vocabulary: 0.7 ms a mask of 32000 tokens fed whole); a token whose
+// first byte does not fit is out, and so is one whose first byte is a space (most of LLaMA's) and
+// whose second does not fit after it.
 void json_mask(const json_vocab *v, const json_state *s, float *logits) {
-    const int in_text = s->mode == J_STRING && s->sub == S_PLAIN;
+    int room = -1; // characters of plain text that fit
+    if (s->mode == J_STRING && s->sub == S_PLAIN && !s->utf8_left) {
+        const int max = node_at(s, s->node)->max_length;
+        room = s->key || max == JSON_UNLIMITED ? INT_MAX : max - s->chars;
+    }
     uint8_t first[256], after_space[256] = {0};
     next_bytes(s, first);
-    json_state spaced = *s;
-    if (feed_byte(&spaced, ' ')) next_bytes(&spaced, after_space);
+    json_state next;
+    json_copy(&next, s);
+    if (feed_byte(&next, ' ')) next_bytes(&next, after_space);
     int fits = 0;
     for (int id = 0; id < v->n; id++) {
-        const char *text = v->text + v->start[id];
+        const unsigned char *text = (const unsigned char *)v->text + v->start[id];
         const int len = v->len[id];
-        json_state next = *s;
-        const int ok = id == v->eos ? json_complete(s)
-                       : !len || !first[(unsigned char)text[0]] ? 0
-                       : in_text && v->plain[id]                ? 1
-                       : len > 1 && text[0] == ' ' && !after_space[(unsigned char)text[1]] ? 0
-                                                                                          : json_feed(&next, text, len);
+        int ok;
+        if (id == v->eos) ok = json_complete(s);
+        else if (!len || !first[text[0]]) ok = 0;
+        else if (v->plain[id] && room >= 0) ok = v->chars[id] <= room;
+        else if (len > 1 && text[0] == ' ' && !after_space[text[1]]) ok = 0;
+        else json_copy(&next, s), ok = json_feed(&next, (const char *)text, len);
         if (ok) fits++;
         else logits[id] = -INFINITY;
     }

@@ -14,7 +14,7 @@ void sampler_init(sampler *s, const sampler_params *p, int vocab) {
     int penalties = p->presence_penalty != 0 || p->frequency_penalty != 0;
     s->counts = penalties ? burst_calloc((size_t)vocab, sizeof *s->counts) : NULL;
     s->adjusted = penalties || p->n_bias || p->json ? burst_malloc(sizeof *s->adjusted * (size_t)vocab) : NULL;
-    json_start(&s->json);
+    json_start(&s->json, p->json_schema);
 }
 
 void sampler_free(sampler *s) {

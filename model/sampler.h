@@ -28,6 +28,7 @@ typedef struct {
     sampler_bias *bias; // (n_bias) added to the logits; borrowed (it outlives the sampler)
     int n_bias;
     const json_vocab *json; // JSON mode: the tokens drawn make one JSON object (json_grammar.h); NULL: off
+    const json_schema *json_schema; // JSON mode: the object's schema (borrowed); NULL: any object
 } sampler_params;
 
 typedef struct {

@@ -265,20 +265,32 @@ static int get_stream_options(const cJSON *o, openai_call *call, api_error *e) {
     return get_bool(so, "include_usage", &call->include_usage, e);
 }
 
-// response_format: {"type": "text"} (or null), or {"type": "json_object"}: JSON mode, where the
-// sampler keeps the completion one JSON object (json_grammar.h). It must end at EOS, so not with
-// ignore_eos.
+// response_format: {"type": "text"} (or null); {"type": "json_object"}: JSON mode, where the
+// sampler keeps the completion one JSON object (json_grammar.h); {"type": "json_schema",
+// "json_schema": {"name", "description", "schema", "strict"}}: structured outputs, an instance of
+// the schema (json_schema.h's subset, whatever "strict" says; beyond it a 400 names what). Both
+// must end at EOS, so not with ignore_eos.
 static int get_response_format(const cJSON *o, const openai_limits *lim, burst_request *req, api_error *e) {
     const cJSON *format = cJSON_GetObjectItemCaseSensitive(o, "response_format");
     if (!format || cJSON_IsNull(format)) return 1;
     const cJSON *type = cJSON_IsObject(format) ? cJSON_GetObjectItemCaseSensitive(format, "type") : NULL;
-    if (cJSON_IsString(type) && !strcmp(type->valuestring, "text")) return 1;
-    if (!cJSON_IsString(type) || strcmp(type->valuestring, "json_object") || !lim->json)
-        return BAD(e, "'response_format' must be {\"type\": \"text\"} or {\"type\": \"json_object\"} (JSON schemas are not "
-                      "supported)");
-    if (req->ignore_eos) return BAD(e, "'response_format' json_object ends at EOS: not with 'ignore_eos'");
+    const char *name = cJSON_IsString(type) ? type->valuestring : "";
+    if (!strcmp(name, "text")) return 1;
+    if ((strcmp(name, "json_object") && strcmp(name, "json_schema")) || !lim->json)
+        return BAD(e, "'response_format' must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": "
+                      "\"json_schema\", \"json_schema\": {\"schema\": {...}}}");
+    if (req->ignore_eos) return BAD(e, "'response_format' %s ends at EOS: not with 'ignore_eos'", name);
     req->sampling.json = lim->json;
-    return 1;
+    if (!strcmp(name, "json_object")) return 1;
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(format, "json_schema");
+    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
+    const cJSON *schema_name = cJSON_GetObjectItemCaseSensitive(js, "name");
+    if (!cJSON_IsObject(js) || !cJSON_IsObject(schema))
+        return BAD(e, "'response_format.json_schema' must be an object holding the 'schema' (an object)");
+    if (schema_name && !cJSON_IsString(schema_name)) return BAD(e, "'response_format.json_schema.name' must be a string");
+    char why[sizeof e->message];
+    req->sampling.json_schema = req->json_schema = json_schema_compile(schema, why, sizeof why);
+    return req->json_schema ? 1 : BAD(e, "%s", why);
 }
 
 // Fields that would change the answer and that burstd does not do: a 400 says so, rather than an

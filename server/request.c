@@ -67,6 +67,7 @@ void request_release(burst_request *r) {
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
     free(r->sampling.bias);
+    json_schema_free(r->json_schema);
     free(r->prompt);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);

@@ -70,6 +70,7 @@ typedef struct burst_request {
     int top_logprobs;     // with logprobs: the most likely alternatives to report (0..20)
     int prompt_logprobs;  // 1 (echo with logprobs): the prompt tokens' logprobs come first
     sampler_params sampling; // its bias (malloc'd) belongs to the request
+    json_schema *json_schema; // response_format's schema (sampling's; a batch's first request owns it)
     char **stop;          // (n_stop) malloc'd strings that end the completion (not included)
     int n_stop;
     double t_accept;      // burst_now() when the HTTP thread accepted it

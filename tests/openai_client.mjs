@@ -41,10 +41,15 @@ const jsonChat = await client.chat.completions.create({
   model, messages: [{ role: "user", content: "Tell me a story" }], max_tokens: 20, temperature: 0,
   response_format: { type: "json_object" },
 });
+const schemaChat = await client.chat.completions.create({
+  model, messages: [{ role: "user", content: "Tell me a story" }], max_tokens: 40, temperature: 0,
+  response_format: { type: "json_schema", json_schema: { name: "story", strict: true, schema: JSON.parse(process.env.SCHEMA) } },
+});
 const models = await client.models.list();
 const retrieved = await client.models.retrieve(model);
 console.log(JSON.stringify({ chat: chat.text, completion: completion.text, usage: completion.usage,
                              logprobs: scored.choices[0].logprobs.content, models: models.data.map((m) => m.id),
                              retrieved: retrieved.id,
                              chat_n2: chatN2.choices.map((c) => c.message.content), completion_n2: completionN2,
-                             json_chat: jsonChat.choices[0].message.content }));
+                             json_chat: jsonChat.choices[0].message.content,
+                             schema_chat: schemaChat.choices[0].message.content }));

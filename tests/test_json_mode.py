@@ -18,9 +18,20 @@ class Invalid(Exception):
     pass
 
 
+# UTF-8 as Python encodes it: each lead byte's sequence length, and the first two bytes of each
+# character (surrogates have none).
+UTF8_LEN, UTF8_PAIRS = {}, set()
+for cp in range(0x80, 0x110000):
+    if not 0xd800 <= cp < 0xe000:
+        e = chr(cp).encode()
+        UTF8_LEN[e[0]] = len(e)
+        UTF8_PAIRS.add(e[:2])
+
+
 def reference(text):
-    """(bytes taken, whole object): a recursive-descent parse of one object (RFC 8259) that stops at
-    the first byte nothing valid can follow, with the limits on whitespace runs and depth."""
+    """(bytes taken, whole object): a recursive-descent parse of one object (RFC 8259, its strings
+    UTF-8) that stops at the first byte nothing valid can follow, with the limits on whitespace runs and
+    depth."""
     pos, depth = 0, 0
 
     def peek():
@@ -88,9 +99,17 @@ def reference(text):
             pos += 1
             if c == ord('"'):
                 return
-            if c < 0x20:
+            if c < 0x20 or (c >= 0x80 and c not in UTF8_LEN):
                 pos -= 1
                 raise Invalid
+            if c >= 0x80:  # the rest of a UTF-8 character: its second byte as some character has it, then any
+                for k in range(1, UTF8_LEN[c]):
+                    d = peek()
+                    if d is None:
+                        raise EOFError
+                    if not (bytes([c, d]) in UTF8_PAIRS if k == 1 else 0x80 <= d < 0xc0):
+                        raise Invalid
+                    pos += 1
             if c == ord("\\"):
                 e = peek()
                 if e is None:
@@ -203,7 +222,7 @@ def random_object(rng):
 
 def edits(rng, text):
     """Random one-byte edits of text, from the bytes that matter to JSON."""
-    alphabet = b'{}[]":,\\ \n\t0123456789-+.eEtrufalsn\x00\x1f\x7f\xc3'
+    alphabet = b'{}[]":,\\ \n\t0123456789-+.eEtrufalsn\x00\x1f\x7f\xc3\x80\xa0\xed\xf0'
     out = []
     for _ in range(6):
         i = rng.randrange(len(text) + 1)
@@ -215,7 +234,10 @@ def edits(rng, text):
 EDGES = [b"", b" ", b"{", b"{}", b" {}", b"{} ", b"{}{}", b"[]", b'"a"', b"1", b"true", b'{"a":1}', b'{"a":01}',
          b'{"a":-}', b'{"a":-0}', b'{"a":1.}', b'{"a":1.5e}', b'{"a":1e+5}', b'{"a":1E-05}', b'{"a":.5}', b'{"a":+1}',
          b'{"a":tru}', b'{"a":true}', b'{"a":nul', b'{"a":nulL}', b'{"a":"\\u00zz"}', b'{"a":"\\u00e9"}',
-         b'{"a":"\\x"}', b'{"a":"\x01"}', b'{"a":"\x7f\xc3\xa9"}', b'{"a"}', b'{"a":}', b'{"a":1,}', b'{,}',
+         b'{"a":"\\x"}', b'{"a":"\x01"}', b'{"a":"\x7f\xc3\xa9"}', b'{"a":"\xc3"}', b'{"a":"\xc3\xa9', b'{"a":"\xe0\x80\x80"}', b'{"a":"\xe0\xa0\x80"}',
+         b'{"a":"\xed\xa0\x80"}', b'{"a":"\xed\x9f\xbf"}', b'{"a":"\xf4\x90\x80\x80"}', b'{"a":"\xf4\x8f\xbf\xbf"}',
+         b'{"a":"\xf0\x9f\xa6\x99"}', b'{"a":"\xf0\x8f\xbf\xbf"}', b'{"a":"\xc0\xaf"}', b'{"a":"\x80"}', b'{"a":"\xf5"}',
+         b'{"\xff":1}', b'{"a"}', b'{"a":}', b'{"a":1,}', b'{,}',
          b'{"a":[1,]}', b'{"a":[,1]}', b'{"a":[]}', b'{"a":{}}', b'{1:2}', b'{"a" : 1 , "b" : [ true , null ] }',
          b"{\n" + b" " * MAX_INDENT + b"}", b"{\n" + b"\t " * (MAX_INDENT // 2) + b" }", b"{  }", b"{\n\n}", b"{ \n}",
          b"{\t}", b"{\r\n}", b"\n  {}", b"  {}",
@@ -300,7 +322,7 @@ with Burstd(STORIES) as srv, Burstd(STORIES, "--speculate", "4") as spec:
     check("chat in JSON mode: an object", st == 200 and r["choices"][0]["finish_reason"] == "stop"
             and isinstance(json.loads(msg), dict), r)
     for body, want in [({"response_format": {"type": "json_object"}, "ignore_eos": True}, "not with 'ignore_eos'"),
-                       ({"response_format": {"type": "json_schema", "json_schema": {}}}, "JSON schemas are not supported"),
+                       ({"response_format": {"type": "json_schema", "json_schema": {}}}, "holding the 'schema'"),
                        ({"response_format": {"type": "xml"}}, "'response_format' must be"),
                        ({"response_format": "json_object"}, "'response_format' must be")]:
         st, _, r = srv.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2, **body})

@@ -1,8 +1,8 @@
 """The official `openai` npm client (tests/package.json; `npm ci --prefix tests` installs it)
 streams a chat completion and a completion from burstd, with an API key, and receives the same
-text `burst generate` gives greedily, the usage it asked for, a chat's logprobs, and a chat in JSON
-mode as the same request over HTTP gets it. Skips (77)
-where node or the package is missing."""
+text `burst generate` gives greedily, the usage it asked for, a chat's logprobs, and chats in JSON
+mode and with a JSON schema as the same requests over HTTP get them. Skips (77) where node or the
+package is missing."""
 import json
 import os
 import shutil
@@ -20,10 +20,12 @@ if not node or not os.path.isdir(os.path.join(HERE, "node_modules", "openai")):
 check = Checks()
 chat_ref = generate(STORIES, "[INST] Tell me a story [/INST]", 30)
 completion_ref = generate(STORIES, "Once upon a time", 40)
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "mood": {"enum": ["happy", "sad"]}},
+          "required": ["name", "mood"], "additionalProperties": False}
 
 with Burstd(STORIES, "--api-key", "test-key") as srv:
     r = subprocess.run([node, os.path.join(HERE, "openai_client.mjs"), srv.url, "test-key", "stories260K"],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "SCHEMA": json.dumps(SCHEMA)})
     out = json.loads(r.stdout) if r.returncode == 0 else {}
     check("openai client ran", r.returncode == 0, r.stderr[-800:])
     check("streamed chat = burst generate", out.get("chat") == chat_ref, (out.get("chat"), chat_ref))
@@ -47,4 +49,12 @@ with Burstd(STORIES, "--api-key", "test-key") as srv:
     json_ref = raw["choices"][0]["message"]["content"] if st == 200 else None
     check("JSON mode chat: the client's answer = the same request's over HTTP, an object's beginning",
           out.get("json_chat") == json_ref and json_ref.lstrip().startswith("{"), (out.get("json_chat"), json_ref))
+    st, _, raw = srv.request("POST", "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 40, "temperature": 0,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "story", "strict": True, "schema": SCHEMA}}},
+        headers={"Authorization": "Bearer test-key"})
+    schema_ref = raw["choices"][0]["message"]["content"] if st == 200 else None
+    check("chat with a JSON schema: the client's answer = the same request's over HTTP, an instance",
+          out.get("schema_chat") == schema_ref and raw["choices"][0]["finish_reason"] == "stop"
+          and set(json.loads(schema_ref)) == {"name", "mood"}, (out.get("schema_chat"), raw))
 check.exit()

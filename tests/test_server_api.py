@@ -154,7 +154,7 @@ with Burstd(STORIES) as srv:
         ("POST", C, {"prompt": "x", "suffix": "end"}, 400, "'suffix' (text insertion) is not supported"),
         ("POST", C, {"prompt": "x", "best_of": 3}, 400, "'best_of' other than 1"),
         ("POST", H, {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema"}},
-         400, "(JSON schemas are not supported)"),
+         400, "'response_format.json_schema' must be an object holding the 'schema'"),
         ("POST", H, {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}, 400,
          "tool and function calling are not supported"),
         ("POST", C, {"prompt": "x", "max_tokens": 600}, 400, "maximum context length is 512 tokens. However, you "

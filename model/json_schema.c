@@ -1,0 +1,409 @@
+#include "json_schema.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/burst.h"
+
+enum { JSON_SCHEMA_MAX_NESTING = 64 };
+#define TOP "response_format.json_schema.schema" // where the API holds the schema: errors name places under it
+
+// Classes of a value's first byte (json_node.starts).
+enum { C_OBJECT = 1, C_ARRAY = 2, C_STRING = 4, C_NUMBER = 8, C_BOOLEAN = 16, C_NULL = 32 };
+
+int json_start_class(unsigned char c) {
+    switch (c) {
+    case '{': return C_OBJECT;
+    case '[': return C_ARRAY;
+    case '"': return C_STRING;
+    case 't':
+    case 'f': return C_BOOLEAN;
+    case 'n': return C_NULL;
+    default: return c == '-' || (c >= '0' && c <= '9') ? C_NUMBER : 0;
+    }
+}
+
+static int types_starts(int types) {
+    return (types & JSON_OBJECT ? C_OBJECT : 0) | (types & JSON_ARRAY ? C_ARRAY : 0) |
+           (types & JSON_STRING ? C_STRING : 0) | (types & (JSON_NUMBER | JSON_INTEGER) ? C_NUMBER : 0) |
+           (types & JSON_BOOLEAN ? C_BOOLEAN : 0) | (types & JSON_NULL ? C_NULL : 0);
+}
+
+// JSON mode's: node 0 an object whose values are node 1, any value.
+static json_node any_object_nodes[] = {
+    {.types = JSON_OBJECT, .starts = C_OBJECT, .last_required = -1, .extra = 1, .items = -1,
+     .max_items = JSON_UNLIMITED, .max_length = JSON_UNLIMITED},
+    {.types = JSON_ANY, .starts = C_OBJECT | C_ARRAY | C_STRING | C_NUMBER | C_BOOLEAN | C_NULL, .last_required = -1,
+     .extra = 1, .items = 1, .max_items = JSON_UNLIMITED, .max_length = JSON_UNLIMITED},
+};
+static const json_schema any_object = {.nodes = any_object_nodes, .root = 0, .n_nodes = 2};
+
+const json_schema *json_schema_any_object(void) { return &any_object; }
+
+typedef struct {
+    json_schema *s;
+    const cJSON *top;
+    struct seen {
+        const cJSON *json;
+        int node; // -1 while a $ref's target is being compiled
+    } *seen;
+    int n_seen, cap_seen, cap_nodes, cap_texts, cap_props, cap_alts;
+    int any;   // the node of any value (-1: none yet)
+    int depth; // schemas within schemas now (a bound: node_of recurses)
+    char *err;
+    size_t n_err;
+} compiler;
+
+static int fail(compiler *c, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(compiler *c, const char *path, const char *fmt, ...) {
+    if (c->err[0]) return -1; // the first reason stands
+    int n = snprintf(c->err, c->n_err, "%s: ", path);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n >= 0 && (size_t)n < c->n_err) vsnprintf(c->err + n, c->n_err - (size_t)n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+// Room for one more of n elements of size bytes at *p (capacity *cap).
+static void grow(void *p, int *cap, int n, size_t size) {
+    if (n < *cap) return;
+    *cap = *cap ? 2 * *cap : 16;
+    *(void **)p = burst_realloc(*(void **)p, size * (size_t)*cap);
+}
+
+static int new_node(compiler *c, const char *path) {
+    if (c->s->n_nodes == JSON_UNLIMITED) return fail(c, path, "more than %d schemas", JSON_UNLIMITED);
+    grow(&c->s->nodes, &c->cap_nodes, c->s->n_nodes, sizeof *c->s->nodes);
+    c->s->nodes[c->s->n_nodes] = (json_node){.last_required = -1, .extra = -1, .items = -1,
+                                             .max_items = JSON_UNLIMITED, .max_length = JSON_UNLIMITED};
+    return c->s->n_nodes++;
+}
+
+static int any_node(compiler *c, const char *path) {
+    if (c->any >= 0) return c->any;
+    const int n = new_node(c, path);
+    if (n < 0) return -1;
+    json_node *node = &c->s->nodes[n];
+    node->types = JSON_ANY, node->extra = n, node->items = n;
+    return c->any = n;
+}
+
+static int add_text(compiler *c, char *text, int index) {
+    grow(&c->s->texts, &c->cap_texts, c->s->n_texts, sizeof *c->s->texts);
+    c->s->texts[c->s->n_texts] = (json_text){text, (int)strlen(text), index};
+    return c->s->n_texts++;
+}
+
+static int text_order(const void *a, const void *b) {
+    const json_text *x = a, *y = b;
+    const int m = memcmp(x->text, y->text, (size_t)(x->len < y->len ? x->len : y->len));
+    return m ? m : x->len - y->len;
+}
+
+static void sort_texts(compiler *c, int first, int n) {
+    if (n) qsort(c->s->texts + first, (size_t)n, sizeof *c->s->texts, text_order); // (texts may be NULL)
+}
+
+static int is_annotation(const char *key) {
+    static const char *const names[] = {"title", "description", "default",     "examples",   "$schema",  "$id",
+                                        "$comment", "$defs",     "definitions", "deprecated", "readOnly", "writeOnly"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (!strcmp(key, names[i])) return 1;
+    return 0;
+}
+
+static void child_path(char *out, size_t n, const char *path, const char *key, int index) {
+    if (index >= 0) snprintf(out, n, "%s.%s[%d]", path, key, index);
+    else snprintf(out, n, "%s.%s", path, key);
+}
+
+static int node_of(compiler *c, const cJSON *j, const char *path);
+
+// "#", "#/$defs/NAME" or "#/definitions/NAME": the schema it names.
+static const cJSON *resolve(compiler *c, const char *ref) {
+    if (!strcmp(ref, "#")) return c->top;
+    const char *const places[] = {"$defs", "definitions"};
+    for (int i = 0; i < 2; i++) {
+        const size_t n = strlen(places[i]);
+        const char *name = ref + n + 3;
+        if (!strncmp(ref, "#/", 2) && !strncmp(ref + 2, places[i], n) && ref[n + 2] == '/' && !strchr(name, '/') &&
+            !strchr(name, '~'))
+            return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c->top, places[i]), name);
+    }
+    return NULL;
+}
+
+// A schema that is another's ($ref, or allOf of one): the other's node.
+static int alias_node(compiler *c, const cJSON *j, const char *path) {
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(j, "$ref"), *all = cJSON_GetObjectItemCaseSensitive(j, "allOf");
+    for (const cJSON *k = j->child; k; k = k->next)
+        if (k != ref && k != all && !is_annotation(k->string))
+            return fail(c, path, "'%s' beside '%s' is not supported", k->string, ref ? "$ref" : "allOf");
+    char sub[256];
+    const cJSON *target;
+    if (ref && all) return fail(c, path, "'$ref' beside 'allOf' is not supported");
+    if (ref) {
+        if (!cJSON_IsString(ref) || !(target = resolve(c, ref->valuestring)))
+            return fail(c, path, "'$ref' must be \"#\", \"#/$defs/NAME\" or \"#/definitions/NAME\" naming a schema");
+        child_path(sub, sizeof sub, path, "$ref", -1);
+    } else {
+        if (!cJSON_IsArray(all) || cJSON_GetArraySize(all) != 1)
+            return fail(c, path, "'allOf' is supported with one schema only");
+        target = all->child;
+        child_path(sub, sizeof sub, path, "allOf", 0);
+    }
+    grow(&c->seen, &c->cap_seen, c->n_seen, sizeof *c->seen);
+    const int at = c->n_seen++;
+    c->seen[at] = (struct seen){j, -1};
+    const int n = node_of(c, target, sub);
+    c->seen[at].node = n;
+    return n;
+}
+
+// A count keyword (minItems, ...): an integer >= 0, absent: keeps *out.
+static int get_count(compiler *c, const cJSON *j, const char *key, const char *path, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble))
+        return fail(c, path, "'%s' must be an integer >= 0", key);
+    if (!strncmp(key, "min", 3) && v->valuedouble > JSON_UNLIMITED)
+        return fail(c, path, "'%s' above %d is not supported", key, JSON_UNLIMITED);
+    *out = v->valuedouble >= JSON_UNLIMITED ? JSON_UNLIMITED : (int)v->valuedouble;
+    return 0;
+}
+
+static int parse_types(compiler *c, const cJSON *type, const char *path) {
+    static const char *const names[] = {"object", "array", "string", "number", "integer", "boolean", "null"};
+    int types = 0;
+    for (const cJSON *t = cJSON_IsArray(type) ? type->child : type; t; t = cJSON_IsArray(type) ? t->next : NULL) {
+        int bit = 0;
+        for (int i = 0; cJSON_IsString(t) && i < 7; i++)
+            if (!strcmp(t->valuestring, names[i])) bit = 1 << i;
+        if (!bit)
+            return fail(c, path, "'type' must name object, array, string, number, integer, boolean or null, or list them");
+        types |= bit;
+    }
+    return types ? types : fail(c, path, "'type' must not be an empty list");
+}
+
+static int value_types(const cJSON *v) {
+    if (cJSON_IsNumber(v))
+        return JSON_NUMBER | (isfinite(v->valuedouble) && v->valuedouble == floor(v->valuedouble) ? JSON_INTEGER : 0);
+    return cJSON_IsObject(v)   ? JSON_OBJECT
+           : cJSON_IsArray(v)  ? JSON_ARRAY
+           : cJSON_IsString(v) ? JSON_STRING
+           : cJSON_IsBool(v)   ? JSON_BOOLEAN
+                               : JSON_NULL;
+}
+
+// enum (or const): the values of the given types (all: types 0), printed and sorted.
+static int add_values(compiler *c, int n, const cJSON *list, const cJSON *one, int types, const char *path) {
+    const int first = c->s->n_texts;
+    for (const cJSON *v = one ? one : list->child; v; v = one ? NULL : v->next)
+        if (!types || value_types(v) & types) add_text(c, cJSON_PrintUnformatted(v), -1);
+    json_node *node = &c->s->nodes[n];
+    node->values = first, node->n_values = c->s->n_texts - first;
+    if (!node->n_values) return fail(c, path, "no value of '%s' has the schema's 'type'", one ? "const" : "enum");
+    sort_texts(c, first, node->n_values);
+    return 0;
+}
+
+// anyOf / oneOf: each alternative's node.
+static int add_alts(compiler *c, int n, const cJSON *list, const char *key, const char *path) {
+    const int count = cJSON_GetArraySize(list);
+    int *alts = burst_malloc(sizeof *alts * (size_t)count), i = 0, ok = 1;
+    char sub[256];
+    for (const cJSON *a = list->child; a && ok; a = a->next, i++) {
+        child_path(sub, sizeof sub, path, key, i);
+        ok = (alts[i] = node_of(c, a, sub)) >= 0;
+    }
+    for (int k = 0; ok && k < count; k++) {
+        grow(&c->s->alts, &c->cap_alts, c->s->n_alts, sizeof *c->s->alts);
+        c->s->alts[c->s->n_alts++] = alts[k];
+    }
+    c->s->nodes[n].alts = c->s->n_alts - count, c->s->nodes[n].n_alts = count;
+    free(alts);
+    return ok ? 0 : -1;
+}
+
+// properties, required and additionalProperties of an object node.
+static int add_object(compiler *c, int n, const cJSON *j, const char *path) {
+    const cJSON *props = cJSON_GetObjectItemCaseSensitive(j, "properties");
+    const cJSON *required = cJSON_GetObjectItemCaseSensitive(j, "required");
+    const cJSON *extra = cJSON_GetObjectItemCaseSensitive(j, "additionalProperties");
+    if (props && !cJSON_IsObject(props)) return fail(c, path, "'properties' must be an object");
+    if (required && !cJSON_IsArray(required)) return fail(c, path, "'required' must be a list of names");
+    const int count = props ? cJSON_GetArraySize(props) : 0;
+    int *nodes = burst_malloc(sizeof *nodes * (size_t)(count ? count : 1)), i = 0, ok = 1;
+    char sub[256];
+    for (const cJSON *p = props ? props->child : NULL; p && ok; p = p->next, i++) {
+        snprintf(sub, sizeof sub, "%s.properties.%s", path, p->string);
+        ok = (nodes[i] = node_of(c, p, sub)) >= 0;
+    }
+    const int first_prop = c->s->n_props, first_name = c->s->n_texts;
+    i = 0;
+    for (const cJSON *p = props ? props->child : NULL; ok && p; p = p->next, i++) {
+        grow(&c->s->props, &c->cap_props, c->s->n_props, sizeof *c->s->props);
+        c->s->props[c->s->n_props++] = (json_prop){nodes[i], 0};
+        cJSON *name = cJSON_CreateString(p->string);
+        add_text(c, cJSON_PrintUnformatted(name), i);
+        cJSON_Delete(name);
+    }
+    free(nodes);
+    if (!ok) return -1;
+    int last_required = -1;
+    for (const cJSON *r = required ? required->child : NULL; r; r = r->next) {
+        if (!cJSON_IsString(r)) return fail(c, path, "'required' must be a list of names");
+        const cJSON *p = props ? props->child : NULL;
+        for (i = 0; p && strcmp(p->string, r->valuestring); p = p->next) i++;
+        if (!p) return fail(c, path, "'required' names '%.80s', which 'properties' does not give", r->valuestring);
+        c->s->props[first_prop + i].required = 1;
+        if (i > last_required) last_required = i;
+    }
+    sort_texts(c, first_name, count);
+    int extra_node = -1; // (where properties are given, only those)
+    if (!count && !cJSON_IsFalse(extra)) {
+        child_path(sub, sizeof sub, path, "additionalProperties", -1);
+        if ((extra_node = extra ? node_of(c, extra, sub) : any_node(c, path)) < 0) return -1;
+    }
+    json_node *node = &c->s->nodes[n];
+    node->props = first_prop, node->n_props = count, node->names = first_name;
+    node->last_required = last_required, node->extra = extra_node;
+    return 0;
+}
+
+// A schema object's keywords into node n.
+static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
+    enum { TYPE, ENUM, CONST, PROPERTIES, REQUIRED, ADDITIONAL, ITEMS, MIN_ITEMS, MAX_ITEMS, MIN_LENGTH, MAX_LENGTH,
+           ANY_OF, ONE_OF, N_KEYWORDS };
+    static const char *const keywords[N_KEYWORDS] = {
+        "type",     "enum",     "const",     "properties", "required", "additionalProperties", "items",
+        "minItems", "maxItems", "minLength", "maxLength",  "anyOf",    "oneOf"};
+    int has[N_KEYWORDS] = {0};
+    for (const cJSON *k = j->child; k; k = k->next) {
+        int i = 0;
+        while (i < N_KEYWORDS && strcmp(k->string, keywords[i])) i++;
+        if (i < N_KEYWORDS) has[i] = 1;
+        else if (!is_annotation(k->string)) return fail(c, path, "'%s' is not supported", k->string);
+    }
+    if (has[ANY_OF] && has[ONE_OF]) return fail(c, path, "'anyOf' beside 'oneOf' is not supported");
+    if (has[ANY_OF] || has[ONE_OF]) { // (alternatives of different starts: anyOf and oneOf agree)
+        const char *key = keywords[has[ANY_OF] ? ANY_OF : ONE_OF];
+        for (int i = 0; i < ANY_OF; i++)
+            if (has[i]) return fail(c, path, "'%s' beside '%s' is not supported", keywords[i], key);
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(j, key);
+        if (!cJSON_IsArray(list) || !cJSON_GetArraySize(list))
+            return fail(c, path, "'%s' must be a list of schemas", key);
+        return add_alts(c, n, list, key, path);
+    }
+    int types = has[TYPE] ? parse_types(c, cJSON_GetObjectItemCaseSensitive(j, "type"), path) : 0;
+    if (types < 0) return -1;
+    if (has[ENUM] || has[CONST]) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(j, "enum");
+        if (has[ENUM] && has[CONST]) return fail(c, path, "'enum' beside 'const' is not supported");
+        if (has[ENUM] && (!cJSON_IsArray(list) || !cJSON_GetArraySize(list)))
+            return fail(c, path, "'enum' must be a list of values");
+        return add_values(c, n, list, cJSON_GetObjectItemCaseSensitive(j, "const"), types, path);
+    }
+    if (!types) // no type: what the keywords given are about, or anything
+        types = has[PROPERTIES] || has[REQUIRED] || has[ADDITIONAL]  ? JSON_OBJECT
+                : has[ITEMS] || has[MIN_ITEMS] || has[MAX_ITEMS]    ? JSON_ARRAY
+                : has[MIN_LENGTH] || has[MAX_LENGTH]                ? JSON_STRING
+                                                                    : JSON_ANY;
+    c->s->nodes[n].types = types;
+    if (types & JSON_OBJECT && add_object(c, n, j, path) < 0) return -1;
+    if (types & JSON_ARRAY) {
+        const cJSON *items = cJSON_GetObjectItemCaseSensitive(j, "items");
+        char sub[256];
+        child_path(sub, sizeof sub, path, "items", -1);
+        if (cJSON_IsArray(items)) return fail(c, path, "'items' as a list (a tuple) is not supported");
+        const int item = items ? node_of(c, items, sub) : any_node(c, path);
+        if (item < 0) return -1;
+        c->s->nodes[n].items = item;
+    }
+    json_node *node = &c->s->nodes[n];
+    if (get_count(c, j, "minItems", path, &node->min_items) || get_count(c, j, "maxItems", path, &node->max_items) ||
+        get_count(c, j, "minLength", path, &node->min_length) || get_count(c, j, "maxLength", path, &node->max_length))
+        return -1;
+    if (node->min_items > node->max_items) return fail(c, path, "'minItems' is above 'maxItems'");
+    if (node->min_length > node->max_length) return fail(c, path, "'minLength' is above 'maxLength'");
+    return 0;
+}
+
+static int compile_node(compiler *c, const cJSON *j, const char *path) {
+    for (int i = 0; i < c->n_seen; i++)
+        if (c->seen[i].json == j)
+            return c->seen[i].node >= 0 ? c->seen[i].node : fail(c, path, "'$ref' refers to itself");
+    if (cJSON_IsTrue(j)) return any_node(c, path);
+    if (!cJSON_IsObject(j))
+        return fail(c, path,
+                    cJSON_IsFalse(j) ? "false (no value) cannot be generated" : "a schema must be an object or true");
+    if (cJSON_GetObjectItemCaseSensitive(j, "$ref") || cJSON_GetObjectItemCaseSensitive(j, "allOf"))
+        return alias_node(c, j, path);
+    const int n = new_node(c, path);
+    if (n < 0) return -1;
+    grow(&c->seen, &c->cap_seen, c->n_seen, sizeof *c->seen);
+    c->seen[c->n_seen++] = (struct seen){j, n};
+    return fill_node(c, n, j, path) < 0 ? -1 : n;
+}
+
+static int node_of(compiler *c, const cJSON *j, const char *path) {
+    if (c->depth == JSON_SCHEMA_MAX_NESTING)
+        return fail(c, path, "schemas nest more than %d deep", JSON_SCHEMA_MAX_NESTING);
+    c->depth++;
+    const int n = compile_node(c, j, path);
+    c->depth--;
+    return n;
+}
+
+// json_node.starts of node n (visiting: 1 while its alternatives are looked at); -1 where
+// alternatives lead back to n.
+static int node_starts(compiler *c, int n, char *visiting) {
+    json_node *node = &c->s->nodes[n];
+    if (node->starts) return node->starts;
+    if (visiting[n]) return fail(c, TOP, "'anyOf' alternatives lead back to themselves");
+    visiting[n] = 1;
+    int starts = types_starts(node->types);
+    for (int i = 0; i < node->n_values; i++)
+        starts |= json_start_class((unsigned char)c->s->texts[node->values + i].text[0]);
+    for (int i = 0; i < node->n_alts; i++) {
+        const int s = node_starts(c, c->s->alts[node->alts + i], visiting);
+        if (s < 0) return -1;
+        if (s & starts)
+            return fail(c, TOP, "'anyOf' or 'oneOf' alternatives must begin differently (object, array, string, number, boolean, "
+                        "null): two may be the same");
+        starts |= s;
+    }
+    visiting[n] = 0;
+    return c->s->nodes[n].starts = starts;
+}
+
+json_schema *json_schema_compile(const cJSON *schema, char *err, size_t n_err) {
+    compiler c = {.s = burst_calloc(1, sizeof *c.s), .top = schema, .any = -1, .err = err, .n_err = n_err};
+    const char *path = TOP;
+    err[0] = 0;
+    int root = node_of(&c, schema, path);
+    char *visiting = burst_calloc((size_t)c.s->n_nodes + 1, 1);
+    for (int n = 0; root >= 0 && n < c.s->n_nodes; n++)
+        if (node_starts(&c, n, visiting) < 0) root = -1;
+    free(visiting);
+    free(c.seen);
+    if (root >= 0 && !(c.s->nodes[root].starts & C_OBJECT)) root = fail(&c, path, "the top must allow an object");
+    if (root < 0) {
+        json_schema_free(c.s);
+        return NULL;
+    }
+    c.s->root = root;
+    return c.s;
+}
+
+void json_schema_free(json_schema *s) {
+    if (!s || s == &any_object) return;
+    for (int i = 0; i < s->n_texts; i++) free(s->texts[i].text);
+    free(s->nodes), free(s->texts), free(s->props), free(s->alts);
+    free(s);
+}

@@ -1,0 +1,75 @@
+// JSON Schema for structured outputs (the API's response_format {"type": "json_schema"}): a schema
+// compiled into the nodes that json_grammar.h walks as the text grows, so that the text is an
+// instance of it. The subset, that of OpenAI's structured outputs and of what Pydantic writes:
+//   type (a name or a list of names), enum, const, properties, required, additionalProperties,
+//   items, minItems, maxItems, minLength, maxLength; anyOf and oneOf whose alternatives begin
+//   differently (an object, an array, a string, a number, a boolean, null: a value's first byte
+//   picks the alternative); allOf of one schema; $ref to "#", "#/$defs/NAME" or
+//   "#/definitions/NAME" (recursion allowed); and annotations, which change nothing (title,
+//   description, default, examples, $schema, $id, $comment, $defs, definitions, deprecated,
+//   readOnly, writeOnly). Anything else (pattern, format, minimum, ...) is refused, not ignored:
+//   text that ignored it might not be an instance. The text is an object: the schema's top must
+//   allow one.
+// Where the schema leaves a choice, the text takes one form: an object's properties in the
+// schema's order (an optional one may be left out), only the properties given where some are
+// (additionalProperties or not), enum values and property names exactly as cJSON prints them,
+// integers without a fraction or exponent.
+#pragma once
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+// What a value may be (json_node.types).
+enum {
+    JSON_OBJECT = 1,
+    JSON_ARRAY = 2,
+    JSON_STRING = 4,
+    JSON_NUMBER = 8,
+    JSON_INTEGER = 16,
+    JSON_BOOLEAN = 32,
+    JSON_NULL = 64,
+    JSON_ANY = 127,
+};
+
+typedef struct {
+    char *text; // a JSON text as cJSON prints it unformatted: an enum value, or a property's name (a string)
+    int len;
+    int index;  // a name's property: its place in the object's order
+} json_text;
+
+typedef struct {
+    int node;     // the property's value
+    int required;
+} json_prop;
+
+typedef struct {
+    int types;            // JSON_* bits: what the value may be (0: its values or alternatives say)
+    int values, n_values; // enum or const: the value is one of texts[values, + n_values), sorted bytewise
+    int alts, n_alts;     // anyOf or oneOf: the value is of one of the nodes alts[alts, + n_alts)
+    int starts;           // bit k: the value may begin as class k (json_schema.c): picks an alternative
+    // JSON_OBJECT: the properties props[props, + n_props) in the schema's order, their names
+    // texts[names, + n_props) sorted bytewise; without properties, each value's node extra (-1: the
+    // object is {}).
+    int props, n_props, names, last_required, extra;
+    int items;                      // JSON_ARRAY: each item's node
+    int min_items, max_items;       // JSON_ARRAY (max JSON_UNLIMITED: none)
+    int min_length, max_length;     // JSON_STRING: in characters (code points)
+} json_node;
+
+enum { JSON_UNLIMITED = 65535 }; // counts stop here (json_state's are 16 bits)
+
+typedef struct json_schema {
+    json_node *nodes;
+    json_text *texts;
+    json_prop *props;
+    int *alts;
+    int root, n_nodes, n_texts, n_props, n_alts;
+} json_schema;
+
+// The schema of JSON mode (response_format {"type": "json_object"}): any object. Static.
+const json_schema *json_schema_any_object(void);
+// schema compiled; NULL with the reason (naming the keyword's place under it) in err where it is not
+// valid or not of the subset.
+json_schema *json_schema_compile(const cJSON *schema, char *err, size_t n_err);
+void json_schema_free(json_schema *s);
+// The class (bit of json_node.starts) of a value whose first byte is c; 0 where none begins so.
+int json_start_class(unsigned char c);

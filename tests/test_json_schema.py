@@ -1,0 +1,352 @@
+"""Structured outputs (response_format json_schema; model/json_schema.c, json_grammar.c) against
+jsonschema (Debian python3-jsonschema) as the reference, on fresh random schemas: every text the
+grammar takes whole (random walks through it, one-byte edits of instances) is an instance; instances
+written in the grammar's one form (properties in the schema's order, whitespace as JSON mode allows)
+are taken whole and each prefix is taken; targeted violations are refused; schemas beyond the subset
+are refused, naming why; json_mask leaves exactly the LLaMA-2 tokens json_feed takes. Then burstd:
+completions and chats with a schema are instances when they end at EOS and an instance's beginning
+when cut by max_tokens, streamed as whole, the same under --speculate, and the 400s."""
+import json, os, random, subprocess, sys, tempfile
+
+from burstd_util import STORIES, Burstd, Checks, need_stories, stream_text
+from tokenizer_reference import MODEL, spm, tool_lines
+
+try:
+    import jsonschema
+except ImportError:
+    print("skip: python3-jsonschema missing")
+    sys.exit(77)
+
+TOOL = os.path.join(os.environ["BURST_BIN"], "tests", "json_tool")
+MAX_INDENT = 20  # json_grammar.h's
+
+NAMES = ["name", "age", "a b", "ключ", 'x"y', "\\", "", "tags", "n1", "é", "nam"]
+VALUES = ["a", "b", "ab", 'q"', "é", "x\ny", "", 1, 12, -3, 0, 1.5, True, False, None, {"k": [1, 2]}, [], {}]
+CHARS = ["a", "L", " ", '"', "\\", "/", "\n", "é", "🦙", "\u0001", "}", ","]
+SCALARS = ["string", "integer", "number", "boolean", "null"]
+NODE = {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#/$defs/node"},
+                                                                                     {"type": "null"}]}},
+        "required": ["v"], "additionalProperties": False}
+
+
+def dump(v):
+    """v as cJSON prints it unformatted (the form enum values take)."""
+    return json.dumps(v, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def random_schema(rng, depth, refs):
+    kinds = SCALARS + ["string", "enum", "const", "nullable"] + (["object"] * 3 + ["array", "anyof"] if depth < 3 else [])
+    kind = rng.choice(kinds + (["ref"] if refs else []))
+    if kind == "string":
+        s = {"type": "string"}
+        if rng.random() < 0.5:
+            s["minLength"] = rng.randrange(4)
+        if rng.random() < 0.5:
+            s["maxLength"] = s.get("minLength", 0) + rng.randrange(6)
+        return s
+    if kind in SCALARS:
+        return {"type": kind}
+    if kind == "enum":
+        s = {"enum": rng.sample(VALUES, rng.randrange(1, 6))}
+        if rng.random() < 0.3 and any(isinstance(v, str) for v in s["enum"]):
+            s["type"] = "string"
+        return s
+    if kind == "const":
+        return {"const": rng.choice(VALUES), "description": "one value"}
+    if kind == "nullable":
+        return {"type": [rng.choice(SCALARS[:4]), "null"]}
+    if kind == "ref":
+        return {"$ref": "#/$defs/node"}
+    if kind == "array":
+        s = {"type": "array", "items": random_schema(rng, depth + 1, refs)}
+        if rng.random() < 0.5:
+            s["minItems"] = rng.randrange(3)
+        if rng.random() < 0.5:
+            s["maxItems"] = s.get("minItems", 0) + rng.randrange(4)
+        return s
+    if kind == "anyof":
+        alts = [{"type": "string"}, {"type": "integer"}, {"type": "boolean"}, {"type": "null"},
+                {"type": "array", "items": {"type": "integer"}}, random_object(rng, depth + 1, refs)]
+        return {rng.choice(["anyOf", "oneOf"]): rng.sample(alts, rng.randrange(1, 4)), "title": "alternatives"}
+    return random_object(rng, depth, refs)
+
+
+def random_object(rng, depth, refs):
+    names = rng.sample(NAMES, rng.randrange(0 if depth else 1, 6))
+    s = {"type": "object", "properties": {n: random_schema(rng, depth + 1, refs) for n in names}}
+    s["required"] = rng.sample(names, rng.randrange(len(names) + 1))
+    if rng.random() < 0.7:
+        s["additionalProperties"] = False
+    if not names and rng.random() < 0.5:
+        del s["properties"], s["required"]
+        s["additionalProperties"] = rng.choice([False, True, {"type": "integer"}])
+    return s
+
+
+def top_schema(rng):
+    refs = rng.random() < 0.3
+    s = random_object(rng, 0, refs)
+    if refs:
+        s["$defs"] = {"node": NODE}
+    return s
+
+
+def ws(rng):
+    """Whitespace between tokens as the grammar allows it."""
+    return rng.choice([b"", b"", b" ", b"\n" + bytes(rng.choice(b" \t") for _ in range(rng.randrange(MAX_INDENT + 1)))])
+
+
+def container(rng, open_, close, items):
+    if not items:
+        return open_ + ws(rng) + close
+    return open_ + ws(rng) + (ws(rng) + b"," + ws(rng)).join(items) + ws(rng) + close
+
+
+def instance(rng, s, top, depth=0):
+    """A random instance of schema s, as the grammar writes it."""
+    if s is True or s == {}:
+        return dump(rng.choice([1, "a", None, [True]]))
+    if "$ref" in s:
+        return instance(rng, top["$defs"][s["$ref"].split("/")[-1]], top, depth + 1)
+    if "enum" in s or "const" in s:
+        values = s["enum"] if "enum" in s else [s["const"]]
+        return dump(rng.choice([v for v in values if "type" not in s or isinstance(v, str)]))
+    alts = s.get("anyOf", s.get("oneOf"))
+    if alts:
+        nulls = [a for a in alts if a.get("type") == "null"]
+        return instance(rng, nulls[0] if nulls and depth > 5 else rng.choice(alts), top, depth + 1)
+    t = rng.choice(s["type"]) if isinstance(s["type"], list) else s["type"]
+    if t == "object":
+        props, req = s.get("properties", {}), s.get("required", [])
+        parts = [dump(n) + ws(rng) + b":" + ws(rng) + instance(rng, p, top, depth + 1)
+                 for n, p in props.items() if n in req or (depth < 5 and rng.random() < 0.5)]
+        extra = s.get("additionalProperties", True)
+        if not props and extra is not False:
+            parts = [dump(k) + b":" + ws(rng) + instance(rng, extra, top, depth + 1) for k in rng.sample(NAMES, rng.randrange(3))]
+        return container(rng, b"{", b"}", parts)
+    if t == "array":
+        lo = s.get("minItems", 0)
+        n = rng.randint(lo, min(s.get("maxItems", lo + 3), lo + 3))
+        return container(rng, b"[", b"]", [instance(rng, s["items"], top, depth + 1) for _ in range(n)])
+    if t == "string":
+        lo = s.get("minLength", 0)
+        return dump("".join(rng.choice(CHARS) for _ in range(rng.randint(lo, s.get("maxLength", lo + 6)))))
+    if t == "integer":
+        return dump(rng.choice([0, -7, rng.randrange(-10**6, 10**12)]))
+    if t == "number":
+        return dump(rng.choice([0, -2, 3.25, -0.5, 1e-07, 6.02e23, rng.uniform(-100, 100)]))
+    return dump(rng.choice([True, False]) if t == "boolean" else None)
+
+
+def edits(rng, text):
+    alphabet = b'{}[]":,\\ \n0123456789-.etrufalsn'
+    out = []
+    for _ in range(4):
+        i = rng.randrange(len(text) + 1)
+        c = bytes([rng.choice(alphabet)])
+        out.append(rng.choice([text[:i] + c + text[i:], text[:i] + c + text[i + 1:], text[:i] + text[i + 1:]]))
+    return out
+
+
+def schema_file(schema):
+    f = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+    json.dump(schema, f)
+    f.close()
+    return f.name
+
+
+def feed(schema_path, strings):
+    """(bytes taken, whole) of each string."""
+    lines = tool_lines([TOOL, "feed", schema_path], b"\0".join(strings) + b"\0", len(strings))
+    return [tuple(int(x) for x in line.split()) for line in lines]
+
+
+def is_instance(validator, text):
+    try:
+        return validator.is_valid(json.loads(text))
+    except ValueError:
+        return False
+
+
+check = Checks()
+seed = int(os.environ.get("SEED", random.randrange(1 << 30)))  # SEED=n reruns a run
+print("random schemas from seed", seed)
+rng = random.Random(seed)
+n_walks = n_instances = n_edits = 0
+bad_walks, bad_instances, bad_prefixes, bad_edits = [], [], [], []
+for _ in range(60):
+    schema = top_schema(rng)
+    validator = jsonschema.Draft202012Validator(schema)
+    path = schema_file(schema)
+    walks = subprocess.run([TOOL, "walk", path, str(rng.randrange(1 << 30)), "12"], capture_output=True, timeout=120)
+    texts = walks.stdout.split(b"\0")[:-1]
+    n_walks += len(texts)
+    bad_walks += [(schema, walks.stderr, t) for t in texts if not is_instance(validator, t)] + \
+                 ([(schema, walks.returncode, walks.stderr)] if walks.returncode or len(texts) != 12 else [])
+    instances = [instance(rng, schema, schema) for _ in range(8)]
+    n_instances += len(instances)
+    bad_instances += [(schema, t) for t in instances if not is_instance(validator, t)]  # (the writer's own check)
+    prefixes = [t[:rng.randrange(len(t) + 1)] for t in instances]
+    changed = [e for t in instances for e in edits(rng, t) if b"\0" not in e]
+    n_edits += len(changed)
+    got = feed(path, instances + prefixes + changed)
+    bad_instances += [(schema, t, g) for t, g in zip(instances, got) if g != (len(t), 1)]
+    bad_prefixes += [(schema, p, g) for p, g in zip(prefixes, got[len(instances):]) if g[0] != len(p)]
+    bad_edits += [(schema, e, g) for e, g in zip(changed, got[2 * len(instances):]) if g[1] and not is_instance(validator, e)]
+    os.unlink(path)
+check(f"{n_walks} random walks through 60 random schemas' grammars: each an instance (jsonschema)", not bad_walks,
+      [b[-1] for b in bad_walks[:3]])
+check(f"{n_instances} random instances in the grammar's form: each taken whole", not bad_instances, bad_instances[:3])
+check("... and a random prefix of each taken", not bad_prefixes, bad_prefixes[:3])
+check(f"{n_edits} one-byte edits of them: those taken whole are instances", not bad_edits, bad_edits[:3])
+
+# Violations of each kind of constraint, refused (not whole), beside their fixes, taken whole.
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 3},
+                                           "age": {"type": "integer"}, "kind": {"enum": ["cat", "dog", 7]},
+                                           "tags": {"type": "array", "items": {"type": "boolean"}, "minItems": 1, "maxItems": 2},
+                                           "note": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+          "required": ["name", "kind"]}
+V = {"type": "object", "properties": {"v": {"type": "integer"}}, "required": ["v"]}
+CASES = [(PERSON, b'{"name":"ab","kind":"cat"}', 1), (PERSON, b'{"kind":"cat"}', 0), (PERSON, b'{"name":"ab"}', 0),
+         (PERSON, b'{"name":"","kind":"cat"}', 0), (PERSON, b'{"name":"abcd","kind":"cat"}', 0),
+         (PERSON, b'{"name":"\xc3\xa9\xc3\xa9\\n","kind":"cat"}', 1), (PERSON, b'{"name":"ab","kind":"cow"}', 0),
+         (PERSON, b'{"name":"ab","kind":7}', 1), (PERSON, b'{"name":"ab","kind":70}', 0),
+         (PERSON, b'{"name":"ab","kind":"ca"}', 0), (PERSON, b'{"name":"ab","age":1.5,"kind":"dog"}', 0),
+         (PERSON, b'{"name":"ab","age":-15,"kind":"dog"}', 1), (PERSON, b'{"name":"ab","age":1e3,"kind":"dog"}', 0),
+         (PERSON, b'{"kind":"dog","name":"ab"}', 0), (PERSON, b'{"name":"ab","kind":"dog","extra":1}', 0),
+         (PERSON, b'{"name":"ab","name":"cd","kind":"dog"}', 0),
+         (PERSON, b'{"name":"ab","kind":"dog","tags":[]}', 0), (PERSON, b'{"name":"ab","kind":"dog","tags":[true]}', 1),
+         (PERSON, b'{"name":"ab","kind":"dog","tags":[true,false,true]}', 0),
+         (PERSON, b'{"name":"ab","kind":"dog","tags":[1]}', 0), (PERSON, b'{"name":"ab","kind":"dog","note":null}', 1),
+         (PERSON, b'{"name":"ab","kind":"dog","note":"x"}', 1), (PERSON, b'{"name":"ab","kind":"dog","note":3}', 0),
+         (PERSON, b'{"name":"ab","kind":"dog","note":null} ', 0),
+         ({"type": "object", "additionalProperties": False}, b"{}", 1),
+         ({"type": "object", "additionalProperties": False}, b'{"a":1}', 0),
+         ({"type": "object", "additionalProperties": {"type": "integer"}}, b'{"a":1,"b":2}', 1),
+         ({"type": "object", "additionalProperties": {"type": "integer"}}, b'{"a":"x"}', 0),
+         ({"type": "object", "properties": {"x": {"const": {"k": [1, 2]}}}}, b'{"x":{"k":[1,2]}}', 1),
+         ({"type": "object", "properties": {"x": {"const": {"k": [1, 2]}}}}, b'{"x":{"k": [1,2]}}', 0),
+         ({"$defs": {"node": NODE}, "$ref": "#/$defs/node"}, b'{"v":1,"next":{"v":2,"next":null}}', 1),
+         ({"$defs": {"node": NODE}, "$ref": "#/$defs/node"}, b'{"v":1,"next":{"next":null}}', 0),
+         ({}, b'{"x":[1,{"y":null}]}', 1), ({"type": ["object", "null"]}, b"null", 0),
+         ({"enum": [{"a": 1}, {}]}, b'{"a":1}', 1), ({"enum": [{"a": 1}, {}]}, b'{}', 1), ({"enum": [{"a": 1}]}, b'{}', 0),
+         ({"anyOf": [{"type": "null"}, V]}, b'{"v":1}', 1), ({"anyOf": [{"type": "null"}, V]}, b'{"v":"1"}', 0)]
+bad = []
+for i, (schema, text, whole) in enumerate(CASES):
+    path = schema_file(schema)
+    got = feed(path, [text])[0]
+    os.unlink(path)
+    reference = is_instance(jsonschema.Draft202012Validator(schema), text)
+    if got[1] != whole or (whole and not reference):
+        bad.append((i, text, got, reference))
+check(f"{len(CASES)} instances and violations of each constraint: taken whole or not", not bad, bad)
+
+REFUSED = [({"type": "string"}, "the top must allow an object"), ({"enum": [[], 1]}, "the top must allow an object"),
+           ({"type": ["object", "null"]}, None), ({"enum": [{}]}, None), ({}, None),
+           ({"type": "object", "properties": {"a": {"type": "string", "pattern": "x"}}}, "properties.a: 'pattern' is not"),
+           ({"type": "object", "properties": {"a": {"type": "string", "format": "date"}}}, "'format' is not supported"),
+           ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}}, "'minimum' is not supported"),
+           ({"type": "object", "properties": {"a": {"type": "strin"}}}, "'type' must name"),
+           ({"type": "object", "required": ["b"], "properties": {"a": {}}}, "'required' names 'b', which 'properties' does not give"),
+           ({"type": "object", "properties": {"a": {"anyOf": [{"type": "string"}, {"enum": ["x"]}]}}}, "must begin differently"),
+           ({"type": "object", "properties": {"a": {"anyOf": [{"type": "integer"}, {"type": "number"}]}}}, "must begin differently"),
+           ({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}, "'$ref' must be"),
+           ({"type": "object", "properties": {"a": {"$ref": "#/$defs/b"}}, "$defs": {"b": {"$ref": "#/$defs/b"}}},
+            "refers to itself"),
+           ({"type": "object", "properties": {"a": {"$ref": "#/$defs/b", "type": "string"}}}, "'type' beside '$ref'"),
+           ({"type": "object", "properties": {"a": {"allOf": [{}, {}]}}}, "'allOf' is supported with one schema only"),
+           ({"type": "object", "properties": {"a": {"type": "string", "enum": [1]}}}, "no value of 'enum'"),
+           ({"type": "object", "properties": {"a": {"type": "array", "minItems": 3, "maxItems": 2}}}, "'minItems' is above"),
+           ({"type": "object", "properties": {"a": {"type": "array", "items": [{}]}}}, "a tuple"),
+           ({"type": "object", "properties": {"a": False}}, "false (no value) cannot be generated"),
+           ({"type": "object", "properties": {"a": {"type": "string", "maxLength": -1}}}, "'maxLength' must be an integer"),
+           ({"type": "object", "properties": {"a": {"not": {}}}}, "'not' is not supported"),
+           ({"type": "object", "properties": {"a": {"anyOf": []}}}, "'anyOf' must be a list"),
+           ({"$defs": {"n": {"anyOf": [{"$ref": "#/$defs/n"}, {"type": "null"}]}}, "type": "object",
+             "properties": {"a": {"$ref": "#/$defs/n"}}}, "lead back to themselves"),
+           ({"type": "object", "properties": {"a": {"items": {"items": {"items": {"items": {}}}}}}}, None)]
+deep = {"type": "object"}
+for _ in range(70):
+    deep = {"type": "object", "properties": {"a": deep}}
+REFUSED.append((deep, "nest more than 64 deep"))
+bad = []
+for schema, want in REFUSED:
+    path = schema_file(schema)
+    out = subprocess.run([TOOL, "schema", path], capture_output=True, text=True, timeout=60).stdout.strip()
+    os.unlink(path)
+    if (want is None and out != "ok") or (want is not None and (want not in out or not out.startswith("response_format"))):
+        bad.append((schema, want, out))
+check(f"{len(REFUSED)} schemas refused (or not), naming why and where", not bad, bad)
+
+# The mask on LLaMA-2's vocabulary: exactly the tokens whose text json_feed takes after each prefix.
+sp = spm.SentencePieceProcessor(model_file=MODEL)
+def token_text(i):
+    if sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i):
+        return None
+    p = sp.id_to_piece(i)
+    return bytes([int(p[3:5], 16)]) if sp.is_byte(i) else p.replace("\u2581", " ").encode()
+texts = [token_text(i) for i in range(sp.get_piece_size())]
+path = schema_file(PERSON)
+prefixes = [b"", b'{"na', b'{"name": "a', b'{"name": "ab', b'{"name":"x","kind":', b'{"name":"x","kind": "d',
+            b'{"name":"x","kind":7', b'{"name":"x","kind":7,"tags":[', b'{"name":"x","kind":7,"tags":[true',
+            b'{"name":"x","kind":7,"note":', b'{"name":"x","kind":"cat"}']
+masks = tool_lines([TOOL, "mask", MODEL, path], b"\0".join(prefixes) + b"\0", len(prefixes))
+for prefix, line in zip(prefixes, masks):
+    got = {int(x) for x in line.split()}
+    ids = [i for i, t in enumerate(texts) if t and b"\0" not in t]
+    fed = feed(path, [prefix + texts[i] for i in ids] + [prefix])
+    want = {sp.eos_id()} if fed[-1][1] else {i for i, g in zip(ids, fed) if g[0] == len(prefix + texts[i])}
+    check(f"json_mask after {prefix!r}: {len(got)} tokens left, those json_feed takes", got == want,
+          (sorted(got - want)[:10], sorted(want - got)[:10]))
+os.unlink(path)
+
+# burstd on stories260K. A bias toward '"' and '}' ends strings and objects early.
+need_stories()
+stories_sp = spm.SentencePieceProcessor(model_file=os.path.join(STORIES, "tokenizer.model"))
+ends = {str(stories_sp.piece_to_id('"')): 8, str(stories_sp.piece_to_id("<0x7D>")): 30}
+STORY = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "mood": {"enum": ["happy", "sad"]},
+                                          "age": {"type": "integer"},
+                                          "friends": {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 3},
+                                          "pet": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {"kind": {"const": "dog"}}}]}},
+         "required": ["name", "mood", "friends"], "additionalProperties": False}
+validator = jsonschema.Draft202012Validator(STORY)
+fmt = {"response_format": {"type": "json_schema", "json_schema": {"name": "story", "schema": STORY, "strict": True}}}
+story_path = schema_file(STORY)
+with Burstd(STORIES) as srv, Burstd(STORIES, "--speculate", "4") as spec:
+    stops = 0
+    for i, body in enumerate([{"prompt": "Once upon a time", "temperature": 0},
+                              {"prompt": "Lily", "temperature": 0.8, "seed": 9, "logit_bias": ends},
+                              {"prompt": "Tom", "temperature": 0, "logit_bias": ends},
+                              {"prompt": "A", "temperature": 1.2, "seed": 3, "top_p": 0.9, "n": 2, "logit_bias": ends}]):
+        st, _, r = srv.request("POST", "/v1/completions", {**body, **fmt, "max_tokens": 150})
+        for ch in r.get("choices", []):
+            text, finish = ch["text"], ch["finish_reason"]
+            stops += finish == "stop"
+            ok = (finish == "stop" and is_instance(validator, text)) or \
+                 (finish == "length" and feed(story_path, [text.encode()])[0] == (len(text.encode()), 0))
+            check(f"completion {i} with a schema, finish {finish}: an instance, or an instance's beginning", st == 200 and ok,
+                  (st, r))
+        st, events = srv.stream("/v1/completions", {**body, **fmt, "max_tokens": 150, "n": 1})
+        whole = srv.request("POST", "/v1/completions", {**body, **fmt, "max_tokens": 150, "n": 1})[2]["choices"][0]["text"]
+        check("... streamed = whole", stream_text(events) == whole, (stream_text(events), whole))
+        if body["temperature"] == 0:
+            st, _, r2 = spec.request("POST", "/v1/completions", {**body, **fmt, "max_tokens": 150})
+            check("... greedy: the same text with --speculate 4", st == 200 and r2["choices"][0]["text"] == whole, (r2, whole))
+    check("some completions ended their instance at EOS", stops >= 2, stops)
+    chat = {"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 150, "temperature": 0,
+            "logit_bias": ends, **fmt}
+    st, _, r = srv.request("POST", "/v1/chat/completions", chat)
+    msg = r["choices"][0]["message"]["content"] if st == 200 else ""
+    check("chat with a schema: an instance", st == 200 and r["choices"][0]["finish_reason"] == "stop"
+          and is_instance(validator, msg), r)
+    for body, want in [({**fmt, "ignore_eos": True}, "json_schema ends at EOS: not with 'ignore_eos'"),
+                       ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "holding the 'schema'"),
+                       ({"response_format": {"type": "json_schema", "json_schema": {"name": 3, "schema": {}}}},
+                        "json_schema.name' must be a string"),
+                       ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {
+                           "a": {"type": "string", "pattern": "^x"}}}}}},
+                        "response_format.json_schema.schema.properties.a: 'pattern' is not supported")]:
+        st, _, r = srv.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2, **body})
+        check(f"{str(body)[:90]}: 400", st == 400 and want in r["error"]["message"], (st, r))
+os.unlink(story_path)
+check.exit()
