@@ -3,7 +3,8 @@
 // hands them: NUL-terminated. Bodies with bytes outside 1..127 are skipped, as http.c refuses
 // invalid UTF-8 before parsing (\u escapes still reach the parser with any code point). The parser
 // must answer a request or an error and never crash, leak or touch memory it does not own: build
-// with sanitizers (README, "Tests").
+// with sanitizers (README, "Tests"). A request in JSON mode or with a schema then feeds its own
+// bytes to the grammar.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     openai_call call = {.kind = kind, .model = "m", .tok = tok};
     burst_request *r = request_new();
     api_error e;
-    openai_parse(kind, body, &lim, r, &call, &e);
+    if (openai_parse(kind, body, &lim, r, &call, &e) && r->sampling.json) {
+        // The body's bytes as generated text, those the grammar refuses skipped: its states on
+        // the schema the body gave.
+        json_state s, next;
+        json_start(&s, r->sampling.json_schema);
+        for (size_t i = 0; i + 1 < n; i++) {
+            json_copy(&next, &s);
+            if (json_feed(&next, body + i, 1)) json_copy(&s, &next);
+        }
+    }
     openai_call_free(&call);
     request_release(r);
     free(body);
