@@ -25,7 +25,7 @@ static void json_rows(const tokenizer *t) {
         "{\"enum\": [\"happy\", \"sad\", \"hungry\"]}, \"age\": {\"type\": \"integer\"}}, \"required\": [\"name\", \"mood\"]}";
     char err[256];
     cJSON *j = cJSON_Parse(schema_text);
-    json_schema *schema = json_schema_compile(j, err, sizeof err);
+    json_schema *schema = json_schema_compile(j, "schema", err, sizeof err);
     cJSON_Delete(j);
     if (!schema) {
         fprintf(stderr, "bench_sampler: %s\n", err);

@@ -15,7 +15,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     if (!nul) return 0;
     cJSON *j = cJSON_ParseWithLength((const char *)data, (size_t)(nul - data));
     char err[256];
-    json_schema *schema = j ? json_schema_compile(j, err, sizeof err) : NULL;
+    json_schema *schema = j ? json_schema_compile(j, "schema", err, sizeof err) : NULL;
     cJSON_Delete(j);
     if (!schema) return 0;
     json_state s, next;

@@ -9,7 +9,6 @@
 #include "common/burst.h"
 
 enum { JSON_SCHEMA_MAX_NESTING = 64 };
-#define TOP "response_format.json_schema.schema" // where the API holds the schema: errors name places under it
 
 // Classes of a value's first byte (json_node.starts).
 enum { C_OBJECT = 1, C_ARRAY = 2, C_STRING = 4, C_NUMBER = 8, C_BOOLEAN = 16, C_NULL = 32 };
@@ -53,6 +52,7 @@ typedef struct {
     int n_seen, cap_seen, cap_nodes, cap_texts, cap_props, cap_alts;
     int any;   // the node of any value (-1: none yet)
     int depth; // schemas within schemas now (a bound: node_of recurses)
+    const char *where; // the schema's name: errors name places under it
     char *err;
     size_t n_err;
 } compiler;
@@ -365,7 +365,7 @@ static int node_of(compiler *c, const cJSON *j, const char *path) {
 static int node_starts(compiler *c, int n, char *visiting) {
     json_node *node = &c->s->nodes[n];
     if (node->starts) return node->starts;
-    if (visiting[n]) return fail(c, TOP, "'anyOf' alternatives lead back to themselves");
+    if (visiting[n]) return fail(c, c->where, "'anyOf' alternatives lead back to themselves");
     visiting[n] = 1;
     int starts = types_starts(node->types);
     for (int i = 0; i < node->n_values; i++)
@@ -374,17 +374,18 @@ static int node_starts(compiler *c, int n, char *visiting) {
         const int s = node_starts(c, c->s->alts[node->alts + i], visiting);
         if (s < 0) return -1;
         if (s & starts)
-            return fail(c, TOP, "'anyOf' or 'oneOf' alternatives must begin differently (object, array, string, number, boolean, "
-                        "null): two may be the same");
+            return fail(c, c->where,
+                        "'anyOf' or 'oneOf' alternatives must begin differently (object, array, string, number, "
+                        "boolean, null): two may be the same");
         starts |= s;
     }
     visiting[n] = 0;
     return c->s->nodes[n].starts = starts;
 }
 
-json_schema *json_schema_compile(const cJSON *schema, char *err, size_t n_err) {
-    compiler c = {.s = burst_calloc(1, sizeof *c.s), .top = schema, .any = -1, .err = err, .n_err = n_err};
-    const char *path = TOP;
+json_schema *json_schema_compile(const cJSON *schema, const char *where, char *err, size_t n_err) {
+    compiler c = {.s = burst_calloc(1, sizeof *c.s), .top = schema, .any = -1, .where = where, .err = err, .n_err = n_err};
+    const char *path = where;
     err[0] = 0;
     int root = node_of(&c, schema, path);
     char *visiting = burst_calloc((size_t)c.s->n_nodes + 1, 1);

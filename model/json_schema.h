@@ -67,9 +67,9 @@ typedef struct json_schema {
 
 // The schema of JSON mode (response_format {"type": "json_object"}): any object. Static.
 const json_schema *json_schema_any_object(void);
-// schema compiled; NULL with the reason (naming the keyword's place under it) in err where it is not
-// valid or not of the subset.
-json_schema *json_schema_compile(const cJSON *schema, char *err, size_t n_err);
+// schema compiled; NULL with the reason in err where it is not valid or not of the subset, the place
+// named from where, the schema's own name (e.g. "schema.properties.a: 'pattern' is not supported").
+json_schema *json_schema_compile(const cJSON *schema, const char *where, char *err, size_t n_err);
 void json_schema_free(json_schema *s);
 // The class (bit of json_node.starts) of a value whose first byte is c; 0 where none begins so.
 int json_start_class(unsigned char c);

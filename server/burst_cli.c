@@ -30,6 +30,9 @@ static const char usage[] =
     "  --top-p P           nucleus sampling mass (default 1: off)\n"
     "  --top-k K           keep the K most likely tokens (default 0: off)\n"
     "  --seed S            sampling seed (default: from the clock; printed on stderr)\n"
+    "  --json-schema FILE  the completion is an instance of the JSON Schema in FILE, as with the\n"
+    "                      API's response_format json_schema (README; {\"type\": \"object\"}: any\n"
+    "                      object, JSON mode); it ends at EOS once whole\n"
     "  --ctx N             KV cache tokens (default: prompt + max-tokens)\n"
     "  --batch N           tokens per prefill chunk (default 512; 8192 with a cuda backend)\n"
     "  --ranks G           ranks sharing the sequence: BurstAttention prefill, sharded KV cache\n"
@@ -68,6 +71,7 @@ typedef struct {
     float temperature, top_p, join_timeout, node_timeout;
     uint64_t seed;
     const char *kv; // --kv-dtype as given (NULL: the backend's default)
+    const char *json_schema; // --json-schema's file (NULL: none)
     burst_dtype kv_dtype;
 } generate_args;
 
@@ -107,6 +111,7 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
         if (!strcmp(f, "--model")) a->model = v;
         else if (!strcmp(f, "--prompt")) a->prompt = v;
         else if (!strcmp(f, "--prompt-file")) a->prompt_file = v;
+        else if (!strcmp(f, "--json-schema")) a->json_schema = v;
         else if (!strcmp(f, "--max-tokens")) ok = cli_parse_long("burst", f, v, 0, 1 << 30, &n), a->max_tokens = (int)n;
         else if (!strcmp(f, "--top-k")) ok = cli_parse_long("burst", f, v, 0, 1 << 30, &n), a->top_k = (int)n;
         else if (!strcmp(f, "--ctx")) ok = cli_parse_long("burst", f, v, 1, 1 << 30, &n), a->ctx = (int)n;
@@ -145,6 +150,22 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
     return 1;
 }
 
+// --json-schema's file, compiled; NULL with a one-line error on stderr.
+static json_schema *load_json_schema(const char *path) {
+    char *text, why[512];
+    burst_error err;
+    if (burst_read_file(path, 16 << 20, &text, NULL, &err)) {
+        fprintf(stderr, "burst: --json-schema %s\n", err.msg);
+        return NULL;
+    }
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    json_schema *s = j ? json_schema_compile(j, "schema", why, sizeof why) : NULL;
+    if (!s) fprintf(stderr, "burst: --json-schema %s: %s\n", path, j ? why : "not valid JSON");
+    cJSON_Delete(j);
+    return s;
+}
+
 // Writes text to stdout at once, so that tokens appear as they are generated.
 static void emit(char *text) {
     fputs(text, stdout);
@@ -160,8 +181,12 @@ static int generate(const generate_args *a) {
     llama_model *m = NULL;
     int *ids = NULL, n_prompt = 0, rc = 1;
     float *logits = NULL;
+    json_schema *schema = NULL;
+    json_vocab *json = NULL;
+    if (a->json_schema && !(schema = load_json_schema(a->json_schema))) return 1;
     if (tokenizer_load(tok_path, &tok, &err) || tokenizer_encode(tok, a->prompt, 1, &ids, &n_prompt, &err))
         goto fail;
+    if (schema) json = json_vocab_new(tok);
 
     llama_options opt = {.ctx = a->ctx ? a->ctx : n_prompt + a->max_tokens, .n_slots = 1,
                          .max_batch = a->batch, .n_threads = a->threads, .n_ranks = a->ranks,
@@ -187,8 +212,8 @@ static int generate(const generate_args *a) {
             burst_now() - t0);
 
     sampler smp;
-    sampler_init(&smp, &(sampler_params){.temperature = a->temperature, .top_p = a->top_p,
-                                         .top_k = a->top_k, .seed = a->seed}, c->vocab_size);
+    sampler_init(&smp, &(sampler_params){.temperature = a->temperature, .top_p = a->top_p, .top_k = a->top_k,
+                                         .seed = a->seed, .json = json, .json_schema = schema}, c->vocab_size);
     detok_stream ds;
     detok_init(&ds, ids, n_prompt);
     logits = burst_malloc(sizeof(float) * (size_t)c->vocab_size);
@@ -230,6 +255,8 @@ fail:
     free(logits);
     free(ids);
     llama_free(m);
+    json_vocab_free(json);
+    json_schema_free(schema);
     tokenizer_free(tok);
     return rc;
 }

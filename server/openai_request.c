@@ -287,9 +287,11 @@ static int get_response_format(const cJSON *o, const openai_limits *lim, burst_r
     const cJSON *schema_name = cJSON_GetObjectItemCaseSensitive(js, "name");
     if (!cJSON_IsObject(js) || !cJSON_IsObject(schema))
         return BAD(e, "'response_format.json_schema' must be an object holding the 'schema' (an object)");
-    if (schema_name && !cJSON_IsString(schema_name)) return BAD(e, "'response_format.json_schema.name' must be a string");
+    if (schema_name && !cJSON_IsString(schema_name))
+        return BAD(e, "'response_format.json_schema.name' must be a string");
     char why[sizeof e->message];
-    req->sampling.json_schema = req->json_schema = json_schema_compile(schema, why, sizeof why);
+    req->json_schema = json_schema_compile(schema, "response_format.json_schema.schema", why, sizeof why);
+    req->sampling.json_schema = req->json_schema;
     return req->json_schema ? 1 : BAD(e, "%s", why);
 }
 

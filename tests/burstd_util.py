@@ -133,10 +133,10 @@ def logprob_diff(got, ref):
     return max((abs(x - y) for x, y in zip(a, b) if x is not None and y is not None), default=float("nan"))
 
 
-def generate(model, prompt, max_tokens):
-    """`burst generate` greedy text (its trailing newline removed)."""
+def generate(model, prompt, max_tokens, *options):
+    """`burst generate` greedy text (its trailing newline removed), with further options."""
     r = subprocess.run([os.path.join(BIN, "burst"), "generate", "--model", model, "--prompt", prompt,
-                        "--max-tokens", str(max_tokens), "--temperature", "0", "--threads", "1"],
+                        "--max-tokens", str(max_tokens), "--temperature", "0", "--threads", "1", *options],
                        capture_output=True, text=True, timeout=120, env=ENV)
     if r.returncode:
         raise RuntimeError(f"burst generate failed: {r.stderr}")

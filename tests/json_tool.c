@@ -40,7 +40,7 @@ static json_schema *load_schema(const char *path, const char **reason) {
         *reason = "not JSON";
         return NULL;
     }
-    json_schema *s = json_schema_compile(j, err, sizeof err);
+    json_schema *s = json_schema_compile(j, "schema", err, sizeof err);
     cJSON_Delete(j);
     *reason = err;
     return s;
