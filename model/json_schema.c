@@ -276,13 +276,34 @@ static int add_object(compiler *c, int n, const cJSON *j, const char *path) {
     return 0;
 }
 
+// minimum, maximum, exclusiveMinimum and exclusiveMaximum of an integer node: its range, inclusive.
+static int add_range(compiler *c, int n, const cJSON *j, const char *path) {
+    static const char *const keys[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    double lo = -JSON_INTEGER_LIMIT, hi = JSON_INTEGER_LIMIT;
+    for (int i = 0; i < 4; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
+        if (!v) continue;
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return fail(c, path, "'%s' must be a number", keys[i]);
+        const double x = v->valuedouble;
+        if (i < 2) lo = fmax(lo, i ? floor(x) + 1 : ceil(x));
+        else hi = fmin(hi, i == 2 ? floor(x) : ceil(x) - 1);
+    }
+    if (lo > JSON_INTEGER_LIMIT || hi < -JSON_INTEGER_LIMIT)
+        return fail(c, path, "bounds beyond %.0f are not supported", JSON_INTEGER_LIMIT);
+    if (lo > hi) return fail(c, path, "no integer lies within its bounds");
+    json_node *node = &c->s->nodes[n];
+    node->ranged = 1, node->minimum = (int64_t)lo, node->maximum = (int64_t)hi;
+    return 0;
+}
+
 // A schema object's keywords into node n.
 static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
     enum { TYPE, ENUM, CONST, PROPERTIES, REQUIRED, ADDITIONAL, ITEMS, MIN_ITEMS, MAX_ITEMS, MIN_LENGTH, MAX_LENGTH,
-           ANY_OF, ONE_OF, N_KEYWORDS };
+           MINIMUM, MAXIMUM, EXCLUSIVE_MINIMUM, EXCLUSIVE_MAXIMUM, ANY_OF, ONE_OF, N_KEYWORDS };
     static const char *const keywords[N_KEYWORDS] = {
-        "type",     "enum",     "const",     "properties", "required", "additionalProperties", "items",
-        "minItems", "maxItems", "minLength", "maxLength",  "anyOf",    "oneOf"};
+        "type",      "enum",    "const",   "properties",       "required",         "additionalProperties",
+        "items",     "minItems", "maxItems", "minLength",      "maxLength",        "minimum",
+        "maximum",   "exclusiveMinimum",   "exclusiveMaximum", "anyOf",            "oneOf"};
     int has[N_KEYWORDS] = {0};
     for (const cJSON *k = j->child; k; k = k->next) {
         int i = 0;
@@ -302,9 +323,11 @@ static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
     }
     int types = has[TYPE] ? parse_types(c, cJSON_GetObjectItemCaseSensitive(j, "type"), path) : 0;
     if (types < 0) return -1;
-    if (has[ENUM] || has[CONST]) {
+    if (has[ENUM] || has[CONST]) { // (the values are matched as they are: nothing else may constrain them)
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(j, "enum");
         if (has[ENUM] && has[CONST]) return fail(c, path, "'enum' beside 'const' is not supported");
+        for (int i = PROPERTIES; i < ANY_OF; i++)
+            if (has[i]) return fail(c, path, "'%s' beside '%s' is not supported", keywords[i], has[ENUM] ? "enum" : "const");
         if (has[ENUM] && (!cJSON_IsArray(list) || !cJSON_GetArraySize(list)))
             return fail(c, path, "'enum' must be a list of values");
         return add_values(c, n, list, cJSON_GetObjectItemCaseSensitive(j, "const"), types, path);
@@ -313,8 +336,15 @@ static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
         types = has[PROPERTIES] || has[REQUIRED] || has[ADDITIONAL]  ? JSON_OBJECT
                 : has[ITEMS] || has[MIN_ITEMS] || has[MAX_ITEMS]    ? JSON_ARRAY
                 : has[MIN_LENGTH] || has[MAX_LENGTH]                ? JSON_STRING
+                : has[MINIMUM] || has[MAXIMUM] || has[EXCLUSIVE_MINIMUM] || has[EXCLUSIVE_MAXIMUM] ? JSON_NUMBER
                                                                     : JSON_ANY;
     c->s->nodes[n].types = types;
+    for (int i = MINIMUM; i <= EXCLUSIVE_MAXIMUM; i++)
+        if (has[i] && types & JSON_NUMBER)
+            return fail(c, path, "'%s' is supported on integers only (\"type\": \"integer\")", keywords[i]);
+    if ((has[MINIMUM] || has[MAXIMUM] || has[EXCLUSIVE_MINIMUM] || has[EXCLUSIVE_MAXIMUM]) && types & JSON_INTEGER &&
+        add_range(c, n, j, path) < 0)
+        return -1;
     if (types & JSON_OBJECT && add_object(c, n, j, path) < 0) return -1;
     if (types & JSON_ARRAY) {
         const cJSON *items = cJSON_GetObjectItemCaseSensitive(j, "items");

@@ -2,12 +2,13 @@
 // compiled into the nodes that json_grammar.h walks as the text grows, so that the text is an
 // instance of it. The subset, that of OpenAI's structured outputs and of what Pydantic writes:
 //   type (a name or a list of names), enum, const, properties, required, additionalProperties,
-//   items, minItems, maxItems, minLength, maxLength; anyOf and oneOf whose alternatives begin
+//   items, minItems, maxItems, minLength, maxLength, minimum, maximum, exclusiveMinimum and
+//   exclusiveMaximum (of integers: on "number" they are refused); anyOf and oneOf whose alternatives begin
 //   differently (an object, an array, a string, a number, a boolean, null: a value's first byte
 //   picks the alternative); allOf of one schema; $ref to "#", "#/$defs/NAME" or
 //   "#/definitions/NAME" (recursion allowed); and annotations, which change nothing (title,
 //   description, default, examples, $schema, $id, $comment, $defs, definitions, deprecated,
-//   readOnly, writeOnly). Anything else (pattern, format, minimum, ...) is refused, not ignored:
+//   readOnly, writeOnly). Anything else (pattern, format, multipleOf, ...) is refused, not ignored:
 //   text that ignored it might not be an instance. The text is an object: the schema's top must
 //   allow one.
 // Where the schema leaves a choice, the text takes one form: an object's properties in the
@@ -17,6 +18,7 @@
 #pragma once
 #include <cjson/cJSON.h>
 #include <stddef.h>
+#include <stdint.h>
 
 // What a value may be (json_node.types).
 enum {
@@ -53,9 +55,12 @@ typedef struct {
     int items;                      // JSON_ARRAY: each item's node
     int min_items, max_items;       // JSON_ARRAY (max JSON_UNLIMITED: none)
     int min_length, max_length;     // JSON_STRING: in characters (code points)
+    int ranged;                     // JSON_INTEGER: within [minimum, maximum]
+    int64_t minimum, maximum;
 } json_node;
 
 enum { JSON_UNLIMITED = 65535 }; // counts stop here (json_state's are 16 bits)
+#define JSON_INTEGER_LIMIT 9007199254740991.0 // 2^53 - 1: integer bounds within +-this (doubles hold them exactly)
 
 typedef struct json_schema {
     json_node *nodes;

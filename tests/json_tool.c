@@ -10,7 +10,7 @@
 //   json_tool walk schema.json seed n: n texts (NUL-separated) the grammar takes, each byte drawn
 //     from those it allows next (from tab up; ASCII only in 7 draws of 8 where it allows some), past 200 bytes the first allowed of
 //     "}]n0tf, (towards an end); a walk that has not ended in 20000 bytes is left out (after 4n
-//     walks, fewer than n texts).
+//     walks, fewer than n texts); one where no byte may come next is an error (exit 3).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,7 +61,10 @@ static void walk(const json_schema *schema, unsigned seed, int n) {
                 if (json_feed(&next, &(char){(char)c}, 1)) allowed[n_allowed++] = (unsigned char)c, n_ascii += c < 128;
             }
             if (n_ascii && rand() % 8) n_allowed = n_ascii;
-            if (!n_allowed) break;
+            if (!n_allowed) { // a text taken that no byte continues: the mask would leave only EOS
+                fprintf(stderr, "json_tool: a dead end after %.*s\n", len, text);
+                exit(3);
+            }
             for (const char *p = "\"}]n0tf,"; len > 200 && *p && pick < 0; p++)
                 if (memchr(allowed, *p, (size_t)n_allowed)) pick = *p;
             text[len++] = (char)(pick >= 0 ? pick : allowed[rand() % n_allowed]);

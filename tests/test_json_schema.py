@@ -6,7 +6,7 @@ are taken whole and each prefix is taken; targeted violations are refused; schem
 are refused, naming why; json_mask leaves exactly the LLaMA-2 tokens json_feed takes. Then burstd:
 completions and chats with a schema are instances when they end at EOS and an instance's beginning
 when cut by max_tokens, streamed as whole, the same under --speculate, and the 400s."""
-import json, os, random, subprocess, sys, tempfile
+import json, math, os, random, subprocess, sys, tempfile
 
 from burstd_util import BIN, STORIES, Burstd, Checks, generate, need_stories, stream_text
 from tokenizer_reference import MODEL, spm, tool_lines
@@ -44,6 +44,12 @@ def random_schema(rng, depth, refs):
         if rng.random() < 0.5:
             s["maxLength"] = s.get("minLength", 0) + rng.randrange(6)
         return s
+    if kind == "integer" and rng.random() < 0.5:
+        s = {"type": "integer"}
+        lo = rng.choice([0, -3, 7, -1000, 12345, 2.5, -0.5])
+        for key in rng.sample(["minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"], rng.randrange(1, 3)):
+            s[key] = lo if key.lower().endswith("minimum") else lo + rng.choice([0, 1, 2, 9, 10, 99, 1000, 10 ** 9])
+        return s if integer_bounds(s)[0] <= integer_bounds(s)[1] else {"type": "integer", "minimum": lo}
     if kind in SCALARS:
         return {"type": kind}
     if kind == "enum":
@@ -69,6 +75,13 @@ def random_schema(rng, depth, refs):
                 {"type": "array", "items": {"type": "integer"}}, random_object(rng, depth + 1, refs)]
         return {rng.choice(["anyOf", "oneOf"]): rng.sample(alts, rng.randrange(1, 4)), "title": "alternatives"}
     return random_object(rng, depth, refs)
+
+
+def integer_bounds(s):
+    """An integer schema's range, inclusive."""
+    lo = max(math.ceil(s.get("minimum", -2 ** 53)), math.floor(s.get("exclusiveMinimum", -2 ** 53 - 1)) + 1)
+    hi = min(math.floor(s.get("maximum", 2 ** 53)), math.ceil(s.get("exclusiveMaximum", 2 ** 53 + 1)) - 1)
+    return lo, hi
 
 
 def random_object(rng, depth, refs):
@@ -132,7 +145,9 @@ def instance(rng, s, top, depth=0):
         lo = s.get("minLength", 0)
         return dump("".join(rng.choice(CHARS) for _ in range(rng.randint(lo, s.get("maxLength", lo + 6)))))
     if t == "integer":
-        return dump(rng.choice([0, -7, rng.randrange(-10**6, 10**12)]))
+        lo, hi = integer_bounds(s)
+        return dump(rng.choice([max(lo, min(hi, v)) for v in (0, -7, 10, rng.randrange(-10**6, 10**12))] +
+                               [rng.randint(lo, min(hi, lo + 10**6)), rng.randint(max(lo, hi - 10**6), hi)]))
     if t == "number":
         return dump(rng.choice([0, -2, 3.25, -0.5, 1e-07, 6.02e23, rng.uniform(-100, 100)]))
     return dump(rng.choice([True, False]) if t == "boolean" else None)
@@ -231,6 +246,18 @@ CASES = [(PERSON, b'{"name":"ab","kind":"cat"}', 1), (PERSON, b'{"kind":"cat"}',
          ({}, b'{"x":[1,{"y":null}]}', 1), ({"type": ["object", "null"]}, b"null", 0),
          ({"enum": [{"a": 1}, {}]}, b'{"a":1}', 1), ({"enum": [{"a": 1}, {}]}, b'{}', 1), ({"enum": [{"a": 1}]}, b'{}', 0),
          ({"anyOf": [{"type": "null"}, V]}, b'{"v":1}', 1), ({"anyOf": [{"type": "null"}, V]}, b'{"v":"1"}', 0)]
+AGE = {"type": "object", "properties": {"a": {"type": "integer", "minimum": -5, "exclusiveMaximum": 120}}}
+NEG = {"type": "object", "properties": {"a": {"type": "integer", "minimum": -2000, "maximum": -1000}}}
+for v, whole in [(0, 1), (-5, 1), (-6, 0), (119, 1), (120, 0), (7, 1), (1000, 0), ("-0", 1), ("00", 0), ("1.0", 0)]:
+    CASES.append((AGE, b'{"a":%s}' % str(v).encode(), whole))
+for v, whole in [(-1000, 1), (-2000, 1), (-1500, 1), (-999, 0), (-2001, 0), (-20000, 0), ("-0", 0), (5, 0)]:
+    CASES.append((NEG, b'{"a":%s}' % str(v).encode(), whole))
+# Where a bound refuses: at the digit that no integer in range begins with, else at the end.
+HUNDREDS = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 100, "maximum": 500}}}
+TAKEN = [(AGE, b'{"a":120}', 7), (AGE, b'{"a":119}', 9), (AGE, b'{"a":-6}', 6), (AGE, b'{"a":-0}', 8),
+         (HUNDREDS, b'{"a":1}', 6), (HUNDREDS, b'{"a":50}', 7), (HUNDREDS, b'{"a":501}', 7), (HUNDREDS, b'{"a":6', 5),
+         (HUNDREDS, b'{"a":-', 5), (HUNDREDS, b'{"a":0', 5), (NEG, b'{"a":-1', 7), (NEG, b'{"a":-1}', 7),
+         (NEG, b'{"a":-3', 6), (NEG, b'{"a":-10000', 10)]
 bad = []
 for i, (schema, text, whole) in enumerate(CASES):
     path = schema_file(schema)
@@ -240,12 +267,28 @@ for i, (schema, text, whole) in enumerate(CASES):
     if got[1] != whole or (whole and not reference):
         bad.append((i, text, got, reference))
 check(f"{len(CASES)} instances and violations of each constraint: taken whole or not", not bad, bad)
+bad = []
+for schema, text, taken in TAKEN:
+    path = schema_file(schema)
+    got = feed(path, [text])[0][0]
+    os.unlink(path)
+    if got != taken:
+        bad.append((text, got, taken))
+check(f"{len(TAKEN)} integers near their bounds: refused at the first byte no instance continues", not bad, bad)
 
 REFUSED = [({"type": "string"}, "the top must allow an object"), ({"enum": [[], 1]}, "the top must allow an object"),
            ({"type": ["object", "null"]}, None), ({"enum": [{}]}, None), ({}, None),
            ({"type": "object", "properties": {"a": {"type": "string", "pattern": "x"}}}, "properties.a: 'pattern' is not"),
            ({"type": "object", "properties": {"a": {"type": "string", "format": "date"}}}, "'format' is not supported"),
-           ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}}, "'minimum' is not supported"),
+           ({"type": "object", "properties": {"a": {"type": "number", "minimum": 0}}}, "'minimum' is supported on integers only"),
+           ({"type": "object", "properties": {"a": {"maximum": 0}}}, "'maximum' is supported on integers only"),
+           ({"type": "object", "properties": {"a": {"type": "integer", "exclusiveMinimum": True}}},
+            "'exclusiveMinimum' must be a number"),
+           ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 1e300}}}, "bounds beyond"),
+           ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 2.5, "maximum": 2.9}}},
+            "no integer lies within its bounds"),
+           ({"type": "object", "properties": {"a": {"enum": ["a", "bbb"], "maxLength": 2}}}, "'maxLength' beside 'enum'"),
+           ({"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 2}}}, "'multipleOf' is not supported"),
            ({"type": "object", "properties": {"a": {"type": "strin"}}}, "'type' must name"),
            ({"type": "object", "required": ["b"], "properties": {"a": {}}}, "'required' names 'b', which 'properties' does not give"),
            ({"type": "object", "properties": {"a": {"anyOf": [{"type": "string"}, {"enum": ["x"]}]}}}, "must begin differently"),
