@@ -38,6 +38,7 @@ int api_error_model_not_found(api_error *e, const char *served, const char *aske
 typedef struct {
     long long text_offset; // completions with logprobs: characters of text before the next token
     int sent_role;         // chat streams name the role in a choice's first chunk only
+    int sent_call;         // and a function call's id, type and name
     char *echo;            // completions with echo: its prompt's text, put before its completion
                            // (malloc'd; a stream frees it once sent)
 } openai_choice_state;
@@ -56,6 +57,8 @@ typedef struct {
     int *prompt_lens;    // the caller may take them (setting them NULL)
     int n_choices;       // choices in all: n_prompts x OpenAI's n; choice i*n + j is prompt i's j-th
     openai_choice_state *state; // (n_choices) malloc'd
+    char *tool;          // chats: the function each choice calls (tool_choice): its text is the call's
+                         // arguments, sent as the message's "tool_calls" (malloc'd; NULL: text)
 } openai_call;
 
 void openai_call_free(openai_call *call);
@@ -71,8 +74,8 @@ typedef struct {
 } openai_limits;
 
 // Parses a request body (valid UTF-8, NUL-terminated) into req's prompt (the first of a batch),
-// max_tokens, n_choices, sampling (penalties, logit bias), stop strings, ignore_eos and logprobs,
-// and call's stream, include_usage, logprobs, the batch's other prompts, n_choices (OpenAI's n up to
+// max_tokens, n_choices, sampling (penalties, logit bias, JSON mode or a schema: response_format or a
+// named function call's parameters), stop strings, ignore_eos and logprobs, and call's tool, stream, include_usage, logprobs, the batch's other prompts, n_choices (OpenAI's n up to
 // lim's max_choices, 1 with echo) and each choice's echo. Every prompt must fit the context with
 // max_tokens. Returns 1, or 0 with a 400 in e, a 404 when it names another model (call may hold
 // prompts and state either way).

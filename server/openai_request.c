@@ -295,20 +295,85 @@ static int get_response_format(const cJSON *o, const openai_limits *lim, burst_r
     return req->json_schema ? 1 : BAD(e, "%s", why);
 }
 
+// A chat's "tools" (functions: {"type": "function", "function": {"name", "description",
+// "parameters", "strict"}}) and "tool_choice". A function named by tool_choice ({"type":
+// "function", "function": {"name"}}, or "required" with one tool) is what the answer is: a call of
+// it, its arguments held to its parameters (a JSON schema, as response_format json_schema holds a
+// text; none: no arguments, "{}"), sent as the message's "tool_calls" (vLLM's named function
+// calling). "none" leaves the tools out. "auto", the default with tools, is a 400: burstd cannot
+// tell a model's call from its text. The tools are not put in the prompt.
+static int get_tools(const cJSON *o, openai_kind kind, burst_request *req, openai_call *call, const openai_limits *lim,
+                     api_error *e) {
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(o, "tools");
+    const cJSON *choice = cJSON_GetObjectItemCaseSensitive(o, "tool_choice");
+    const int n = cJSON_IsArray(tools) ? cJSON_GetArraySize(tools) : 0;
+    if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools)) return BAD(e, "'tools' must be a list of functions");
+    if (n && kind == OPENAI_COMPLETION) return BAD(e, "'tools' are for chat completions");
+    const cJSON *named = NULL; // the function tool_choice names (its "function" object)
+    if (cJSON_IsObject(choice)) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(choice, "type");
+        named = cJSON_GetObjectItemCaseSensitive(choice, "function");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") ||
+            !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(named, "name")))
+            return BAD(e, "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                          "\"function\": {\"name\": ...}}");
+    } else if (choice && !cJSON_IsNull(choice) &&
+               !(cJSON_IsString(choice) && (!strcmp(choice->valuestring, "none") || !strcmp(choice->valuestring, "auto") ||
+                                            !strcmp(choice->valuestring, "required")))) {
+        return BAD(e, "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                      "\"function\": {\"name\": ...}}");
+    }
+    const cJSON *picked = NULL; // the tool called, tools[at]
+    int at = 0;
+    for (int i = 0; i < n; i++) {
+        const cJSON *t = cJSON_GetArrayItem(tools, i), *type = cJSON_GetObjectItemCaseSensitive(t, "type");
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(t, "function"), *name = cJSON_GetObjectItemCaseSensitive(f, "name");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsString(name) || !name->valuestring[0])
+            return BAD(e, "'tools'[%d] must be {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": "
+                          "{...}}}", i);
+        if (named ? !strcmp(name->valuestring, cJSON_GetObjectItemCaseSensitive(named, "name")->valuestring) : n == 1)
+            picked = t, at = i;
+    }
+    const char *mode = cJSON_IsString(choice) ? choice->valuestring : named ? "function" : "auto";
+    if (!n) {
+        if (named || !strcmp(mode, "required")) return BAD(e, "'tool_choice' %s needs 'tools'", mode);
+        return 1;
+    }
+    if (!strcmp(mode, "none")) return 1;
+    if (!strcmp(mode, "auto"))
+        return BAD(e, "'tool_choice' \"auto\" (the default with 'tools') is not supported: burstd cannot tell a call from "
+                      "text; name the function ({\"type\": \"function\", \"function\": {\"name\": ...}}) or, with "
+                      "one tool, \"required\"");
+    if (!picked && named) return BAD(e, "'tool_choice' names a function 'tools' does not hold");
+    if (!picked) return BAD(e, "'tool_choice' \"required\" is supported with one tool only: name the function");
+    if (req->sampling.json) return BAD(e, "a function call and 'response_format' cannot both shape the answer");
+    if (req->ignore_eos) return BAD(e, "a function call ends at EOS: not with 'ignore_eos'");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(picked, "function");
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(f, "parameters");
+    if (params && !cJSON_IsObject(params)) return BAD(e, "'tools' function parameters must be a JSON schema (an object)");
+    cJSON *none = params ? NULL : cJSON_Parse("{\"type\": \"object\", \"additionalProperties\": false}");
+    char why[sizeof e->message], where[64];
+    snprintf(where, sizeof where, "tools[%d].function.parameters", at);
+    req->json_schema = json_schema_compile(params ? params : none, where, why, sizeof why);
+    cJSON_Delete(none);
+    if (!req->json_schema) return BAD(e, "%s", why);
+    req->sampling.json = lim->json, req->sampling.json_schema = req->json_schema;
+    call->tool = strdup(cJSON_GetObjectItemCaseSensitive(f, "name")->valuestring);
+    return 1;
+}
+
 // Fields that would change the answer and that burstd does not do: a 400 says so, rather than an
 // answer that ignores them. Their harmless values (null, 1, an empty list) pass.
 static int reject_unsupported(const cJSON *o, api_error *e) {
     const cJSON *suffix = cJSON_GetObjectItemCaseSensitive(o, "suffix");
     const cJSON *best_of = cJSON_GetObjectItemCaseSensitive(o, "best_of");
-    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(o, "tools");
     const cJSON *functions = cJSON_GetObjectItemCaseSensitive(o, "functions");
     if (suffix && !cJSON_IsNull(suffix) && !(cJSON_IsString(suffix) && !suffix->valuestring[0]))
         return BAD(e, "'suffix' (text insertion) is not supported");
     if (best_of && !cJSON_IsNull(best_of) && !(cJSON_IsNumber(best_of) && best_of->valuedouble == 1))
         return BAD(e, "'best_of' other than 1 is not supported");
-    if ((tools && !cJSON_IsNull(tools) && !(cJSON_IsArray(tools) && cJSON_GetArraySize(tools) == 0)) ||
-        (functions && !cJSON_IsNull(functions) && !(cJSON_IsArray(functions) && cJSON_GetArraySize(functions) == 0)))
-        return BAD(e, "tool and function calling are not supported");
+    if (functions && !cJSON_IsNull(functions) && !(cJSON_IsArray(functions) && cJSON_GetArraySize(functions) == 0))
+        return BAD(e, "'functions' (deprecated) is not supported: use 'tools' with a named 'tool_choice'");
     return 1;
 }
 
@@ -350,7 +415,7 @@ int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, b
     }
     ok = ok && get_bool(o, "stream", &call->stream, e) && get_stream_options(o, call, e) && get_stop(o, req, e);
     ok = ok && get_sampling(o, req, e) && get_logit_bias(o, lim, req, e) && get_response_format(o, lim, req, e) &&
-         get_logprobs(o, kind, req, call, e);
+         get_tools(o, kind, req, call, lim, e) && get_logprobs(o, kind, req, call, e);
     ok = ok && (kind == OPENAI_CHAT || get_echo(o, req, &echo, e)) && get_choices(o, lim, req, call, echo, texts, e);
     ok = ok && get_max_tokens(o, kind, lim, req, call, echo, e);
     free(texts);
@@ -364,5 +429,6 @@ void openai_call_free(openai_call *call) {
     free(call->prompts);
     free(call->prompt_lens);
     free(call->state);
-    call->prompts = NULL, call->prompt_lens = NULL, call->state = NULL;
+    free(call->tool);
+    call->prompts = NULL, call->prompt_lens = NULL, call->state = NULL, call->tool = NULL;
 }

@@ -166,9 +166,30 @@ static void add_logprobs(const openai_call *c, openai_choice_state *st, cJSON *c
                                                                                : chat_logprobs(c, lp, n));
 }
 
+// A chat's function call: {"id", "type", "function": {"name", "arguments"}} (in a stream the first
+// chunk's; those after it carry more of the arguments alone, and every one an "index").
+static void add_call(openai_call *c, openai_choice_state *st, cJSON *message, const char *id, const char *text) {
+    if (!c->stream) cJSON_AddNullToObject(message, "content");
+    if (st->sent_call && !text) return;
+    cJSON *call = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(message, "tool_calls"), call);
+    if (c->stream) cJSON_AddNumberToObject(call, "index", 0);
+    if (!st->sent_call) {
+        char call_id[96];
+        snprintf(call_id, sizeof call_id, "call_%s_%d", id, (int)(st - c->state));
+        cJSON_AddStringToObject(call, "id", call_id);
+        cJSON_AddStringToObject(call, "type", "function");
+    }
+    cJSON *f = cJSON_AddObjectToObject(call, "function");
+    if (!st->sent_call) cJSON_AddStringToObject(f, "name", c->tool);
+    cJSON_AddStringToObject(f, "arguments", text ? text : "");
+    st->sent_call = c->stream;
+}
+
 // The choice's text: "text" for completions (after the echoed prompt: a stream sends it with its
-// first text), a delta (or message) for chats.
-static void add_text(openai_call *c, openai_choice_state *st, cJSON *choice, const char *key, const char *text) {
+// first text), a delta (or message) for chats, or a chat's function call.
+static void add_text(openai_call *c, openai_choice_state *st, cJSON *choice, const char *id, const char *key,
+                     const char *text) {
     if (c->kind == OPENAI_COMPLETION) {
         char *all = join(st->echo ? st->echo : "", text ? text : "");
         cJSON_AddStringToObject(choice, "text", all);
@@ -182,7 +203,8 @@ static void add_text(openai_call *c, openai_choice_state *st, cJSON *choice, con
     cJSON *d = cJSON_AddObjectToObject(choice, key);
     if (!st->sent_role) cJSON_AddStringToObject(d, "role", "assistant");
     st->sent_role = c->stream;
-    if (text) cJSON_AddStringToObject(d, "content", text);
+    if (c->tool) add_call(c, st, d, id, text);
+    else if (text) cJSON_AddStringToObject(d, "content", text);
 }
 
 // A stream chunk of one choice: its text and the logprobs of the n_lp tokens that begin in it.
@@ -190,7 +212,7 @@ static cJSON *chunk(openai_call *c, const char *id, int index, const char *text,
                     cJSON **choice) {
     cJSON *o = envelope(c, id, 1);
     *choice = add_choice(o, index);
-    add_text(c, &c->state[index], *choice, "delta", text);
+    add_text(c, &c->state[index], *choice, id, "delta", text);
     add_logprobs(c, &c->state[index], *choice, lp, n_lp);
     return o;
 }
@@ -233,7 +255,7 @@ char *openai_response(openai_call *c, const char *id, const openai_choice *choic
     request_result res[c->n_choices];
     for (int i = 0; i < c->n_choices; i++) {
         cJSON *choice = add_choice(o, i);
-        add_text(c, &c->state[i], choice, "message", choices[i].text);
+        add_text(c, &c->state[i], choice, id, "message", choices[i].text);
         add_logprobs(c, &c->state[i], choice, choices[i].lp, choices[i].n_lp);
         cJSON_AddStringToObject(choice, "finish_reason", finish_reason_str(choices[i].result.finish));
         res[i] = choices[i].result;

@@ -45,6 +45,16 @@ const schemaChat = await client.chat.completions.create({
   model, messages: [{ role: "user", content: "Tell me a story" }], max_tokens: 40, temperature: 0,
   response_format: { type: "json_schema", json_schema: { name: "story", strict: true, schema: JSON.parse(process.env.SCHEMA) } },
 });
+const tool = {
+  model, messages: [{ role: "user", content: "Tell me a story" }], max_tokens: 40, temperature: 0,
+  tools: [{ type: "function", function: { name: "story", parameters: JSON.parse(process.env.SCHEMA) } }],
+  tool_choice: { type: "function", function: { name: "story" } },
+};
+const toolChat = await client.chat.completions.create(tool);
+let toolStreamed = "";
+for await (const chunk of await client.chat.completions.create({ ...tool, stream: true })) {
+  for (const call of chunk.choices[0]?.delta?.tool_calls ?? []) toolStreamed += call.function?.arguments ?? "";
+}
 const models = await client.models.list();
 const retrieved = await client.models.retrieve(model);
 console.log(JSON.stringify({ chat: chat.text, completion: completion.text, usage: completion.usage,
@@ -52,4 +62,5 @@ console.log(JSON.stringify({ chat: chat.text, completion: completion.text, usage
                              retrieved: retrieved.id,
                              chat_n2: chatN2.choices.map((c) => c.message.content), completion_n2: completionN2,
                              json_chat: jsonChat.choices[0].message.content,
-                             schema_chat: schemaChat.choices[0].message.content }));
+                             schema_chat: schemaChat.choices[0].message.content,
+                             tool_call: toolChat.choices[0].message.tool_calls[0].function, tool_streamed: toolStreamed }));

@@ -394,6 +394,54 @@ with Burstd(STORIES) as srv, Burstd(STORIES, "--speculate", "4") as spec:
                         "response_format.json_schema.schema.properties.a: 'pattern' is not supported")]:
         st, _, r = srv.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2, **body})
         check(f"{str(body)[:90]}: 400", st == 400 and want in r["error"]["message"], (st, r))
+
+    # Named function calls: the answer is a call whose arguments are the text the same schema gives.
+    tools = [{"type": "function", "function": {"name": "tell", "description": "a story's facts", "parameters": STORY}},
+             {"type": "function", "function": {"name": "noop"}}]
+    named = {"type": "function", "function": {"name": "tell"}}
+    chat = {k: v for k, v in chat.items() if k != "response_format"}
+    st, _, r = srv.request("POST", "/v1/chat/completions", {**chat, "tools": tools, "tool_choice": named})
+    calls = r["choices"][0]["message"].get("tool_calls") if st == 200 else None
+    check("a named function call: one call of it, its arguments the text response_format gives",
+          st == 200 and r["choices"][0]["message"]["content"] is None and len(calls) == 1 and calls[0]["type"] == "function"
+          and calls[0]["id"].startswith("call_") and calls[0]["function"] == {"name": "tell", "arguments": msg}
+          and r["choices"][0]["finish_reason"] == "stop", r)
+    st, events = srv.stream("/v1/chat/completions", {**chat, "tools": tools, "tool_choice": named})
+    deltas = [e["choices"][0]["delta"] for e in events if isinstance(e, dict) and e.get("choices")]
+    parts = [d.get("tool_calls", [{}])[0] for d in deltas]
+    check("... streamed: the first chunk names the call, the rest carry its arguments",
+          st == 200 and parts[0].get("id", "").startswith("call_") and parts[0]["function"]["name"] == "tell"
+          and all("id" not in p and "name" not in p.get("function", {}) for p in parts[1:])
+          and "".join(p.get("function", {}).get("arguments", "") for p in parts) == msg
+          and not any("content" in d for d in deltas), deltas[:3])
+    one = {**chat, "tools": tools[:1], "tool_choice": "required"}
+    st, _, r = srv.request("POST", "/v1/chat/completions", one)
+    check("... 'required' with one tool: the same call", st == 200 and
+          r["choices"][0]["message"]["tool_calls"][0]["function"] == calls[0]["function"], r)
+    st, _, r = srv.request("POST", "/v1/chat/completions", {**chat, "tools": tools, "n": 2, "temperature": 1, "seed": 4,
+                                                            "tool_choice": {"type": "function", "function": {"name": "noop"}}})
+    args = [c["message"]["tool_calls"][0]["function"]["arguments"] for c in r.get("choices", [])]
+    check("... a function without parameters: '{}' in each of n choices", st == 200 and len(args) == 2
+          and all(json.loads(a) == {} for a in args), r)
+    st, _, r = srv.request("POST", "/v1/chat/completions", {**chat, "tools": tools, "tool_choice": "none"})
+    check("... tool_choice none: a text answer", st == 200 and isinstance(r["choices"][0]["message"]["content"], str)
+          and "tool_calls" not in r["choices"][0]["message"], r)
+    bad_tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "a": {"type": "string", "pattern": "x"}}}}}]
+    for path, body, want in [
+            ("/v1/chat/completions", {"tools": tools}, "'tool_choice' \"auto\" (the default with 'tools') is not supported"),
+            ("/v1/chat/completions", {"tools": tools, "tool_choice": "required"}, "with one tool only"),
+            ("/v1/chat/completions", {"tools": tools, "tool_choice": {"type": "function", "function": {"name": "x"}}},
+             "names a function 'tools' does not hold"),
+            ("/v1/chat/completions", {"tool_choice": named}, "'tool_choice' function needs 'tools'"),
+            ("/v1/chat/completions", {"tools": [{"type": "retrieval"}], "tool_choice": "required"}, "'tools'[0] must be"),
+            ("/v1/chat/completions", {"tools": bad_tool, "tool_choice": "required"},
+             "tools[0].function.parameters.properties.a: 'pattern' is not supported"),
+            ("/v1/chat/completions", {"tools": tools, "tool_choice": named, **fmt}, "cannot both shape the answer"),
+            ("/v1/chat/completions", {"tools": tools, "tool_choice": named, "ignore_eos": True}, "not with 'ignore_eos'"),
+            ("/v1/completions", {"prompt": "x", "tools": tools, "tool_choice": named}, "'tools' are for chat completions")]:
+        st, _, r = srv.request("POST", path, {"messages": chat["messages"], **body})
+        check(f"tools: {str(body)[:80]}: 400", st == 400 and want in r["error"]["message"], (st, r))
 bad_path = schema_file({"type": "object", "properties": {"a": {"type": "string", "pattern": "^x"}}})
 r = subprocess.run([os.path.join(BIN, "burst"), "generate", "--model", STORIES, "--prompt", "x", "--json-schema", bad_path],
                    capture_output=True, text=True, timeout=60)

@@ -1,7 +1,8 @@
 """The official `openai` npm client (tests/package.json; `npm ci --prefix tests` installs it)
 streams a chat completion and a completion from burstd, with an API key, and receives the same
 text `burst generate` gives greedily, the usage it asked for, a chat's logprobs, and chats in JSON
-mode and with a JSON schema as the same requests over HTTP get them. Skips (77) where node or the
+mode and with a JSON schema as the same requests over HTTP get them, and a named function call
+(whole and streamed) whose arguments are the schema's answer. Skips (77) where node or the
 package is missing."""
 import json
 import os
@@ -57,4 +58,7 @@ with Burstd(STORIES, "--api-key", "test-key") as srv:
     check("chat with a JSON schema: the client's answer = the same request's over HTTP, an instance",
           out.get("schema_chat") == schema_ref and raw["choices"][0]["finish_reason"] == "stop"
           and set(json.loads(schema_ref)) == {"name", "mood"}, (out.get("schema_chat"), raw))
+    check("a named function call reaches the client, whole and streamed: arguments = the schema's answer",
+          out.get("tool_call") == {"name": "story", "arguments": schema_ref} and out.get("tool_streamed") == schema_ref,
+          (out.get("tool_call"), out.get("tool_streamed")))
 check.exit()

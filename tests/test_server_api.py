@@ -156,7 +156,9 @@ with Burstd(STORIES) as srv:
         ("POST", H, {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema"}},
          400, "'response_format.json_schema' must be an object holding the 'schema'"),
         ("POST", H, {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}, 400,
-         "tool and function calling are not supported"),
+         "'tools'[0] must be {\"type\": \"function\""),
+        ("POST", H, {"messages": [{"role": "user", "content": "x"}], "functions": [{"name": "f"}]}, 400,
+         "'functions' (deprecated) is not supported"),
         ("POST", C, {"prompt": "x", "max_tokens": 600}, 400, "maximum context length is 512 tokens. However, you "
          "requested 603 tokens (3 in the prompt, 600 for the completion)"),
         ("POST", C, {"prompt": "x " * 600}, 400, "maximum context length is 512"),
