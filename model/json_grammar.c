@@ -14,6 +14,9 @@ enum { J_START, J_VALUE, J_VALUE_OR_CLOSE, J_KEY, J_KEY_OR_CLOSE, J_COLON, J_AFT
 enum { N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
 // Within a string: S_PLAIN, after a backslash, or S_HEX + k after \u and k of its 4 digits.
 enum { S_PLAIN, S_ESCAPE, S_HEX };
+// Within a time's string (format time or date-time), after its seconds: where it is, and in
+// matched its part's bytes so far. (A formatted string has no escapes: its phases take sub.)
+enum { F_SECONDS = S_PLAIN, F_FRACTION, F_OFFSET, F_END };
 
 void json_start(json_state *s, const json_schema *schema) {
     if (!schema) schema = json_schema_any_object();
@@ -88,8 +91,93 @@ static int close_container(json_state *s, int object) {
 }
 
 static int start_string(json_state *s, int key) {
-    s->mode = J_STRING, s->key = (uint8_t)key, s->sub = S_PLAIN, s->chars = 0;
+    s->mode = J_STRING, s->key = (uint8_t)key, s->sub = S_PLAIN, s->chars = 0, s->magnitude = 0;
     return 1;
+}
+
+static int days_in_month(int year, int month) {
+    static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    const int leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    return month == 2 && leap ? 29 : days[month - 1];
+}
+
+// Byte c at place `at` of a date YYYY-MM-DD (years 0001-9999), its digits so far in *digits as a
+// number.
+static int date_byte(uint64_t *digits, int at, unsigned char c) {
+    if (at == 4 || at == 7) return c == '-';
+    if (!is_digit(c)) return 0;
+    const int d = c - '0', prev = (int)(*digits % 10);
+    const int ok = at == 3   ? *digits || d                                                  // not year 0000
+                   : at == 5 ? d <= 1                                                        // month 01-12
+                   : at == 6 ? (prev ? d <= 2 : d >= 1)
+                   : at == 8 ? d * 10 <= days_in_month((int)(*digits / 100), (int)(*digits % 100)) // YYYYMM so far
+                   : at == 9 ? prev * 10 + d >= 1 &&
+                                   prev * 10 + d <= days_in_month((int)(*digits / 1000), (int)(*digits / 10 % 100))
+                             : 1;
+    *digits = *digits * 10 + (uint64_t)d;
+    return ok;
+}
+
+// Byte c at place `at` of hh:mm:ss (hours 00-23, no leap second) or of an offset's hh:mm.
+static int time_byte(uint64_t *digits, int at, unsigned char c) {
+    if (at == 2 || at == 5) return c == ':';
+    if (!is_digit(c)) return 0;
+    const int d = c - '0';
+    const int ok = at == 0 ? d <= 2 : at == 1 ? *digits % 10 < 2 || d <= 3 : at == 3 || at == 6 ? d <= 5 : 1;
+    *digits = *digits * 10 + (uint64_t)d;
+    return ok;
+}
+
+// Byte c of a time after its seconds: a fraction (1 to 6 digits), then Z or an offset (+hh:mm, -hh:mm).
+static int time_tail_byte(json_state *s, unsigned char c) {
+    switch (s->sub) {
+    case F_SECONDS:
+        if (c == '.') {
+            s->sub = F_FRACTION, s->matched = 0;
+            return 1;
+        }
+        break;
+    case F_FRACTION:
+        if (is_digit(c) && s->matched < 6) {
+            s->matched++;
+            return 1;
+        }
+        if (!s->matched) return 0;
+        break;
+    case F_OFFSET:
+        if (!time_byte(&s->magnitude, s->matched, c)) return 0;
+        if (++s->matched == 5) s->sub = F_END;
+        return 1;
+    default: return 0; // F_END
+    }
+    if (c == 'Z') s->sub = F_END;
+    else if (c == '+' || c == '-') s->sub = F_OFFSET, s->matched = 0;
+    else return 0;
+    return 1;
+}
+
+// Byte c of a string of node n's format (the closing quote only where it is whole); its bytes so
+// far in chars (such strings are ASCII).
+static int format_byte(json_state *s, const json_node *n, unsigned char c) {
+    const int at = s->chars;
+    const int whole = n->format == JSON_FORMAT_DATE ? at == 10 : n->format == JSON_FORMAT_UUID ? at == 36 : s->sub == F_END;
+    if (c == '"' || whole) {
+        if (c != '"' || !whole) return 0;
+        value_done(s);
+        return 1;
+    }
+    s->chars = count_up(s->chars);
+    switch (n->format) {
+    case JSON_FORMAT_UUID:
+        if (at == 8 || at == 13 || at == 18 || at == 23) return c == '-';
+        return is_digit(c) || (c >= 'a' && c <= 'f');
+    case JSON_FORMAT_DATE: return date_byte(&s->magnitude, at, c);
+    case JSON_FORMAT_DATE_TIME:
+        if (at < 10) return date_byte(&s->magnitude, at, c);
+        if (at == 10) return c == 'T';
+        return at < 19 ? time_byte(&s->magnitude, at - 11, c) : time_tail_byte(s, c);
+    default: return at < 8 ? time_byte(&s->magnitude, at, c) : time_tail_byte(s, c); // JSON_FORMAT_TIME
+    }
 }
 
 // The texts being matched: the node's values, or the names of the innermost object's properties.
@@ -182,6 +270,8 @@ static int start_value(json_state *s, unsigned char c) {
 }
 
 static int string_byte(json_state *s, unsigned char c) {
+    const json_node *n = node_at(s, s->node);
+    if (n->format && !s->key) return format_byte(s, n, c); // (a free key's node is its value's)
     if (s->sub == S_ESCAPE) {
         if (c == 'u') s->sub = S_HEX;
         else if (c && strchr("\"\\/bfnrt", c)) s->sub = S_PLAIN;
@@ -197,7 +287,6 @@ static int string_byte(json_state *s, unsigned char c) {
         s->utf8_left--, s->utf8_lo = 0x80, s->utf8_hi = 0xbf;
         return 1;
     }
-    const json_node *n = node_at(s, s->node);
     if (c == '"') {
         if (s->key) s->mode = J_COLON;
         else if (s->chars < n->min_length) return 0;
@@ -352,10 +441,9 @@ static void next_bytes(const json_state *s, uint8_t fits[256]) {
 // whose second does not fit after it.
 void json_mask(const json_vocab *v, const json_state *s, float *logits) {
     int room = -1; // characters of plain text that fit
-    if (s->mode == J_STRING && s->sub == S_PLAIN && !s->utf8_left) {
-        const int max = node_at(s, s->node)->max_length;
-        room = s->key || max == JSON_UNLIMITED ? INT_MAX : max - s->chars;
-    }
+    const json_node *n = node_at(s, s->node);
+    if (s->mode == J_STRING && s->sub == S_PLAIN && !s->utf8_left && (s->key || !n->format))
+        room = s->key || n->max_length == JSON_UNLIMITED ? INT_MAX : n->max_length - s->chars;
     uint8_t first[256], after_space[256] = {0};
     next_bytes(s, first);
     json_state next;

@@ -299,11 +299,11 @@ static int add_range(compiler *c, int n, const cJSON *j, const char *path) {
 // A schema object's keywords into node n.
 static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
     enum { TYPE, ENUM, CONST, PROPERTIES, REQUIRED, ADDITIONAL, ITEMS, MIN_ITEMS, MAX_ITEMS, MIN_LENGTH, MAX_LENGTH,
-           MINIMUM, MAXIMUM, EXCLUSIVE_MINIMUM, EXCLUSIVE_MAXIMUM, ANY_OF, ONE_OF, N_KEYWORDS };
+           FORMAT, MINIMUM, MAXIMUM, EXCLUSIVE_MINIMUM, EXCLUSIVE_MAXIMUM, ANY_OF, ONE_OF, N_KEYWORDS };
     static const char *const keywords[N_KEYWORDS] = {
-        "type",      "enum",    "const",   "properties",       "required",         "additionalProperties",
-        "items",     "minItems", "maxItems", "minLength",      "maxLength",        "minimum",
-        "maximum",   "exclusiveMinimum",   "exclusiveMaximum", "anyOf",            "oneOf"};
+        "type",      "enum",     "const",    "properties", "required",  "additionalProperties",
+        "items",     "minItems", "maxItems", "minLength",  "maxLength", "format",
+        "minimum",   "maximum",  "exclusiveMinimum",       "exclusiveMaximum", "anyOf", "oneOf"};
     int has[N_KEYWORDS] = {0};
     for (const cJSON *k = j->child; k; k = k->next) {
         int i = 0;
@@ -335,7 +335,7 @@ static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
     if (!types) // no type: what the keywords given are about, or anything
         types = has[PROPERTIES] || has[REQUIRED] || has[ADDITIONAL]  ? JSON_OBJECT
                 : has[ITEMS] || has[MIN_ITEMS] || has[MAX_ITEMS]    ? JSON_ARRAY
-                : has[MIN_LENGTH] || has[MAX_LENGTH]                ? JSON_STRING
+                : has[MIN_LENGTH] || has[MAX_LENGTH] || has[FORMAT] ? JSON_STRING
                 : has[MINIMUM] || has[MAXIMUM] || has[EXCLUSIVE_MINIMUM] || has[EXCLUSIVE_MAXIMUM] ? JSON_NUMBER
                                                                     : JSON_ANY;
     c->s->nodes[n].types = types;
@@ -356,6 +356,17 @@ static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
         c->s->nodes[n].items = item;
     }
     json_node *node = &c->s->nodes[n];
+    if (has[FORMAT] && types & JSON_STRING) {
+        static const char *const formats[] = {"", "date", "time", "date-time", "uuid"};
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(j, "format");
+        for (int i = 1; i < 5 && cJSON_IsString(f); i++)
+            if (!strcmp(f->valuestring, formats[i])) node->format = i;
+        if (!node->format)
+            return fail(c, path, "'format' %s%.40s%s is not supported (date, time, date-time and uuid are)",
+                        cJSON_IsString(f) ? "\"" : "", cJSON_IsString(f) ? f->valuestring : "", cJSON_IsString(f) ? "\"" : "");
+        if (has[MIN_LENGTH] || has[MAX_LENGTH])
+            return fail(c, path, "'%s' beside 'format' is not supported", has[MIN_LENGTH] ? "minLength" : "maxLength");
+    }
     if (get_count(c, j, "minItems", path, &node->min_items) || get_count(c, j, "maxItems", path, &node->max_items) ||
         get_count(c, j, "minLength", path, &node->min_length) || get_count(c, j, "maxLength", path, &node->max_length))
         return -1;

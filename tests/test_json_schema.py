@@ -6,7 +6,7 @@ are taken whole and each prefix is taken; targeted violations are refused; schem
 are refused, naming why; json_mask leaves exactly the LLaMA-2 tokens json_feed takes. Then burstd:
 completions and chats with a schema are instances when they end at EOS and an instance's beginning
 when cut by max_tokens, streamed as whole, the same under --speculate, and the 400s."""
-import json, math, os, random, subprocess, sys, tempfile
+import datetime, json, math, os, random, re, subprocess, sys, tempfile, uuid
 
 from burstd_util import BIN, STORIES, Burstd, Checks, generate, need_stories, stream_text
 from tokenizer_reference import MODEL, spm, tool_lines
@@ -27,6 +27,34 @@ SCALARS = ["string", "integer", "number", "boolean", "null"]
 NODE = {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#/$defs/node"},
                                                                                      {"type": "null"}]}},
         "required": ["v"], "additionalProperties": False}
+
+
+FORMATS = {  # format: the form json_schema.h gives it, then Python's own parser as the judge
+    "date": (r"\d{4}-\d{2}-\d{2}", datetime.date.fromisoformat),
+    "time": (r"\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})", lambda t: datetime.time.fromisoformat(t.replace("Z", "+00:00"))),
+    "date-time": (r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})",
+                  lambda t: datetime.datetime.fromisoformat(t.replace("Z", "+00:00"))),
+    "uuid": (r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", uuid.UUID)}
+
+
+def formats_hold(schema, value):
+    """Whether every string of value under a property whose schema has a format is of that format
+    (jsonschema checks formats only when asked, and has no date-time checker here)."""
+    if not isinstance(schema, dict) or "$ref" in schema:
+        return True  # (the random schemas' $ref target has no formats)
+    alts = schema.get("anyOf", schema.get("oneOf"))
+    if alts:
+        return any(formats_hold(a, value) for a in alts)
+    if "format" in schema and isinstance(value, str):
+        form, parse = FORMATS[schema["format"]]
+        try:
+            return re.fullmatch(form, value) is not None and parse(value) is not None
+        except ValueError:
+            return False
+    if isinstance(value, dict):
+        return all(formats_hold(schema.get("properties", {}).get(k, schema.get("additionalProperties")), v)
+                   for k, v in value.items())
+    return not isinstance(value, list) or all(formats_hold(schema.get("items"), v) for v in value)
 
 
 def dump(v):
@@ -50,6 +78,8 @@ def random_schema(rng, depth, refs):
         for key in rng.sample(["minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"], rng.randrange(1, 3)):
             s[key] = lo if key.lower().endswith("minimum") else lo + rng.choice([0, 1, 2, 9, 10, 99, 1000, 10 ** 9])
         return s if integer_bounds(s)[0] <= integer_bounds(s)[1] else {"type": "integer", "minimum": lo}
+    if kind == "string" and rng.random() < 0.3:
+        return {"type": "string", "format": rng.choice(sorted(FORMATS))}
     if kind in SCALARS:
         return {"type": kind}
     if kind == "enum":
@@ -141,6 +171,15 @@ def instance(rng, s, top, depth=0):
         lo = s.get("minItems", 0)
         n = rng.randint(lo, min(s.get("maxItems", lo + 3), lo + 3))
         return container(rng, b"[", b"]", [instance(rng, s["items"], top, depth + 1) for _ in range(n)])
+    if t == "string" and "format" in s:
+        when = datetime.datetime(1, 1, 1) + datetime.timedelta(seconds=rng.randrange(315537897600))
+        if rng.random() < 0.2:
+            when = datetime.datetime(rng.choice([2000, 2024, 1904]), 2, 29, 23, 59, 59)
+        frac = rng.choice(["", "." + str(rng.randrange(10 ** 6)).zfill(rng.randint(1, 6))[:rng.randint(1, 6)]])
+        zone = rng.choice(["Z", "+05:30", "-00:00", "+23:59", "-12:00"])
+        date, time = f"{when.year:04d}-{when.month:02d}-{when.day:02d}", when.strftime("%H:%M:%S") + frac + zone
+        return dump({"date": date, "time": time, "date-time": date + "T" + time,
+                     "uuid": str(uuid.UUID(int=rng.randrange(1 << 128)))}[s["format"]])
     if t == "string":
         lo = s.get("minLength", 0)
         return dump("".join(rng.choice(CHARS) for _ in range(rng.randint(lo, s.get("maxLength", lo + 6)))))
@@ -177,10 +216,12 @@ def feed(schema_path, strings):
 
 
 def is_instance(validator, text):
+    """Whether text is an instance of the validator's schema, its formats held."""
     try:
-        return validator.is_valid(json.loads(text))
+        value = json.loads(text)
     except ValueError:
         return False
+    return validator.is_valid(value) and formats_hold(validator.schema, value)
 
 
 check = Checks()
@@ -252,6 +293,19 @@ for v, whole in [(0, 1), (-5, 1), (-6, 0), (119, 1), (120, 0), (7, 1), (1000, 0)
     CASES.append((AGE, b'{"a":%s}' % str(v).encode(), whole))
 for v, whole in [(-1000, 1), (-2000, 1), (-1500, 1), (-999, 0), (-2001, 0), (-20000, 0), ("-0", 0), (5, 0)]:
     CASES.append((NEG, b'{"a":%s}' % str(v).encode(), whole))
+WHEN = {"type": "object", "properties": {f: {"type": "string", "format": f} for f in FORMATS}}
+for f, v, whole in [("date", "2024-02-29", 1), ("date", "2023-02-29", 0), ("date", "1900-02-29", 0), ("date", "2000-02-29", 1),
+                    ("date", "0000-01-01", 0), ("date", "0001-01-01", 1), ("date", "9999-12-31", 1), ("date", "2024-13-01", 0),
+                    ("date", "2024-00-10", 0), ("date", "2024-04-31", 0), ("date", "2024-04-30", 1), ("date", "2024-1-01", 0),
+                    ("date", "2024-01-00", 0), ("date", "2024-01-01T", 0), ("time", "23:59:59Z", 1), ("time", "24:00:00Z", 0),
+                    ("time", "23:60:00Z", 0), ("time", "23:59:60Z", 0), ("time", "12:00:00", 0), ("time", "12:00:00.Z", 0),
+                    ("time", "12:00:00.123456-23:59", 1), ("time", "12:00:00.1234567Z", 0), ("time", "12:00:00+24:00", 0),
+                    ("time", "12:00:00z", 0), ("date-time", "2024-02-29T23:59:59.5+01:00", 1),
+                    ("date-time", "2024-02-29 23:59:59Z", 0), ("date-time", "2024-02-29t23:59:59Z", 0),
+                    ("date-time", "2024-02-30T00:00:00Z", 0), ("uuid", "123e4567-e89b-12d3-a456-426614174000", 1),
+                    ("uuid", "123E4567-e89b-12d3-a456-426614174000", 0), ("uuid", "123e4567e89b12d3a456426614174000", 0),
+                    ("uuid", "123e4567-e89b-12d3-a456-4266141740000", 0), ("uuid", "123e4567-e89b-12d3-a456-42661417400", 0)]:
+    CASES.append((WHEN, dump({f: v}), whole))
 # Where a bound refuses: at the digit that no integer in range begins with, else at the end.
 HUNDREDS = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 100, "maximum": 500}}}
 TAKEN = [(AGE, b'{"a":120}', 7), (AGE, b'{"a":119}', 9), (AGE, b'{"a":-6}', 6), (AGE, b'{"a":-0}', 8),
@@ -279,7 +333,10 @@ check(f"{len(TAKEN)} integers near their bounds: refused at the first byte no in
 REFUSED = [({"type": "string"}, "the top must allow an object"), ({"enum": [[], 1]}, "the top must allow an object"),
            ({"type": ["object", "null"]}, None), ({"enum": [{}]}, None), ({}, None),
            ({"type": "object", "properties": {"a": {"type": "string", "pattern": "x"}}}, "properties.a: 'pattern' is not"),
-           ({"type": "object", "properties": {"a": {"type": "string", "format": "date"}}}, "'format' is not supported"),
+           ({"type": "object", "properties": {"a": {"type": "string", "format": "email"}}},
+            "'format' \"email\" is not supported (date, time, date-time and uuid are)"),
+           ({"type": "object", "properties": {"a": {"format": "date", "maxLength": 4}}}, "'maxLength' beside 'format'"),
+           ({"type": "object", "properties": {"a": {"type": "integer", "format": "int32"}}}, None),
            ({"type": "object", "properties": {"a": {"type": "number", "minimum": 0}}}, "'minimum' is supported on integers only"),
            ({"type": "object", "properties": {"a": {"maximum": 0}}}, "'maximum' is supported on integers only"),
            ({"type": "object", "properties": {"a": {"type": "integer", "exclusiveMinimum": True}}},
