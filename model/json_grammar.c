@@ -91,7 +91,9 @@ static int close_container(json_state *s, int object) {
 }
 
 static int start_string(json_state *s, int key) {
+    const json_node *n = node_at(s, s->node);
     s->mode = J_STRING, s->key = (uint8_t)key, s->sub = S_PLAIN, s->chars = 0, s->magnitude = 0;
+    s->pattern = !key && n->pattern ? s->schema->patterns[n->pattern - 1].start : 0;
     return 1;
 }
 
@@ -287,12 +289,14 @@ static int string_byte(json_state *s, unsigned char c) {
         s->utf8_left--, s->utf8_lo = 0x80, s->utf8_hi = 0xbf;
         return 1;
     }
+    const json_pattern *pattern = !s->key && n->pattern ? &s->schema->patterns[n->pattern - 1] : NULL;
     if (c == '"') {
         if (s->key) s->mode = J_COLON;
-        else if (s->chars < n->min_length) return 0;
+        else if (s->chars < n->min_length || (pattern && !(s->pattern & JSON_PATTERN_END))) return 0;
         else value_done(s);
         return 1;
     }
+    if (pattern && !(s->pattern = json_pattern_step(pattern, s->pattern, c))) return 0; // (no escapes: no '\')
     if (c < 0x20 || (c >= 0x80 && (c < 0xc2 || c > 0xf4))) return 0;
     if (!s->key && !below_max(s->chars, n->max_length)) return 0; // a character begins (an escape's at its backslash)
     s->chars = count_up(s->chars);
@@ -442,7 +446,7 @@ static void next_bytes(const json_state *s, uint8_t fits[256]) {
 void json_mask(const json_vocab *v, const json_state *s, float *logits) {
     int room = -1; // characters of plain text that fit
     const json_node *n = node_at(s, s->node);
-    if (s->mode == J_STRING && s->sub == S_PLAIN && !s->utf8_left && (s->key || !n->format))
+    if (s->mode == J_STRING && s->sub == S_PLAIN && !s->utf8_left && (s->key || (!n->format && !n->pattern)))
         room = s->key || n->max_length == JSON_UNLIMITED ? INT_MAX : n->max_length - s->chars;
     uint8_t first[256], after_space[256] = {0};
     next_bytes(s, first);

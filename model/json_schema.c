@@ -49,7 +49,7 @@ typedef struct {
         const cJSON *json;
         int node; // -1 while a $ref's target is being compiled
     } *seen;
-    int n_seen, cap_seen, cap_nodes, cap_texts, cap_props, cap_alts;
+    int n_seen, cap_seen, cap_nodes, cap_texts, cap_props, cap_alts, cap_patterns;
     int any;   // the node of any value (-1: none yet)
     int depth; // schemas within schemas now (a bound: node_of recurses)
     const char *where; // the schema's name: errors name places under it
@@ -296,13 +296,26 @@ static int add_range(compiler *c, int n, const cJSON *j, const char *path) {
     return 0;
 }
 
+// pattern of a string node (not beside a length: the two could leave no string).
+static int add_pattern(compiler *c, int n, const cJSON *j, int lengths, const char *path) {
+    const cJSON *re = cJSON_GetObjectItemCaseSensitive(j, "pattern");
+    if (!cJSON_IsString(re)) return fail(c, path, "'pattern' must be a string");
+    if (lengths) return fail(c, path, "'minLength' or 'maxLength' beside 'pattern' is not supported");
+    char why[256];
+    grow(&c->s->patterns, &c->cap_patterns, c->s->n_patterns, sizeof *c->s->patterns);
+    if (json_pattern_compile(re->valuestring, &c->s->patterns[c->s->n_patterns], why, sizeof why))
+        return fail(c, path, "%s", why);
+    c->s->nodes[n].pattern = ++c->s->n_patterns;
+    return 0;
+}
+
 // A schema object's keywords into node n.
 static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
     enum { TYPE, ENUM, CONST, PROPERTIES, REQUIRED, ADDITIONAL, ITEMS, MIN_ITEMS, MAX_ITEMS, MIN_LENGTH, MAX_LENGTH,
-           FORMAT, MINIMUM, MAXIMUM, EXCLUSIVE_MINIMUM, EXCLUSIVE_MAXIMUM, ANY_OF, ONE_OF, N_KEYWORDS };
+           FORMAT, PATTERN, MINIMUM, MAXIMUM, EXCLUSIVE_MINIMUM, EXCLUSIVE_MAXIMUM, ANY_OF, ONE_OF, N_KEYWORDS };
     static const char *const keywords[N_KEYWORDS] = {
         "type",      "enum",     "const",    "properties", "required",  "additionalProperties",
-        "items",     "minItems", "maxItems", "minLength",  "maxLength", "format",
+        "items",     "minItems", "maxItems", "minLength",  "maxLength", "format", "pattern",
         "minimum",   "maximum",  "exclusiveMinimum",       "exclusiveMaximum", "anyOf", "oneOf"};
     int has[N_KEYWORDS] = {0};
     for (const cJSON *k = j->child; k; k = k->next) {
@@ -335,7 +348,7 @@ static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
     if (!types) // no type: what the keywords given are about, or anything
         types = has[PROPERTIES] || has[REQUIRED] || has[ADDITIONAL]  ? JSON_OBJECT
                 : has[ITEMS] || has[MIN_ITEMS] || has[MAX_ITEMS]    ? JSON_ARRAY
-                : has[MIN_LENGTH] || has[MAX_LENGTH] || has[FORMAT] ? JSON_STRING
+                : has[MIN_LENGTH] || has[MAX_LENGTH] || has[FORMAT] || has[PATTERN] ? JSON_STRING
                 : has[MINIMUM] || has[MAXIMUM] || has[EXCLUSIVE_MINIMUM] || has[EXCLUSIVE_MAXIMUM] ? JSON_NUMBER
                                                                     : JSON_ANY;
     c->s->nodes[n].types = types;
@@ -364,9 +377,12 @@ static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
         if (!node->format)
             return fail(c, path, "'format' %s%.40s%s is not supported (date, time, date-time and uuid are)",
                         cJSON_IsString(f) ? "\"" : "", cJSON_IsString(f) ? f->valuestring : "", cJSON_IsString(f) ? "\"" : "");
-        if (has[MIN_LENGTH] || has[MAX_LENGTH])
-            return fail(c, path, "'%s' beside 'format' is not supported", has[MIN_LENGTH] ? "minLength" : "maxLength");
+        if (has[MIN_LENGTH] || has[MAX_LENGTH] || has[PATTERN])
+            return fail(c, path, "'%s' beside 'format' is not supported",
+                        has[PATTERN] ? "pattern" : has[MIN_LENGTH] ? "minLength" : "maxLength");
     }
+    if (has[PATTERN] && types & JSON_STRING && add_pattern(c, n, j, has[MIN_LENGTH] || has[MAX_LENGTH], path) < 0)
+        return -1;
     if (get_count(c, j, "minItems", path, &node->min_items) || get_count(c, j, "maxItems", path, &node->max_items) ||
         get_count(c, j, "minLength", path, &node->min_length) || get_count(c, j, "maxLength", path, &node->max_length))
         return -1;
@@ -446,6 +462,6 @@ json_schema *json_schema_compile(const cJSON *schema, const char *where, char *e
 void json_schema_free(json_schema *s) {
     if (!s || s == &any_object) return;
     for (int i = 0; i < s->n_texts; i++) free(s->texts[i].text);
-    free(s->nodes), free(s->texts), free(s->props), free(s->alts);
+    free(s->nodes), free(s->texts), free(s->props), free(s->alts), free(s->patterns);
     free(s);
 }

@@ -4,12 +4,13 @@
 //   type (a name or a list of names), enum, const, properties, required, additionalProperties,
 //   items, minItems, maxItems, minLength, maxLength, minimum, maximum, exclusiveMinimum and
 //   exclusiveMaximum (of integers: on "number" they are refused), format (of strings: date, time,
-//   date-time and uuid; RFC 3339's and RFC 4122's forms, below); anyOf and oneOf whose
+//   date-time and uuid; RFC 3339's and RFC 4122's forms, below), pattern (of strings:
+//   json_pattern.h's subset); anyOf and oneOf whose
 //   alternatives begin differently (an object, an array, a string, a number, a boolean, null: a
 //   value's first byte picks the alternative); allOf of one schema; $ref to "#", "#/$defs/NAME"
 //   or "#/definitions/NAME" (recursion allowed); and annotations, which change nothing (title,
 //   description, default, examples, $schema, $id, $comment, $defs, definitions, deprecated,
-//   readOnly, writeOnly). Anything else (pattern, other formats, multipleOf, ...) is refused, not
+//   readOnly, writeOnly). Anything else (other formats, multipleOf, ...) is refused, not
 //   ignored: text that ignored it might not be an instance. The text is an object: the schema's
 //   top must allow one.
 // Where the schema leaves a choice, the text takes one form: an object's properties in the
@@ -17,11 +18,14 @@
 // (additionalProperties or not), enum values and property names exactly as cJSON prints them,
 // integers without a fraction or exponent; dates YYYY-MM-DD of years 0001-9999, times
 // hh:mm:ss with at most 6 digits of fraction and an offset (Z or +hh:mm, -hh:mm), date-times
-// those two joined by T, no leap seconds; uuids in lowercase hex.
+// those two joined by T, no leap seconds; uuids in lowercase hex; strings of a pattern without
+// escapes (json_pattern.h).
 #pragma once
 #include <cjson/cJSON.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "json_pattern.h"
 
 // A string's format (json_node.format).
 enum { JSON_FORMAT_NONE, JSON_FORMAT_DATE, JSON_FORMAT_TIME, JSON_FORMAT_DATE_TIME, JSON_FORMAT_UUID };
@@ -62,6 +66,7 @@ typedef struct {
     int min_items, max_items;       // JSON_ARRAY (max JSON_UNLIMITED: none)
     int min_length, max_length;     // JSON_STRING: in characters (code points)
     int format;                     // JSON_STRING: JSON_FORMAT_*
+    int pattern;                    // JSON_STRING: 1 + its pattern's place in patterns; 0: none
     int ranged;                     // JSON_INTEGER: within [minimum, maximum]
     int64_t minimum, maximum;
 } json_node;
@@ -74,7 +79,8 @@ typedef struct json_schema {
     json_text *texts;
     json_prop *props;
     int *alts;
-    int root, n_nodes, n_texts, n_props, n_alts;
+    json_pattern *patterns;
+    int root, n_nodes, n_texts, n_props, n_alts, n_patterns;
 } json_schema;
 
 // The schema of JSON mode (response_format {"type": "json_object"}): any object. Static.
