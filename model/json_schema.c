@@ -129,10 +129,11 @@ static const cJSON *resolve(compiler *c, const char *ref) {
     const char *const places[] = {"$defs", "definitions"};
     for (int i = 0; i < 2; i++) {
         const size_t n = strlen(places[i]);
-        const char *name = ref + n + 3;
-        if (!strncmp(ref, "#/", 2) && !strncmp(ref + 2, places[i], n) && ref[n + 2] == '/' && !strchr(name, '/') &&
-            !strchr(name, '~'))
-            return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c->top, places[i]), name);
+        if (strncmp(ref, "#/", 2) || strncmp(ref + 2, places[i], n) || ref[n + 2] != '/') continue;
+        const char *name = ref + n + 3; // (JSON pointer's escapes, ~0 and ~1, are not read)
+        return strchr(name, '/') || strchr(name, '~')
+                   ? NULL
+                   : cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c->top, places[i]), name);
     }
     return NULL;
 }

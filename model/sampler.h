@@ -1,7 +1,7 @@
 // Picks the next token from logits: greedy (temperature 0), or temperature with optional top-k,
 // top-p (nucleus) and min-p filtering, from a seeded generator so that a seed reproduces a completion.
 // Before either, OpenAI's logit_bias and presence/frequency penalties adjust the logits, and JSON
-// mode masks the tokens that would not continue a JSON object.
+// mode masks the tokens that would not continue a JSON object (of a schema, where one is given).
 // sampler_logprobs gives the log-probabilities of a logits row (the API's logprobs).
 //
 // A sampler belongs to one request; it owns a scratch buffer of vocab entries, and two more (the
