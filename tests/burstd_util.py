@@ -124,6 +124,30 @@ def stream_text(events, kind="completion"):
     return "".join(out)
 
 
+def check_shaped(check, srv, spec, fmt, bodies, max_tokens, is_whole, is_begun, what):
+    """Completions of each body with fmt (a response_format) on srv: every choice whole (is_whole)
+    where it ends at EOS and begun (is_begun) where max_tokens cuts it, a stream equal to the whole
+    answer, greedy answers the same on spec (a --speculate server). Returns the choices that ended
+    at EOS and each body's one-choice text."""
+    stops, texts = 0, []
+    for i, body in enumerate(bodies):
+        st, _, r = srv.request("POST", "/v1/completions", {**body, **fmt, "max_tokens": max_tokens})
+        for ch in r.get("choices", []):
+            text, finish = ch["text"], ch["finish_reason"]
+            stops += finish == "stop"
+            ok = (finish == "stop" and is_whole(text)) or (finish == "length" and is_begun(text))
+            check(f"completion {i} {what}, finish {finish}: whole, or begun", st == 200 and ok, (st, r))
+        st, events = srv.stream("/v1/completions", {**body, **fmt, "max_tokens": max_tokens, "n": 1})
+        whole = srv.request("POST", "/v1/completions", {**body, **fmt, "max_tokens": max_tokens, "n": 1})[2]
+        whole = whole["choices"][0]["text"]
+        check("... streamed = whole", stream_text(events) == whole, (stream_text(events), whole))
+        if body["temperature"] == 0:
+            st, _, r2 = spec.request("POST", "/v1/completions", {**body, **fmt, "max_tokens": max_tokens})
+            check("... greedy: the same text with --speculate", st == 200 and r2["choices"][0]["text"] == whole, (r2, whole))
+        texts.append(whole)
+    return stops, texts
+
+
 def logprob_diff(got, ref):
     """The largest difference between two choices' token logprobs, skipping the null entries (the
     prompt's first token); inf when they have not the same number of tokens."""

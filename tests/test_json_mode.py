@@ -7,8 +7,8 @@ EOS and objects' beginnings when cut by max_tokens, streamed as whole, the same 
 and the refusals."""
 import json, os, random
 
-from burstd_util import STORIES, Burstd, Checks, need_stories, stream_text
-from tokenizer_reference import MODEL, spm, tool_lines
+from burstd_util import STORIES, Burstd, Checks, check_shaped, need_stories
+from tokenizer_reference import MODEL, one_byte_edits, spm, tool_lines, vocab_texts
 
 TOOL = os.path.join(os.environ["BURST_BIN"], "tests", "json_tool")
 MAX_INDENT, MAX_DEPTH = 20, 64  # json_grammar.h's limits
@@ -220,21 +220,14 @@ def random_object(rng):
     return (rng.choice(["", " ", "\n", "\n  "]) + text).encode()
 
 
-def edits(rng, text):
-    """Random one-byte edits of text, from the bytes that matter to JSON."""
-    alphabet = b'{}[]":,\\ \n\t0123456789-+.eEtrufalsn\x00\x1f\x7f\xc3\x80\xa0\xed\xf0'
-    out = []
-    for _ in range(6):
-        i = rng.randrange(len(text) + 1)
-        c = bytes([rng.choice(alphabet)])
-        out.append(rng.choice([text[:i] + c + text[i:], text[:i] + c + text[i + 1:], text[:i] + text[i + 1:]]))
-    return out
+EDIT_BYTES = b'{}[]":,\\ \n\t0123456789-+.eEtrufalsn\x00\x1f\x7f\xc3\x80\xa0\xed\xf0'  # edits' bytes: those JSON reads
 
 
 EDGES = [b"", b" ", b"{", b"{}", b" {}", b"{} ", b"{}{}", b"[]", b'"a"', b"1", b"true", b'{"a":1}', b'{"a":01}',
          b'{"a":-}', b'{"a":-0}', b'{"a":1.}', b'{"a":1.5e}', b'{"a":1e+5}', b'{"a":1E-05}', b'{"a":.5}', b'{"a":+1}',
          b'{"a":tru}', b'{"a":true}', b'{"a":nul', b'{"a":nulL}', b'{"a":"\\u00zz"}', b'{"a":"\\u00e9"}',
-         b'{"a":"\\x"}', b'{"a":"\x01"}', b'{"a":"\x7f\xc3\xa9"}', b'{"a":"\xc3"}', b'{"a":"\xc3\xa9', b'{"a":"\xe0\x80\x80"}', b'{"a":"\xe0\xa0\x80"}',
+         b'{"a":"\\x"}', b'{"a":"\x01"}', b'{"a":"\x7f\xc3\xa9"}', b'{"a":"\xc3"}', b'{"a":"\xc3\xa9',
+         b'{"a":"\xe0\x80\x80"}', b'{"a":"\xe0\xa0\x80"}',
          b'{"a":"\xed\xa0\x80"}', b'{"a":"\xed\x9f\xbf"}', b'{"a":"\xf4\x90\x80\x80"}', b'{"a":"\xf4\x8f\xbf\xbf"}',
          b'{"a":"\xf0\x9f\xa6\x99"}', b'{"a":"\xf0\x8f\xbf\xbf"}', b'{"a":"\xc0\xaf"}', b'{"a":"\x80"}', b'{"a":"\xf5"}',
          b'{"\xff":1}', b'{"a"}', b'{"a":}', b'{"a":1,}', b'{,}',
@@ -254,7 +247,8 @@ seed = random.randrange(1 << 30)
 print("random objects from seed", seed)
 rng = random.Random(seed)
 objects = [random_object(rng) for _ in range(300)]
-strings = EDGES + objects + [o[:rng.randrange(len(o) + 1)] for o in objects] + [e for o in objects[:150] for e in edits(rng, o)]
+strings = EDGES + objects + [o[:rng.randrange(len(o) + 1)] for o in objects] + \
+    [e for o in objects[:150] for e in one_byte_edits(rng, o, EDIT_BYTES, 6)]
 strings = [s for s in strings if b"\0" not in s]  # (the tool's separator; NUL bytes come from the edits' alphabet)
 bad = []
 for s, line in zip(strings, run(["feed"], strings)):
@@ -269,12 +263,7 @@ check("... every random object is whole (json.dumps wrote them)", whole == len(o
 
 # The mask on LLaMA-2's vocabulary: the tokens whose text the reference takes whole after each prefix.
 sp = spm.SentencePieceProcessor(model_file=MODEL)
-def token_text(i):
-    if sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i):
-        return None
-    p = sp.id_to_piece(i)
-    return bytes([int(p[3:5], 16)]) if sp.is_byte(i) else p.replace("\u2581", " ").encode()
-texts = [token_text(i) for i in range(sp.get_piece_size())]
+texts = vocab_texts(sp)
 prefixes = [b"", b" {", b'{"na', b'{"a": ', b'{"a": 1', b'{"a": "x\\', b'{"a": [tr', b'{"a": {"b": [1, 2]}', b'{"a": 1}']
 for prefix, line in zip(prefixes, run(["mask", MODEL], prefixes)):
     got = {int(x) for x in line.split()}
@@ -293,27 +282,12 @@ quote, close = stories_sp.piece_to_id('"'), stories_sp.piece_to_id("<0x7D>")
 ends = {str(quote): 10, str(close): 30}
 with Burstd(STORIES) as srv, Burstd(STORIES, "--speculate", "4") as spec:
     fmt = {"response_format": {"type": "json_object"}}
-    stops = 0
-    for i, body in enumerate([{"prompt": "Once upon a time", "temperature": 0},
-                              {"prompt": "Once upon a time", "temperature": 1, "seed": 5},
-                              {"prompt": "Lily", "temperature": 0.8, "seed": 9, "logit_bias": ends},
-                              {"prompt": "Tom", "temperature": 0, "logit_bias": ends},
-                              {"prompt": "A", "temperature": 1.2, "seed": 3, "top_p": 0.9, "n": 2, "logit_bias": ends}]):
-        st, _, r = srv.request("POST", "/v1/completions", {**body, **fmt, "max_tokens": 120})
-        for ch in r.get("choices", []):
-            text, finish = ch["text"], ch["finish_reason"]
-            stops += finish == "stop"
-            ok = (finish == "stop" and isinstance(json.loads(text), dict)) or \
-                 (finish == "length" and reference(text.encode()) == (len(text.encode()), False))
-            check(f"completion {i} in JSON mode, finish {finish}: an object, or an object's beginning", st == 200 and ok,
-                    (st, r))
-        st, events = srv.stream("/v1/completions", {**body, **fmt, "max_tokens": 120, "n": 1})
-        whole = srv.request("POST", "/v1/completions", {**body, **fmt, "max_tokens": 120, "n": 1})[2]["choices"][0]["text"]
-        check("... streamed = whole", stream_text(events) == whole, (stream_text(events), whole))
-        if body["temperature"] == 0:
-            st, _, r2 = spec.request("POST", "/v1/completions", {**body, **fmt, "max_tokens": 120})
-            check("... greedy: the same text with --speculate 4", st == 200 and r2["choices"][0]["text"] == whole,
-                    (r2, whole))
+    bodies = [{"prompt": "Once upon a time", "temperature": 0}, {"prompt": "Once upon a time", "temperature": 1, "seed": 5},
+              {"prompt": "Lily", "temperature": 0.8, "seed": 9, "logit_bias": ends},
+              {"prompt": "Tom", "temperature": 0, "logit_bias": ends},
+              {"prompt": "A", "temperature": 1.2, "seed": 3, "top_p": 0.9, "n": 2, "logit_bias": ends}]
+    stops, _ = check_shaped(check, srv, spec, fmt, bodies, 120, lambda t: isinstance(json.loads(t), dict),
+                            lambda t: reference(t.encode()) == (len(t.encode()), False), "in JSON mode")
     check("some completions ended their object at EOS", stops >= 2, stops)
     chat = {"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 60, "temperature": 0,
             "logit_bias": ends, **fmt}

@@ -8,8 +8,8 @@ completions and chats with a schema are instances when they end at EOS and an in
 when cut by max_tokens, streamed as whole, the same under --speculate, and the 400s."""
 import datetime, json, math, os, random, re, string, subprocess, sys, tempfile, uuid
 
-from burstd_util import BIN, STORIES, Burstd, Checks, generate, need_stories, stream_text
-from tokenizer_reference import MODEL, spm, tool_lines
+from burstd_util import BIN, STORIES, Burstd, Checks, check_shaped, generate, need_stories
+from tokenizer_reference import MODEL, one_byte_edits, spm, tool_lines, vocab_texts
 
 try:
     import jsonschema
@@ -31,7 +31,8 @@ NODE = {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"any
 
 FORMATS = {  # format: the form json_schema.h gives it, then Python's own parser as the judge
     "date": (r"\d{4}-\d{2}-\d{2}", datetime.date.fromisoformat),
-    "time": (r"\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})", lambda t: datetime.time.fromisoformat(t.replace("Z", "+00:00"))),
+    "time": (r"\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})",
+             lambda t: datetime.time.fromisoformat(t.replace("Z", "+00:00"))),
     "date-time": (r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})",
                   lambda t: datetime.datetime.fromisoformat(t.replace("Z", "+00:00"))),
     "uuid": (r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", uuid.UUID)}
@@ -59,7 +60,8 @@ def formats_hold(schema, value):
 
 PRINTABLE = [chr(c) for c in range(0x20, 0x7f) if chr(c) not in '"\\']  # what a pattern's text may hold
 ATOMS = {"a": "a", "b": "b", "-": "-", r"\.": ".", r"\d": "0123456789", r"\w": string.ascii_letters + string.digits + "_",
-         "[a-c]": "abc", "[x-z0-2]": "xyz012", "[^a-z]": [c for c in PRINTABLE if not c.islower()], ".": PRINTABLE + ["é", "🦙"],
+         "[a-c]": "abc", "[x-z0-2]": "xyz012", "[^a-z]": [c for c in PRINTABLE if not c.islower()],
+         ".": PRINTABLE + ["é", "🦙"],
          r"\s": " ", "[_%+]": "_%+"}
 QUANTIFIERS = {"": (1, 1), "*": (0, 3), "+": (1, 3), "?": (0, 1), "{2}": (2, 2), "{1,3}": (1, 3), "{0,2}": (0, 2), "{2,}": (2, 4),
                "*?": (0, 2)}
@@ -224,14 +226,7 @@ def instance(rng, s, top, depth=0):
     return dump(rng.choice([True, False]) if t == "boolean" else None)
 
 
-def edits(rng, text):
-    alphabet = b'{}[]":,\\ \n0123456789-.etrufalsn'
-    out = []
-    for _ in range(4):
-        i = rng.randrange(len(text) + 1)
-        c = bytes([rng.choice(alphabet)])
-        out.append(rng.choice([text[:i] + c + text[i:], text[:i] + c + text[i + 1:], text[:i] + text[i + 1:]]))
-    return out
+EDIT_BYTES = b'{}[]":,\\ \n0123456789-.etrufalsn'  # edits' bytes: those JSON reads
 
 
 def schema_file(schema):
@@ -281,7 +276,7 @@ for _ in range(60):
     n_instances += len(instances)
     bad_instances += [(schema, t) for t in instances if not is_instance(validator, t)]  # (the writer's own check)
     prefixes = [t[:rng.randrange(len(t) + 1)] for t in instances]
-    changed = [e for t in instances for e in edits(rng, t) if b"\0" not in e]
+    changed = [e for t in instances for e in one_byte_edits(rng, t, EDIT_BYTES, 4) if b"\0" not in e]
     n_edits += len(changed)
     got = feed(path, instances + prefixes + changed)
     bad_instances += [(schema, t, g) for t, g in zip(instances, got) if g != (len(t), 1)]
@@ -420,9 +415,11 @@ REFUSED = [({"type": "string"}, "the top must allow an object"), ({"enum": [[], 
            ({"type": "object", "properties": {"a": {"enum": ["a", "bbb"], "maxLength": 2}}}, "'maxLength' beside 'enum'"),
            ({"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 2}}}, "'multipleOf' is not supported"),
            ({"type": "object", "properties": {"a": {"type": "strin"}}}, "'type' must name"),
-           ({"type": "object", "required": ["b"], "properties": {"a": {}}}, "'required' names 'b', which 'properties' does not give"),
+           ({"type": "object", "required": ["b"], "properties": {"a": {}}},
+            "'required' names 'b', which 'properties' does not give"),
            ({"type": "object", "properties": {"a": {"anyOf": [{"type": "string"}, {"enum": ["x"]}]}}}, "must begin differently"),
-           ({"type": "object", "properties": {"a": {"anyOf": [{"type": "integer"}, {"type": "number"}]}}}, "must begin differently"),
+           ({"type": "object", "properties": {"a": {"anyOf": [{"type": "integer"}, {"type": "number"}]}}},
+            "must begin differently"),
            ({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}, "'$ref' must be"),
            ({"type": "object", "properties": {"a": {"$ref": "#/$defs/b"}}, "$defs": {"b": {"$ref": "#/$defs/b"}}},
             "refers to itself"),
@@ -453,12 +450,7 @@ check(f"{len(REFUSED)} schemas refused (or not), naming why and where", not bad,
 
 # The mask on LLaMA-2's vocabulary: exactly the tokens whose text json_feed takes after each prefix.
 sp = spm.SentencePieceProcessor(model_file=MODEL)
-def token_text(i):
-    if sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i):
-        return None
-    p = sp.id_to_piece(i)
-    return bytes([int(p[3:5], 16)]) if sp.is_byte(i) else p.replace("\u2581", " ").encode()
-texts = [token_text(i) for i in range(sp.get_piece_size())]
+texts = vocab_texts(sp)
 path = schema_file(PERSON)
 prefixes = [b"", b'{"na', b'{"name": "a', b'{"name": "ab', b'{"name":"x","kind":', b'{"name":"x","kind": "d',
             b'{"name":"x","kind":7', b'{"name":"x","kind":7,"tags":[', b'{"name":"x","kind":7,"tags":[true',
@@ -479,35 +471,23 @@ stories_sp = spm.SentencePieceProcessor(model_file=os.path.join(STORIES, "tokeni
 ends = {str(stories_sp.piece_to_id('"')): 8, str(stories_sp.piece_to_id("<0x7D>")): 30}
 STORY = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "mood": {"enum": ["happy", "sad"]},
                                           "age": {"type": "integer"},
-                                          "friends": {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 3},
-                                          "pet": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {"kind": {"const": "dog"}}}]}},
+                                          "friends": {"type": "array", "items": {"type": "string", "maxLength": 8},
+                                                      "maxItems": 3},
+                                          "pet": {"anyOf": [{"type": "null"},
+                                                            {"type": "object", "properties": {"kind": {"const": "dog"}}}]}},
          "required": ["name", "mood", "friends"], "additionalProperties": False}
 validator = jsonschema.Draft202012Validator(STORY)
 fmt = {"response_format": {"type": "json_schema", "json_schema": {"name": "story", "schema": STORY, "strict": True}}}
 story_path = schema_file(STORY)
 with Burstd(STORIES) as srv, Burstd(STORIES, "--speculate", "4") as spec:
-    stops = 0
-    for i, body in enumerate([{"prompt": "Once upon a time", "temperature": 0},
-                              {"prompt": "Lily", "temperature": 0.8, "seed": 9, "logit_bias": ends},
-                              {"prompt": "Tom", "temperature": 0, "logit_bias": ends},
-                              {"prompt": "A", "temperature": 1.2, "seed": 3, "top_p": 0.9, "n": 2, "logit_bias": ends}]):
-        st, _, r = srv.request("POST", "/v1/completions", {**body, **fmt, "max_tokens": 150})
-        for ch in r.get("choices", []):
-            text, finish = ch["text"], ch["finish_reason"]
-            stops += finish == "stop"
-            ok = (finish == "stop" and is_instance(validator, text)) or \
-                 (finish == "length" and feed(story_path, [text.encode()])[0] == (len(text.encode()), 0))
-            check(f"completion {i} with a schema, finish {finish}: an instance, or an instance's beginning", st == 200 and ok,
-                  (st, r))
-        st, events = srv.stream("/v1/completions", {**body, **fmt, "max_tokens": 150, "n": 1})
-        whole = srv.request("POST", "/v1/completions", {**body, **fmt, "max_tokens": 150, "n": 1})[2]["choices"][0]["text"]
-        check("... streamed = whole", stream_text(events) == whole, (stream_text(events), whole))
-        if body["temperature"] == 0:
-            st, _, r2 = spec.request("POST", "/v1/completions", {**body, **fmt, "max_tokens": 150})
-            check("... greedy: the same text with --speculate 4", st == 200 and r2["choices"][0]["text"] == whole, (r2, whole))
-        if body["temperature"] == 0 and "logit_bias" not in body:
-            cli = generate(STORIES, body["prompt"], 150, "--json-schema", story_path)
-            check("... and with burst generate --json-schema", cli == whole, (cli, whole))
+    bodies = [{"prompt": "Once upon a time", "temperature": 0},
+              {"prompt": "Lily", "temperature": 0.8, "seed": 9, "logit_bias": ends},
+              {"prompt": "Tom", "temperature": 0, "logit_bias": ends},
+              {"prompt": "A", "temperature": 1.2, "seed": 3, "top_p": 0.9, "n": 2, "logit_bias": ends}]
+    stops, texts = check_shaped(check, srv, spec, fmt, bodies, 150, lambda t: is_instance(validator, t),
+                                lambda t: feed(story_path, [t.encode()])[0] == (len(t.encode()), 0), "with a schema")
+    cli = generate(STORIES, bodies[0]["prompt"], 150, "--json-schema", story_path)
+    check("completion 0 (greedy) from burst generate --json-schema: the same", cli == texts[0], (cli, texts[0]))
     check("some completions ended their instance at EOS", stops >= 2, stops)
     chat = {"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 150, "temperature": 0,
             "logit_bias": ends, **fmt}

@@ -1,6 +1,7 @@
-"""What the tokenizer tests share: SentencePiece's own Python binding (Debian python3-sentencepiece) as
-the reference, the test skipped (77) where it is missing; burst's side through tests/tokenizer_tool
-(and tests/json_tool), run on a file of their input by tool_lines; the LLaMA-2 tokenizer."""
+"""What the tokenizer and JSON tests share: SentencePiece's own Python binding (Debian
+python3-sentencepiece) as the reference, the test skipped (77) where it is missing; burst's side
+through tests/tokenizer_tool (and tests/json_tool), run on a file of their input by tool_lines; the
+LLaMA-2 tokenizer and its tokens' texts; random one-byte edits."""
 import os, subprocess, sys, tempfile
 
 try:
@@ -25,3 +26,24 @@ def tool_lines(args, data, n_lines):
         sys.exit(f"FAIL {os.path.basename(args[0])}: rc {out.returncode}, {len(lines)} lines for {n_lines}: "
                  f"{out.stderr[-800:]}")
     return lines
+
+
+def vocab_texts(sp):
+    """Each token's text as decoded output holds it (bytes; None for control, unknown and unused
+    pieces), as json_vocab_new reads the vocabulary."""
+    def text(i):
+        if sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i):
+            return None
+        p = sp.id_to_piece(i)
+        return bytes([int(p[3:5], 16)]) if sp.is_byte(i) else p.replace("\u2581", " ").encode()
+    return [text(i) for i in range(sp.get_piece_size())]
+
+
+def one_byte_edits(rng, text, alphabet, n):
+    """n random one-byte edits of text (bytes): an insertion, a replacement or a deletion, from alphabet."""
+    out = []
+    for _ in range(n):
+        i = rng.randrange(len(text) + 1)
+        c = bytes([rng.choice(alphabet)])
+        out.append(rng.choice([text[:i] + c + text[i:], text[:i] + c + text[i + 1:], text[:i] + text[i + 1:]]))
+    return out
