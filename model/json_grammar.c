@@ -223,25 +223,40 @@ static int start_key(json_state *s, unsigned char c) {
     return start_string(s, 1);
 }
 
-// Whether an integer node n's range holds the integer whose sign is negative and whose digits so
-// far (digits of them) make magnitude, or one it begins (more digits; none after a leading 0).
-static int may_reach(const json_node *n, int negative, uint64_t magnitude, int digits) {
-    if (!digits) { // a minus alone: a first digit must lead somewhere
-        for (int d = 0; d < 10; d++)
-            if (may_reach(n, negative, (uint64_t)d, 1)) return 1;
+static uint64_t power_of_10(int k) {
+    uint64_t p = 1;
+    while (k-- > 0) p *= 10;
+    return p;
+}
+
+// Whether ranged node n's range holds the number s has read so far (its digits, in magnitude, and
+// after the point decimals of them), or one that it begins: more digits (none after a leading 0
+// but a fraction's, up to n->decimals of them). In units of 10^-n->decimals: the magnitudes that
+// begin so are runs [lo, lo + span).
+static int may_reach(const json_node *n, const json_state *s) {
+    if (s->sub == N_MINUS) { // a minus alone: a first digit must lead somewhere
+        json_state first = *s;
+        for (int d = 0; d < 10; d++) {
+            first.magnitude = (uint64_t)d, first.sub = d ? N_INT : N_ZERO;
+            if (may_reach(n, &first)) return 1;
+        }
         return 0;
     }
-    for (uint64_t lo = magnitude, span = 1; lo <= (uint64_t)JSON_INTEGER_LIMIT; lo *= 10, span *= 10) {
-        const int64_t a = (int64_t)lo, b = (int64_t)(lo + span - 1); // the magnitudes with as many more digits
-        if (negative ? -b <= n->maximum && -a >= n->minimum : a <= n->maximum && b >= n->minimum) return 1;
-        if (!magnitude) break;
+    const int fraction = s->sub == N_DOT || s->sub == N_FRAC;
+    const uint64_t unit = power_of_10(n->decimals - (fraction ? s->decimals : 0));
+    for (uint64_t lo = s->magnitude * unit, span = unit; lo <= (uint64_t)JSON_RANGE_LIMIT; lo *= 10, span *= 10) {
+        const int64_t a = (int64_t)lo, b = (int64_t)(lo + span - 1);
+        if (s->negative ? -b <= n->maximum && -a >= n->minimum : a <= n->maximum && b >= n->minimum) return 1;
+        if (fraction || !s->magnitude) break;
     }
     return 0;
 }
 
-// Whether node n's range (if it has one) holds the integer s has read.
+// Whether node n's range (if it has one) holds the number s has read.
 static int in_range(const json_node *n, const json_state *s) {
-    const int64_t v = s->negative ? -(int64_t)s->magnitude : (int64_t)s->magnitude;
+    const int fraction = s->sub == N_FRAC;
+    const uint64_t units = s->magnitude * power_of_10(n->decimals - (fraction ? s->decimals : 0));
+    const int64_t v = s->negative ? -(int64_t)units : (int64_t)units;
     return !n->ranged || (v >= n->minimum && v <= n->maximum);
 }
 
@@ -268,7 +283,8 @@ static int start_value(json_state *s, unsigned char c) {
     }
     s->mode = J_NUMBER, s->sub = c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT;
     s->integer = !(n->types & JSON_NUMBER), s->negative = c == '-', s->magnitude = c == '-' ? 0 : c - '0';
-    return !n->ranged || may_reach(n, s->negative, s->magnitude, c != '-');
+    s->decimals = 0;
+    return !n->ranged || may_reach(n, s);
 }
 
 static int string_byte(json_state *s, unsigned char c) {
@@ -335,11 +351,12 @@ static int feed_byte(json_state *s, unsigned char c) {
     case J_NUMBER: {
         const int part = number_byte(s->sub, c);
         const json_node *n = node_at(s, s->node);
-        if (part >= 0 && !(s->integer && (part == N_DOT || part == N_E))) {
+        if (part >= 0 && !(s->integer && part == N_DOT) && !((s->integer || n->ranged) && part == N_E)) {
             s->sub = (uint8_t)part;
             if (!n->ranged) return 1;
-            s->magnitude = s->magnitude * 10 + (uint64_t)(c - '0');
-            return may_reach(n, s->negative, s->magnitude, 1);
+            if (part == N_FRAC && s->decimals++ == n->decimals) return 0;
+            if (part != N_DOT) s->magnitude = s->magnitude * 10 + (uint64_t)(c - '0');
+            return may_reach(n, s);
         }
         if ((s->sub != N_ZERO && s->sub != N_INT && s->sub != N_FRAC && s->sub != N_EXP) || !in_range(n, s)) return 0;
         value_done(s); // c comes after the number (the object is open: J_AFTER)

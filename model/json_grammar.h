@@ -27,7 +27,7 @@ typedef struct {
 
 typedef struct {
     const json_schema *schema;
-    uint64_t magnitude; // an integer with a range, a date or time: its digits so far, as a number
+    uint64_t magnitude; // a number with a range, a date or time: its digits so far, as a number
     uint64_t pattern;   // a string with a pattern: the set of its NFA's live places (json_pattern.h)
     uint16_t node;    // the next value's schema node (a string's, while in it; the matched texts')
     uint16_t lo, hi;  // matching (an enum's values, an object's names): the texts [lo, hi) of the
@@ -40,6 +40,7 @@ typedef struct {
     uint8_t literal;  // which of true, false, null
     uint8_t integer;  // the number is an integer (no fraction or exponent)
     uint8_t negative; // the number has a minus
+    uint8_t decimals; // a number with a range: its digits after the point so far
     uint8_t spaces;   // the whitespace since the last token: 0 none, 1 a space, 2 + k a newline and k more
     uint8_t utf8_left, utf8_lo, utf8_hi; // a string's UTF-8 continuation bytes due, the next one's range
     json_frame frames[JSON_MAX_DEPTH]; // (depth) innermost last

@@ -277,23 +277,59 @@ static int add_object(compiler *c, int n, const cJSON *j, const char *path) {
     return 0;
 }
 
-// minimum, maximum, exclusiveMinimum and exclusiveMaximum of an integer node: its range, inclusive.
-static int add_range(compiler *c, int n, const cJSON *j, const char *path) {
+// k units of 10^-decimals (0 or 6) as decimal text.
+static void units_text(char text[48], int64_t k, int decimals) {
+    const uint64_t m = k < 0 ? 0 - (uint64_t)k : (uint64_t)k;
+    if (!decimals) snprintf(text, 48, "%lld", (long long)k);
+    else snprintf(text, 48, "%s%llu.%06llu", k < 0 ? "-" : "", (unsigned long long)(m / 1000000), (unsigned long long)(m % 1000000));
+}
+
+// The double a reader takes k units of 10^-decimals to be (Python's float of its decimal text).
+static double units_value(int64_t k, int decimals) {
+    char text[48];
+    units_text(text, k, decimals);
+    return strtod(text, NULL);
+}
+
+// Whether k units of 10^-decimals are at least x (above x where strict), as a reader compares them.
+static int units_above(int64_t k, int decimals, double x, int strict) {
+    const double v = units_value(k, decimals);
+    return strict ? v > x : v >= x;
+}
+
+// minimum, maximum, exclusiveMinimum and exclusiveMaximum of an integer or number node: its range
+// in units of 10^-decimals, inclusive: the least and the most units a reader takes to be within
+// the bounds (where a double's rounding puts a decimal on a bound, as the reader's would).
+static int add_range(compiler *c, int n, const cJSON *j, int decimals, const char *path) {
     static const char *const keys[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
-    double lo = -JSON_INTEGER_LIMIT, hi = JSON_INTEGER_LIMIT;
+    const double scale = decimals ? 1e6 : 1;
+    int64_t lo = -(int64_t)JSON_RANGE_LIMIT, hi = (int64_t)JSON_RANGE_LIMIT;
     for (int i = 0; i < 4; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
         if (!v) continue;
         if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return fail(c, path, "'%s' must be a number", keys[i]);
-        const double x = v->valuedouble;
-        if (i < 2) lo = fmax(lo, i ? floor(x) + 1 : ceil(x));
-        else hi = fmin(hi, i == 2 ? floor(x) : ceil(x) - 1);
+        const double x = v->valuedouble, units = x * scale;
+        if (units > JSON_RANGE_LIMIT ? i < 2 : units < -JSON_RANGE_LIMIT && i >= 2) {
+            char limit[48];
+            units_text(limit, (int64_t)JSON_RANGE_LIMIT, decimals);
+            return fail(c, path, "bounds beyond +-%s are not supported", limit);
+        }
+        if (units > JSON_RANGE_LIMIT || units < -JSON_RANGE_LIMIT) continue; // (no values beyond them anyway)
+        const int strict = i % 2;
+        int64_t k = (int64_t)(i < 2 ? ceil(units) : floor(units)); // then the rounding's last step
+        if (i < 2) {
+            while (units_above(k - 1, decimals, x, strict)) k--;
+            while (!units_above(k, decimals, x, strict)) k++;
+            if (k > lo) lo = k;
+        } else {
+            while (!units_above(k + 1, decimals, x, !strict)) k++;
+            while (units_above(k, decimals, x, !strict)) k--;
+            if (k < hi) hi = k;
+        }
     }
-    if (lo > JSON_INTEGER_LIMIT || hi < -JSON_INTEGER_LIMIT)
-        return fail(c, path, "bounds beyond %.0f are not supported", JSON_INTEGER_LIMIT);
-    if (lo > hi) return fail(c, path, "no integer lies within its bounds");
+    if (lo > hi) return fail(c, path, "no %s lies within its bounds", decimals ? "number" : "integer");
     json_node *node = &c->s->nodes[n];
-    node->ranged = 1, node->minimum = (int64_t)lo, node->maximum = (int64_t)hi;
+    node->ranged = 1, node->decimals = decimals, node->minimum = lo, node->maximum = hi;
     return 0;
 }
 
@@ -353,11 +389,8 @@ static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
                 : has[MINIMUM] || has[MAXIMUM] || has[EXCLUSIVE_MINIMUM] || has[EXCLUSIVE_MAXIMUM] ? JSON_NUMBER
                                                                     : JSON_ANY;
     c->s->nodes[n].types = types;
-    for (int i = MINIMUM; i <= EXCLUSIVE_MAXIMUM; i++)
-        if (has[i] && types & JSON_NUMBER)
-            return fail(c, path, "'%s' is supported on integers only (\"type\": \"integer\")", keywords[i]);
-    if ((has[MINIMUM] || has[MAXIMUM] || has[EXCLUSIVE_MINIMUM] || has[EXCLUSIVE_MAXIMUM]) && types & JSON_INTEGER &&
-        add_range(c, n, j, path) < 0)
+    if ((has[MINIMUM] || has[MAXIMUM] || has[EXCLUSIVE_MINIMUM] || has[EXCLUSIVE_MAXIMUM]) &&
+        types & (JSON_INTEGER | JSON_NUMBER) && add_range(c, n, j, types & JSON_NUMBER ? 6 : 0, path) < 0)
         return -1;
     if (types & JSON_OBJECT && add_object(c, n, j, path) < 0) return -1;
     if (types & JSON_ARRAY) {

@@ -2,8 +2,8 @@
 // compiled into the nodes that json_grammar.h walks as the text grows, so that the text is an
 // instance of it. The subset, that of OpenAI's structured outputs and of what Pydantic writes:
 //   type (a name or a list of names), enum, const, properties, required, additionalProperties,
-//   items, minItems, maxItems, minLength, maxLength, minimum, maximum, exclusiveMinimum and
-//   exclusiveMaximum (of integers: on "number" they are refused), format (of strings: date, time,
+//   items, minItems, maxItems, minLength, maxLength, minimum, maximum, exclusiveMinimum,
+//   exclusiveMaximum, format (of strings: date, time,
 //   date-time and uuid; RFC 3339's and RFC 4122's forms, below), pattern (of strings:
 //   json_pattern.h's subset); anyOf and oneOf whose
 //   alternatives begin differently (an object, an array, a string, a number, a boolean, null: a
@@ -16,7 +16,8 @@
 // Where the schema leaves a choice, the text takes one form: an object's properties in the
 // schema's order (an optional one may be left out), only the properties given where some are
 // (additionalProperties or not), enum values and property names exactly as cJSON prints them,
-// integers without a fraction or exponent; dates YYYY-MM-DD of years 0001-9999, times
+// integers without a fraction or exponent, numbers with bounds without an exponent, with at most 6
+// digits after the point and within +-9007199254.740991; dates YYYY-MM-DD of years 0001-9999, times
 // hh:mm:ss with at most 6 digits of fraction and an offset (Z or +hh:mm, -hh:mm), date-times
 // those two joined by T, no leap seconds; uuids in lowercase hex; strings of a pattern without
 // escapes (json_pattern.h).
@@ -67,12 +68,14 @@ typedef struct {
     int min_length, max_length;     // JSON_STRING: in characters (code points)
     int format;                     // JSON_STRING: JSON_FORMAT_*
     int pattern;                    // JSON_STRING: 1 + its pattern's place in patterns; 0: none
-    int ranged;                     // JSON_INTEGER: within [minimum, maximum]
+    // JSON_INTEGER or JSON_NUMBER, ranged: within [minimum, maximum], in units of 10^-decimals (0
+    // for an integer; 6 for a number, which then has at most 6 digits after its point and no exponent)
+    int ranged, decimals;
     int64_t minimum, maximum;
 } json_node;
 
 enum { JSON_UNLIMITED = 65535 }; // counts stop here (json_state's are 16 bits)
-#define JSON_INTEGER_LIMIT 9007199254740991.0 // 2^53 - 1: integer bounds within +-this (doubles hold them exactly)
+#define JSON_RANGE_LIMIT 9007199254740991.0 // 2^53 - 1: ranged values' units within +-this
 
 typedef struct json_schema {
     json_node *nodes;

@@ -100,6 +100,9 @@ def random_schema(rng, depth, refs):
         if rng.random() < 0.5:
             s["maxLength"] = s.get("minLength", 0) + rng.randrange(6)
         return s
+    if kind == "number" and rng.random() < 0.5:
+        lo = rng.choice([0, -1, 0.1, -50.5, 1e-6, 1000])
+        return {"type": "number", "minimum": lo, rng.choice(["maximum", "exclusiveMaximum"]): lo + rng.choice([0.5, 1, 3.25, 1e6])}
     if kind == "integer" and rng.random() < 0.5:
         s = {"type": "integer"}
         lo = rng.choice([0, -3, 7, -1000, 12345, 2.5, -0.5])
@@ -221,6 +224,10 @@ def instance(rng, s, top, depth=0):
         lo, hi = integer_bounds(s)
         return dump(rng.choice([max(lo, min(hi, v)) for v in (0, -7, 10, rng.randrange(-10**6, 10**12))] +
                                [rng.randint(lo, min(hi, lo + 10**6)), rng.randint(max(lo, hi - 10**6), hi)]))
+    if t == "number" and "minimum" in s:  # (random_schema's bounds: a minimum and a maximum; well inside them)
+        k = rng.randint(math.ceil(s["minimum"] * 1e6) + 1, math.floor(s.get("maximum", s.get("exclusiveMaximum")) * 1e6) - 1)
+        text = f"{'-' if k < 0 else ''}{abs(k) // 10 ** 6}.{abs(k) % 10 ** 6:06d}".rstrip("0").rstrip(".")
+        return text.encode()
     if t == "number":
         return dump(rng.choice([0, -2, 3.25, -0.5, 1e-07, 6.02e23, rng.uniform(-100, 100)]))
     return dump(rng.choice([True, False]) if t == "boolean" else None)
@@ -352,12 +359,29 @@ CASES += text_of("^.{2,3}$", [("éé", 1), ("ab🦙", 1), ("abcd", 0), ("a", 0)]
 CASES += text_of("^[^a]$", [("b", 1), ("é", 0), ("a", 0)])  # (classes take ASCII only: a narrowing)
 CASES += text_of("^a*?b+?$", [("aab", 1), ("b", 1), ("a", 0)])
 CASES += text_of("^\\w\\s\\W$", [("a !", 1), ("a\t!", 0), ("a a", 0)])
+NUM = {"type": "object", "properties": {"a": {"type": ["number", "null"], "minimum": 0, "maximum": 1}}}
+EXC = {"type": "object", "properties": {"a": {"type": "number", "exclusiveMinimum": 0.1, "exclusiveMaximum": 0.3}}}
+DEC = {"type": "object", "properties": {"a": {"type": "number", "minimum": 0.1, "maximum": 0.3}}}
+BIG = {"type": "object", "properties": {"a": {"type": "number", "minimum": -1e6}}}
+for schema, texts in [(NUM, ["0.5", "1", "1.0", "1.000000", "-0", "0", "0.000001", "null", "-1.000001x", "1.000001", "-0.1",
+                             "0.1234567", "0.0000001", "1e-3", "2", "0.", ".5"]),
+                      (EXC, ["0.100001", "0.299999", "0.2", "0.1", "0.3", "0.30", "0.0999999"]),
+                      (DEC, ["0.1", "0.3", "0.30", "0.300000", "0.300001", "0.09", "0.099999", "0.2999999"]),
+                      (BIG, ["-1000000", "-999999.999999", "123456789.5", "-1000000.000001", "-1000001",
+                             "9007199254.740991"])]:
+    for t in texts:  # (whole where the reference, jsonschema, takes it and the grammar's form has it)
+        text = b'{"a":%s}' % t.encode()
+        CASES.append((schema, text, int(is_instance(jsonschema.Draft202012Validator(schema), text) and "e" not in t
+                                        and not re.search(r"\.\d{7}", t))))
+CASES += [(BIG, b'{"a":9007199254.740992}', 0), (BIG, b'{"a":10000000000}', 0)]  # (instances, past the range's limit)
 # Where a bound refuses: at the digit that no integer in range begins with, else at the end.
 HUNDREDS = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 100, "maximum": 500}}}
 TAKEN = [(AGE, b'{"a":120}', 7), (AGE, b'{"a":119}', 9), (AGE, b'{"a":-6}', 6), (AGE, b'{"a":-0}', 8),
          (HUNDREDS, b'{"a":1}', 6), (HUNDREDS, b'{"a":50}', 7), (HUNDREDS, b'{"a":501}', 7), (HUNDREDS, b'{"a":6', 5),
          (HUNDREDS, b'{"a":-', 5), (HUNDREDS, b'{"a":0', 5), (NEG, b'{"a":-1', 7), (NEG, b'{"a":-1}', 7),
-         (NEG, b'{"a":-3', 6), (NEG, b'{"a":-10000', 10)]
+         (NEG, b'{"a":-3', 6), (NEG, b'{"a":-10000', 10), (NUM, b'{"a":1.000001}', 12), (NUM, b'{"a":2', 5),
+         (NUM, b'{"a":0.1234567}', 13), (NUM, b'{"a":1e', 6), (NUM, b'{"a":0.9}', 9), (DEC, b'{"a":0.3000001', 13),
+         (DEC, b'{"a":0.09', 7), (DEC, b'{"a":1', 5)]
 bad = []
 for i, (schema, text, whole) in enumerate(CASES):
     path = schema_file(schema)
@@ -405,8 +429,11 @@ REFUSED = [({"type": "string"}, "the top must allow an object"), ({"enum": [[], 
             "'format' \"email\" is not supported (date, time, date-time and uuid are)"),
            ({"type": "object", "properties": {"a": {"format": "date", "maxLength": 4}}}, "'maxLength' beside 'format'"),
            ({"type": "object", "properties": {"a": {"type": "integer", "format": "int32"}}}, None),
-           ({"type": "object", "properties": {"a": {"type": "number", "minimum": 0}}}, "'minimum' is supported on integers only"),
-           ({"type": "object", "properties": {"a": {"maximum": 0}}}, "'maximum' is supported on integers only"),
+           ({"type": "object", "properties": {"a": {"type": "number", "minimum": 0}}}, None),
+           ({"type": "object", "properties": {"a": {"maximum": 0}}}, None),
+           ({"type": "object", "properties": {"a": {"type": "number", "minimum": 1e10}}}, "bounds beyond +-9007199254.740991 are not"),
+           ({"type": "object", "properties": {"a": {"type": "number", "minimum": 0.1, "exclusiveMaximum": 0.1}}},
+            "no number lies within its bounds"),
            ({"type": "object", "properties": {"a": {"type": "integer", "exclusiveMinimum": True}}},
             "'exclusiveMinimum' must be a number"),
            ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 1e300}}}, "bounds beyond"),
