@@ -1,11 +1,15 @@
-"""Structured outputs (response_format json_schema; model/json_schema.c, json_grammar.c) against
-jsonschema (Debian python3-jsonschema) as the reference, on fresh random schemas: every text the
-grammar takes whole (random walks through it, one-byte edits of instances) is an instance; instances
-written in the grammar's one form (properties in the schema's order, whitespace as JSON mode allows)
-are taken whole and each prefix is taken; targeted violations are refused; schemas beyond the subset
-are refused, naming why; json_mask leaves exactly the LLaMA-2 tokens json_feed takes. Then burstd:
-completions and chats with a schema are instances when they end at EOS and an instance's beginning
-when cut by max_tokens, streamed as whole, the same under --speculate, and the 400s."""
+"""Structured outputs (response_format json_schema; model/json_schema.c, json_pattern.c,
+json_grammar.c) against jsonschema (Debian python3-jsonschema) as the reference, with Python's own
+parsers for formats (fromisoformat, uuid.UUID) and its re for patterns, on fresh random schemas
+(bounds, formats, patterns, alternatives, $refs among them): every text the grammar takes whole
+(random walks through it, which must never reach a text no byte continues, and one-byte edits of
+instances) is an instance; instances written in the grammar's one form (properties in the schema's
+order, whitespace as JSON mode allows) are taken whole and each prefix is taken; violations of each
+keyword are refused, bounds at the first digit no number in range begins with; schemas beyond the
+subset are refused, naming why; json_mask leaves exactly the LLaMA-2 tokens json_feed takes. Then
+burstd: completions and chats with a schema are instances when they end at EOS and an instance's
+beginning when cut by max_tokens, streamed as whole, the same under --speculate and from burst
+generate --json-schema; named function calls carry the schema's answer as their arguments; the 400s."""
 import datetime, json, math, os, random, re, string, subprocess, sys, tempfile, uuid
 
 from burstd_util import BIN, STORIES, Burstd, Checks, check_shaped, generate, need_stories
@@ -398,7 +402,7 @@ for schema, text, taken in TAKEN:
     os.unlink(path)
     if got != taken:
         bad.append((text, got, taken))
-check(f"{len(TAKEN)} integers near their bounds: refused at the first byte no instance continues", not bad, bad)
+check(f"{len(TAKEN)} numbers near their bounds: refused at the first byte no instance continues", not bad, bad)
 
 REFUSED = [({"type": "string"}, "the top must allow an object"), ({"enum": [[], 1]}, "the top must allow an object"),
            ({"type": ["object", "null"]}, None), ({"enum": [{}]}, None), ({}, None),
