@@ -1,4 +1,5 @@
-// Test tool for test_json_mode.py and test_json_schema.py (model/json_grammar.h, json_schema.h).
+// Test tool for test_json_mode.py and test_json_schema.py (model/json_grammar.h, json_schema.h,
+// json_pattern.h).
 // Strings are read NUL-separated from a file; schema.json (optional: else JSON mode's any object)
 // is a JSON Schema.
 //   json_tool feed [schema.json] strings.bin: a line a string, "N C": the bytes json_feed took
@@ -8,9 +9,10 @@
 //     grammar takes: the ids json_mask leaves (finite logits) after it.
 //   json_tool schema schema.json: "ok", or the reason json_schema_compile refuses it.
 //   json_tool walk schema.json seed n: n texts (NUL-separated) the grammar takes, each byte drawn
-//     from those it allows next (from tab up; ASCII only in 7 draws of 8 where it allows some), past 200 bytes the first allowed of
-//     "}]n0tf, (towards an end); a walk that has not ended in 20000 bytes is left out (after 4n
-//     walks, fewer than n texts); one where no byte may come next is an error (exit 3).
+//     from those it allows next (from tab up; ASCII only in 7 draws of 8 where it allows some),
+//     past 200 bytes the first allowed of "}]n0tf, (towards an end); a walk that has not ended in
+//     20000 bytes is left out (after 4n walks, fewer than n texts); one where no byte may come
+//     next is an error (exit 3).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
