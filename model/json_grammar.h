@@ -31,7 +31,8 @@ typedef struct {
     uint64_t pattern;   // a string with a pattern: the set of its NFA's live places (json_pattern.h)
     uint16_t node;    // the next value's schema node (a string's, while in it; the matched texts')
     uint16_t lo, hi;  // matching (an enum's values, an object's names): the texts [lo, hi) of the
-    uint16_t matched; //   node's begin with the matched bytes of the text so far
+    uint16_t matched; //   node's begin with the matched bytes of the text so far (a time's part
+                      //   after its seconds: that part's bytes so far)
     uint16_t chars;   // a string's characters so far
     uint8_t depth;    // containers open
     uint8_t mode;     // what the next byte may be (json_grammar.c)
