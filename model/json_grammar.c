@@ -229,33 +229,32 @@ static uint64_t power_of_10(int k) {
     return p;
 }
 
-// Whether ranged node n's range holds the number s has read so far (its digits, in magnitude, and
-// after the point decimals of them), or one that it begins: more digits (none after a leading 0
-// but a fraction's, up to n->decimals of them). In units of 10^-n->decimals: the magnitudes that
-// begin so are runs [lo, lo + span).
-static int may_reach(const json_node *n, const json_state *s) {
-    if (s->sub == N_MINUS) { // a minus alone: a first digit must lead somewhere
-        json_state first = *s;
-        for (int d = 0; d < 10; d++) {
-            first.magnitude = (uint64_t)d, first.sub = d ? N_INT : N_ZERO;
-            if (may_reach(n, &first)) return 1;
-        }
-        return 0;
-    }
-    const int fraction = s->sub == N_DOT || s->sub == N_FRAC;
-    const uint64_t unit = power_of_10(n->decimals - (fraction ? s->decimals : 0));
-    for (uint64_t lo = s->magnitude * unit, span = unit; lo <= (uint64_t)JSON_RANGE_LIMIT; lo *= 10, span *= 10) {
+// Whether ranged node n's range holds a number whose sign is negative and whose digits so far make
+// magnitude (the last decimals of them after its point; fraction: it has a point), or one that it
+// begins: more digits (none after a leading 0 but a fraction's, up to n->decimals of them). In
+// units of 10^-n->decimals: the magnitudes that begin so are runs [lo, lo + span).
+static int range_meets(const json_node *n, int negative, uint64_t magnitude, int decimals, int fraction) {
+    const uint64_t unit = power_of_10(n->decimals - decimals);
+    for (uint64_t lo = magnitude * unit, span = unit; lo <= (uint64_t)JSON_RANGE_LIMIT; lo *= 10, span *= 10) {
         const int64_t a = (int64_t)lo, b = (int64_t)(lo + span - 1);
-        if (s->negative ? -b <= n->maximum && -a >= n->minimum : a <= n->maximum && b >= n->minimum) return 1;
-        if (fraction || !s->magnitude) break;
+        if (negative ? -b <= n->maximum && -a >= n->minimum : a <= n->maximum && b >= n->minimum) return 1;
+        if (fraction || !magnitude) break;
     }
     return 0;
 }
 
-// Whether node n's range (if it has one) holds the number s has read.
+// Whether the number s has read so far can still end within ranged node n's range.
+static int may_reach(const json_node *n, const json_state *s) {
+    if (s->sub != N_MINUS)
+        return range_meets(n, s->negative, s->magnitude, s->decimals, s->sub == N_DOT || s->sub == N_FRAC);
+    for (int d = 0; d < 10; d++) // a minus alone: a first digit must lead somewhere
+        if (range_meets(n, 1, (uint64_t)d, 0, 0)) return 1;
+    return 0;
+}
+
+// Whether node n's range (if it has one) holds the number s has read (decimals: 0 but in a fraction).
 static int in_range(const json_node *n, const json_state *s) {
-    const int fraction = s->sub == N_FRAC;
-    const uint64_t units = s->magnitude * power_of_10(n->decimals - (fraction ? s->decimals : 0));
+    const uint64_t units = s->magnitude * power_of_10(n->decimals - s->decimals);
     const int64_t v = s->negative ? -(int64_t)units : (int64_t)units;
     return !n->ranged || (v >= n->minimum && v <= n->maximum);
 }
