@@ -12,17 +12,23 @@
 #include "model/sampler.h"
 
 // json_mask's time on t's vocabulary after each of a few prefixes of an object (mean of 200): JSON
-// mode's (any object), then a schema's (a string of at most 12 characters, an enum, an integer).
+// mode's (any object), then a schema's (a string of at most 12 characters, an enum, an integer, two
+// objects that begin alike: two branches of the grammar).
 static void json_rows(const tokenizer *t) {
     static const struct {
         int schema;
         const char *prefix;
     } rows[] = {{0, "{\"name\": \"Lil"}, {0, " {"}, {0, "{\"a\": "}, {0, "{\"a\": 12"}, {0, "{\"a\": [tr"},
                 {0, "{\"a\": {\"b\": [1, 2]}"}, {1, "{\"na"}, {1, "{\"name\": \"Lil"}, {1, "{\"name\": \"Lily\", \"mood\": "},
-                {1, "{\"name\": \"Lily\", \"mood\": \"ha"}, {1, "{\"name\": \"Lily\", \"mood\": \"sad\", \"age\": 1"}};
+                {1, "{\"name\": \"Lily\", \"mood\": \"ha"}, {1, "{\"name\": \"Lily\", \"mood\": \"sad\", \"age\": 1"},
+                {1, "{\"name\": \"Lily\", \"mood\": \"sad\", \"pet\": {"},
+                {1, "{\"name\": \"Lily\", \"mood\": \"sad\", \"pet\": {\"kind\": \""}};
     static const char *const schema_text =
         "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 12}, \"mood\": "
-        "{\"enum\": [\"happy\", \"sad\", \"hungry\"]}, \"age\": {\"type\": \"integer\"}}, \"required\": [\"name\", \"mood\"]}";
+        "{\"enum\": [\"happy\", \"sad\", \"hungry\"]}, \"age\": {\"type\": \"integer\"}, \"pet\": {\"anyOf\": [{\"type\": "
+        "\"object\", \"properties\": {\"kind\": {\"const\": \"dog\"}, \"name\": {\"type\": \"string\"}}}, {\"type\": "
+        "\"object\", \"properties\": {\"kind\": {\"const\": \"cat\"}, \"lives\": {\"type\": \"integer\"}}}]}}, "
+        "\"required\": [\"name\", \"mood\"]}";
     char err[256];
     cJSON *j = cJSON_Parse(schema_text);
     json_schema *schema = json_schema_compile(j, "schema", err, sizeof err);

@@ -18,20 +18,35 @@ enum { S_PLAIN, S_ESCAPE, S_HEX };
 // matched its part's bytes so far. (A formatted string has no escapes: its phases take sub.)
 enum { F_SECONDS = S_PLAIN, F_FRACTION, F_OFFSET, F_END };
 
+_Static_assert(offsetof(json_branch, frames) == 3 * 8 + 5 * 2 + 12 && sizeof(json_frame) == 6,
+               "json_branch has no padding before its frames: branches compare bytewise");
+
+// The bytes of a branch that matter: its fields and its containers open.
+static size_t branch_size(const json_branch *b) { return offsetof(json_branch, frames) + sizeof *b->frames * b->depth; }
+static void copy_branch(json_branch *dst, const json_branch *src) { memcpy(dst, src, branch_size(src)); }
+
 void json_start(json_state *s, const json_schema *schema) {
     if (!schema) schema = json_schema_any_object();
-    *s = (json_state){.schema = schema, .node = (uint16_t)schema->root, .mode = J_START};
+    json_branch *b = &s->branches[0];
+    memset(b, 0, offsetof(json_branch, frames));
+    b->schema = schema, b->node = (uint16_t)schema->root, b->mode = J_START;
+    s->n = 1;
 }
 
 void json_copy(json_state *dst, const json_state *src) {
-    memcpy(dst, src, offsetof(json_state, frames) + sizeof *src->frames * src->depth);
+    dst->n = src->n;
+    for (int i = 0; i < src->n; i++) copy_branch(&dst->branches[i], &src->branches[i]);
 }
 
-int json_complete(const json_state *s) { return s->mode == J_DONE; }
+int json_complete(const json_state *s) {
+    for (int i = 0; i < s->n; i++)
+        if (s->branches[i].mode == J_DONE) return 1;
+    return 0;
+}
 
-static const json_node *node_at(const json_state *s, int n) { return &s->schema->nodes[n]; }
-static json_frame *innermost(json_state *s) { return &s->frames[s->depth - 1]; }
-static const json_node *innermost_node(const json_state *s) { return node_at(s, s->frames[s->depth - 1].node); }
+static const json_node *node_at(const json_branch *s, int n) { return &s->schema->nodes[n]; }
+static json_frame *innermost(json_branch *s) { return &s->frames[s->depth - 1]; }
+static const json_node *innermost_node(const json_branch *s) { return node_at(s, s->frames[s->depth - 1].node); }
 static uint16_t count_up(uint16_t n) { return n < JSON_UNLIMITED ? n + 1 : n; }
 static int below_max(int n, int max) { return max == JSON_UNLIMITED || n < max; }
 
@@ -39,7 +54,7 @@ static int is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n'
 
 // Whitespace byte c between tokens, where the run allows it: a space or a newline first, then
 // (after a newline) up to JSON_MAX_INDENT spaces or tabs.
-static int space(json_state *s, unsigned char c) {
+static int space(json_branch *s, unsigned char c) {
     if (!s->spaces) s->spaces = c == ' ' ? 1 : c == '\n' ? 2 : 0;
     else if (s->spaces >= 2 && s->spaces < 2 + JSON_MAX_INDENT && (c == ' ' || c == '\t')) s->spaces++;
     else return 0;
@@ -49,18 +64,22 @@ static int space(json_state *s, unsigned char c) {
 static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 static int is_hex(unsigned char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
-// After a value: a separator or a closer in the container, or nothing at all after the object.
-static void value_done(json_state *s) { s->mode = s->depth ? J_AFTER : J_DONE; }
+// After a value: a separator or a closer in the container, or nothing at all after the object. The
+// value's fields are zeroed: branches that read it as different alternatives are one again.
+static void value_done(json_branch *s) {
+    memset(&s->magnitude, 0, offsetof(json_branch, depth) - offsetof(json_branch, magnitude));
+    s->mode = s->depth ? J_AFTER : J_DONE;
+}
 
 // The innermost object may take a key: a property not yet given, or any key where it has no
 // properties and its values have a schema.
-static int may_key(const json_state *s) {
+static int may_key(const json_branch *s) {
     const json_node *n = innermost_node(s);
     return n->n_props ? s->frames[s->depth - 1].count < n->n_props : n->extra >= 0;
 }
 
 // Whether the innermost object's property i may come next: none required is left out before it.
-static int may_be_next(const json_state *s, int i) {
+static int may_be_next(const json_branch *s, int i) {
     const json_node *n = innermost_node(s);
     int k = s->frames[s->depth - 1].count;
     if (i < k) return 0;
@@ -68,29 +87,29 @@ static int may_be_next(const json_state *s, int i) {
     return k == i;
 }
 
-static int may_close(const json_state *s, int object) {
+static int may_close(const json_branch *s, int object) {
     const json_node *n = innermost_node(s);
     const int count = s->frames[s->depth - 1].count;
     return object ? count > n->last_required : count >= n->min_items;
 }
 
 // Container open, of the value's node.
-static int open_container(json_state *s, int object) {
+static int open_container(json_branch *s, int object) {
     if (s->depth == JSON_MAX_DEPTH) return 0;
-    s->frames[s->depth++] = (json_frame){.node = s->node, .object = (uint8_t)object};
+    s->frames[s->depth++] = (json_frame){.node = s->node, .object = (uint16_t)object};
     s->mode = object ? J_KEY_OR_CLOSE : J_VALUE_OR_CLOSE;
     if (!object) s->node = (uint16_t)innermost_node(s)->items;
     return 1;
 }
 
-static int close_container(json_state *s, int object) {
+static int close_container(json_branch *s, int object) {
     if (!s->depth || innermost(s)->object != object || !may_close(s, object)) return 0;
     s->depth--;
     value_done(s);
     return 1;
 }
 
-static int start_string(json_state *s, int key) {
+static int start_string(json_branch *s, int key) {
     const json_node *n = node_at(s, s->node);
     s->mode = J_STRING, s->key = (uint8_t)key, s->sub = S_PLAIN, s->chars = 0, s->magnitude = 0;
     s->pattern = !key && n->pattern ? s->schema->patterns[n->pattern - 1].start : 0;
@@ -131,7 +150,7 @@ static int time_byte(uint64_t *digits, int at, unsigned char c) {
 }
 
 // Byte c of a time after its seconds: a fraction (1 to 6 digits), then Z or an offset (+hh:mm, -hh:mm).
-static int time_tail_byte(json_state *s, unsigned char c) {
+static int time_tail_byte(json_branch *s, unsigned char c) {
     switch (s->sub) {
     case F_SECONDS:
         if (c == '.') {
@@ -160,7 +179,7 @@ static int time_tail_byte(json_state *s, unsigned char c) {
 
 // Byte c of a string of node n's format (the closing quote only where it is whole); its bytes so
 // far in chars (such strings are ASCII).
-static int format_byte(json_state *s, const json_node *n, unsigned char c) {
+static int format_byte(json_branch *s, const json_node *n, unsigned char c) {
     const int at = s->chars;
     const int whole = n->format == JSON_FORMAT_DATE ? at == 10 : n->format == JSON_FORMAT_UUID ? at == 36 : s->sub == F_END;
     if (c == '"' || whole) {
@@ -183,14 +202,14 @@ static int format_byte(json_state *s, const json_node *n, unsigned char c) {
 }
 
 // The texts being matched: the node's values, or the names of the innermost object's properties.
-static const json_text *match_texts(const json_state *s) {
+static const json_text *match_texts(const json_branch *s) {
     return s->schema->texts + (s->key ? innermost_node(s)->names : node_at(s, s->node)->values);
 }
 
 // Byte c of a text matched (sorted, the texts that go on with c are a run of [lo, hi)): where one
 // is left (a key: one that may come next), those. A name matched whole gives its property's value
 // node; a value matched whole ends there unless it is a number (more digits may follow).
-static int match_byte(json_state *s, unsigned char c) {
+static int match_byte(json_branch *s, unsigned char c) {
     const json_text *t = match_texts(s);
     const int at = s->matched;
     int lo = s->lo, hi, fits = 0;
@@ -210,12 +229,12 @@ static int match_byte(json_state *s, unsigned char c) {
     return 1;
 }
 
-static int start_match(json_state *s, int key, int n, unsigned char c) {
+static int start_match(json_branch *s, int key, int n, unsigned char c) {
     s->mode = J_MATCH, s->key = (uint8_t)key, s->lo = 0, s->hi = (uint16_t)n, s->matched = 0;
     return match_byte(s, c);
 }
 
-static int start_key(json_state *s, unsigned char c) {
+static int start_key(json_branch *s, unsigned char c) {
     if (c != '"' || !may_key(s)) return 0;
     const json_node *n = innermost_node(s);
     if (n->n_props) return start_match(s, 1, n->n_props, c);
@@ -244,7 +263,7 @@ static int range_meets(const json_node *n, int negative, uint64_t magnitude, int
 }
 
 // Whether the number s has read so far can still end within ranged node n's range.
-static int may_reach(const json_node *n, const json_state *s) {
+static int may_reach(const json_node *n, const json_branch *s) {
     if (s->sub != N_MINUS)
         return range_meets(n, s->negative, s->magnitude, s->decimals, s->sub == N_DOT || s->sub == N_FRAC);
     for (int d = 0; d < 10; d++) // a minus alone: a first digit must lead somewhere
@@ -253,19 +272,27 @@ static int may_reach(const json_node *n, const json_state *s) {
 }
 
 // Whether node n's range (if it has one) holds the number s has read (decimals: 0 but in a fraction).
-static int in_range(const json_node *n, const json_state *s) {
+static int in_range(const json_node *n, const json_branch *s) {
     const uint64_t units = s->magnitude * power_of_10(n->decimals - s->decimals);
     const int64_t v = s->negative ? -(int64_t)units : (int64_t)units;
     return !n->ranged || (v >= n->minimum && v <= n->maximum);
 }
 
-// A value's first byte: of the value's node, or of its alternative that begins so.
-static int start_value(json_state *s, unsigned char c) {
+// A value's first byte: of the value's node, or of its alternatives that begin so: the first in s,
+// each later one in a branch of its own added to set, while it has room.
+static int start_value(json_state *set, json_branch *s, unsigned char c) {
     const int class = json_start_class(c);
     const json_node *n = node_at(s, s->node);
     while (n->starts & class && n->n_alts) {
-        const int *alt = s->schema->alts + n->alts;
+        const int *alt = s->schema->alts + n->alts, *end = alt + n->n_alts;
         while (!(node_at(s, *alt)->starts & class)) alt++;
+        for (const int *other = alt + 1; other < end && set->n < JSON_MAX_BRANCHES; other++) {
+            if (!(node_at(s, *other)->starts & class)) continue;
+            json_branch fork;
+            copy_branch(&fork, s);
+            fork.node = (uint16_t)*other;
+            if (start_value(set, &fork, c) && set->n < JSON_MAX_BRANCHES) copy_branch(&set->branches[set->n++], &fork);
+        }
         s->node = (uint16_t)*alt, n = node_at(s, *alt);
     }
     if (!(n->starts & class)) return 0;
@@ -286,7 +313,7 @@ static int start_value(json_state *s, unsigned char c) {
     return !n->ranged || may_reach(n, s);
 }
 
-static int string_byte(json_state *s, unsigned char c) {
+static int string_byte(json_branch *s, unsigned char c) {
     const json_node *n = node_at(s, s->node);
     if (n->format && !s->key) return format_byte(s, n, c); // (a free key's node is its value's)
     if (s->sub == S_ESCAPE) {
@@ -338,7 +365,7 @@ static int number_byte(int part, unsigned char c) {
     }
 }
 
-static int feed_byte(json_state *s, unsigned char c) {
+static int feed_byte(json_state *set, json_branch *s, unsigned char c) {
     static const char *const literals[] = {"true", "false", "null"};
     if (!is_space(c)) s->spaces = 0;
     switch (s->mode) {
@@ -370,11 +397,11 @@ static int feed_byte(json_state *s, unsigned char c) {
     }
     if (is_space(c)) return space(s, c);
     switch (s->mode) {
-    case J_START: return c == '{' && start_value(s, c);
+    case J_START: return c == '{' && start_value(set, s, c);
     case J_VALUE_OR_CLOSE:
         if (c == ']') return close_container(s, 0);
-        return start_value(s, c);
-    case J_VALUE: return start_value(s, c);
+        return start_value(set, s, c);
+    case J_VALUE: return start_value(set, s, c);
     case J_KEY_OR_CLOSE:
         if (c == '}') return close_container(s, 1);
         return start_key(s, c);
@@ -395,10 +422,31 @@ static int feed_byte(json_state *s, unsigned char c) {
     }
 }
 
-int json_feed(json_state *s, const char *bytes, int n) {
+// Whether branch b is one of set's first n.
+static int seen_branch(const json_state *set, int n, const json_branch *b) {
     for (int i = 0; i < n; i++)
-        if (!feed_byte(s, (unsigned char)bytes[i])) return 0;
-    return 1;
+        if (set->branches[i].depth == b->depth && !memcmp(&set->branches[i], b, branch_size(b))) return 1;
+    return 0;
+}
+
+int json_feed(json_state *s, const char *bytes, int n) {
+    for (int i = 0; i < n && s->n; i++) {
+        const int before = s->n; // (forks join after these, having read the byte)
+        uint8_t fits[JSON_MAX_BRANCHES];
+        for (int b = 0; b < before; b++) fits[b] = (uint8_t)feed_byte(s, &s->branches[b], (unsigned char)bytes[i]);
+        if (s->n == 1) { // one branch, as most of the time: nothing to compare
+            s->n = fits[0];
+            continue;
+        }
+        int kept = 0;
+        for (int b = 0; b < s->n; b++) {
+            if ((b < before && !fits[b]) || seen_branch(s, kept, &s->branches[b])) continue;
+            if (b != kept) copy_branch(&s->branches[kept], &s->branches[b]);
+            kept++;
+        }
+        s->n = kept;
+    }
+    return s->n > 0;
 }
 
 struct json_vocab {
@@ -430,9 +478,10 @@ json_vocab *json_vocab_new(const tokenizer *t) {
         json_state s;
         json_start(&s, NULL);
         json_feed(&s, "{\"", 2); // in a key: a string without limits on its length
-        v->plain[id] = !memchr(v->text + used, '"', len) && json_feed(&s, v->text + used, (int)len) && s.sub == S_PLAIN &&
-                       !s.utf8_left;
-        v->chars[id] = s.chars;
+        const json_branch *b = &s.branches[0]; // (JSON mode has no alternatives: one branch)
+        v->plain[id] = !memchr(v->text + used, '"', len) && json_feed(&s, v->text + used, (int)len) && b->sub == S_PLAIN &&
+                       !b->utf8_left;
+        v->chars[id] = b->chars;
         used += len;
         free(piece);
     }
@@ -450,41 +499,61 @@ static void next_bytes(const json_state *s, uint8_t fits[256]) {
     json_state next;
     for (int c = 0; c < 256; c++) {
         json_copy(&next, s);
-        fits[c] = (uint8_t)feed_byte(&next, (unsigned char)c);
+        fits[c] = (uint8_t)json_feed(&next, &(char){(char)c}, 1);
     }
 }
 
-// Shortcuts before a token's text is fed whole: within a string's plain text, a token that can
-// only be string content fits as it is where the string has room for its characters, and not
-// where it has not (most of a vocabulary: 0.7 ms a mask of 32000 tokens fed whole); a token whose
-// first byte does not fit is out, and so is one whose first byte is a space (most of LLaMA's) and
-// whose second does not fit after it.
-void json_mask(const json_vocab *v, const json_state *s, float *logits) {
-    int room = -1; // characters of plain text that fit
-    const json_node *n = node_at(s, s->node);
-    if (s->mode == J_STRING && s->sub == S_PLAIN && !s->utf8_left && (s->key || (!n->format && !n->pattern)))
-        room = s->key || n->max_length == JSON_UNLIMITED ? INT_MAX : n->max_length - s->chars;
-    uint8_t first[256], after_space[256] = {0};
-    next_bytes(s, first);
+// What json_mask knows of a branch before it looks at the tokens.
+typedef struct {
+    json_state alone;              // the branch as a state of its own
+    int room;                      // characters of a string's plain text that fit (-1: not in one)
+    uint8_t first[256];            // the bytes that may come next
+    uint8_t after_space[256];      // and after a space
+} branch_view;
+
+static void view_branch(const json_branch *b, branch_view *v) {
+    const json_node *n = node_at(b, b->node);
+    v->room = -1;
+    if (b->mode == J_STRING && b->sub == S_PLAIN && !b->utf8_left && (b->key || (!n->format && !n->pattern)))
+        v->room = b->key || n->max_length == JSON_UNLIMITED ? INT_MAX : n->max_length - b->chars;
+    v->alone.n = 1;
+    copy_branch(&v->alone.branches[0], b);
+    next_bytes(&v->alone, v->first);
     json_state next;
-    json_copy(&next, s);
-    if (feed_byte(&next, ' ')) next_bytes(&next, after_space);
+    json_copy(&next, &v->alone);
+    memset(v->after_space, 0, sizeof v->after_space);
+    if (json_feed(&next, " ", 1)) next_bytes(&next, v->after_space);
+}
+
+// Whether token id's text (len bytes, 1 or more) continues the branch viewed.
+static int token_fits(const json_vocab *v, const branch_view *b, int id, const unsigned char *text, int len) {
+    if (!b->first[text[0]]) return 0;
+    if (v->plain[id] && b->room >= 0) return v->chars[id] <= b->room;
+    if (len > 1 && text[0] == ' ' && !b->after_space[text[1]]) return 0;
+    json_state next;
+    json_copy(&next, &b->alone);
+    return json_feed(&next, (const char *)text, len);
+}
+
+// Shortcuts before a token's text is fed whole, a branch at a time: within a string's plain text,
+// a token that can only be string content fits as it is where the string has room for its
+// characters, and not where it has not (most of a vocabulary: 0.7 ms a mask of 32000 tokens fed
+// whole); a token whose first byte does not fit is out, and so is one whose first byte is a space
+// (most of LLaMA's) and whose second does not fit after it.
+void json_mask(const json_vocab *v, const json_state *s, float *logits) {
+    branch_view *views = burst_malloc(sizeof *views * (size_t)s->n);
+    for (int b = 0; b < s->n; b++) view_branch(&s->branches[b], &views[b]);
     int fits = 0;
     for (int id = 0; id < v->n; id++) {
         const unsigned char *text = (const unsigned char *)v->text + v->start[id];
-        const int len = v->len[id];
-        int ok;
-        if (id == v->eos) ok = json_complete(s);
-        else if (!len || !first[text[0]]) ok = 0;
-        else if (v->plain[id] && room >= 0) ok = v->chars[id] <= room;
-        else if (len > 1 && text[0] == ' ' && !after_space[text[1]]) ok = 0;
-        else json_copy(&next, s), ok = json_feed(&next, (const char *)text, len);
+        int ok = id == v->eos && json_complete(s);
+        for (int b = 0; b < s->n && !ok && id != v->eos && v->len[id]; b++) ok = token_fits(v, &views[b], id, text, v->len[id]);
         if (ok) fits++;
         else logits[id] = -INFINITY;
     }
+    free(views);
     if (!fits) logits[v->eos] = 0; // no token continues it: the text ends here
 }
-
 void json_advance(const json_vocab *v, json_state *s, int id) {
     if (id != v->eos) json_feed(s, v->text + v->start[id], v->len[id]);
 }

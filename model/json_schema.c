@@ -110,7 +110,8 @@ static void sort_texts(compiler *c, int first, int n) {
 
 static int is_annotation(const char *key) {
     static const char *const names[] = {"title", "description", "default",     "examples",   "$schema",  "$id",
-                                        "$comment", "$defs",     "definitions", "deprecated", "readOnly", "writeOnly"};
+                                        "$comment", "$defs",     "definitions", "deprecated", "readOnly", "writeOnly",
+                                        "discriminator"}; // (OpenAPI's, which Pydantic writes beside oneOf)
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (!strcmp(key, names[i])) return 1;
     return 0;
@@ -226,7 +227,7 @@ static int add_alts(compiler *c, int n, const cJSON *list, const char *key, cons
         grow(&c->s->alts, &c->cap_alts, c->s->n_alts, sizeof *c->s->alts);
         c->s->alts[c->s->n_alts++] = alts[k];
     }
-    c->s->nodes[n].alts = c->s->n_alts - count, c->s->nodes[n].n_alts = count;
+    c->s->nodes[n].alts = c->s->n_alts - count, c->s->nodes[n].n_alts = count, c->s->nodes[n].one_of = !strcmp(key, "oneOf");
     free(alts);
     return ok ? 0 : -1;
 }
@@ -362,7 +363,7 @@ static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
         else if (!is_annotation(k->string)) return fail(c, path, "'%s' is not supported", k->string);
     }
     if (has[ANY_OF] && has[ONE_OF]) return fail(c, path, "'anyOf' beside 'oneOf' is not supported");
-    if (has[ANY_OF] || has[ONE_OF]) { // (alternatives of different starts: anyOf and oneOf agree)
+    if (has[ANY_OF] || has[ONE_OF]) {
         const char *key = keywords[has[ANY_OF] ? ANY_OF : ONE_OF];
         for (int i = 0; i < ANY_OF; i++)
             if (has[i]) return fail(c, path, "'%s' beside '%s' is not supported", keywords[i], key);
@@ -451,8 +452,33 @@ static int node_of(compiler *c, const cJSON *j, const char *path) {
     return n;
 }
 
+// Whether nodes a and b are lists of strings (enum or const) with none in common.
+static int other_strings(const json_schema *s, int a, int b) {
+    const json_node *x = &s->nodes[a], *y = &s->nodes[b];
+    for (int i = 0; i < x->n_values; i++)
+        for (int k = 0; k < y->n_values; k++) {
+            const json_text *u = &s->texts[x->values + i], *v = &s->texts[y->values + k];
+            if (u->text[0] != '"' || v->text[0] != '"' || !text_order(u, v)) return 0; // (texts as cJSON prints them)
+        }
+    return x->n_values && y->n_values;
+}
+
+// Whether nodes a and b have no instance in common: objects with a property that both require,
+// whose values are strings none of which both allow (a discriminator: Pydantic's tagged unions).
+static int told_apart(const json_schema *s, int a, int b) {
+    const json_node *x = &s->nodes[a], *y = &s->nodes[b];
+    if (x->types != JSON_OBJECT || y->types != JSON_OBJECT) return 0; // (an enum's or anyOf's types are 0)
+    for (int i = 0; i < x->n_props; i++)
+        for (int k = 0; k < y->n_props; k++) {
+            const json_text *u = &s->texts[x->names + i], *v = &s->texts[y->names + k];
+            const json_prop *p = &s->props[x->props + u->index], *q = &s->props[y->props + v->index];
+            if (p->required && q->required && !text_order(u, v) && other_strings(s, p->node, q->node)) return 1;
+        }
+    return 0;
+}
+
 // json_node.starts of node n (visiting: 1 while its alternatives are looked at); -1 where
-// alternatives lead back to n.
+// alternatives lead back to n, or where oneOf's may hold the same instance.
 static int node_starts(compiler *c, int n, char *visiting) {
     json_node *node = &c->s->nodes[n];
     if (node->starts) return node->starts;
@@ -462,12 +488,14 @@ static int node_starts(compiler *c, int n, char *visiting) {
     for (int i = 0; i < node->n_values; i++)
         starts |= json_start_class((unsigned char)c->s->texts[node->values + i].text[0]);
     for (int i = 0; i < node->n_alts; i++) {
-        const int s = node_starts(c, c->s->alts[node->alts + i], visiting);
+        const int *alts = c->s->alts + node->alts, s = node_starts(c, alts[i], visiting);
         if (s < 0) return -1;
-        if (s & starts)
-            return fail(c, c->where,
-                        "'anyOf' or 'oneOf' alternatives must begin differently (object, array, string, number, "
-                        "boolean, null): two may be the same");
+        for (int k = 0; node->one_of && k < i; k++)
+            if (s & c->s->nodes[alts[k]].starts && !told_apart(c->s, alts[k], alts[i]))
+                return fail(c, c->where,
+                            "'oneOf' alternatives that begin alike (two objects, an integer and a number, ...) must be "
+                            "objects told apart by a property both require, of different constant strings (a "
+                            "discriminator); 'anyOf' takes any");
         starts |= s;
     }
     visiting[n] = 0;

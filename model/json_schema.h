@@ -5,12 +5,13 @@
 //   items, minItems, maxItems, minLength, maxLength, minimum, maximum, exclusiveMinimum,
 //   exclusiveMaximum, format (of strings: date, time,
 //   date-time and uuid; RFC 3339's and RFC 4122's forms, below), pattern (of strings:
-//   json_pattern.h's subset); anyOf and oneOf whose
-//   alternatives begin differently (an object, an array, a string, a number, a boolean, null: a
-//   value's first byte picks the alternative); allOf of one schema; $ref to "#", "#/$defs/NAME"
+//   json_pattern.h's subset); anyOf; oneOf whose alternatives begin differently (an object, an
+//   array, a string, a number, a boolean, null) or are objects told apart by a discriminator (a
+//   property each requires, of constant strings none of the others allows: Pydantic's tagged
+//   unions); allOf of one schema; $ref to "#", "#/$defs/NAME"
 //   or "#/definitions/NAME" (recursion allowed); and annotations, which change nothing (title,
 //   description, default, examples, $schema, $id, $comment, $defs, definitions, deprecated,
-//   readOnly, writeOnly). Anything else (other formats, multipleOf, ...) is refused, not
+//   readOnly, writeOnly, discriminator). Anything else (other formats, multipleOf, ...) is refused, not
 //   ignored: text that ignored it might not be an instance. The text is an object: the schema's
 //   top must allow one.
 // Where the schema leaves a choice, the text takes one form: an object's properties in the
@@ -58,7 +59,8 @@ typedef struct {
     int types;            // JSON_* bits: what the value may be (0: its values or alternatives say)
     int values, n_values; // enum or const: the value is one of texts[values, + n_values), sorted bytewise
     int alts, n_alts;     // anyOf or oneOf: the value is of one of the nodes alts[alts, + n_alts)
-    int starts;           // bit k: the value may begin as class k (json_schema.c): picks an alternative
+    int one_of;           //   oneOf: of exactly one (those that begin alike are told apart: json_schema.c)
+    int starts;           // bit k: the value may begin as class k (json_schema.c): picks the alternatives
     // JSON_OBJECT: the properties props[props, + n_props) in the schema's order, their names
     // texts[names, + n_props) sorted bytewise; without properties, each value's node extra (-1: the
     // object is {}).

@@ -2,9 +2,9 @@
 // json_pattern.h).
 // Strings are read NUL-separated from a file; schema.json (optional: else JSON mode's any object)
 // is a JSON Schema.
-//   json_tool feed [schema.json] strings.bin: a line a string, "N C": the bytes json_feed took
-//     before one it refused (all of them: the string's length), and whether they are a whole
-//     instance (1 or 0).
+//   json_tool feed [schema.json] strings.bin: a line a string, "N C B": the bytes json_feed took
+//     before one it refused (all of them: the string's length), whether they are a whole
+//     instance (1 or 0), and the branches alive after them (json_grammar.h).
 //   json_tool mask tokenizer.model [schema.json] strings.bin: a line a string, each a prefix the
 //     grammar takes: the ids json_mask leaves (finite logits) after it.
 //   json_tool schema schema.json: "ok", or the reason json_schema_compile refuses it.
@@ -120,10 +120,10 @@ int main(int argc, char **argv) {
     for (size_t off = 0; off < len; off += strlen(buf + off) + 1) {
         json_state s;
         json_start(&s, schema);
-        int n = 0;
-        while (buf[off + n] && json_feed(&s, buf + off + n, 1)) n++;
+        int n = 0, alive = s.n;
+        while (buf[off + n] && json_feed(&s, buf + off + n, 1)) n++, alive = s.n;
         if (!mask) {
-            printf("%d %d\n", n, !buf[off + n] && json_complete(&s));
+            printf("%d %d %d\n", n, !buf[off + n] && json_complete(&s), alive);
             continue;
         }
         memset(logits, 0, sizeof *logits * (size_t)vocab);

@@ -1,7 +1,8 @@
 """Structured outputs (response_format json_schema; model/json_schema.c, json_pattern.c,
 json_grammar.c) against jsonschema (Debian python3-jsonschema) as the reference, with Python's own
 parsers for formats (fromisoformat, uuid.UUID) and its re for patterns, on fresh random schemas
-(bounds, formats, patterns, alternatives, $refs among them): every text the grammar takes whole
+(bounds, formats, patterns, alternatives that begin alike or not, tagged unions, $refs among
+them): every text the grammar takes whole
 (random walks through it, which must never reach a text no byte continues, and one-byte edits of
 instances) is an instance; instances written in the grammar's one form (properties in the schema's
 order, whitespace as JSON mode allows) are taken whole and each prefix is taken; violations of each
@@ -42,24 +43,24 @@ FORMATS = {  # format: the form json_schema.h gives it, then Python's own parser
     "uuid": (r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", uuid.UUID)}
 
 
-def formats_hold(schema, value):
-    """Whether every string of value under a property whose schema has a format is of that format
-    (jsonschema checks formats only when asked, and has no date-time checker here)."""
-    if not isinstance(schema, dict) or "$ref" in schema:
-        return True  # (the random schemas' $ref target has no formats)
-    alts = schema.get("anyOf", schema.get("oneOf"))
-    if alts:
-        return any(formats_hold(a, value) for a in alts)
-    if "format" in schema and isinstance(value, str):
-        form, parse = FORMATS[schema["format"]]
+def format_holds(form, parse):
+    """A format checker: whether a string is in the form json_schema.h gives the format and Python's
+    own parser takes it (jsonschema has no date-time checker here)."""
+    def holds(value):
         try:
-            return re.fullmatch(form, value) is not None and parse(value) is not None
+            return not isinstance(value, str) or (re.fullmatch(form, value) is not None and parse(value) is not None)
         except ValueError:
             return False
-    if isinstance(value, dict):
-        return all(formats_hold(schema.get("properties", {}).get(k, schema.get("additionalProperties")), v)
-                   for k, v in value.items())
-    return not isinstance(value, list) or all(formats_hold(schema.get("items"), v) for v in value)
+    return holds
+
+
+FORMAT_CHECKER = jsonschema.FormatChecker(())
+for name, (form, parse) in FORMATS.items():
+    FORMAT_CHECKER.checks(name)(format_holds(form, parse))
+
+
+def validator_of(schema):
+    return jsonschema.Draft202012Validator(schema, format_checker=FORMAT_CHECKER)
 
 
 PRINTABLE = [chr(c) for c in range(0x20, 0x7f) if chr(c) not in '"\\']  # what a pattern's text may hold
@@ -95,7 +96,8 @@ def dump(v):
 
 
 def random_schema(rng, depth, refs):
-    kinds = SCALARS + ["string", "enum", "const", "nullable"] + (["object"] * 3 + ["array", "anyof"] if depth < 3 else [])
+    kinds = SCALARS + ["string", "enum", "const", "nullable"] + (["object"] * 3 + ["array", "anyof", "alike", "tagged"]
+                                                               if depth < 3 else [])
     kind = rng.choice(kinds + (["ref"] if refs else []))
     if kind == "string":
         s = {"type": "string"}
@@ -143,7 +145,29 @@ def random_schema(rng, depth, refs):
         alts = [{"type": "string"}, {"type": "integer"}, {"type": "boolean"}, {"type": "null"},
                 {"type": "array", "items": {"type": "integer"}}, random_object(rng, depth + 1, refs)]
         return {rng.choice(["anyOf", "oneOf"]): rng.sample(alts, rng.randrange(1, 4)), "title": "alternatives"}
+    if kind == "alike":  # alternatives that begin alike: the grammar follows each
+        alts = [{"type": "string", "maxLength": 2}, {"enum": ["a", "abc", 12, None]}, {"type": "string", "format": "date"},
+                {"type": "integer", "maximum": 5}, {"type": "number", "minimum": 0.5, "maximum": 100},
+                {"type": ["integer", "null"]}, {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                {"type": "array", "items": {"type": "integer"}}, random_object(rng, depth + 1, refs),
+                random_object(rng, depth + 1, refs)]
+        return {"anyOf": rng.sample(alts, rng.randrange(2, 5))}
+    if kind == "tagged":
+        return tagged_union(rng, depth, refs)
     return random_object(rng, depth, refs)
+
+
+def tagged_union(rng, depth, refs):
+    """oneOf objects told apart by a constant string each requires (Pydantic's discriminated union)."""
+    alts = []
+    for tag in rng.sample(["cat", "dog", "c", "", "é"], rng.randrange(2, 4)):
+        o = random_object(rng, depth + 1, refs)
+        props = list(o.get("properties", {}).items())
+        props.insert(rng.randrange(len(props) + 1), ("kind", rng.choice([{"const": tag, "type": "string"},
+                                                                         {"enum": [tag, tag + "s"]}])))
+        o.update(type="object", properties=dict(props), required=o.get("required", []) + ["kind"])
+        alts.append(o)
+    return {"oneOf": alts, "discriminator": {"propertyName": "kind"}}
 
 
 def integer_bounds(s):
@@ -247,10 +271,10 @@ def schema_file(schema):
     return f.name
 
 
-def feed(schema_path, strings):
-    """(bytes taken, whole) of each string."""
+def feed(schema_path, strings, alive=False):
+    """(bytes taken, whole) of each string; alive: and the grammar's branches alive after them."""
     lines = tool_lines([TOOL, "feed", schema_path], b"\0".join(strings) + b"\0", len(strings))
-    return [tuple(int(x) for x in line.split()) for line in lines]
+    return [tuple(int(x) for x in line.split()[:3 if alive else 2]) for line in lines]
 
 
 def is_instance(validator, text):
@@ -259,7 +283,7 @@ def is_instance(validator, text):
         value = json.loads(text)
     except ValueError:
         return False
-    return validator.is_valid(value) and formats_hold(validator.schema, value)
+    return validator.is_valid(value)
 
 
 check = Checks()
@@ -277,7 +301,7 @@ for _ in range(60):
         n_too_large += 1  # (unrolled quantifiers past its 63 places: refused, as the refusals below check)
         schema = top_schema(rng)
         path = schema_file(schema)
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = validator_of(schema)
     walks = subprocess.run([TOOL, "walk", path, str(rng.randrange(1 << 30)), "12"], capture_output=True, timeout=120)
     texts = walks.stdout.split(b"\0")[:-1]
     n_walks += len(texts)
@@ -332,6 +356,30 @@ CASES = [(PERSON, b'{"name":"ab","kind":"cat"}', 1), (PERSON, b'{"kind":"cat"}',
          ({}, b'{"x":[1,{"y":null}]}', 1), ({"type": ["object", "null"]}, b"null", 0),
          ({"enum": [{"a": 1}, {}]}, b'{"a":1}', 1), ({"enum": [{"a": 1}, {}]}, b'{}', 1), ({"enum": [{"a": 1}]}, b'{}', 0),
          ({"anyOf": [{"type": "null"}, V]}, b'{"v":1}', 1), ({"anyOf": [{"type": "null"}, V]}, b'{"v":"1"}', 0)]
+CAT = {"type": "object", "properties": {"kind": {"const": "cat", "type": "string"}, "lives": {"type": "integer"}},
+       "required": ["kind", "lives"], "additionalProperties": False}
+DOG = {"type": "object", "properties": {"kind": {"enum": ["dog", "puppy"]}, "bark": {"type": "string"}}, "required": ["kind"]}
+PET = {"type": "object", "properties": {"pet": {"oneOf": [{"$ref": "#/$defs/cat"}, {"$ref": "#/$defs/dog"}],
+                                                "discriminator": {"propertyName": "kind"}}},
+       "required": ["pet"], "$defs": {"cat": CAT, "dog": DOG}}
+SIZE = {"type": "object", "properties": {"a": {"anyOf": [{"type": "integer", "maximum": 5}, {"type": "number", "minimum": 100},
+                                                         {"enum": ["x", "xyz"]}, {"type": "string", "maxLength": 2}]}}}
+TWO = {"type": "object", "properties": {"a": {"anyOf": [
+    {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False},
+    {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "null"}}, "required": ["b"]}]}}}
+CASES += [(PET, b'{"pet":{"kind":"cat","lives":9}}', 1), (PET, b'{"pet":{"kind":"dog","bark":"w"}}', 1),
+          (PET, b'{"pet":{"kind":"puppy"}}', 1), (PET, b'{"pet":{"kind":"cat"}}', 0),
+          (PET, b'{"pet":{"kind":"cat","bark":"w"}}', 0), (PET, b'{"pet":{"kind":"cow"}}', 0),
+          (PET, b'{"pet":{"lives":9,"kind":"cat"}}', 0), (PET, b'{"pet":{"kind":"dog","lives":9}}', 0),
+          (SIZE, b'{"a":3}', 1), (SIZE, b'{"a":-2}', 1), (SIZE, b'{"a":6}', 0), (SIZE, b'{"a":100.5}', 1),
+          (SIZE, b'{"a":5.5}', 0), (SIZE, b'{"a":99}', 0), (SIZE, b'{"a":"xy"}', 1), (SIZE, b'{"a":"xyz"}', 1),
+          (SIZE, b'{"a":"xya"}', 0), (TWO, b'{"a":{"a":1}}', 1), (TWO, b'{"a":{"a":"x","b":null}}', 1),
+          (TWO, b'{"a":{"a":"x"}}', 0), (TWO, b'{"a":{"a":1,"b":null}}', 0), (TWO, b'{"a":{"b":null}}', 1),
+          # (branches that meet again are one: else 16 would be alive after the 4th item, leaving no room for a number)
+          ({"type": "object", "properties": {"a": {"type": "array", "items": {"anyOf": [{"type": "integer"}, {"type": "number"}]}}}},
+           b'{"a":[1,2,3,4,5,6.5,7,8.5]}', 1),
+          ({"type": "object", "properties": {"a": {"type": "array", "items": SIZE["properties"]["a"]}}},
+           b'{"a":["x","x","x","x","x",1,"x","xyz"]}', 1)]
 AGE = {"type": "object", "properties": {"a": {"type": "integer", "minimum": -5, "exclusiveMaximum": 120}}}
 NEG = {"type": "object", "properties": {"a": {"type": "integer", "minimum": -2000, "maximum": -1000}}}
 for v, whole in [(0, 1), (-5, 1), (-6, 0), (119, 1), (120, 0), (7, 1), (1000, 0), ("-0", 1), ("00", 0), ("1.0", 0)]:
@@ -375,7 +423,7 @@ for schema, texts in [(NUM, ["0.5", "1", "1.0", "1.000000", "-0", "0", "0.000001
                              "9007199254.740991"])]:
     for t in texts:  # (whole where the reference, jsonschema, takes it and the grammar's form has it)
         text = b'{"a":%s}' % t.encode()
-        CASES.append((schema, text, int(is_instance(jsonschema.Draft202012Validator(schema), text) and "e" not in t
+        CASES.append((schema, text, int(is_instance(validator_of(schema), text) and "e" not in t
                                         and not re.search(r"\.\d{7}", t))))
 CASES += [(BIG, b'{"a":9007199254.740992}', 0), (BIG, b'{"a":10000000000}', 0)]  # (instances, past the range's limit)
 # Where a bound refuses: at the digit that no integer in range begins with, else at the end.
@@ -385,13 +433,14 @@ TAKEN = [(AGE, b'{"a":120}', 7), (AGE, b'{"a":119}', 9), (AGE, b'{"a":-6}', 6), 
          (HUNDREDS, b'{"a":-', 5), (HUNDREDS, b'{"a":0', 5), (NEG, b'{"a":-1', 7), (NEG, b'{"a":-1}', 7),
          (NEG, b'{"a":-3', 6), (NEG, b'{"a":-10000', 10), (NUM, b'{"a":1.000001}', 12), (NUM, b'{"a":2', 5),
          (NUM, b'{"a":0.1234567}', 13), (NUM, b'{"a":1e', 6), (NUM, b'{"a":0.9}', 9), (DEC, b'{"a":0.3000001', 13),
-         (DEC, b'{"a":0.09', 7), (DEC, b'{"a":1', 5)]
+         (DEC, b'{"a":0.09', 7), (DEC, b'{"a":1', 5), (PET, b'{"pet":{"kind":"cow"}}', 17), (SIZE, b'{"a":6}', 6),
+         (SIZE, b'{"a":"xya"}', 8), (TWO, b'{"a":{"a":1,"b"', 11)]
 bad = []
 for i, (schema, text, whole) in enumerate(CASES):
     path = schema_file(schema)
     got = feed(path, [text])[0]
     os.unlink(path)
-    reference = is_instance(jsonschema.Draft202012Validator(schema), text)
+    reference = is_instance(validator_of(schema), text)
     if got[1] != whole or (whole and not reference):
         bad.append((i, text, got, reference))
 check(f"{len(CASES)} instances and violations of each constraint: taken whole or not", not bad, bad)
@@ -403,7 +452,19 @@ for schema, text, taken in TAKEN:
     if got != taken:
         bad.append((text, got, taken))
 check(f"{len(TAKEN)} numbers near their bounds: refused at the first byte no instance continues", not bad, bad)
+# Branches that meet again are one: an item of alternatives that begin alike leaves one alive.
+ITEMS = {"type": "object", "properties": {"a": {"type": "array", "items": {"anyOf": [
+    {"type": "boolean"}, {"const": True}, {"type": "integer", "minimum": 0}, {"enum": [1, 2]}, {"type": "number"},
+    {"type": "string", "pattern": "^x+$"}, {"type": "string", "maxLength": 3}, {"enum": ["x", "xy"]},
+    {"type": "string", "format": "date"}]}}}}
+path = schema_file(ITEMS)
+got = feed(path, [b'{"a":[tru', b'{"a":[true,', b'{"a":[1', b'{"a":[true,1,"xx",2,"x",3.5,"y",false,"2024-01-01",'],
+           alive=True)
+os.unlink(path)
+check("branches: one for each alternative a value begins as, and one again after it", got == [
+    (9, 0, 2), (11, 0, 1), (7, 0, 3), (51, 0, 1)], got)
 
+ONE_OF = "'oneOf' alternatives that begin alike (two objects, an integer and a number, ...) must be objects told apart"
 REFUSED = [({"type": "string"}, "the top must allow an object"), ({"enum": [[], 1]}, "the top must allow an object"),
            ({"type": ["object", "null"]}, None), ({"enum": [{}]}, None), ({}, None),
            ({"type": "object", "properties": {"a": {"type": "number", "multipleOf": 2}}}, "properties.a: 'multipleOf' is not"),
@@ -448,9 +509,20 @@ REFUSED = [({"type": "string"}, "the top must allow an object"), ({"enum": [[], 
            ({"type": "object", "properties": {"a": {"type": "strin"}}}, "'type' must name"),
            ({"type": "object", "required": ["b"], "properties": {"a": {}}},
             "'required' names 'b', which 'properties' does not give"),
-           ({"type": "object", "properties": {"a": {"anyOf": [{"type": "string"}, {"enum": ["x"]}]}}}, "must begin differently"),
-           ({"type": "object", "properties": {"a": {"anyOf": [{"type": "integer"}, {"type": "number"}]}}},
-            "must begin differently"),
+           ({"type": "object", "properties": {"a": {"oneOf": [{"type": "string"}, {"enum": ["x"]}]}}}, ONE_OF),
+           ({"type": "object", "properties": {"a": {"oneOf": [{"type": "integer"}, {"type": "number"}]}}}, ONE_OF),
+           ({"type": "object", "properties": {"a": {"oneOf": [{"type": "integer"}, {"type": "string"}]}}}, None),
+           ({"type": "object", "properties": {"a": {"anyOf": [{"type": "integer"}, {"type": "number"}]}}}, None),
+           ({"type": "object", "properties": {"a": {"anyOf": [{"type": "string"}, {"enum": ["x"]}]}}}, None),
+           ({"type": "object", "properties": {"a": {"oneOf": [CAT, DOG]}}}, None),
+           ({"type": "object", "properties": {"a": {"oneOf": [CAT, {**DOG, "required": []}]}}}, ONE_OF),
+           ({"type": "object", "properties": {"a": {"oneOf": [{**DOG, "required": []}, CAT]}}}, ONE_OF),
+           ({"type": "object", "properties": {"a": {"oneOf": [CAT, {**DOG, "properties": {"kind": {"enum": ["dog", "cat"]}}}]}}},
+            ONE_OF),
+           ({"type": "object", "properties": {"a": {"oneOf": [CAT, {**DOG, "properties": {"kind": {"enum": ["dog", 1]}}}]}}},
+            ONE_OF),
+           ({"type": "object", "properties": {"a": {"oneOf": [CAT, {"type": "object"}]}}}, ONE_OF),
+           ({"type": "object", "properties": {"a": {"oneOf": [CAT, {"anyOf": [DOG]}]}}}, ONE_OF),
            ({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}, "'$ref' must be"),
            ({"type": "object", "properties": {"a": {"$ref": "#/$defs/b"}}, "$defs": {"b": {"$ref": "#/$defs/b"}}},
             "refers to itself"),
@@ -482,19 +554,22 @@ check(f"{len(REFUSED)} schemas refused (or not), naming why and where", not bad,
 # The mask on LLaMA-2's vocabulary: exactly the tokens whose text json_feed takes after each prefix.
 sp = spm.SentencePieceProcessor(model_file=MODEL)
 texts = vocab_texts(sp)
-path = schema_file(PERSON)
-prefixes = [b"", b'{"na', b'{"name": "a', b'{"name": "ab', b'{"name":"x","kind":', b'{"name":"x","kind": "d',
-            b'{"name":"x","kind":7', b'{"name":"x","kind":7,"tags":[', b'{"name":"x","kind":7,"tags":[true',
-            b'{"name":"x","kind":7,"note":', b'{"name":"x","kind":"cat"}']
-masks = tool_lines([TOOL, "mask", MODEL, path], b"\0".join(prefixes) + b"\0", len(prefixes))
-for prefix, line in zip(prefixes, masks):
-    got = {int(x) for x in line.split()}
-    ids = [i for i, t in enumerate(texts) if t and b"\0" not in t]
-    fed = feed(path, [prefix + texts[i] for i in ids] + [prefix])
-    want = {sp.eos_id()} if fed[-1][1] else {i for i, g in zip(ids, fed) if g[0] == len(prefix + texts[i])}
-    check(f"json_mask after {prefix!r}: {len(got)} tokens left, those json_feed takes", got == want,
-          (sorted(got - want)[:10], sorted(want - got)[:10]))
-os.unlink(path)
+ids = [i for i, t in enumerate(texts) if t and b"\0" not in t]
+for schema, prefixes in [(PERSON, [b"", b'{"na', b'{"name": "a', b'{"name": "ab', b'{"name":"x","kind":',
+                                   b'{"name":"x","kind": "d', b'{"name":"x","kind":7', b'{"name":"x","kind":7,"tags":[',
+                                   b'{"name":"x","kind":7,"tags":[true', b'{"name":"x","kind":7,"note":',
+                                   b'{"name":"x","kind":"cat"}']),
+                         ({**SIZE, "properties": {**SIZE["properties"], **PET["properties"]}, "$defs": PET["$defs"]},
+                          [b'{"a":', b'{"a":1', b'{"a":"x', b'{"a":"xy', b'{"pet":{"kind":"', b'{"pet":{"kind":"dog"'])]:
+    path = schema_file(schema)
+    masks = tool_lines([TOOL, "mask", MODEL, path], b"\0".join(prefixes) + b"\0", len(prefixes))
+    for prefix, line in zip(prefixes, masks):
+        got = {int(x) for x in line.split()}
+        fed = feed(path, [prefix + texts[i] for i in ids] + [prefix])
+        want = {sp.eos_id()} if fed[-1][1] else {i for i, g in zip(ids, fed) if g[0] == len(prefix + texts[i])}
+        check(f"json_mask after {prefix!r}: {len(got)} tokens left, those json_feed takes", got == want,
+              (sorted(got - want)[:10], sorted(want - got)[:10]))
+    os.unlink(path)
 
 # burstd on stories260K. A bias toward '"' and '}' ends strings and objects early.
 need_stories()
@@ -504,10 +579,12 @@ STORY = {"type": "object", "properties": {"name": {"type": "string", "maxLength"
                                           "age": {"type": "integer"},
                                           "friends": {"type": "array", "items": {"type": "string", "maxLength": 8},
                                                       "maxItems": 3},
-                                          "pet": {"anyOf": [{"type": "null"},
-                                                            {"type": "object", "properties": {"kind": {"const": "dog"}}}]}},
+                                          "pet": {"anyOf": [{"type": "null"},  # (two objects: the grammar follows both)
+                                                            {"type": "object", "properties": {"kind": {"const": "dog"}}},
+                                                            {"type": "object", "properties": {"kind": {"const": "cat"},
+                                                                                              "lives": {"type": "integer"}}}]}},
          "required": ["name", "mood", "friends"], "additionalProperties": False}
-validator = jsonschema.Draft202012Validator(STORY)
+validator = validator_of(STORY)
 fmt = {"response_format": {"type": "json_schema", "json_schema": {"name": "story", "schema": STORY, "strict": True}}}
 story_path = schema_file(STORY)
 with Burstd(STORIES) as srv, Burstd(STORIES, "--speculate", "4") as spec:
