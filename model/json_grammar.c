@@ -93,12 +93,19 @@ static int may_close(const json_branch *s, int object) {
     return object ? count > n->last_required : count >= n->min_items;
 }
 
+// The node of the innermost array's next item: its place is the count of items begun.
+static uint16_t next_item(const json_branch *s) {
+    const json_node *n = innermost_node(s);
+    const int at = s->frames[s->depth - 1].count;
+    return (uint16_t)(at < n->n_prefix ? s->schema->alts[n->prefix + at] : n->items);
+}
+
 // Container open, of the value's node.
 static int open_container(json_branch *s, int object) {
     if (s->depth == JSON_MAX_DEPTH) return 0;
     s->frames[s->depth++] = (json_frame){.node = s->node, .object = (uint16_t)object};
     s->mode = object ? J_KEY_OR_CLOSE : J_VALUE_OR_CLOSE;
-    if (!object) s->node = (uint16_t)innermost_node(s)->items;
+    if (!object) s->node = next_item(s);
     return 1;
 }
 
@@ -415,7 +422,7 @@ static int feed_byte(json_state *set, json_branch *s, unsigned char c) {
             return may_key(s);
         }
         if (c == ',') {
-            s->mode = J_VALUE, s->node = (uint16_t)innermost_node(s)->items;
+            s->mode = J_VALUE, s->node = next_item(s);
             return below_max(innermost(s)->count, innermost_node(s)->max_items);
         }
         return (c == '}' || c == ']') && close_container(s, c == '}');

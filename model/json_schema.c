@@ -214,21 +214,22 @@ static int add_values(compiler *c, int n, const cJSON *list, const cJSON *one, i
     return 0;
 }
 
-// anyOf / oneOf: each alternative's node.
-static int add_alts(compiler *c, int n, const cJSON *list, const char *key, const char *path) {
+// A list of schemas (anyOf's, oneOf's, prefixItems'): their nodes, side by side in the schema's
+// alts from *first (compiled before they are placed: nested lists place theirs meanwhile).
+static int add_list(compiler *c, const cJSON *list, const char *key, const char *path, int *first) {
     const int count = cJSON_GetArraySize(list);
-    int *alts = burst_malloc(sizeof *alts * (size_t)count), i = 0, ok = 1;
+    int *nodes = burst_malloc(sizeof *nodes * (size_t)count), i = 0, ok = 1;
     char sub[256];
     for (const cJSON *a = list->child; a && ok; a = a->next, i++) {
         child_path(sub, sizeof sub, path, key, i);
-        ok = (alts[i] = node_of(c, a, sub)) >= 0;
+        ok = (nodes[i] = node_of(c, a, sub)) >= 0;
     }
     for (int k = 0; ok && k < count; k++) {
         grow(&c->s->alts, &c->cap_alts, c->s->n_alts, sizeof *c->s->alts);
-        c->s->alts[c->s->n_alts++] = alts[k];
+        c->s->alts[c->s->n_alts++] = nodes[k];
     }
-    c->s->nodes[n].alts = c->s->n_alts - count, c->s->nodes[n].n_alts = count, c->s->nodes[n].one_of = !strcmp(key, "oneOf");
-    free(alts);
+    *first = c->s->n_alts - count;
+    free(nodes);
     return ok ? 0 : -1;
 }
 
@@ -349,11 +350,11 @@ static int add_pattern(compiler *c, int n, const cJSON *j, int lengths, const ch
 
 // A schema object's keywords into node n.
 static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
-    enum { TYPE, ENUM, CONST, PROPERTIES, REQUIRED, ADDITIONAL, ITEMS, MIN_ITEMS, MAX_ITEMS, MIN_LENGTH, MAX_LENGTH,
-           FORMAT, PATTERN, MINIMUM, MAXIMUM, EXCLUSIVE_MINIMUM, EXCLUSIVE_MAXIMUM, ANY_OF, ONE_OF, N_KEYWORDS };
+    enum { TYPE, ENUM, CONST, PROPERTIES, REQUIRED, ADDITIONAL, ITEMS, PREFIX_ITEMS, MIN_ITEMS, MAX_ITEMS, MIN_LENGTH,
+           MAX_LENGTH, FORMAT, PATTERN, MINIMUM, MAXIMUM, EXCLUSIVE_MINIMUM, EXCLUSIVE_MAXIMUM, ANY_OF, ONE_OF, N_KEYWORDS };
     static const char *const keywords[N_KEYWORDS] = {
         "type",      "enum",     "const",    "properties", "required",  "additionalProperties",
-        "items",     "minItems", "maxItems", "minLength",  "maxLength", "format", "pattern",
+        "items",     "prefixItems", "minItems", "maxItems", "minLength",  "maxLength", "format", "pattern",
         "minimum",   "maximum",  "exclusiveMinimum",       "exclusiveMaximum", "anyOf", "oneOf"};
     int has[N_KEYWORDS] = {0};
     for (const cJSON *k = j->child; k; k = k->next) {
@@ -370,7 +371,11 @@ static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(j, key);
         if (!cJSON_IsArray(list) || !cJSON_GetArraySize(list))
             return fail(c, path, "'%s' must be a list of schemas", key);
-        return add_alts(c, n, list, key, path);
+        int first;
+        if (add_list(c, list, key, path, &first) < 0) return -1;
+        json_node *node = &c->s->nodes[n];
+        node->alts = first, node->n_alts = cJSON_GetArraySize(list), node->one_of = has[ONE_OF];
+        return 0;
     }
     int types = has[TYPE] ? parse_types(c, cJSON_GetObjectItemCaseSensitive(j, "type"), path) : 0;
     if (types < 0) return -1;
@@ -385,7 +390,7 @@ static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
     }
     if (!types) // no type: what the keywords given are about, or anything
         types = has[PROPERTIES] || has[REQUIRED] || has[ADDITIONAL]  ? JSON_OBJECT
-                : has[ITEMS] || has[MIN_ITEMS] || has[MAX_ITEMS]    ? JSON_ARRAY
+                : has[ITEMS] || has[PREFIX_ITEMS] || has[MIN_ITEMS] || has[MAX_ITEMS] ? JSON_ARRAY
                 : has[MIN_LENGTH] || has[MAX_LENGTH] || has[FORMAT] || has[PATTERN] ? JSON_STRING
                 : has[MINIMUM] || has[MAXIMUM] || has[EXCLUSIVE_MINIMUM] || has[EXCLUSIVE_MAXIMUM] ? JSON_NUMBER
                                                                     : JSON_ANY;
@@ -394,14 +399,19 @@ static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
         types & (JSON_INTEGER | JSON_NUMBER) && add_range(c, n, j, types & JSON_NUMBER ? 6 : 0, path) < 0)
         return -1;
     if (types & JSON_OBJECT && add_object(c, n, j, path) < 0) return -1;
+    const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(j, "prefixItems"), *items = cJSON_GetObjectItemCaseSensitive(j, "items");
+    const int closed = prefix && cJSON_IsFalse(items); // (a tuple of the prefix's items at most)
     if (types & JSON_ARRAY) {
-        const cJSON *items = cJSON_GetObjectItemCaseSensitive(j, "items");
         char sub[256];
         child_path(sub, sizeof sub, path, "items", -1);
-        if (cJSON_IsArray(items)) return fail(c, path, "'items' as a list (a tuple) is not supported");
-        const int item = items ? node_of(c, items, sub) : any_node(c, path);
+        if (cJSON_IsArray(items)) return fail(c, path, "'items' as a list (draft 7's tuple) is not supported: use 'prefixItems'");
+        if (prefix && !cJSON_IsArray(prefix)) return fail(c, path, "'prefixItems' must be a list of schemas");
+        int first = 0;
+        if (prefix && add_list(c, prefix, "prefixItems", path, &first) < 0) return -1;
+        const int item = items && !closed ? node_of(c, items, sub) : any_node(c, path); // (closed: never read)
         if (item < 0) return -1;
-        c->s->nodes[n].items = item;
+        json_node *node = &c->s->nodes[n];
+        node->items = item, node->prefix = first, node->n_prefix = prefix ? cJSON_GetArraySize(prefix) : 0;
     }
     json_node *node = &c->s->nodes[n];
     if (has[FORMAT] && types & JSON_STRING) {
@@ -421,7 +431,9 @@ static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
     if (get_count(c, j, "minItems", path, &node->min_items) || get_count(c, j, "maxItems", path, &node->max_items) ||
         get_count(c, j, "minLength", path, &node->min_length) || get_count(c, j, "maxLength", path, &node->max_length))
         return -1;
-    if (node->min_items > node->max_items) return fail(c, path, "'minItems' is above 'maxItems'");
+    if (closed && node->max_items > node->n_prefix) node->max_items = node->n_prefix;
+    if (node->min_items > node->max_items)
+        return fail(c, path, closed ? "'minItems' is above the items of 'prefixItems' ('items' is false)" : "'minItems' is above 'maxItems'");
     if (node->min_length > node->max_length) return fail(c, path, "'minLength' is above 'maxLength'");
     return 0;
 }

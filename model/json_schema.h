@@ -2,7 +2,7 @@
 // compiled into the nodes that json_grammar.h walks as the text grows, so that the text is an
 // instance of it. The subset, that of OpenAI's structured outputs and of what Pydantic writes:
 //   type (a name or a list of names), enum, const, properties, required, additionalProperties,
-//   items, minItems, maxItems, minLength, maxLength, minimum, maximum, exclusiveMinimum,
+//   items, prefixItems (tuples; items beside them the rest's schema, or false), minItems, maxItems, minLength, maxLength, minimum, maximum, exclusiveMinimum,
 //   exclusiveMaximum, format (of strings: date, time,
 //   date-time and uuid; RFC 3339's and RFC 4122's forms, below), pattern (of strings:
 //   json_pattern.h's subset); anyOf; oneOf whose alternatives begin differently (an object, an
@@ -65,7 +65,8 @@ typedef struct {
     // texts[names, + n_props) sorted bytewise; without properties, each value's node extra (-1: the
     // object is {}).
     int props, n_props, names, last_required, extra;
-    int items;                      // JSON_ARRAY: each item's node
+    int items;                      // JSON_ARRAY: each item's node (past the prefix)
+    int prefix, n_prefix;           // JSON_ARRAY: the first items' nodes alts[prefix, + n_prefix) (prefixItems)
     int min_items, max_items;       // JSON_ARRAY (max JSON_UNLIMITED: none)
     int min_length, max_length;     // JSON_STRING: in characters (code points)
     int format;                     // JSON_STRING: JSON_FORMAT_*
@@ -83,7 +84,7 @@ typedef struct json_schema {
     json_node *nodes;
     json_text *texts;
     json_prop *props;
-    int *alts;
+    int *alts; // lists of nodes: anyOf's and oneOf's alternatives, prefixItems' items
     json_pattern *patterns;
     int root, n_nodes, n_texts, n_props, n_alts, n_patterns;
 } json_schema;

@@ -134,6 +134,12 @@ def random_schema(rng, depth, refs):
         return {"type": [rng.choice(SCALARS[:4]), "null"]}
     if kind == "ref":
         return {"$ref": "#/$defs/node"}
+    if kind == "array" and rng.random() < 0.3:  # a tuple (Pydantic's tuple[int, str]: minItems = maxItems = its length)
+        s = {"type": "array", "prefixItems": [random_schema(rng, depth + 1, refs) for _ in range(rng.randrange(4))]}
+        s["items"] = rng.choice([False, {"type": "integer"}, True])
+        if rng.random() < 0.5:
+            s["minItems"] = s["maxItems"] = len(s["prefixItems"])
+        return s
     if kind == "array":
         s = {"type": "array", "items": random_schema(rng, depth + 1, refs)}
         if rng.random() < 0.5:
@@ -231,9 +237,11 @@ def instance(rng, s, top, depth=0):
             parts = [dump(k) + b":" + ws(rng) + instance(rng, extra, top, depth + 1) for k in rng.sample(NAMES, rng.randrange(3))]
         return container(rng, b"{", b"}", parts)
     if t == "array":
-        lo = s.get("minItems", 0)
-        n = rng.randint(lo, min(s.get("maxItems", lo + 3), lo + 3))
-        return container(rng, b"[", b"]", [instance(rng, s["items"], top, depth + 1) for _ in range(n)])
+        lo, prefix = s.get("minItems", 0), s.get("prefixItems", [])
+        hi = min(s.get("maxItems", lo + 3), len(prefix) if s.get("items", True) is False else lo + 3)
+        n = rng.randint(lo, hi)
+        return container(rng, b"[", b"]", [instance(rng, prefix[i] if i < len(prefix) else s.get("items", True), top, depth + 1)
+                                           for i in range(n)])
     if t == "string" and "pattern" in s:
         return dump(PATTERNS[s["pattern"]](rng))
     if t == "string" and "format" in s:
@@ -367,6 +375,9 @@ SIZE = {"type": "object", "properties": {"a": {"anyOf": [{"type": "integer", "ma
 TWO = {"type": "object", "properties": {"a": {"anyOf": [
     {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False},
     {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "null"}}, "required": ["b"]}]}}}
+TUPLE = {"type": "object", "properties": {
+    "t": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "minItems": 2, "maxItems": 2},
+    "u": {"prefixItems": [{"type": "boolean"}], "items": {"type": "null"}}, "v": {"prefixItems": [{"type": "boolean"}], "items": False}}}
 CASES += [(PET, b'{"pet":{"kind":"cat","lives":9}}', 1), (PET, b'{"pet":{"kind":"dog","bark":"w"}}', 1),
           (PET, b'{"pet":{"kind":"puppy"}}', 1), (PET, b'{"pet":{"kind":"cat"}}', 0),
           (PET, b'{"pet":{"kind":"cat","bark":"w"}}', 0), (PET, b'{"pet":{"kind":"cow"}}', 0),
@@ -375,6 +386,9 @@ CASES += [(PET, b'{"pet":{"kind":"cat","lives":9}}', 1), (PET, b'{"pet":{"kind":
           (SIZE, b'{"a":5.5}', 0), (SIZE, b'{"a":99}', 0), (SIZE, b'{"a":"xy"}', 1), (SIZE, b'{"a":"xyz"}', 1),
           (SIZE, b'{"a":"xya"}', 0), (TWO, b'{"a":{"a":1}}', 1), (TWO, b'{"a":{"a":"x","b":null}}', 1),
           (TWO, b'{"a":{"a":"x"}}', 0), (TWO, b'{"a":{"a":1,"b":null}}', 0), (TWO, b'{"a":{"b":null}}', 1),
+          (TUPLE, b'{"t":[1,"a"]}', 1), (TUPLE, b'{"t":[1]}', 0), (TUPLE, b'{"t":["a",1]}', 0), (TUPLE, b'{"t":[1,"a",2]}', 0),
+          (TUPLE, b'{"u":[true,null,null]}', 1), (TUPLE, b'{"u":[]}', 1), (TUPLE, b'{"u":[null]}', 0),
+          (TUPLE, b'{"v":[true]}', 1), (TUPLE, b'{"v":[true,null]}', 0), (TUPLE, b'{"v":[]}', 1),
           # (branches that meet again are one: else 16 would be alive after the 4th item, leaving no room for a number)
           ({"type": "object", "properties": {"a": {"type": "array", "items": {"anyOf": [{"type": "integer"}, {"type": "number"}]}}}},
            b'{"a":[1,2,3,4,5,6.5,7,8.5]}', 1),
@@ -530,7 +544,12 @@ REFUSED = [({"type": "string"}, "the top must allow an object"), ({"enum": [[], 
            ({"type": "object", "properties": {"a": {"allOf": [{}, {}]}}}, "'allOf' is supported with one schema only"),
            ({"type": "object", "properties": {"a": {"type": "string", "enum": [1]}}}, "no value of 'enum'"),
            ({"type": "object", "properties": {"a": {"type": "array", "minItems": 3, "maxItems": 2}}}, "'minItems' is above"),
-           ({"type": "object", "properties": {"a": {"type": "array", "items": [{}]}}}, "a tuple"),
+           ({"type": "object", "properties": {"a": {"type": "array", "items": [{}]}}}, "draft 7's tuple) is not supported: use 'prefixItems'"),
+           ({"type": "object", "properties": {"a": {"prefixItems": {}}}}, "'prefixItems' must be a list of schemas"),
+           ({"type": "object", "properties": {"a": {"prefixItems": [{}], "items": False, "minItems": 2}}},
+            "'minItems' is above the items of 'prefixItems' ('items' is false)"),
+           ({"type": "object", "properties": {"a": {"prefixItems": [{"type": "string", "format": "email"}]}}},
+            "properties.a.prefixItems[0]: 'format' \"email\""),
            ({"type": "object", "properties": {"a": False}}, "false (no value) cannot be generated"),
            ({"type": "object", "properties": {"a": {"type": "string", "maxLength": -1}}}, "'maxLength' must be an integer"),
            ({"type": "object", "properties": {"a": {"not": {}}}}, "'not' is not supported"),
