@@ -20,6 +20,7 @@ int chat_template_named(const char *name, chat_template *tpl) {
 const char *chat_template_name(chat_template tpl) { return tpl == CHAT_VICUNA ? "vicuna" : "llama-2"; }
 
 static int is_system(const char *role) { return !strcmp(role, "system") || !strcmp(role, "developer"); }
+static int is_user(const char *role) { return !strcmp(role, "user") || !strcmp(role, "tool"); }
 
 // s without leading and trailing whitespace, as "%.*s" prints it: its length, and *start.
 static int stripped(const char *s, const char **start) {
@@ -114,12 +115,13 @@ burst_status chat_template_encode(const tokenizer *t, chat_template tpl, const c
     const int first = n_msgs > 0 && is_system(msgs[0].role);
     if (n_msgs - first < 1 || (n_msgs - first) % 2 == 0)
         return BURST_FAIL(err, BURST_ERR_INVALID, "messages: %d after the system message (want user/assistant "
-                          "pairs, then a final user message)", n_msgs - first);
+                          "pairs, then a final user or tool message)", n_msgs - first);
     for (int i = first; i < n_msgs; i++) {
-        const char *want = (i - first) % 2 == 0 ? "user" : "assistant";
-        if (strcmp(msgs[i].role, want))
+        const int user = (i - first) % 2 == 0;
+        if (user ? !is_user(msgs[i].role) : strcmp(msgs[i].role, "assistant"))
             return BURST_FAIL(err, BURST_ERR_INVALID, "messages[%d]: role '%s' (want '%s': optional system, "
-                              "then user and assistant alternating, ending with user)", i, msgs[i].role, want);
+                              "then user (or tool) and assistant alternating, ending with user or tool)", i,
+                              msgs[i].role, user ? "user" : "assistant");
     }
     *ids = NULL;
     *n_ids = 0;

@@ -22,7 +22,8 @@
 typedef enum { CHAT_LLAMA2, CHAT_VICUNA } chat_template;
 
 typedef struct {
-    const char *role;    // "system", "user" or "assistant" ("developer" counts as "system")
+    const char *role;    // "system", "user" or "assistant" ("developer" counts as "system", "tool", a
+                         // function's result, as "user": LLaMA-2's and Vicuna's turns have no other place)
     const char *content; // UTF-8
 } chat_message;
 
@@ -31,6 +32,6 @@ int chat_template_named(const char *name, chat_template *tpl);
 const char *chat_template_name(chat_template tpl);
 
 // Fails with BURST_ERR_INVALID (a message saying which one) unless the roles are: an optional
-// system message, then user and assistant alternating, ending with user.
+// system message, then user (or tool) and assistant alternating, ending with user (or tool).
 burst_status chat_template_encode(const tokenizer *t, chat_template tpl, const chat_message *msgs, int n_msgs,
                                   int **ids, int *n_ids, burst_error *err);

@@ -149,7 +149,38 @@ static char *message_text(const cJSON *content, int index, api_error *e) {
     return text;
 }
 
-// The prompt of a chat: messages through the chat template.
+// The text of an assistant message that carries tool_calls: its content, if any, then each call's
+// arguments, a line each (what the model wrote for them: burstd's named calls are their arguments).
+static char *calls_text(const cJSON *m, int index, api_error *e) {
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+    const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *call = NULL;
+    char *head = content && !cJSON_IsNull(content) ? message_text(content, index, e) : strdup("");
+    if (!head) return NULL;
+    size_t len = 0;
+    char *text = NULL;
+    FILE *f = open_memstream(&text, &len);
+    fputs(head, f);
+    free(head);
+    const cJSON *list = cJSON_IsArray(calls) ? calls : NULL;
+    cJSON_ArrayForEach(call, list) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name"), *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        if (!cJSON_IsString(name) || !cJSON_IsString(args)) break;
+        fprintf(f, "%s%s", ftell(f) ? "\n" : "", args->valuestring);
+    }
+    fclose(f);
+    if (!cJSON_IsArray(calls) || call) {
+        free(text);
+        BAD(e, "'messages'[%d].tool_calls must be a list of {\"type\": \"function\", \"function\": {\"name\": string, "
+               "\"arguments\": string}}", index);
+        return NULL;
+    }
+    return text;
+}
+
+// The prompt of a chat: messages through the chat template. A conversation may carry earlier tool
+// calls (an assistant message's tool_calls: its text, calls_text) and their results (role "tool",
+// a user turn's text; its tool_call_id is not read).
 static int get_messages(const cJSON *o, const openai_limits *lim, burst_request *req, api_error *e) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(o, "messages");
     int n = cJSON_IsArray(msgs) ? cJSON_GetArraySize(msgs) : 0;
@@ -159,8 +190,13 @@ static int get_messages(const cJSON *o, const openai_limits *lim, burst_request 
     for (int i = 0; i < n && ok; i++) {
         const cJSON *m = cJSON_GetArrayItem(msgs, i);
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        const int calls = cJSON_HasObjectItem(m, "tool_calls") && !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(m, "tool_calls"));
         if (!cJSON_IsString(role)) ok = BAD(e, "'messages'[%d].role must be a string", i);
-        else if (!(cm[i].content = message_text(cJSON_GetObjectItemCaseSensitive(m, "content"), i, e))) ok = 0;
+        else if (calls && strcmp(role->valuestring, "assistant"))
+            ok = BAD(e, "'messages'[%d]: only assistant messages carry 'tool_calls'", i);
+        else if (!(cm[i].content = calls ? calls_text(m, i, e)
+                                         : message_text(cJSON_GetObjectItemCaseSensitive(m, "content"), i, e)))
+            ok = 0;
         else cm[i].role = role->valuestring;
     }
     burst_error err = {{0}};

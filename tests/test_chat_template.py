@@ -51,6 +51,12 @@ def run(template, dialogs):
 def S(c): return {"role": "system", "content": c}
 def U(c): return {"role": "user", "content": c}
 def A(c): return {"role": "assistant", "content": c}
+def T(c): return {"role": "tool", "content": c}  # a function's result: a user turn
+
+
+def as_users(dialog):
+    """The dialog with its tool messages as user messages, the rule burst's templates add to the references."""
+    return [U(m["content"]) if m["role"] == "tool" else m for m in dialog]
 
 
 FIXED = [
@@ -65,6 +71,7 @@ FIXED = [
     [U("first"), A(""), U("an empty answer: no EOS in vicuna")],
     [U("naïve café — “quotes” 日本語 🦙"), A("line one\nline two"), U("x² ≥ 0")],
     [S(""), U("an empty system message")],
+    [S("sys"), U("Weather in Paris?"), A('{"city": "Paris"}'), T("18 C, sunny"), A("Sunny."), T(" 19 C ")],
 ]
 
 
@@ -77,8 +84,8 @@ def random_dialog(rng):
     turns = rng.randint(0, 3)
     dialog = [S(text())] if rng.random() < 0.5 else []
     for _ in range(turns):
-        dialog += [U(text()), A(text())]
-    return dialog + [U(text())]
+        dialog += [rng.choice([U, U, T])(text()), A(text())]
+    return dialog + [rng.choice([U, U, T])(text())]
 
 
 seed = random.randrange(1 << 30)
@@ -88,7 +95,7 @@ dialogs = FIXED + [random_dialog(rng) for _ in range(200)]
 failures = 0
 for template, ref in (("llama-2", llama2_ref), ("vicuna", vicuna_ref)):
     for i, (d, line) in enumerate(zip(dialogs, run(template, dialogs))):
-        want = ref(d)
+        want = ref(as_users(d))
         got = [int(x) for x in line[4:].split()] if line.startswith("ids:") else line
         ok = got == want
         failures += not ok

@@ -663,6 +663,18 @@ with Burstd(STORIES) as srv, Burstd(STORIES, "--speculate", "4") as spec:
     st, _, r = srv.request("POST", "/v1/chat/completions", {**chat, "tools": tools, "tool_choice": "none"})
     check("... tool_choice none: a text answer", st == 200 and isinstance(r["choices"][0]["message"]["content"], str)
           and "tool_calls" not in r["choices"][0]["message"], r)
+    # A conversation that carries the call and its result: prompted as the call's arguments in the
+    # assistant's turn and the result in a user turn.
+    history = chat["messages"] + [{"role": "assistant", "content": None, "tool_calls": calls},
+                                  {"role": "tool", "tool_call_id": calls[0]["id"], "content": "Lily is 3."}]
+    plain = chat["messages"] + [{"role": "assistant", "content": calls[0]["function"]["arguments"]},
+                                {"role": "user", "content": "Lily is 3."}]
+    answers = [srv.request("POST", "/v1/chat/completions", {**chat, "messages": m, "max_tokens": 20})[2]
+               for m in (history, plain)]
+    check("a conversation carrying the call and its result: prompted as the arguments and a user turn",
+          "usage" in answers[0] and answers[0]["usage"]["prompt_tokens"] == answers[1]["usage"]["prompt_tokens"]
+          and answers[0]["choices"][0]["message"] == answers[1]["choices"][0]["message"], answers)
+    user, result = chat["messages"][0], {"role": "tool", "content": "r"}
     bad_tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
         "a": {"type": "number", "multipleOf": 2}}}}}]
     for path, body, want in [
@@ -676,7 +688,13 @@ with Burstd(STORIES) as srv, Burstd(STORIES, "--speculate", "4") as spec:
              "tools[0].function.parameters.properties.a: 'multipleOf' is not supported"),
             ("/v1/chat/completions", {"tools": tools, "tool_choice": named, **fmt}, "cannot both shape the answer"),
             ("/v1/chat/completions", {"tools": tools, "tool_choice": named, "ignore_eos": True}, "not with 'ignore_eos'"),
-            ("/v1/completions", {"prompt": "x", "tools": tools, "tool_choice": named}, "'tools' are for chat completions")]:
+            ("/v1/completions", {"prompt": "x", "tools": tools, "tool_choice": named}, "'tools' are for chat completions"),
+            ("/v1/chat/completions", {"messages": [{**user, "tool_calls": calls}]}, "only assistant messages carry 'tool_calls'"),
+            ("/v1/chat/completions", {"messages": [user, {"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]},
+                                                   result]}, "'messages'[1].tool_calls must be a list of"),
+            ("/v1/chat/completions", {"messages": [user, {"role": "assistant", "tool_calls": calls}, result, result, user]},
+             "messages[3]: role 'tool' (want 'assistant'"),
+            ("/v1/chat/completions", {"messages": [user, result, user]}, "messages[1]: role 'tool' (want 'assistant'")]:
         st, _, r = srv.request("POST", path, {"messages": chat["messages"], **body})
         check(f"tools: {str(body)[:80]}: 400", st == 400 and want in r["error"]["message"], (st, r))
 bad_path = schema_file({"type": "object", "properties": {"a": {"type": "number", "multipleOf": 2}}})
