@@ -55,6 +55,11 @@ let toolStreamed = "";
 for await (const chunk of await client.chat.completions.create({ ...tool, stream: true })) {
   for (const call of chunk.choices[0]?.delta?.tool_calls ?? []) toolStreamed += call.function?.arguments ?? "";
 }
+const toolAnswer = await client.chat.completions.create({ // the call sent back as the client returned it, with its result
+  model, max_tokens: 20, temperature: 0,
+  messages: [...tool.messages, toolChat.choices[0].message,
+             { role: "tool", tool_call_id: toolChat.choices[0].message.tool_calls[0].id, content: "Lily is 3." }],
+});
 const models = await client.models.list();
 const retrieved = await client.models.retrieve(model);
 console.log(JSON.stringify({ chat: chat.text, completion: completion.text, usage: completion.usage,
@@ -63,4 +68,5 @@ console.log(JSON.stringify({ chat: chat.text, completion: completion.text, usage
                              chat_n2: chatN2.choices.map((c) => c.message.content), completion_n2: completionN2,
                              json_chat: jsonChat.choices[0].message.content,
                              schema_chat: schemaChat.choices[0].message.content,
-                             tool_call: toolChat.choices[0].message.tool_calls[0].function, tool_streamed: toolStreamed }));
+                             tool_call: toolChat.choices[0].message.tool_calls[0].function, tool_streamed: toolStreamed,
+                             tool_answer: toolAnswer.choices[0].message.content }));

@@ -61,4 +61,9 @@ with Burstd(STORIES, "--api-key", "test-key") as srv:
     check("a named function call reaches the client, whole and streamed: arguments = the schema's answer",
           out.get("tool_call") == {"name": "story", "arguments": schema_ref} and out.get("tool_streamed") == schema_ref,
           (out.get("tool_call"), out.get("tool_streamed")))
+    st, _, raw = srv.request("POST", "/v1/chat/completions", {"max_tokens": 20, "temperature": 0, "messages": [
+        {"role": "user", "content": "Tell me a story"}, {"role": "assistant", "content": schema_ref},
+        {"role": "user", "content": "Lily is 3."}]}, headers={"Authorization": "Bearer test-key"})
+    check("the call sent back by the client with its result: answered as the arguments and a user turn in text",
+          st == 200 and out.get("tool_answer") == raw["choices"][0]["message"]["content"], (out.get("tool_answer"), raw))
 check.exit()
