@@ -510,57 +510,62 @@ static void next_bytes(const json_state *s, uint8_t fits[256]) {
     }
 }
 
-// What json_mask knows of a branch before it looks at the tokens.
-typedef struct {
-    json_state alone;              // the branch as a state of its own
-    int room;                      // characters of a string's plain text that fit (-1: not in one)
-    uint8_t first[256];            // the bytes that may come next
-    uint8_t after_space[256];      // and after a space
-} branch_view;
-
-static void view_branch(const json_branch *b, branch_view *v) {
-    const json_node *n = node_at(b, b->node);
-    v->room = -1;
-    if (b->mode == J_STRING && b->sub == S_PLAIN && !b->utf8_left && (b->key || (!n->format && !n->pattern)))
-        v->room = b->key || n->max_length == JSON_UNLIMITED ? INT_MAX : n->max_length - b->chars;
-    v->alone.n = 1;
-    copy_branch(&v->alone.branches[0], b);
-    next_bytes(&v->alone, v->first);
-    json_state next;
-    json_copy(&next, &v->alone);
-    memset(v->after_space, 0, sizeof v->after_space);
-    if (json_feed(&next, " ", 1)) next_bytes(&next, v->after_space);
+// s: the branch b alone.
+static void state_of(json_state *s, const json_branch *b) {
+    s->n = 1;
+    copy_branch(&s->branches[0], b);
 }
 
-// Whether token id's text (len bytes, 1 or more) continues the branch viewed.
-static int token_fits(const json_vocab *v, const branch_view *b, int id, const unsigned char *text, int len) {
-    if (!b->first[text[0]]) return 0;
-    if (v->plain[id] && b->room >= 0) return v->chars[id] <= b->room;
-    if (len > 1 && text[0] == ' ' && !b->after_space[text[1]]) return 0;
+// Whether len bytes of text continue branch b (past the shortcuts: a state is large).
+static __attribute__((noinline)) int feeds_whole(const json_branch *b, const unsigned char *text, int len) {
     json_state next;
-    json_copy(&next, &b->alone);
+    state_of(&next, b);
     return json_feed(&next, (const char *)text, len);
 }
 
-// Shortcuts before a token's text is fed whole, a branch at a time: within a string's plain text,
-// a token that can only be string content fits as it is where the string has room for its
-// characters, and not where it has not (most of a vocabulary: 0.7 ms a mask of 32000 tokens fed
-// whole); a token whose first byte does not fit is out, and so is one whose first byte is a space
-// (most of LLaMA's) and whose second does not fit after it.
+// fit[id] set for each token (but EOS) whose text continues branch b, where not set already.
+// Shortcuts before a token's text is fed whole: within a string's plain text, a token that can only
+// be string content fits as it is where the string has room for its characters, and not where it
+// has not (most of a vocabulary: 0.7 ms a mask of 32000 tokens fed whole); a token whose first
+// byte does not fit is out, and so is one whose first byte is a space (most of LLaMA's) and whose
+// second does not fit after it.
+static void fit_branch(const json_vocab *v, const json_branch *b, uint8_t *fit) {
+    const json_node *n = node_at(b, b->node);
+    int room = -1; // characters of plain text that fit
+    if (b->mode == J_STRING && b->sub == S_PLAIN && !b->utf8_left && (b->key || (!n->format && !n->pattern)))
+        room = b->key || n->max_length == JSON_UNLIMITED ? INT_MAX : n->max_length - b->chars;
+    uint8_t first[256], after_space[256] = {0};
+    json_state alone;
+    state_of(&alone, b);
+    next_bytes(&alone, first);
+    if (json_feed(&alone, " ", 1)) next_bytes(&alone, after_space);
+    // (v's fields in locals: a store to fit, bytes, might change them for all the compiler knows)
+    const int n_tokens = v->n, eos = v->eos, *start = v->start, *lens = v->len;
+    const unsigned char *texts = (const unsigned char *)v->text, *plain = v->plain;
+    const uint16_t *chars = v->chars;
+    for (int id = 0; id < n_tokens; id++) {
+        const unsigned char *text = texts + start[id];
+        const int len = lens[id];
+        if (fit[id] || id == eos || !len || !first[text[0]]) continue;
+        if (plain[id] && room >= 0) fit[id] = chars[id] <= room;
+        else if (len > 1 && text[0] == ' ' && !after_space[text[1]]) continue;
+        else fit[id] = (uint8_t)feeds_whole(b, text, len);
+    }
+}
+
 void json_mask(const json_vocab *v, const json_state *s, float *logits) {
-    branch_view *views = burst_malloc(sizeof *views * (size_t)s->n);
-    for (int b = 0; b < s->n; b++) view_branch(&s->branches[b], &views[b]);
+    uint8_t *fit = burst_calloc((size_t)v->n, 1);
+    for (int b = 0; b < s->n; b++) fit_branch(v, &s->branches[b], fit);
+    fit[v->eos] = (uint8_t)json_complete(s);
     int fits = 0;
     for (int id = 0; id < v->n; id++) {
-        const unsigned char *text = (const unsigned char *)v->text + v->start[id];
-        int ok = id == v->eos && json_complete(s);
-        for (int b = 0; b < s->n && !ok && id != v->eos && v->len[id]; b++) ok = token_fits(v, &views[b], id, text, v->len[id]);
-        if (ok) fits++;
+        if (fit[id]) fits++;
         else logits[id] = -INFINITY;
     }
-    free(views);
+    free(fit);
     if (!fits) logits[v->eos] = 0; // no token continues it: the text ends here
 }
+
 void json_advance(const json_vocab *v, json_state *s, int id) {
     if (id != v->eos) json_feed(s, v->text + v->start[id], v->len[id]);
 }
