@@ -349,6 +349,9 @@ static int string_byte(json_branch *s, unsigned char c) {
     if (c < 0x20 || (c >= 0x80 && (c < 0xc2 || c > 0xf4))) return 0;
     if (!s->key && !below_max(s->chars, n->max_length)) return 0; // a character begins (an escape's at its backslash)
     s->chars = count_up(s->chars);
+    if (pattern && !json_pattern_fits(pattern, s->pattern, s->chars, n->min_length,
+                                      n->max_length == JSON_UNLIMITED ? -1 : n->max_length))
+        return 0; // (no match of a length within the bounds goes on)
     if (c >= 0x80) { // RFC 3629's table: the continuation bytes due, and the first one's range
         s->utf8_left = c < 0xe0 ? 1 : c < 0xf0 ? 2 : 3;
         s->utf8_lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;

@@ -308,6 +308,27 @@ int json_pattern_compile(const char *re, json_pattern *p, char *err, size_t n_er
     return err[0] ? -1 : 0;
 }
 
+// A path of characters through at most 63 positions repeats one once it is 64 long; without that
+// cycle (at most 63) it is a path still. So where a match of k >= lo characters goes on, one of
+// lo to lo + 62 does: ends up to min_length + 62 answer every question of json_pattern_fits.
+void json_pattern_lengths(json_pattern *p, int min_length) {
+    p->n_ends = min_length + 63;
+    p->ends = burst_calloc((size_t)p->n_ends, sizeof *p->ends);
+    for (int k = 1; k < p->n_ends; k++)
+        for (int i = 0; i < p->n; i++)
+            if (p->at[i].next & (k == 1 ? JSON_PATTERN_END : p->ends[k - 1])) p->ends[k] |= 1ull << i;
+}
+
+int json_pattern_fits(const json_pattern *p, uint64_t set, int chars, int min_length, int max_length) {
+    const int lo = min_length - chars, hi = max_length < 0 ? p->n_ends : max_length - chars;
+    if (lo <= 0 && hi >= 0 && set & JSON_PATTERN_END) return 1;
+    for (int k = lo > 1 ? lo : 1; k <= hi && k < p->n_ends; k++)
+        if (set & p->ends[k]) return 1;
+    return 0;
+}
+
+void json_pattern_free(json_pattern *p) { free(p->ends); }
+
 uint64_t json_pattern_step(const json_pattern *p, uint64_t set, unsigned char c) {
     uint64_t out = 0;
     for (uint64_t live = set & ~JSON_PATTERN_END; live; live &= live - 1) {

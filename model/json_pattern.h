@@ -22,6 +22,10 @@ typedef struct {
         int non_ascii;     // any non-ASCII character is taken here
         uint64_t next;     // the set after a character taken here
     } at[JSON_PATTERN_POSITIONS];
+    // ends[k] (k < n_ends): the positions from which a match ends k characters on (the one taken
+    // there the first), for strings whose length is bounded too (json_pattern_lengths; NULL before)
+    uint64_t *ends;
+    int n_ends;
 } json_pattern;
 
 // re compiled into p; 0, or -1 with the reason in err.
@@ -29,3 +33,9 @@ int json_pattern_compile(const char *re, json_pattern *p, char *err, size_t n_er
 // The set after character c (an ASCII byte, or any byte >= 0x80 for a non-ASCII character); 0:
 // no match can follow.
 uint64_t json_pattern_step(const json_pattern *p, uint64_t set, unsigned char c);
+// p's ends, enough to answer json_pattern_fits for strings of at least min_length characters.
+void json_pattern_lengths(json_pattern *p, int min_length);
+// Whether a match goes on from set (a string of chars characters so far) to end at a length
+// within [min_length, max_length] (max_length -1: unbounded).
+int json_pattern_fits(const json_pattern *p, uint64_t set, int chars, int min_length, int max_length);
+void json_pattern_free(json_pattern *p);

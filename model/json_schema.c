@@ -8,7 +8,8 @@
 
 #include "common/burst.h"
 
-enum { JSON_SCHEMA_MAX_NESTING = 64 };
+// JSON_PATTERN_MIN_LENGTH: a pattern's ends take 8 bytes for each character of its minLength
+enum { JSON_SCHEMA_MAX_NESTING = 64, JSON_PATTERN_MIN_LENGTH = 1024 };
 
 // Classes of a value's first byte (json_node.starts).
 enum { C_OBJECT = 1, C_ARRAY = 2, C_STRING = 4, C_NUMBER = 8, C_BOOLEAN = 16, C_NULL = 32 };
@@ -335,16 +336,21 @@ static int add_range(compiler *c, int n, const cJSON *j, int decimals, const cha
     return 0;
 }
 
-// pattern of a string node (not beside a length: the two could leave no string).
-static int add_pattern(compiler *c, int n, const cJSON *j, int lengths, const char *path) {
+// pattern of a string node, with its lengths (min_length, max_length: set before).
+static int add_pattern(compiler *c, int n, const cJSON *j, const char *path) {
     const cJSON *re = cJSON_GetObjectItemCaseSensitive(j, "pattern");
     if (!cJSON_IsString(re)) return fail(c, path, "'pattern' must be a string");
-    if (lengths) return fail(c, path, "'minLength' or 'maxLength' beside 'pattern' is not supported");
+    if (c->s->nodes[n].min_length > JSON_PATTERN_MIN_LENGTH)
+        return fail(c, path, "'minLength' above %d beside 'pattern' is not supported", JSON_PATTERN_MIN_LENGTH);
     char why[256];
     grow(&c->s->patterns, &c->cap_patterns, c->s->n_patterns, sizeof *c->s->patterns);
-    if (json_pattern_compile(re->valuestring, &c->s->patterns[c->s->n_patterns], why, sizeof why))
-        return fail(c, path, "%s", why);
+    json_pattern *p = &c->s->patterns[c->s->n_patterns];
+    if (json_pattern_compile(re->valuestring, p, why, sizeof why)) return fail(c, path, "%s", why);
     c->s->nodes[n].pattern = ++c->s->n_patterns;
+    const json_node *node = &c->s->nodes[n];
+    json_pattern_lengths(p, node->min_length);
+    if (!json_pattern_fits(p, p->start, 0, node->min_length, node->max_length == JSON_UNLIMITED ? -1 : node->max_length))
+        return fail(c, path, "no string of its 'pattern' has a length within 'minLength' and 'maxLength'");
     return 0;
 }
 
@@ -426,8 +432,6 @@ static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
             return fail(c, path, "'%s' beside 'format' is not supported",
                         has[PATTERN] ? "pattern" : has[MIN_LENGTH] ? "minLength" : "maxLength");
     }
-    if (has[PATTERN] && types & JSON_STRING && add_pattern(c, n, j, has[MIN_LENGTH] || has[MAX_LENGTH], path) < 0)
-        return -1;
     if (get_count(c, j, "minItems", path, &node->min_items) || get_count(c, j, "maxItems", path, &node->max_items) ||
         get_count(c, j, "minLength", path, &node->min_length) || get_count(c, j, "maxLength", path, &node->max_length))
         return -1;
@@ -435,6 +439,7 @@ static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
     if (node->min_items > node->max_items)
         return fail(c, path, closed ? "'minItems' is above the items of 'prefixItems' ('items' is false)" : "'minItems' is above 'maxItems'");
     if (node->min_length > node->max_length) return fail(c, path, "'minLength' is above 'maxLength'");
+    if (has[PATTERN] && types & JSON_STRING && add_pattern(c, n, j, path) < 0) return -1;
     return 0;
 }
 
@@ -536,6 +541,7 @@ json_schema *json_schema_compile(const cJSON *schema, const char *where, char *e
 void json_schema_free(json_schema *s) {
     if (!s || s == &any_object) return;
     for (int i = 0; i < s->n_texts; i++) free(s->texts[i].text);
+    for (int i = 0; i < s->n_patterns; i++) json_pattern_free(&s->patterns[i]);
     free(s->nodes), free(s->texts), free(s->props), free(s->alts), free(s->patterns);
     free(s);
 }

@@ -5,7 +5,7 @@
 //   items, prefixItems (tuples; items beside them the rest's schema, or false), minItems, maxItems, minLength, maxLength, minimum, maximum, exclusiveMinimum,
 //   exclusiveMaximum, format (of strings: date, time,
 //   date-time and uuid; RFC 3339's and RFC 4122's forms, below), pattern (of strings:
-//   json_pattern.h's subset); anyOf; oneOf whose alternatives begin differently (an object, an
+//   json_pattern.h's subset; beside minLength and maxLength too); anyOf; oneOf whose alternatives begin differently (an object, an
 //   array, a string, a number, a boolean, null) or are objects told apart by a discriminator (a
 //   property each requires, of constant strings none of the others allows: Pydantic's tagged
 //   unions); allOf of one schema; $ref to "#", "#/$defs/NAME"

@@ -120,7 +120,12 @@ def random_schema(rng, depth, refs):
     if kind == "string" and rng.random() < 0.3:
         regex, draw = random_pattern(rng)
         PATTERNS["^" + regex + "$"] = draw
-        return {"type": "string", "pattern": "^" + regex + "$"}
+        s = {"type": "string", "pattern": "^" + regex + "$"}
+        if rng.random() < 0.5:  # lengths beside it, around a match's (an example: one string of them)
+            example = draw(rng)
+            s.update(minLength=max(0, len(example) - rng.randrange(3)), maxLength=len(example) + rng.randrange(3),
+                     examples=[example])
+        return s
     if kind in SCALARS:
         return {"type": kind}
     if kind == "enum":
@@ -243,7 +248,9 @@ def instance(rng, s, top, depth=0):
         return container(rng, b"[", b"]", [instance(rng, prefix[i] if i < len(prefix) else s.get("items", True), top, depth + 1)
                                            for i in range(n)])
     if t == "string" and "pattern" in s:
-        return dump(PATTERNS[s["pattern"]](rng))
+        lo, hi = s.get("minLength", 0), s.get("maxLength", 1 << 30)
+        return dump(next((t for t in (PATTERNS[s["pattern"]](rng) for _ in range(100)) if lo <= len(t) <= hi),
+                         s.get("examples", [""])[0]))
     if t == "string" and "format" in s:
         when = datetime.datetime(1, 1, 1) + datetime.timedelta(seconds=rng.randrange(315537897600))
         if rng.random() < 0.2:
@@ -425,6 +432,16 @@ CASES += text_of("^.{2,3}$", [("éé", 1), ("ab🦙", 1), ("abcd", 0), ("a", 0)]
 CASES += text_of("^[^a]$", [("b", 1), ("é", 0), ("a", 0)])  # (classes take ASCII only: a narrowing)
 CASES += text_of("^a*?b+?$", [("aab", 1), ("b", 1), ("a", 0)])
 CASES += text_of("^\\w\\s\\W$", [("a !", 1), ("a\t!", 0), ("a a", 0)])
+def bounded(pattern, lo, hi):
+    return {"type": "object", "properties": {"p": {"type": "string", "pattern": pattern, "minLength": lo, "maxLength": hi}}}
+def bounded_texts(pattern, lo, hi, texts):
+    return [(bounded(pattern, lo, hi), dump({"p": t}), w) for t, w in texts]
+CASES += bounded_texts("^[a-c]+x*$", 3, 5, [("abc", 1), ("ab", 0), ("abcxxx", 0), ("axxxx", 1), ("aaaaa", 1)])
+CASES += bounded_texts("^(ab)*$", 3, 100, [("abab", 1), ("ab", 0), ("aba", 0), ("ab" * 50, 1), ("ab" * 51, 0)])
+CASES += bounded_texts("z", 0, 2, [("z", 1), ("az", 1), ("za", 1), ("aa", 0), ("azz", 0)])
+CASES += bounded_texts("^.*b$", 2, 2, [("éb", 1), ("b", 0), ("🦙b", 1), ("ééb", 0)])  # (lengths in characters)
+# (where a match could no longer end at a length within the bounds: refused at that character)
+TAKEN_LENGTHS = [(bounded("^a+b$", 0, 3), b'{"p":"aaa"}', 8), (bounded("^(ab)*$", 3, 5), b'{"p":"ababa"}', 10)]
 NUM = {"type": "object", "properties": {"a": {"type": ["number", "null"], "minimum": 0, "maximum": 1}}}
 EXC = {"type": "object", "properties": {"a": {"type": "number", "exclusiveMinimum": 0.1, "exclusiveMaximum": 0.3}}}
 DEC = {"type": "object", "properties": {"a": {"type": "number", "minimum": 0.1, "maximum": 0.3}}}
@@ -448,7 +465,7 @@ TAKEN = [(AGE, b'{"a":120}', 7), (AGE, b'{"a":119}', 9), (AGE, b'{"a":-6}', 6), 
          (NEG, b'{"a":-3', 6), (NEG, b'{"a":-10000', 10), (NUM, b'{"a":1.000001}', 12), (NUM, b'{"a":2', 5),
          (NUM, b'{"a":0.1234567}', 13), (NUM, b'{"a":1e', 6), (NUM, b'{"a":0.9}', 9), (DEC, b'{"a":0.3000001', 13),
          (DEC, b'{"a":0.09', 7), (DEC, b'{"a":1', 5), (PET, b'{"pet":{"kind":"cow"}}', 17), (SIZE, b'{"a":6}', 6),
-         (SIZE, b'{"a":"xya"}', 8), (TWO, b'{"a":{"a":1,"b"', 11)]
+         (SIZE, b'{"a":"xya"}', 8), (TWO, b'{"a":{"a":1,"b"', 11)] + TAKEN_LENGTHS
 bad = []
 for i, (schema, text, whole) in enumerate(CASES):
     path = schema_file(schema)
@@ -465,7 +482,7 @@ for schema, text, taken in TAKEN:
     os.unlink(path)
     if got != taken:
         bad.append((text, got, taken))
-check(f"{len(TAKEN)} numbers near their bounds: refused at the first byte no instance continues", not bad, bad)
+check(f"{len(TAKEN)} numbers near their bounds and the like: refused at the first byte no instance continues", not bad, bad)
 # Branches that meet again are one: an item of alternatives that begin alike leaves one alive.
 ITEMS = {"type": "object", "properties": {"a": {"type": "array", "items": {"anyOf": [
     {"type": "boolean"}, {"const": True}, {"type": "integer", "minimum": 0}, {"enum": [1, 2]}, {"type": "number"},
@@ -500,7 +517,12 @@ REFUSED = [({"type": "string"}, "the top must allow an object"), ({"enum": [[], 
            ({"type": "object", "properties": {"a": {"pattern": "[z-a]"}}}, "a range 'z-a'"),
            ({"type": "object", "properties": {"a": {"pattern": "a^b"}}}, "'^' in 'pattern' is not supported where it stands"),
            ({"type": "object", "properties": {"a": {"pattern": "a{x}"}}}, "must begin a quantifier"),
-           ({"type": "object", "properties": {"a": {"pattern": "^a$", "maxLength": 3}}}, "beside 'pattern' is not supported"),
+           ({"type": "object", "properties": {"a": {"pattern": "^a{5}$", "maxLength": 4}}}, "no string of its 'pattern' has a length"),
+           ({"type": "object", "properties": {"a": {"pattern": "^(ab)+$", "minLength": 3, "maxLength": 3}}},
+            "no string of its 'pattern' has a length"),
+           ({"type": "object", "properties": {"a": {"pattern": "^(ab)+$", "minLength": 3, "maxLength": 4}}}, None),
+           ({"type": "object", "properties": {"a": {"pattern": "a", "minLength": 1025}}}, "'minLength' above 1024 beside 'pattern'"),
+           ({"type": "object", "properties": {"a": {"pattern": "a", "minLength": 1024}}}, None),
            ({"type": "object", "properties": {"a": {"pattern": "^a$", "format": "date"}}}, "'pattern' beside 'format'"),
            ({"type": "object", "properties": {"a": {"type": "integer", "pattern": "^a$"}}}, None),
            ({"type": "object", "properties": {"a": {"pattern": "^(?:[a-z]+|\\d{2,}?)\\.$"}}}, None),
