@@ -336,21 +336,34 @@ static int add_range(compiler *c, int n, const cJSON *j, int decimals, const cha
     return 0;
 }
 
-// pattern of a string node, with its lengths (min_length, max_length: set before).
-static int add_pattern(compiler *c, int n, const cJSON *j, const char *path) {
-    const cJSON *re = cJSON_GetObjectItemCaseSensitive(j, "pattern");
-    if (!cJSON_IsString(re)) return fail(c, path, "'pattern' must be a string");
+// Formats that a pattern holds (a narrowing: lowercase names of labels of at most 16 characters,
+// where RFC 1123 allows 63; email addresses of dot-atoms; http and https URIs), and the most
+// characters their RFCs allow. (Each within a pattern's 63 places.)
+#define LABEL "[a-z0-9]([a-z0-9-]{0,14}[a-z0-9])?"
+#define OCTET "(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"
+static const struct {
+    const char *name, *pattern;
+    int max_length;
+} pattern_formats[] = {
+    {"email", "^[a-z0-9]+([._+-][a-z0-9]+)*@" LABEL "(\\." LABEL ")+$", 254},
+    {"hostname", "^" LABEL "(\\." LABEL ")*$", 253},
+    {"ipv4", "^(" OCTET "\\.){3}" OCTET "$", 15},
+    {"uri", "^https?://" LABEL "(\\." LABEL ")*(:[1-9]\\d{0,3})?(/[A-Za-z0-9._~!$&'()*+,;=:@-]*)*(\\?[A-Za-z0-9._~!$&'()*+,;=:@/?-]*)?$", 2083},
+};
+
+// Pattern re (what: its keyword, for errors) of a string node, with its lengths (set before).
+static int add_pattern(compiler *c, int n, const char *re, const char *what, const char *path) {
     if (c->s->nodes[n].min_length > JSON_PATTERN_MIN_LENGTH)
-        return fail(c, path, "'minLength' above %d beside 'pattern' is not supported", JSON_PATTERN_MIN_LENGTH);
+        return fail(c, path, "'minLength' above %d beside %s is not supported", JSON_PATTERN_MIN_LENGTH, what);
     char why[256];
     grow(&c->s->patterns, &c->cap_patterns, c->s->n_patterns, sizeof *c->s->patterns);
     json_pattern *p = &c->s->patterns[c->s->n_patterns];
-    if (json_pattern_compile(re->valuestring, p, why, sizeof why)) return fail(c, path, "%s", why);
+    if (json_pattern_compile(re, p, why, sizeof why)) return fail(c, path, "%s", why);
     c->s->nodes[n].pattern = ++c->s->n_patterns;
     const json_node *node = &c->s->nodes[n];
     json_pattern_lengths(p, node->min_length);
     if (!json_pattern_fits(p, p->start, 0, node->min_length, node->max_length == JSON_UNLIMITED ? -1 : node->max_length))
-        return fail(c, path, "no string of its 'pattern' has a length within 'minLength' and 'maxLength'");
+        return fail(c, path, "no string of its %s has a length within 'minLength' and 'maxLength'", what);
     return 0;
 }
 
@@ -420,17 +433,26 @@ static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
         node->items = item, node->prefix = first, node->n_prefix = prefix ? cJSON_GetArraySize(prefix) : 0;
     }
     json_node *node = &c->s->nodes[n];
+    const cJSON *pattern = types & JSON_STRING ? cJSON_GetObjectItemCaseSensitive(j, "pattern") : NULL;
+    if (pattern && !cJSON_IsString(pattern)) return fail(c, path, "'pattern' must be a string");
+    const char *re = pattern ? pattern->valuestring : NULL, *what = "'pattern'";
+    int most = JSON_UNLIMITED; // characters the format allows
     if (has[FORMAT] && types & JSON_STRING) {
         static const char *const formats[] = {"", "date", "time", "date-time", "uuid"};
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(j, "format");
-        for (int i = 1; i < 5 && cJSON_IsString(f); i++)
-            if (!strcmp(f->valuestring, formats[i])) node->format = i;
-        if (!node->format)
-            return fail(c, path, "'format' %s%.40s%s is not supported (date, time, date-time and uuid are)",
-                        cJSON_IsString(f) ? "\"" : "", cJSON_IsString(f) ? f->valuestring : "", cJSON_IsString(f) ? "\"" : "");
-        if (has[MIN_LENGTH] || has[MAX_LENGTH] || has[PATTERN])
-            return fail(c, path, "'%s' beside 'format' is not supported",
-                        has[PATTERN] ? "pattern" : has[MIN_LENGTH] ? "minLength" : "maxLength");
+        const char *name = cJSON_IsString(f) ? f->valuestring : "";
+        for (int i = 1; i < 5; i++)
+            if (!strcmp(name, formats[i])) node->format = i;
+        int held = -1; // its place in pattern_formats
+        for (size_t i = 0; i < sizeof pattern_formats / sizeof *pattern_formats; i++)
+            if (!strcmp(name, pattern_formats[i].name)) held = (int)i;
+        if (!node->format && held < 0)
+            return fail(c, path, "'format' %s%.40s%s is not supported (date, time, date-time, uuid, email, hostname, "
+                        "ipv4 and uri are)", *name ? "\"" : "", name, *name ? "\"" : "");
+        if (pattern) return fail(c, path, "'pattern' beside 'format' is not supported");
+        if (node->format && (has[MIN_LENGTH] || has[MAX_LENGTH]))
+            return fail(c, path, "'%s' beside 'format' \"%s\" is not supported", has[MIN_LENGTH] ? "minLength" : "maxLength", name);
+        if (held >= 0) re = pattern_formats[held].pattern, most = pattern_formats[held].max_length, what = "'format'";
     }
     if (get_count(c, j, "minItems", path, &node->min_items) || get_count(c, j, "maxItems", path, &node->max_items) ||
         get_count(c, j, "minLength", path, &node->min_length) || get_count(c, j, "maxLength", path, &node->max_length))
@@ -438,8 +460,10 @@ static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
     if (closed && node->max_items > node->n_prefix) node->max_items = node->n_prefix;
     if (node->min_items > node->max_items)
         return fail(c, path, closed ? "'minItems' is above the items of 'prefixItems' ('items' is false)" : "'minItems' is above 'maxItems'");
-    if (node->min_length > node->max_length) return fail(c, path, "'minLength' is above 'maxLength'");
-    if (has[PATTERN] && types & JSON_STRING && add_pattern(c, n, j, path) < 0) return -1;
+    if (node->max_length > most) node->max_length = most;
+    if (node->min_length > node->max_length)
+        return fail(c, path, "'minLength' is above 'maxLength'%s", most < JSON_UNLIMITED ? " or the format's most" : "");
+    if (re && add_pattern(c, n, re, what, path) < 0) return -1;
     return 0;
 }
 

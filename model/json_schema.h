@@ -2,26 +2,29 @@
 // compiled into the nodes that json_grammar.h walks as the text grows, so that the text is an
 // instance of it. The subset, that of OpenAI's structured outputs and of what Pydantic writes:
 //   type (a name or a list of names), enum, const, properties, required, additionalProperties,
-//   items, prefixItems (tuples; items beside them the rest's schema, or false), minItems, maxItems, minLength, maxLength, minimum, maximum, exclusiveMinimum,
-//   exclusiveMaximum, format (of strings: date, time,
-//   date-time and uuid; RFC 3339's and RFC 4122's forms, below), pattern (of strings:
-//   json_pattern.h's subset; beside minLength and maxLength too); anyOf; oneOf whose alternatives begin differently (an object, an
+//   items, prefixItems (tuples; items beside them the rest's schema, or false), minItems,
+//   maxItems, minLength, maxLength, minimum, maximum, exclusiveMinimum, exclusiveMaximum, format
+//   (of strings: date, time, date-time and uuid, RFC 3339's and RFC 4122's forms; email, hostname,
+//   ipv4 and uri, held by patterns; below), pattern (of strings: json_pattern.h's subset, beside
+//   minLength and maxLength too); anyOf; oneOf whose alternatives begin differently (an object, an
 //   array, a string, a number, a boolean, null) or are objects told apart by a discriminator (a
 //   property each requires, of constant strings none of the others allows: Pydantic's tagged
-//   unions); allOf of one schema; $ref to "#", "#/$defs/NAME"
-//   or "#/definitions/NAME" (recursion allowed); and annotations, which change nothing (title,
-//   description, default, examples, $schema, $id, $comment, $defs, definitions, deprecated,
-//   readOnly, writeOnly, discriminator). Anything else (other formats, multipleOf, ...) is refused, not
-//   ignored: text that ignored it might not be an instance. The text is an object: the schema's
-//   top must allow one.
+//   unions); allOf of one schema; $ref to "#", "#/$defs/NAME" or "#/definitions/NAME" (recursion
+//   allowed); and annotations, which change nothing (title, description, default, examples,
+//   $schema, $id, $comment, $defs, definitions, deprecated, readOnly, writeOnly, discriminator).
+//   Anything else (other formats, multipleOf, ...) is refused, not ignored: text that ignored it
+//   might not be an instance. The text is an object: the schema's top must allow one.
 // Where the schema leaves a choice, the text takes one form: an object's properties in the
 // schema's order (an optional one may be left out), only the properties given where some are
 // (additionalProperties or not), enum values and property names exactly as cJSON prints them,
 // integers without a fraction or exponent, numbers with bounds without an exponent, with at most 6
 // digits after the point and within +-9007199254.740991; dates YYYY-MM-DD of years 0001-9999, times
 // hh:mm:ss with at most 6 digits of fraction and an offset (Z or +hh:mm, -hh:mm), date-times
-// those two joined by T, no leap seconds; uuids in lowercase hex; strings of a pattern without
-// escapes (json_pattern.h).
+// those two joined by T, no leap seconds; uuids in lowercase hex; host names (alone, in email
+// addresses and in uris) in lowercase, of labels of at most 16 characters; email addresses of
+// dot-atoms of lowercase letters and digits; uris http or https, a host name, a port, a path and a
+// query of RFC 3986's unreserved and sub-delimiter characters (no percent escapes); strings of a
+// pattern without escapes (json_pattern.h).
 #pragma once
 #include <cjson/cJSON.h>
 #include <stddef.h>

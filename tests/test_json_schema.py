@@ -11,7 +11,8 @@ subset are refused, naming why; json_mask leaves exactly the LLaMA-2 tokens json
 burstd: completions and chats with a schema are instances when they end at EOS and an instance's
 beginning when cut by max_tokens, streamed as whole, the same under --speculate and from burst
 generate --json-schema; named function calls carry the schema's answer as their arguments; the 400s."""
-import datetime, json, math, os, random, re, string, subprocess, sys, tempfile, uuid
+import datetime, email.errors, email.headerregistry, ipaddress, json, math, os, random, re, string, subprocess, sys
+import tempfile, urllib.parse, uuid
 
 from burstd_util import BIN, STORIES, Burstd, Checks, check_shaped, generate, need_stories
 from tokenizer_reference import MODEL, one_byte_edits, spm, tool_lines, vocab_texts
@@ -34,13 +35,39 @@ NODE = {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"any
         "required": ["v"], "additionalProperties": False}
 
 
+LABEL = "[a-z0-9]([a-z0-9-]{0,14}[a-z0-9])?"  # a host name's label as json_schema.c writes it
 FORMATS = {  # format: the form json_schema.h gives it, then Python's own parser as the judge
     "date": (r"\d{4}-\d{2}-\d{2}", datetime.date.fromisoformat),
     "time": (r"\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})",
              lambda t: datetime.time.fromisoformat(t.replace("Z", "+00:00"))),
     "date-time": (r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})",
                   lambda t: datetime.datetime.fromisoformat(t.replace("Z", "+00:00"))),
-    "uuid": (r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", uuid.UUID)}
+    "uuid": (r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", uuid.UUID),
+    "email": (r"[a-z0-9]+([._+-][a-z0-9]+)*@" + LABEL + r"(\." + LABEL + ")+", lambda t: is_email(t)),
+    "hostname": (LABEL + r"(\." + LABEL + ")*", lambda t: is_hostname(t)),
+    "ipv4": (r"(\d+\.){3}\d+", ipaddress.IPv4Address),
+    "uri": (r"https?://" + LABEL + r"(\." + LABEL + r")*(:\d+)?[^#\s]*", lambda t: is_uri(t))}
+
+
+def is_email(text):
+    """RFC 5321's length and Python's parse of an address (addr-spec)."""
+    try:
+        return len(text) <= 254 and email.headerregistry.Address(addr_spec=text) is not None
+    except (ValueError, email.errors.MessageError):
+        return False
+
+
+def is_hostname(text):
+    """RFC 1123: labels of 1 to 63 letters, digits and inner hyphens; at most 253 characters."""
+    return len(text) <= 253 and all(re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", label)
+                                    for label in text.split("."))
+
+
+def is_uri(text):
+    """An http(s) URI as Python splits it: a host name, a port if any, at most 2083 characters (Pydantic's HttpUrl)."""
+    parts = urllib.parse.urlsplit(text)
+    return len(text) <= 2083 and parts.scheme in ("http", "https") and is_hostname(parts.hostname or "-") \
+        and (parts.port is None or 0 < parts.port < 65536) and text.isprintable() and " " not in text
 
 
 def format_holds(form, parse):
@@ -48,7 +75,7 @@ def format_holds(form, parse):
     own parser takes it (jsonschema has no date-time checker here)."""
     def holds(value):
         try:
-            return not isinstance(value, str) or (re.fullmatch(form, value) is not None and parse(value) is not None)
+            return not isinstance(value, str) or (re.fullmatch(form, value) is not None and bool(parse(value)))
         except ValueError:
             return False
     return holds
@@ -258,8 +285,16 @@ def instance(rng, s, top, depth=0):
         frac = rng.choice(["", "." + str(rng.randrange(10 ** 6)).zfill(rng.randint(1, 6))[:rng.randint(1, 6)]])
         zone = rng.choice(["Z", "+05:30", "-00:00", "+23:59", "-12:00"])
         date, time = f"{when.year:04d}-{when.month:02d}-{when.day:02d}", when.strftime("%H:%M:%S") + frac + zone
+        def label():
+            return "".join(rng.choice(string.ascii_lowercase + string.digits + "-" * (0 < i < 15)) for i in range(
+                rng.randint(1, 16))).strip("-") or "x"
+        host = ".".join(label() for _ in range(rng.randint(1, 3)))
         return dump({"date": date, "time": time, "date-time": date + "T" + time,
-                     "uuid": str(uuid.UUID(int=rng.randrange(1 << 128)))}[s["format"]])
+                     "uuid": str(uuid.UUID(int=rng.randrange(1 << 128))),
+                     "email": rng.choice(["a", "b.c", "d_e+f"]) + "@" + host + "." + label(), "hostname": host,
+                     "ipv4": ".".join(str(rng.randrange(256)) for _ in range(4)),
+                     "uri": rng.choice(["http", "https"]) + "://" + host + rng.choice(["", ":8080"]) +
+                            rng.choice(["", "/", "/a/b.html", "/x?q=1&r=s"])}[s["format"]])
     if t == "string":
         lo = s.get("minLength", 0)
         return dump("".join(rng.choice(CHARS) for _ in range(rng.randint(lo, s.get("maxLength", lo + 6)))))
@@ -418,7 +453,13 @@ for f, v, whole in [("date", "2024-02-29", 1), ("date", "2023-02-29", 0), ("date
                     ("date-time", "2024-02-29 23:59:59Z", 0), ("date-time", "2024-02-29t23:59:59Z", 0),
                     ("date-time", "2024-02-30T00:00:00Z", 0), ("uuid", "123e4567-e89b-12d3-a456-426614174000", 1),
                     ("uuid", "123E4567-e89b-12d3-a456-426614174000", 0), ("uuid", "123e4567e89b12d3a456426614174000", 0),
-                    ("uuid", "123e4567-e89b-12d3-a456-4266141740000", 0), ("uuid", "123e4567-e89b-12d3-a456-42661417400", 0)]:
+                    ("uuid", "123e4567-e89b-12d3-a456-4266141740000", 0), ("uuid", "123e4567-e89b-12d3-a456-42661417400", 0),
+                    ("email", "a.b@c.de", 1), ("email", "a..b@c.de", 0), ("email", "a@b", 0), ("email", "A@b.cd", 0),
+                    ("email", "x+y_z@mail.example.org", 1), ("ipv4", "255.255.255.255", 1), ("ipv4", "256.0.0.1", 0),
+                    ("ipv4", "01.2.3.4", 0), ("ipv4", "1.2.3", 0), ("hostname", "a-b.c", 1), ("hostname", "-a.b", 0),
+                    ("hostname", "a" * 16, 1), ("hostname", "a" * 17, 0), ("uri", "https://example.com/a/b?x=1", 1),
+                    ("uri", "http://a.b:8080", 1), ("uri", "ftp://x.y", 0), ("uri", "http://", 0),
+                    ("uri", "http://a.b/%20", 0)]:
     CASES.append((WHEN, dump({f: v}), whole))
 def text_of(pattern, texts):
     return [({"type": "object", "properties": {"p": {"type": "string", "pattern": pattern}}}, dump({"p": t}), w)
@@ -526,9 +567,18 @@ REFUSED = [({"type": "string"}, "the top must allow an object"), ({"enum": [[], 
            ({"type": "object", "properties": {"a": {"pattern": "^a$", "format": "date"}}}, "'pattern' beside 'format'"),
            ({"type": "object", "properties": {"a": {"type": "integer", "pattern": "^a$"}}}, None),
            ({"type": "object", "properties": {"a": {"pattern": "^(?:[a-z]+|\\d{2,}?)\\.$"}}}, None),
-           ({"type": "object", "properties": {"a": {"type": "string", "format": "email"}}},
-            "'format' \"email\" is not supported (date, time, date-time and uuid are)"),
-           ({"type": "object", "properties": {"a": {"format": "date", "maxLength": 4}}}, "'maxLength' beside 'format'"),
+           ({"type": "object", "properties": {"a": {"type": "string", "format": "ipv6"}}},
+            "'format' \"ipv6\" is not supported (date, time, date-time, uuid, email, hostname, ipv4 and uri are)"),
+           ({"type": "object", "properties": {"a": {"format": "date", "maxLength": 4}}}, "'maxLength' beside 'format' \"date\""),
+           ({"type": "object", "properties": {"a": {"format": "uri", "minLength": 1, "maxLength": 2083}}}, None),
+           ({"type": "object", "properties": {"a": {"format": "ipv4", "minLength": 16}}},
+            "'minLength' is above 'maxLength' or the format's most"),
+           ({"type": "object", "properties": {"a": {"format": "hostname", "minLength": 254}}}, "or the format's most"),
+           ({"type": "object", "properties": {"a": {"format": "email", "minLength": 255}}}, "or the format's most"),
+           ({"type": "object", "properties": {"a": {"format": "uri", "minLength": 2084}}}, "or the format's most"),
+           ({"type": "object", "properties": {"a": {"format": "hostname", "minLength": 253}}}, None),
+           ({"type": "object", "properties": {"a": {"format": "email", "maxLength": 4}}}, "no string of its 'format' has a length"),
+           ({"type": "object", "properties": {"a": {"format": "email", "pattern": "a"}}}, "'pattern' beside 'format'"),
            ({"type": "object", "properties": {"a": {"type": "integer", "format": "int32"}}}, None),
            ({"type": "object", "properties": {"a": {"type": "number", "minimum": 0}}}, None),
            ({"type": "object", "properties": {"a": {"maximum": 0}}}, None),
@@ -570,8 +620,8 @@ REFUSED = [({"type": "string"}, "the top must allow an object"), ({"enum": [[], 
            ({"type": "object", "properties": {"a": {"prefixItems": {}}}}, "'prefixItems' must be a list of schemas"),
            ({"type": "object", "properties": {"a": {"prefixItems": [{}], "items": False, "minItems": 2}}},
             "'minItems' is above the items of 'prefixItems' ('items' is false)"),
-           ({"type": "object", "properties": {"a": {"prefixItems": [{"type": "string", "format": "email"}]}}},
-            "properties.a.prefixItems[0]: 'format' \"email\""),
+           ({"type": "object", "properties": {"a": {"prefixItems": [{"type": "string", "format": "ipv6"}]}}},
+            "properties.a.prefixItems[0]: 'format' \"ipv6\""),
            ({"type": "object", "properties": {"a": False}}, "false (no value) cannot be generated"),
            ({"type": "object", "properties": {"a": {"type": "string", "maxLength": -1}}}, "'maxLength' must be an integer"),
            ({"type": "object", "properties": {"a": {"not": {}}}}, "'not' is not supported"),
