@@ -316,6 +316,7 @@ static int start_value(json_state *set, json_branch *s, unsigned char c) {
     }
     s->mode = J_NUMBER, s->sub = c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT;
     s->integer = !(n->types & JSON_NUMBER), s->negative = c == '-', s->magnitude = c == '-' ? 0 : c - '0';
+    if (n->multiple) s->magnitude %= (uint64_t)n->multiple; // (its remainder so far)
     s->decimals = 0;
     return !n->ranged || may_reach(n, s);
 }
@@ -389,12 +390,15 @@ static int feed_byte(json_state *set, json_branch *s, unsigned char c) {
         const json_node *n = node_at(s, s->node);
         if (part >= 0 && !(s->integer && part == N_DOT) && !((s->integer || n->ranged) && part == N_E)) {
             s->sub = (uint8_t)part;
+            if (n->multiple) s->magnitude = (s->magnitude * 10 + (uint64_t)(c - '0')) % (uint64_t)n->multiple;
             if (!n->ranged) return 1;
             if (part == N_FRAC && s->decimals++ == n->decimals) return 0;
             if (part != N_DOT) s->magnitude = s->magnitude * 10 + (uint64_t)(c - '0');
             return may_reach(n, s);
         }
-        if ((s->sub != N_ZERO && s->sub != N_INT && s->sub != N_FRAC && s->sub != N_EXP) || !in_range(n, s)) return 0;
+        if ((s->sub != N_ZERO && s->sub != N_INT && s->sub != N_FRAC && s->sub != N_EXP) || !in_range(n, s) ||
+            (n->multiple && s->magnitude))
+            return 0;
         value_done(s); // c comes after the number (the object is open: J_AFTER)
         break;
     }

@@ -31,7 +31,8 @@ typedef struct {
 typedef struct {
     const json_schema *schema;
     // The value being read:
-    uint64_t magnitude; // a number with a range, a date or time: its digits so far, as a number
+    uint64_t magnitude; // a number with a range, a date or time: its digits so far, as a number (an
+                        // integer with multipleOf: their remainder)
     uint64_t pattern;   // a string with a pattern: the set of its NFA's live places (json_pattern.h)
     uint16_t node;    // the next value's schema node (a string's, while in it; the matched texts')
     uint16_t lo, hi;  // matching (an enum's values, an object's names): the texts [lo, hi) of the

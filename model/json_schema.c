@@ -336,6 +336,20 @@ static int add_range(compiler *c, int n, const cJSON *j, int decimals, const cha
     return 0;
 }
 
+// multipleOf of an integer node without bounds: a whole number from 1 to 2^31 (from any digits so
+// far, more can reach a multiple: k more make every remainder below 10^k). Beside bounds it could
+// leave no integer to go on to, and a number's multiples may have fractions: refused.
+static int add_multiple(compiler *c, int n, const cJSON *j, const char *path) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "multipleOf");
+    json_node *node = &c->s->nodes[n];
+    if (node->types & JSON_NUMBER) return fail(c, path, "'multipleOf' of numbers is not supported (of integers it is)");
+    if (node->ranged) return fail(c, path, "'multipleOf' beside bounds is not supported");
+    if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 2147483648.0 || v->valuedouble != floor(v->valuedouble))
+        return fail(c, path, "'multipleOf' must be a whole number from 1 to 2147483648");
+    node->multiple = (int64_t)v->valuedouble;
+    return 0;
+}
+
 // Formats that a pattern holds (a narrowing: lowercase names of labels of at most 16 characters,
 // where RFC 1123 allows 63; email addresses of dot-atoms; http and https URIs), and the most
 // characters their RFCs allow. (Each within a pattern's 63 places.)
@@ -370,11 +384,12 @@ static int add_pattern(compiler *c, int n, const char *re, const char *what, con
 // A schema object's keywords into node n.
 static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
     enum { TYPE, ENUM, CONST, PROPERTIES, REQUIRED, ADDITIONAL, ITEMS, PREFIX_ITEMS, MIN_ITEMS, MAX_ITEMS, MIN_LENGTH,
-           MAX_LENGTH, FORMAT, PATTERN, MINIMUM, MAXIMUM, EXCLUSIVE_MINIMUM, EXCLUSIVE_MAXIMUM, ANY_OF, ONE_OF, N_KEYWORDS };
+           MAX_LENGTH, FORMAT, PATTERN, MINIMUM, MAXIMUM, EXCLUSIVE_MINIMUM, EXCLUSIVE_MAXIMUM, MULTIPLE_OF, ANY_OF, ONE_OF,
+           N_KEYWORDS };
     static const char *const keywords[N_KEYWORDS] = {
         "type",      "enum",     "const",    "properties", "required",  "additionalProperties",
         "items",     "prefixItems", "minItems", "maxItems", "minLength",  "maxLength", "format", "pattern",
-        "minimum",   "maximum",  "exclusiveMinimum",       "exclusiveMaximum", "anyOf", "oneOf"};
+        "minimum",   "maximum",  "exclusiveMinimum",       "exclusiveMaximum", "multipleOf", "anyOf", "oneOf"};
     int has[N_KEYWORDS] = {0};
     for (const cJSON *k = j->child; k; k = k->next) {
         int i = 0;
@@ -411,12 +426,14 @@ static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
         types = has[PROPERTIES] || has[REQUIRED] || has[ADDITIONAL]  ? JSON_OBJECT
                 : has[ITEMS] || has[PREFIX_ITEMS] || has[MIN_ITEMS] || has[MAX_ITEMS] ? JSON_ARRAY
                 : has[MIN_LENGTH] || has[MAX_LENGTH] || has[FORMAT] || has[PATTERN] ? JSON_STRING
-                : has[MINIMUM] || has[MAXIMUM] || has[EXCLUSIVE_MINIMUM] || has[EXCLUSIVE_MAXIMUM] ? JSON_NUMBER
+                : has[MINIMUM] || has[MAXIMUM] || has[EXCLUSIVE_MINIMUM] || has[EXCLUSIVE_MAXIMUM] || has[MULTIPLE_OF]
+                    ? JSON_NUMBER
                                                                     : JSON_ANY;
     c->s->nodes[n].types = types;
     if ((has[MINIMUM] || has[MAXIMUM] || has[EXCLUSIVE_MINIMUM] || has[EXCLUSIVE_MAXIMUM]) &&
         types & (JSON_INTEGER | JSON_NUMBER) && add_range(c, n, j, types & JSON_NUMBER ? 6 : 0, path) < 0)
         return -1;
+    if (has[MULTIPLE_OF] && types & (JSON_INTEGER | JSON_NUMBER) && add_multiple(c, n, j, path) < 0) return -1;
     if (types & JSON_OBJECT && add_object(c, n, j, path) < 0) return -1;
     const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(j, "prefixItems"), *items = cJSON_GetObjectItemCaseSensitive(j, "items");
     const int closed = prefix && cJSON_IsFalse(items); // (a tuple of the prefix's items at most)

@@ -3,7 +3,8 @@
 // instance of it. The subset, that of OpenAI's structured outputs and of what Pydantic writes:
 //   type (a name or a list of names), enum, const, properties, required, additionalProperties,
 //   items, prefixItems (tuples; items beside them the rest's schema, or false), minItems,
-//   maxItems, minLength, maxLength, minimum, maximum, exclusiveMinimum, exclusiveMaximum, format
+//   maxItems, minLength, maxLength, minimum, maximum, exclusiveMinimum, exclusiveMaximum,
+//   multipleOf (of integers without bounds: the digits can always go on to a multiple), format
 //   (of strings: date, time, date-time and uuid, RFC 3339's and RFC 4122's forms; email, hostname,
 //   ipv4 and uri, held by patterns; below), pattern (of strings: json_pattern.h's subset, beside
 //   minLength and maxLength too); anyOf; oneOf whose alternatives begin differently (an object, an
@@ -12,7 +13,7 @@
 //   unions); allOf of one schema; $ref to "#", "#/$defs/NAME" or "#/definitions/NAME" (recursion
 //   allowed); and annotations, which change nothing (title, description, default, examples,
 //   $schema, $id, $comment, $defs, definitions, deprecated, readOnly, writeOnly, discriminator).
-//   Anything else (other formats, multipleOf, ...) is refused, not ignored: text that ignored it
+//   Anything else (other formats, multipleOf of numbers, ...) is refused, not ignored: text that ignored it
 //   might not be an instance. The text is an object: the schema's top must allow one.
 // Where the schema leaves a choice, the text takes one form: an object's properties in the
 // schema's order (an optional one may be left out), only the properties given where some are
@@ -78,6 +79,7 @@ typedef struct {
     // for an integer; 6 for a number, which then has at most 6 digits after its point and no exponent)
     int ranged, decimals;
     int64_t minimum, maximum;
+    int64_t multiple; // JSON_INTEGER, not ranged: the value is a multiple of it (multipleOf; 0: any)
 } json_node;
 
 enum { JSON_UNLIMITED = 65535 }; // counts stop here (json_state's are 16 bits)

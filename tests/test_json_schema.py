@@ -136,6 +136,8 @@ def random_schema(rng, depth, refs):
     if kind == "number" and rng.random() < 0.5:
         lo = rng.choice([0, -1, 0.1, -50.5, 1e-6, 1000])
         return {"type": "number", "minimum": lo, rng.choice(["maximum", "exclusiveMaximum"]): lo + rng.choice([0.5, 1, 3.25, 1e6])}
+    if kind == "integer" and rng.random() < 0.2:
+        return {"type": rng.choice(["integer", ["integer", "null"]]), "multipleOf": rng.choice([1, 2, 3, 7, 10, 12, 1000, 2 ** 31])}
     if kind == "integer" and rng.random() < 0.5:
         s = {"type": "integer"}
         lo = rng.choice([0, -3, 7, -1000, 12345, 2.5, -0.5])
@@ -298,6 +300,8 @@ def instance(rng, s, top, depth=0):
     if t == "string":
         lo = s.get("minLength", 0)
         return dump("".join(rng.choice(CHARS) for _ in range(rng.randint(lo, s.get("maxLength", lo + 6)))))
+    if t == "integer" and "multipleOf" in s:
+        return dump(s["multipleOf"] * rng.choice([0, 1, -3, rng.randrange(-10 ** 6, 10 ** 12)]))
     if t == "integer":
         lo, hi = integer_bounds(s)
         return dump(rng.choice([max(lo, min(hi, v)) for v in (0, -7, 10, rng.randrange(-10**6, 10**12))] +
@@ -436,6 +440,10 @@ CASES += [(PET, b'{"pet":{"kind":"cat","lives":9}}', 1), (PET, b'{"pet":{"kind":
            b'{"a":[1,2,3,4,5,6.5,7,8.5]}', 1),
           ({"type": "object", "properties": {"a": {"type": "array", "items": SIZE["properties"]["a"]}}},
            b'{"a":["x","x","x","x","x",1,"x","xyz"]}', 1)]
+SEVENS = {"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 7}}}
+CASES += [(SEVENS, b'{"a":%s}' % t, w) for t, w in [(b"7", 1), (b"14", 1), (b"15", 0), (b"-21", 1), (b"0", 1), (b"-0", 1), (b"7.0", 0),
+                                                    (b"7e0", 0), (b"700000000000000000000000007", 1), (b"1" * 6, 1),
+                                                    (b"1" * 5, 0)]]
 AGE = {"type": "object", "properties": {"a": {"type": "integer", "minimum": -5, "exclusiveMaximum": 120}}}
 NEG = {"type": "object", "properties": {"a": {"type": "integer", "minimum": -2000, "maximum": -1000}}}
 for v, whole in [(0, 1), (-5, 1), (-6, 0), (119, 1), (120, 0), (7, 1), (1000, 0), ("-0", 1), ("00", 0), ("1.0", 0)]:
@@ -539,7 +547,19 @@ check("branches: one for each alternative a value begins as, and one again after
 ONE_OF = "'oneOf' alternatives that begin alike (two objects, an integer and a number, ...) must be objects told apart"
 REFUSED = [({"type": "string"}, "the top must allow an object"), ({"enum": [[], 1]}, "the top must allow an object"),
            ({"type": ["object", "null"]}, None), ({"enum": [{}]}, None), ({}, None),
-           ({"type": "object", "properties": {"a": {"type": "number", "multipleOf": 2}}}, "properties.a: 'multipleOf' is not"),
+           ({"type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}}, "properties.a: 'uniqueItems' is not"),
+           ({"type": "object", "properties": {"a": {"type": "number", "multipleOf": 2}}},
+            "properties.a: 'multipleOf' of numbers is not supported (of integers it is)"),
+           ({"type": "object", "properties": {"a": {"multipleOf": 2}}}, "'multipleOf' of numbers is not supported"),
+           ({"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 2, "minimum": 0}}},
+            "'multipleOf' beside bounds is not supported"),
+           ({"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 2.5}}}, "'multipleOf' must be a whole number"),
+           ({"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 0}}}, "'multipleOf' must be a whole number"),
+           ({"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 2 ** 31 + 1}}},
+            "'multipleOf' must be a whole number from 1 to 2147483648"),
+           ({"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 2 ** 31}}}, None),
+           ({"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 3, "enum": [3]}}},
+            "'multipleOf' beside 'enum'"),
            ({"type": "object", "properties": {"a": {"pattern": 3}}}, "'pattern' must be a string"),
            ({"type": "object", "properties": {"a": {"pattern": "(?=a)"}}}, "'(?' in 'pattern' is not supported but as (?:...)"),
            ({"type": "object", "properties": {"a": {"pattern": "(a)\\1"}}}, "'\\1' in 'pattern' is not supported"),
@@ -591,7 +611,6 @@ REFUSED = [({"type": "string"}, "the top must allow an object"), ({"enum": [[], 
            ({"type": "object", "properties": {"a": {"type": "integer", "minimum": 2.5, "maximum": 2.9}}},
             "no integer lies within its bounds"),
            ({"type": "object", "properties": {"a": {"enum": ["a", "bbb"], "maxLength": 2}}}, "'maxLength' beside 'enum'"),
-           ({"type": "object", "properties": {"a": {"type": "integer", "multipleOf": 2}}}, "'multipleOf' is not supported"),
            ({"type": "object", "properties": {"a": {"type": "strin"}}}, "'type' must name"),
            ({"type": "object", "required": ["b"], "properties": {"a": {}}},
             "'required' names 'b', which 'properties' does not give"),
@@ -699,8 +718,8 @@ with Burstd(STORIES) as srv, Burstd(STORIES, "--speculate", "4") as spec:
                        ({"response_format": {"type": "json_schema", "json_schema": {"name": 3, "schema": {}}}},
                         "json_schema.name' must be a string"),
                        ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object", "properties": {
-                           "a": {"type": "number", "multipleOf": 2}}}}}},
-                        "response_format.json_schema.schema.properties.a: 'multipleOf' is not supported")]:
+                           "a": {"type": "array", "uniqueItems": True}}}}}},
+                        "response_format.json_schema.schema.properties.a: 'uniqueItems' is not supported")]:
         st, _, r = srv.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2, **body})
         check(f"{str(body)[:90]}: 400", st == 400 and want in r["error"]["message"], (st, r))
 
@@ -748,7 +767,7 @@ with Burstd(STORIES) as srv, Burstd(STORIES, "--speculate", "4") as spec:
           and answers[0]["choices"][0]["message"] == answers[1]["choices"][0]["message"], answers)
     user, result = chat["messages"][0], {"role": "tool", "content": "r"}
     bad_tool = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
-        "a": {"type": "number", "multipleOf": 2}}}}}]
+        "a": {"type": "array", "uniqueItems": True}}}}}]
     for path, body, want in [
             ("/v1/chat/completions", {"tools": tools}, "'tool_choice' \"auto\" (the default with 'tools') is not supported"),
             ("/v1/chat/completions", {"tools": tools, "tool_choice": "required"}, "with one tool only"),
@@ -757,7 +776,7 @@ with Burstd(STORIES) as srv, Burstd(STORIES, "--speculate", "4") as spec:
             ("/v1/chat/completions", {"tool_choice": named}, "'tool_choice' function needs 'tools'"),
             ("/v1/chat/completions", {"tools": [{"type": "retrieval"}], "tool_choice": "required"}, "'tools'[0] must be"),
             ("/v1/chat/completions", {"tools": bad_tool, "tool_choice": "required"},
-             "tools[0].function.parameters.properties.a: 'multipleOf' is not supported"),
+             "tools[0].function.parameters.properties.a: 'uniqueItems' is not supported"),
             ("/v1/chat/completions", {"tools": tools, "tool_choice": named, **fmt}, "cannot both shape the answer"),
             ("/v1/chat/completions", {"tools": tools, "tool_choice": named, "ignore_eos": True}, "not with 'ignore_eos'"),
             ("/v1/completions", {"prompt": "x", "tools": tools, "tool_choice": named}, "'tools' are for chat completions"),
@@ -769,11 +788,11 @@ with Burstd(STORIES) as srv, Burstd(STORIES, "--speculate", "4") as spec:
             ("/v1/chat/completions", {"messages": [user, result, user]}, "messages[1]: role 'tool' (want 'assistant'")]:
         st, _, r = srv.request("POST", path, {"messages": chat["messages"], **body})
         check(f"tools: {str(body)[:80]}: 400", st == 400 and want in r["error"]["message"], (st, r))
-bad_path = schema_file({"type": "object", "properties": {"a": {"type": "number", "multipleOf": 2}}})
+bad_path = schema_file({"type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}})
 r = subprocess.run([os.path.join(BIN, "burst"), "generate", "--model", STORIES, "--prompt", "x", "--json-schema", bad_path],
                    capture_output=True, text=True, timeout=60)
 check("burst generate --json-schema refuses what the API refuses, in one line",
-      r.returncode == 1 and r.stderr == f"burst: --json-schema {bad_path}: schema.properties.a: 'multipleOf' is not supported\n",
+      r.returncode == 1 and r.stderr == f"burst: --json-schema {bad_path}: schema.properties.a: 'uniqueItems' is not supported\n",
       (r.returncode, r.stderr))
 os.unlink(story_path)
 os.unlink(bad_path)
