@@ -362,7 +362,10 @@ static const struct {
     {"email", "^[a-z0-9]+([._+-][a-z0-9]+)*@" LABEL "(\\." LABEL ")+$", 254},
     {"hostname", "^" LABEL "(\\." LABEL ")*$", 253},
     {"ipv4", "^(" OCTET "\\.){3}" OCTET "$", 15},
-    {"uri", "^https?://" LABEL "(\\." LABEL ")*(:[1-9]\\d{0,3})?(/[A-Za-z0-9._~!$&'()*+,;=:@-]*)*(\\?[A-Za-z0-9._~!$&'()*+,;=:@/?-]*)?$", 2083},
+    {"uri",
+     "^https?://" LABEL "(\\." LABEL ")*(:[1-9]\\d{0,3})?(/[A-Za-z0-9._~!$&'()*+,;=:@-]*)*"
+     "(\\?[A-Za-z0-9._~!$&'()*+,;=:@/?-]*)?$",
+     2083},
 };
 
 // Pattern re (what: its keyword, for errors) of a string node, with its lengths (set before).
@@ -435,12 +438,14 @@ static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
         return -1;
     if (has[MULTIPLE_OF] && types & (JSON_INTEGER | JSON_NUMBER) && add_multiple(c, n, j, path) < 0) return -1;
     if (types & JSON_OBJECT && add_object(c, n, j, path) < 0) return -1;
-    const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(j, "prefixItems"), *items = cJSON_GetObjectItemCaseSensitive(j, "items");
+    const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(j, "prefixItems");
+    const cJSON *items = cJSON_GetObjectItemCaseSensitive(j, "items");
     const int closed = prefix && cJSON_IsFalse(items); // (a tuple of the prefix's items at most)
     if (types & JSON_ARRAY) {
         char sub[256];
         child_path(sub, sizeof sub, path, "items", -1);
-        if (cJSON_IsArray(items)) return fail(c, path, "'items' as a list (draft 7's tuple) is not supported: use 'prefixItems'");
+        if (cJSON_IsArray(items))
+            return fail(c, path, "'items' as a list (draft 7's tuple) is not supported: use 'prefixItems'");
         if (prefix && !cJSON_IsArray(prefix)) return fail(c, path, "'prefixItems' must be a list of schemas");
         int first = 0;
         if (prefix && add_list(c, prefix, "prefixItems", path, &first) < 0) return -1;
@@ -468,7 +473,8 @@ static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
                         "ipv4 and uri are)", *name ? "\"" : "", name, *name ? "\"" : "");
         if (pattern) return fail(c, path, "'pattern' beside 'format' is not supported");
         if (node->format && (has[MIN_LENGTH] || has[MAX_LENGTH]))
-            return fail(c, path, "'%s' beside 'format' \"%s\" is not supported", has[MIN_LENGTH] ? "minLength" : "maxLength", name);
+            return fail(c, path, "'%s' beside 'format' \"%s\" is not supported", has[MIN_LENGTH] ? "minLength" : "maxLength",
+                        name);
         if (held >= 0) re = pattern_formats[held].pattern, most = pattern_formats[held].max_length, what = "'format'";
     }
     if (get_count(c, j, "minItems", path, &node->min_items) || get_count(c, j, "maxItems", path, &node->max_items) ||
@@ -476,7 +482,8 @@ static int fill_node(compiler *c, int n, const cJSON *j, const char *path) {
         return -1;
     if (closed && node->max_items > node->n_prefix) node->max_items = node->n_prefix;
     if (node->min_items > node->max_items)
-        return fail(c, path, closed ? "'minItems' is above the items of 'prefixItems' ('items' is false)" : "'minItems' is above 'maxItems'");
+        return fail(c, path, closed ? "'minItems' is above the items of 'prefixItems' ('items' is false)"
+                                    : "'minItems' is above 'maxItems'");
     if (node->max_length > most) node->max_length = most;
     if (node->min_length > node->max_length)
         return fail(c, path, "'minLength' is above 'maxLength'%s", most < JSON_UNLIMITED ? " or the format's most" : "");
