@@ -23,7 +23,7 @@ typedef struct {
         uint64_t next;     // the set after a character taken here
     } at[JSON_PATTERN_POSITIONS];
     // ends[k] (k < n_ends): the positions from which a match ends k characters on (the one taken
-    // there the first), for strings whose length is bounded too (json_pattern_lengths; NULL before)
+    // there the first; json_pattern_lengths, NULL before)
     uint64_t *ends;
     int n_ends;
 } json_pattern;

@@ -190,7 +190,8 @@ static int get_messages(const cJSON *o, const openai_limits *lim, burst_request 
     for (int i = 0; i < n && ok; i++) {
         const cJSON *m = cJSON_GetArrayItem(msgs, i);
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        const int calls = cJSON_HasObjectItem(m, "tool_calls") && !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(m, "tool_calls"));
+        const cJSON *tool_calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+        const int calls = tool_calls && !cJSON_IsNull(tool_calls);
         if (!cJSON_IsString(role)) ok = BAD(e, "'messages'[%d].role must be a string", i);
         else if (calls && strcmp(role->valuestring, "assistant"))
             ok = BAD(e, "'messages'[%d]: only assistant messages carry 'tool_calls'", i);

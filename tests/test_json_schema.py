@@ -33,20 +33,7 @@ SCALARS = ["string", "integer", "number", "boolean", "null"]
 NODE = {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#/$defs/node"},
                                                                                      {"type": "null"}]}},
         "required": ["v"], "additionalProperties": False}
-
-
 LABEL = "[a-z0-9]([a-z0-9-]{0,14}[a-z0-9])?"  # a host name's label as json_schema.c writes it
-FORMATS = {  # format: the form json_schema.h gives it, then Python's own parser as the judge
-    "date": (r"\d{4}-\d{2}-\d{2}", datetime.date.fromisoformat),
-    "time": (r"\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})",
-             lambda t: datetime.time.fromisoformat(t.replace("Z", "+00:00"))),
-    "date-time": (r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})",
-                  lambda t: datetime.datetime.fromisoformat(t.replace("Z", "+00:00"))),
-    "uuid": (r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", uuid.UUID),
-    "email": (r"[a-z0-9]+([._+-][a-z0-9]+)*@" + LABEL + r"(\." + LABEL + ")+", lambda t: is_email(t)),
-    "hostname": (LABEL + r"(\." + LABEL + ")*", lambda t: is_hostname(t)),
-    "ipv4": (r"(\d+\.){3}\d+", ipaddress.IPv4Address),
-    "uri": (r"https?://" + LABEL + r"(\." + LABEL + r")*(:\d+)?[^#\s]*", lambda t: is_uri(t))}
 
 
 def is_email(text):
@@ -68,6 +55,19 @@ def is_uri(text):
     parts = urllib.parse.urlsplit(text)
     return len(text) <= 2083 and parts.scheme in ("http", "https") and is_hostname(parts.hostname or "-") \
         and (parts.port is None or 0 < parts.port < 65536) and text.isprintable() and " " not in text
+
+
+FORMATS = {  # format: the form json_schema.h gives it, then Python's own parser as the judge
+    "date": (r"\d{4}-\d{2}-\d{2}", datetime.date.fromisoformat),
+    "time": (r"\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})",
+             lambda t: datetime.time.fromisoformat(t.replace("Z", "+00:00"))),
+    "date-time": (r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})",
+                  lambda t: datetime.datetime.fromisoformat(t.replace("Z", "+00:00"))),
+    "uuid": (r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", uuid.UUID),
+    "email": (r"[a-z0-9]+([._+-][a-z0-9]+)*@" + LABEL + r"(\." + LABEL + ")+", is_email),
+    "hostname": (LABEL + r"(\." + LABEL + ")*", is_hostname),
+    "ipv4": (r"(\d+\.){3}\d+", ipaddress.IPv4Address),
+    "uri": (r"https?://" + LABEL + r"(\." + LABEL + r")*(:\d+)?[^#\s]*", is_uri)}
 
 
 def format_holds(form, parse):
@@ -436,7 +436,7 @@ CASES += [(PET, b'{"pet":{"kind":"cat","lives":9}}', 1), (PET, b'{"pet":{"kind":
           (TUPLE, b'{"t":[1,"a"]}', 1), (TUPLE, b'{"t":[1]}', 0), (TUPLE, b'{"t":["a",1]}', 0), (TUPLE, b'{"t":[1,"a",2]}', 0),
           (TUPLE, b'{"u":[true,null,null]}', 1), (TUPLE, b'{"u":[]}', 1), (TUPLE, b'{"u":[null]}', 0),
           (TUPLE, b'{"v":[true]}', 1), (TUPLE, b'{"v":[true,null]}', 0), (TUPLE, b'{"v":[]}', 1),
-          # (branches that meet again are one: else 16 would be alive after the 4th item, leaving no room for a number)
+          # (items of alternatives that begin alike, one after another)
           ({"type": "object", "properties": {"a": {"type": "array", "items": {"anyOf": [{"type": "integer"}, {"type": "number"}]}}}},
            b'{"a":[1,2,3,4,5,6.5,7,8.5]}', 1),
           ({"type": "object", "properties": {"a": {"type": "array", "items": SIZE["properties"]["a"]}}},
