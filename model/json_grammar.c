@@ -285,6 +285,21 @@ static int in_range(const json_node *n, const json_branch *s) {
     return !n->ranged || (v >= n->minimum && v <= n->maximum);
 }
 
+// Digit d (-1: none, the first digit being in magnitude already) of an integer of node n's
+// multipleOf: the remainder so far in magnitude, the digits in chars. Whether a multiple can still
+// end within JSON_MULTIPLE_DIGITS digits: some suffix x of j more digits (x < 10^j) that makes
+// remainder * 10^j + x a multiple.
+static int multiple_digit(const json_node *n, json_branch *s, int d) {
+    const uint64_t m = (uint64_t)n->multiple;
+    if (d >= 0) s->magnitude = s->magnitude * 10 + (uint64_t)d;
+    s->magnitude %= m;
+    if (d >= 0 || s->sub != N_MINUS) s->chars++;
+    uint64_t ten_j = 1; // 10^j
+    for (int j = 0; j <= JSON_MULTIPLE_DIGITS - s->chars; j++, ten_j *= 10)
+        if ((m - s->magnitude * (ten_j % m) % m) % m < ten_j) return 1;
+    return 0;
+}
+
 // A value's first byte: of the value's node, or of its alternatives that begin so: the first in s,
 // each later one in a branch of its own added to set, while it has room.
 static int start_value(json_state *set, json_branch *s, unsigned char c) {
@@ -316,8 +331,8 @@ static int start_value(json_state *set, json_branch *s, unsigned char c) {
     }
     s->mode = J_NUMBER, s->sub = c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT;
     s->integer = !(n->types & JSON_NUMBER), s->negative = c == '-', s->magnitude = c == '-' ? 0 : c - '0';
-    if (n->multiple) s->magnitude %= (uint64_t)n->multiple; // (its remainder so far)
     s->decimals = 0;
+    if (n->multiple) return multiple_digit(n, s, -1);
     return !n->ranged || may_reach(n, s);
 }
 
@@ -390,7 +405,7 @@ static int feed_byte(json_state *set, json_branch *s, unsigned char c) {
         const json_node *n = node_at(s, s->node);
         if (part >= 0 && !(s->integer && part == N_DOT) && !((s->integer || n->ranged) && part == N_E)) {
             s->sub = (uint8_t)part;
-            if (n->multiple) s->magnitude = (s->magnitude * 10 + (uint64_t)(c - '0')) % (uint64_t)n->multiple;
+            if (n->multiple) return multiple_digit(n, s, c - '0');
             if (!n->ranged) return 1;
             if (part == N_FRAC && s->decimals++ == n->decimals) return 0;
             if (part != N_DOT) s->magnitude = s->magnitude * 10 + (uint64_t)(c - '0');

@@ -32,13 +32,13 @@ typedef struct {
     const json_schema *schema;
     // The value being read:
     uint64_t magnitude; // a number with a range, a date or time: its digits so far, as a number (an
-                        // integer with multipleOf: their remainder)
+                        // integer with multipleOf: their remainder; its digits in chars)
     uint64_t pattern;   // a string with a pattern: the set of its NFA's live places (json_pattern.h)
     uint16_t node;    // the next value's schema node (a string's, while in it; the matched texts')
     uint16_t lo, hi;  // matching (an enum's values, an object's names): the texts [lo, hi) of the
     uint16_t matched; //   node's begin with the matched bytes of the text so far (a time's part
                       //   after its seconds: that part's bytes so far)
-    uint16_t chars;   // a string's characters so far
+    uint16_t chars;   // a string's characters so far (an integer with multipleOf: its digits)
     uint8_t sub;      // within a string, number or literal: how far it has come
     uint8_t key;      // the string (or the text matched) is an object's key
     uint8_t literal;  // which of true, false, null

@@ -4,7 +4,7 @@
 //   type (a name or a list of names), enum, const, properties, required, additionalProperties,
 //   items, prefixItems (tuples; items beside them the rest's schema, or false), minItems,
 //   maxItems, minLength, maxLength, minimum, maximum, exclusiveMinimum, exclusiveMaximum,
-//   multipleOf (of integers without bounds: the digits can always go on to a multiple), format
+//   multipleOf (of integers without bounds, of at most JSON_MULTIPLE_DIGITS digits), format
 //   (of strings: date, time, date-time and uuid, RFC 3339's and RFC 4122's forms; email, hostname,
 //   ipv4 and uri, held by patterns; below), pattern (of strings: json_pattern.h's subset, beside
 //   minLength and maxLength too); anyOf; oneOf whose alternatives begin differently (an object, an
@@ -83,6 +83,9 @@ typedef struct {
 } json_node;
 
 enum { JSON_UNLIMITED = 65535 }; // counts stop here (json_state's are 16 bits)
+// An integer with multipleOf has at most 15 digits (within +-2^53, which JSON readers keep exactly),
+// each a digit after which a multiple can still end.
+enum { JSON_MULTIPLE_DIGITS = 15 };
 #define JSON_RANGE_LIMIT 9007199254740991.0 // 2^53 - 1: ranged values' units within +-this
 
 typedef struct json_schema {
