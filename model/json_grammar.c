@@ -331,7 +331,7 @@ static int start_value(json_state *set, json_branch *s, unsigned char c) {
     }
     s->mode = J_NUMBER, s->sub = c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT;
     s->integer = !(n->types & JSON_NUMBER), s->negative = c == '-', s->magnitude = c == '-' ? 0 : c - '0';
-    s->decimals = 0;
+    s->decimals = 0, s->chars = 0; // (chars may hold a free key's characters still)
     if (n->multiple) return multiple_digit(n, s, -1);
     return !n->ranged || may_reach(n, s);
 }

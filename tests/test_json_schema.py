@@ -445,6 +445,7 @@ SEVENS = {"type": "object", "properties": {"a": {"type": "integer", "multipleOf"
 CASES += [(SEVENS, b'{"a":%s}' % t, w) for t, w in [(b"7", 1), (b"14", 1), (b"15", 0), (b"-21", 1), (b"0", 1), (b"-0", 1), (b"7.0", 0),
                                                     (b"7e0", 0), (b"999999999999994", 1), (b"1000000000000001", 0), (b"1" * 6, 1),
                                                     (b"1" * 5, 0)]]
+CASES.append(({"type": "object", "additionalProperties": SEVENS["properties"]["a"]}, b'{"abcdefghij":999999999999994}', 1))
 AGE = {"type": "object", "properties": {"a": {"type": "integer", "minimum": -5, "exclusiveMaximum": 120}}}
 NEG = {"type": "object", "properties": {"a": {"type": "integer", "minimum": -2000, "maximum": -1000}}}
 for v, whole in [(0, 1), (-5, 1), (-6, 0), (119, 1), (120, 0), (7, 1), (1000, 0), ("-0", 1), ("00", 0), ("1.0", 0)]:
