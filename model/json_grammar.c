@@ -278,8 +278,10 @@ static int may_reach(const json_node *n, const json_branch *s) {
     return 0;
 }
 
-// Whether node n's range (if it has one) holds the number s has read (decimals: 0 but in a fraction).
-static int in_range(const json_node *n, const json_branch *s) {
+// Whether node n holds the number s has read: within its range, if it has one (decimals: 0 but in
+// a fraction), or a multiple, if it asks for one (magnitude is then the remainder: no range beside).
+static int number_held(const json_node *n, const json_branch *s) {
+    if (n->multiple) return !s->magnitude;
     const uint64_t units = s->magnitude * power_of_10(n->decimals - s->decimals);
     const int64_t v = s->negative ? -(int64_t)units : (int64_t)units;
     return !n->ranged || (v >= n->minimum && v <= n->maximum);
@@ -411,9 +413,7 @@ static int feed_byte(json_state *set, json_branch *s, unsigned char c) {
             if (part != N_DOT) s->magnitude = s->magnitude * 10 + (uint64_t)(c - '0');
             return may_reach(n, s);
         }
-        if ((s->sub != N_ZERO && s->sub != N_INT && s->sub != N_FRAC && s->sub != N_EXP) || !in_range(n, s) ||
-            (n->multiple && s->magnitude))
-            return 0;
+        if ((s->sub != N_ZERO && s->sub != N_INT && s->sub != N_FRAC && s->sub != N_EXP) || !number_held(n, s)) return 0;
         value_done(s); // c comes after the number (the object is open: J_AFTER)
         break;
     }

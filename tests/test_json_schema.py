@@ -471,9 +471,10 @@ for f, v, whole in [("date", "2024-02-29", 1), ("date", "2023-02-29", 0), ("date
                     ("uri", "http://a.b:8080", 1), ("uri", "ftp://x.y", 0), ("uri", "http://", 0),
                     ("uri", "http://a.b/%20", 0)]:
     CASES.append((WHEN, dump({f: v}), whole))
-def text_of(pattern, texts):
-    return [({"type": "object", "properties": {"p": {"type": "string", "pattern": pattern}}}, dump({"p": t}), w)
-            for t, w in texts]
+def pattern_schema(pattern, **lengths):
+    return {"type": "object", "properties": {"p": {"type": "string", "pattern": pattern, **lengths}}}
+def text_of(pattern, texts, **lengths):
+    return [(pattern_schema(pattern, **lengths), dump({"p": t}), w) for t, w in texts]
 CASES += text_of(r"^\d{3}-\d{4}$", [("123-4567", 1), ("123-45678", 0), ("12-4567", 0), ("abc-defg", 0), ("", 0)])
 CASES += text_of("ab+c", [("abc", 1), ("xxabbbcyy", 1), ("é abc é", 1), ("ac", 0), ("ab", 0), ("", 0), ("a\"bc", 0)])
 CASES += text_of("^(cat|dog)s?$", [("cat", 1), ("dogs", 1), ("cats!", 0), ("ca", 0), ("catdog", 0)])
@@ -483,17 +484,14 @@ CASES += text_of("^.{2,3}$", [("éé", 1), ("ab🦙", 1), ("abcd", 0), ("a", 0)]
 CASES += text_of("^[^a]$", [("b", 1), ("é", 0), ("a", 0)])  # (classes take ASCII only: a narrowing)
 CASES += text_of("^a*?b+?$", [("aab", 1), ("b", 1), ("a", 0)])
 CASES += text_of("^\\w\\s\\W$", [("a !", 1), ("a\t!", 0), ("a a", 0)])
-def bounded(pattern, lo, hi):
-    return {"type": "object", "properties": {"p": {"type": "string", "pattern": pattern, "minLength": lo, "maxLength": hi}}}
-def bounded_texts(pattern, lo, hi, texts):
-    return [(bounded(pattern, lo, hi), dump({"p": t}), w) for t, w in texts]
-CASES += bounded_texts("^[a-c]+x*$", 3, 5, [("abc", 1), ("ab", 0), ("abcxxx", 0), ("axxxx", 1), ("aaaaa", 1)])
-CASES += bounded_texts("^(ab)*$", 3, 100, [("abab", 1), ("ab", 0), ("aba", 0), ("ab" * 50, 1), ("ab" * 51, 0)])
-CASES += bounded_texts("z", 0, 2, [("z", 1), ("az", 1), ("za", 1), ("aa", 0), ("azz", 0)])
-CASES += bounded_texts("^.*b$", 2, 2, [("éb", 1), ("b", 0), ("🦙b", 1), ("ééb", 0)])  # (lengths in characters)
+CASES += text_of("^[a-c]+x*$", [("abc", 1), ("ab", 0), ("abcxxx", 0), ("axxxx", 1), ("aaaaa", 1)], minLength=3, maxLength=5)
+CASES += text_of("^(ab)*$", [("abab", 1), ("ab", 0), ("aba", 0), ("ab" * 50, 1), ("ab" * 51, 0)], minLength=3, maxLength=100)
+CASES += text_of("z", [("z", 1), ("az", 1), ("za", 1), ("aa", 0), ("azz", 0)], minLength=0, maxLength=2)
+CASES += text_of("^.*b$", [("éb", 1), ("b", 0), ("🦙b", 1), ("ééb", 0)], minLength=2, maxLength=2)  # (lengths in characters)
 # (where a match could no longer end at a length within the bounds, or a multiple within 15 digits:
 # refused at that character)
-TAKEN_BOUNDED = [(bounded("^a+b$", 0, 3), b'{"p":"aaa"}', 8), (bounded("^(ab)*$", 3, 5), b'{"p":"ababa"}', 10),
+TAKEN_BOUNDED = [(pattern_schema("^a+b$", minLength=0, maxLength=3), b'{"p":"aaa"}', 8),
+                 (pattern_schema("^(ab)*$", minLength=3, maxLength=5), b'{"p":"ababa"}', 10),
                  (SEVENS, b'{"a":-5000000000000000000}', 20)]  # (a multiple's 15th digit: the last)
 NUM = {"type": "object", "properties": {"a": {"type": ["number", "null"], "minimum": 0, "maximum": 1}}}
 EXC = {"type": "object", "properties": {"a": {"type": "number", "exclusiveMinimum": 0.1, "exclusiveMaximum": 0.3}}}
