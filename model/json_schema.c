@@ -125,7 +125,9 @@ static void child_path(char *out, size_t n, const char *path, const char *key, i
 
 static int node_of(compiler *c, const cJSON *j, const char *path);
 
-// "#", "#/$defs/NAME" or "#/definitions/NAME": the schema it names.
+// "#", "#/$defs/NAME" or "#/definitions/NAME": the schema it names, within the innermost schema
+// with an "$id" around the $ref (a schema resource: a schema put inside another keeps its refs), or
+// the top.
 static const cJSON *resolve(compiler *c, const char *ref) {
     if (!strcmp(ref, "#")) return c->top;
     const char *const places[] = {"$defs", "definitions"};
@@ -499,13 +501,18 @@ static int compile_node(compiler *c, const cJSON *j, const char *path) {
     if (!cJSON_IsObject(j))
         return fail(c, path,
                     cJSON_IsFalse(j) ? "false (no value) cannot be generated" : "a schema must be an object or true");
-    if (cJSON_GetObjectItemCaseSensitive(j, "$ref") || cJSON_GetObjectItemCaseSensitive(j, "allOf"))
-        return alias_node(c, j, path);
-    const int n = new_node(c, path);
-    if (n < 0) return -1;
-    grow(&c->seen, &c->cap_seen, c->n_seen, sizeof *c->seen);
-    c->seen[c->n_seen++] = (struct seen){j, n};
-    return fill_node(c, n, j, path) < 0 ? -1 : n;
+    const cJSON *top = c->top;
+    if (cJSON_GetObjectItemCaseSensitive(j, "$id")) c->top = j; // a schema resource: "#" within it names it
+    int n;
+    if (cJSON_GetObjectItemCaseSensitive(j, "$ref") || cJSON_GetObjectItemCaseSensitive(j, "allOf")) {
+        n = alias_node(c, j, path);
+    } else if ((n = new_node(c, path)) >= 0) {
+        grow(&c->seen, &c->cap_seen, c->n_seen, sizeof *c->seen);
+        c->seen[c->n_seen++] = (struct seen){j, n};
+        if (fill_node(c, n, j, path) < 0) n = -1;
+    }
+    c->top = top;
+    return n;
 }
 
 static int node_of(compiler *c, const cJSON *j, const char *path) {

@@ -11,8 +11,9 @@
 //   array, a string, a number, a boolean, null) or are objects told apart by a discriminator (a
 //   property each requires, of constant strings none of the others allows: Pydantic's tagged
 //   unions); allOf of one schema; $ref to "#", "#/$defs/NAME" or "#/definitions/NAME" (recursion
-//   allowed); and annotations, which change nothing (title, description, default, examples,
-//   $schema, $id, $comment, $defs, definitions, deprecated, readOnly, writeOnly, discriminator).
+//   allowed) of the innermost schema around it with an $id, or of the top; and annotations, which
+//   change nothing (title, description, default, examples, $schema, $id, $comment, $defs,
+//   definitions, deprecated, readOnly, writeOnly, discriminator).
 //   Anything else (other formats, multipleOf of numbers, ...) is refused, not ignored: text that ignored it
 //   might not be an instance. The text is an object: the schema's top must allow one.
 // Where the schema leaves a choice, the text takes one form: an object's properties in the

@@ -546,6 +546,15 @@ os.unlink(path)
 check("branches: one for each alternative a value begins as, and one again after it", got == [
     (9, 0, 2), (11, 0, 1), (7, 0, 3), (51, 0, 1)], got)
 
+# A schema with an $id is a resource: its "#" and "#/$defs/..." name it and its $defs, not the top's.
+INNER = {"$id": "inner", "type": "object", "properties": {"self": {"$ref": "#"}, "n": {"$ref": "#/$defs/n"}},
+         "additionalProperties": False, "$defs": {"n": {"type": "integer"}}}
+path = schema_file({"type": "object", "properties": {"inner": INNER, "outer": {"type": "integer"}},
+                    "$defs": {"n": {"type": "string"}}})
+got = feed(path, [b'{"inner":{"self":{"n":1}}}', b'{"inner":{"self":{"outer":1}}}', b'{"inner":{"n":"x"}}'])
+os.unlink(path)
+check("$ref within a schema with an $id: its own", got == [(26, 1), (19, 0), (14, 0)], got)
+
 ONE_OF = "'oneOf' alternatives that begin alike (two objects, an integer and a number, ...) must be objects told apart"
 REFUSED = [({"type": "string"}, "the top must allow an object"), ({"enum": [[], 1]}, "the top must allow an object"),
            ({"type": ["object", "null"]}, None), ({"enum": [{}]}, None), ({}, None),
