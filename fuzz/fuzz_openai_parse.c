@@ -4,7 +4,9 @@
 // invalid UTF-8 before parsing (\u escapes still reach the parser with any code point). The parser
 // must answer a request or an error and never crash, leak or touch memory it does not own: build
 // with sanitizers (README, "Tests"). A request in JSON mode or with a schema then feeds its own
-// bytes to the grammar.
+// bytes to the grammar; a function call's request then answers with the bytes the grammar took,
+// streamed in two pieces and whole.
+#define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,22 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     tok = fuzz_tokenizer("fuzz_openai_parse");
     json = json_vocab_new(tok);
     return 0;
+}
+
+// text (a grammar's) as choice 0's answer to call: streamed, its first cut bytes and the rest, then
+// whole.
+static void answer(openai_call *call, const char *text, size_t cut) {
+    request_result res = {.finish = FINISH_STOP};
+    char *first = strndup(text, cut);
+    call->stream = 1;
+    char *chunks[] = {openai_chunk_text(call, "id", 0, first, NULL, 0),
+                      openai_chunk_final(call, "id", 0, text + cut, NULL, 0, &res)};
+    free(chunks[0]), free(chunks[1]), free(first);
+    openai_choice_state *st = &call->state[0];
+    free(st->calls);
+    *st = (openai_choice_state){0};
+    call->stream = 0;
+    free(openai_response(call, "id", &(openai_choice){.text = text, .result = res}));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
@@ -41,10 +59,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
         // the schema the body gave.
         json_state s, next;
         json_start(&s, r->sampling.json_schema);
+        char *taken = malloc(n);
+        size_t len = 0;
         for (size_t i = 0; i + 1 < n; i++) {
             json_copy(&next, &s);
-            if (json_feed(&next, body + i, 1)) json_copy(&s, &next);
+            if (json_feed(&next, body + i, 1)) json_copy(&s, &next), taken[len++] = body[i];
         }
+        taken[len] = '\0';
+        if (call.tool || call.tool_calls) answer(&call, taken, len / 2);
+        free(taken);
     }
     openai_call_free(&call);
     request_release(r);

@@ -110,23 +110,56 @@ static burst_status vicuna_encode(const tokenizer *t, const chat_message *msgs, 
     return append_written(t, f, &text, bos, 0, ids, n_ids, err);
 }
 
+// Whether msgs[i] is a function's result after another (parallel calls' results): one user turn.
+static int joins_previous(const chat_message *msgs, int i) {
+    return i > 0 && !strcmp(msgs[i].role, "tool") && !strcmp(msgs[i - 1].role, "tool");
+}
+
+// text (malloc'd, or NULL: none yet) and then line, after a newline if text was some.
+static char *append_line(char *text, const char *line) {
+    const size_t a = text ? strlen(text) + 1 : 0, b = strlen(line);
+    text = burst_realloc(text, a + b + 1);
+    if (a) text[a - 1] = '\n';
+    memcpy(text + a, line, b + 1);
+    return text;
+}
+
+// The turns of msgs: each message, but results in a row one, their texts a line each (malloc'd).
+static chat_message *turns_of(const chat_message *msgs, int n_msgs, int *n_turns) {
+    chat_message *turns = burst_calloc((size_t)n_msgs, sizeof *turns);
+    int n = 0;
+    for (int i = 0; i < n_msgs; i++) {
+        if (!joins_previous(msgs, i)) turns[n++].role = msgs[i].role;
+        turns[n - 1].content = append_line((char *)turns[n - 1].content, msgs[i].content);
+    }
+    *n_turns = n;
+    return turns;
+}
+
 burst_status chat_template_encode(const tokenizer *t, chat_template tpl, const chat_message *msgs, int n_msgs,
                                   int **ids, int *n_ids, burst_error *err) {
     const int first = n_msgs > 0 && is_system(msgs[0].role);
-    if (n_msgs - first < 1 || (n_msgs - first) % 2 == 0)
-        return BURST_FAIL(err, BURST_ERR_INVALID, "messages: %d after the system message (want user/assistant "
-                          "pairs, then a final user or tool message)", n_msgs - first);
-    for (int i = first; i < n_msgs; i++) {
-        const int user = (i - first) % 2 == 0;
+    int n_turns = 0; // after the system message
+    for (int i = first; i < n_msgs; i++) n_turns += !joins_previous(msgs, i);
+    if (n_turns < 1 || n_turns % 2 == 0)
+        return BURST_FAIL(err, BURST_ERR_INVALID, "messages: %d turns after the system message (want user/assistant "
+                          "pairs, then a final user or tool message; tool messages in a row are one)", n_turns);
+    for (int i = first, turn = 0; i < n_msgs; i++) {
+        if (joins_previous(msgs, i)) continue;
+        const int user = turn++ % 2 == 0;
         if (user ? !is_user(msgs[i].role) : strcmp(msgs[i].role, "assistant"))
             return BURST_FAIL(err, BURST_ERR_INVALID, "messages[%d]: role '%s' (want '%s': optional system, "
                               "then user (or tool) and assistant alternating, ending with user or tool)", i,
                               msgs[i].role, user ? "user" : "assistant");
     }
+    int n = 0;
+    chat_message *turns = turns_of(msgs, n_msgs, &n);
     *ids = NULL;
     *n_ids = 0;
-    burst_status st = tpl == CHAT_VICUNA ? vicuna_encode(t, msgs, first, n_msgs, ids, n_ids, err)
-                                         : llama2_encode(t, msgs, first, n_msgs, ids, n_ids, err);
+    burst_status st = tpl == CHAT_VICUNA ? vicuna_encode(t, turns, first, n, ids, n_ids, err)
+                                         : llama2_encode(t, turns, first, n, ids, n_ids, err);
+    for (int i = 0; i < n; i++) free((char *)turns[i].content);
+    free(turns);
     if (st) {
         free(*ids);
         *ids = NULL;

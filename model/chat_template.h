@@ -32,6 +32,7 @@ int chat_template_named(const char *name, chat_template *tpl);
 const char *chat_template_name(chat_template tpl);
 
 // Fails with BURST_ERR_INVALID (a message saying which one) unless the roles are: an optional
-// system message, then user (or tool) and assistant alternating, ending with user (or tool).
+// system message, then user (or tool) and assistant alternating, ending with user (or tool). Tool
+// messages in a row (the results of parallel calls) are one user turn, their texts a line each.
 burst_status chat_template_encode(const tokenizer *t, chat_template tpl, const chat_message *msgs, int n_msgs,
                                   int **ids, int *n_ids, burst_error *err);

@@ -38,7 +38,10 @@ int api_error_model_not_found(api_error *e, const char *served, const char *aske
 typedef struct {
     long long text_offset; // completions with logprobs: characters of text before the next token
     int sent_role;         // chat streams name the role in a choice's first chunk only
-    int sent_call;         // and a function call's id, type and name
+    int sent_call;         // and a named function call's id, type and name
+    char *calls;           // tool_choice "required": the text so far (malloc'd),
+    size_t calls_len, calls_read; // its bytes, and those read: through the list's '[' and each whole call
+    int n_calls;           // the calls sent
     char *echo;            // completions with echo: its prompt's text, put before its completion
                            // (malloc'd; a stream frees it once sent)
 } openai_choice_state;
@@ -59,6 +62,8 @@ typedef struct {
     openai_choice_state *state; // (n_choices) malloc'd
     char *tool;          // chats: the function each choice calls (tool_choice): its text is the call's
                          // arguments, sent as the message's "tool_calls" (malloc'd; NULL: text)
+    int tool_calls;      // chats, tool_choice "required": each choice's text is {"tool_calls": [{"name",
+                         // "arguments"}, ...]}, sent as the message's "tool_calls" (those whole)
 } openai_call;
 
 void openai_call_free(openai_call *call);

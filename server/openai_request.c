@@ -332,20 +332,88 @@ static int get_response_format(const cJSON *o, const openai_limits *lim, burst_r
     return req->json_schema ? 1 : BAD(e, "%s", why);
 }
 
+// tools[i]'s parameters (a JSON schema; none: no arguments) compiled alone, so that a fault is
+// named by its place; *params gets a copy of them (or of the schema of none) that the caller owns.
+static json_schema *compile_parameters(const cJSON *tool, int i, cJSON **params, api_error *e) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(tool, "function");
+    const cJSON *given = cJSON_GetObjectItemCaseSensitive(f, "parameters");
+    if (given && !cJSON_IsObject(given))
+        return BAD(e, "'tools'[%d] function parameters must be a JSON schema (an object)", i), NULL;
+    *params = given ? cJSON_Duplicate(given, 1) : cJSON_Parse("{\"type\": \"object\", \"additionalProperties\": false}");
+    char why[sizeof e->message], where[64];
+    snprintf(where, sizeof where, "tools[%d].function.parameters", i);
+    json_schema *s = json_schema_compile(*params, where, why, sizeof why);
+    if (!s) BAD(e, "%s", why);
+    return s;
+}
+
+static const char *tool_name(const cJSON *tools, int i) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(tools, i), "function");
+    return cJSON_GetObjectItemCaseSensitive(f, "name")->valuestring;
+}
+
+// A call of function name in "required"'s list: {"name": name, "arguments": params} (params taken,
+// an $id given so that its own $refs stay its own inside the list).
+static cJSON *call_schema(const char *name, cJSON *params, int i) {
+    cJSON *o = cJSON_CreateObject(), *props = cJSON_AddObjectToObject(o, "properties");
+    cJSON_AddStringToObject(o, "type", "object");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(props, "name"), "const", name);
+    char id[32];
+    snprintf(id, sizeof id, "tools/%d", i);
+    if (!cJSON_GetObjectItemCaseSensitive(params, "$id")) cJSON_AddStringToObject(params, "$id", id);
+    cJSON_AddItemToObject(props, "arguments", params);
+    cJSON_AddItemToObject(o, "required", cJSON_CreateStringArray((const char *[]){"name", "arguments"}, 2));
+    cJSON_AddFalseToObject(o, "additionalProperties");
+    return o;
+}
+
+// "required"'s schema: {"tool_calls": [calls of any of the n tools: at least one, and at most one
+// unless parallel]}.
+static json_schema *compile_calls(const cJSON *tools, int n, int parallel, api_error *e) {
+    cJSON *top = cJSON_CreateObject(), *list = cJSON_AddObjectToObject(cJSON_AddObjectToObject(top, "properties"), "tool_calls");
+    cJSON_AddStringToObject(top, "type", "object");
+    cJSON_AddItemToObject(top, "required", cJSON_CreateStringArray((const char *[]){"tool_calls"}, 1));
+    cJSON_AddFalseToObject(top, "additionalProperties");
+    cJSON_AddStringToObject(list, "type", "array");
+    cJSON_AddNumberToObject(list, "minItems", 1);
+    if (!parallel) cJSON_AddNumberToObject(list, "maxItems", 1);
+    cJSON *alts = cJSON_AddArrayToObject(cJSON_AddObjectToObject(list, "items"), "anyOf");
+    for (int i = 0; i < n; i++) {
+        cJSON *params = NULL;
+        json_schema *alone = compile_parameters(cJSON_GetArrayItem(tools, i), i, &params, e);
+        if (!alone) {
+            cJSON_Delete(params);
+            cJSON_Delete(top);
+            return NULL;
+        }
+        json_schema_free(alone);
+        cJSON_AddItemToArray(alts, call_schema(tool_name(tools, i), params, i));
+    }
+    char why[sizeof e->message];
+    json_schema *s = json_schema_compile(top, "tools", why, sizeof why);
+    cJSON_Delete(top);
+    if (!s) BAD(e, "%s", why);
+    return s;
+}
+
 // A chat's "tools" (functions: {"type": "function", "function": {"name", "description",
-// "parameters", "strict"}}) and "tool_choice". A function named by tool_choice ({"type":
-// "function", "function": {"name"}}, or "required" with one tool) is what the answer is: a call of
-// it, its arguments held to its parameters (a JSON schema, as response_format json_schema holds a
-// text; none: no arguments, "{}"), sent as the message's "tool_calls" (vLLM's named function
-// calling). "none" leaves the tools out. "auto", the default with tools, is a 400: burstd cannot
-// tell a model's call from its text. The tools are not put in the prompt.
+// "parameters", "strict"}}), "tool_choice" and "parallel_tool_calls". The answer is calls, each
+// one's arguments held to its function's parameters as response_format json_schema holds a text,
+// sent as the message's "tool_calls". A function named ({"type": "function", "function": {"name"}}):
+// one call of it, the text its arguments (vLLM's named function calling). "required": one or more
+// calls of any of the tools (one without parallel_tool_calls), the text {"tool_calls": [{"name",
+// "arguments"}, ...]} (an anyOf of the tools, each told by its name: at most JSON_MAX_BRANCHES).
+// "none" leaves the tools out. "auto", the default with tools, is a 400: burstd cannot tell a
+// model's call from its text. The tools are not put in the prompt.
 static int get_tools(const cJSON *o, openai_kind kind, burst_request *req, openai_call *call, const openai_limits *lim,
                      api_error *e) {
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(o, "tools");
     const cJSON *choice = cJSON_GetObjectItemCaseSensitive(o, "tool_choice");
+    int parallel = 1;
     const int n = cJSON_IsArray(tools) ? cJSON_GetArraySize(tools) : 0;
     if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools)) return BAD(e, "'tools' must be a list of functions");
     if (n && kind == OPENAI_COMPLETION) return BAD(e, "'tools' are for chat completions");
+    if (!get_bool(o, "parallel_tool_calls", &parallel, e)) return 0;
     const cJSON *named = NULL; // the function tool_choice names (its "function" object)
     if (cJSON_IsObject(choice)) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(choice, "type");
@@ -360,16 +428,17 @@ static int get_tools(const cJSON *o, openai_kind kind, burst_request *req, opena
         return BAD(e, "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
                       "\"function\": {\"name\": ...}}");
     }
-    const cJSON *picked = NULL; // the tool called, tools[at]
-    int at = 0;
+    int at = -1; // the function named: tools[at]
     for (int i = 0; i < n; i++) {
         const cJSON *t = cJSON_GetArrayItem(tools, i), *type = cJSON_GetObjectItemCaseSensitive(t, "type");
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(t, "function"), *name = cJSON_GetObjectItemCaseSensitive(f, "name");
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsString(name) || !name->valuestring[0])
             return BAD(e, "'tools'[%d] must be {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": "
                           "{...}}}", i);
-        if (named ? !strcmp(name->valuestring, cJSON_GetObjectItemCaseSensitive(named, "name")->valuestring) : n == 1)
-            picked = t, at = i;
+        for (int k = 0; k < i; k++)
+            if (!strcmp(name->valuestring, tool_name(tools, k)))
+                return BAD(e, "'tools'[%d] and 'tools'[%d] are both named '%s'", k, i, name->valuestring);
+        if (named && !strcmp(name->valuestring, cJSON_GetObjectItemCaseSensitive(named, "name")->valuestring)) at = i;
     }
     const char *mode = cJSON_IsString(choice) ? choice->valuestring : named ? "function" : "auto";
     if (!n) {
@@ -379,23 +448,25 @@ static int get_tools(const cJSON *o, openai_kind kind, burst_request *req, opena
     if (!strcmp(mode, "none")) return 1;
     if (!strcmp(mode, "auto"))
         return BAD(e, "'tool_choice' \"auto\" (the default with 'tools') is not supported: burstd cannot tell a call from "
-                      "text; name the function ({\"type\": \"function\", \"function\": {\"name\": ...}}) or, with "
-                      "one tool, \"required\"");
-    if (!picked && named) return BAD(e, "'tool_choice' names a function 'tools' does not hold");
-    if (!picked) return BAD(e, "'tool_choice' \"required\" is supported with one tool only: name the function");
+                      "text; ask for \"required\" (calls of any of the tools) or name the function ({\"type\": "
+                      "\"function\", \"function\": {\"name\": ...}})");
+    if (named && at < 0) return BAD(e, "'tool_choice' names a function 'tools' does not hold");
+    if (!named && n > JSON_MAX_BRANCHES)
+        return BAD(e, "'tool_choice' \"required\" takes at most %d tools (name the function, or pass fewer)",
+                   JSON_MAX_BRANCHES);
     if (req->sampling.json) return BAD(e, "a function call and 'response_format' cannot both shape the answer");
     if (req->ignore_eos) return BAD(e, "a function call ends at EOS: not with 'ignore_eos'");
-    const cJSON *f = cJSON_GetObjectItemCaseSensitive(picked, "function");
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(f, "parameters");
-    if (params && !cJSON_IsObject(params)) return BAD(e, "'tools' function parameters must be a JSON schema (an object)");
-    cJSON *none = params ? NULL : cJSON_Parse("{\"type\": \"object\", \"additionalProperties\": false}");
-    char why[sizeof e->message], where[64];
-    snprintf(where, sizeof where, "tools[%d].function.parameters", at);
-    req->json_schema = json_schema_compile(params ? params : none, where, why, sizeof why);
-    cJSON_Delete(none);
-    if (!req->json_schema) return BAD(e, "%s", why);
+    if (named) {
+        cJSON *params = NULL;
+        req->json_schema = compile_parameters(cJSON_GetArrayItem(tools, at), at, &params, e);
+        cJSON_Delete(params);
+        if (!req->json_schema) return 0;
+        call->tool = strdup(tool_name(tools, at));
+    } else {
+        if (!(req->json_schema = compile_calls(tools, n, parallel, e))) return 0;
+        call->tool_calls = 1;
+    }
     req->sampling.json = lim->json, req->sampling.json_schema = req->json_schema;
-    call->tool = strdup(cJSON_GetObjectItemCaseSensitive(f, "name")->valuestring);
     return 1;
 }
 
@@ -462,7 +533,7 @@ int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, b
 
 void openai_call_free(openai_call *call) {
     for (int i = 0; call->prompts && i < call->n_prompts; i++) free(call->prompts[i]);
-    for (int i = 0; call->state && i < call->n_choices; i++) free(call->state[i].echo);
+    for (int i = 0; call->state && i < call->n_choices; i++) free(call->state[i].echo), free(call->state[i].calls);
     free(call->prompts);
     free(call->prompt_lens);
     free(call->state);

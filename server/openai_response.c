@@ -166,24 +166,81 @@ static void add_logprobs(const openai_call *c, openai_choice_state *st, cJSON *c
                                                                                : chat_logprobs(c, lp, n));
 }
 
-// A chat's function call: {"id", "type", "function": {"name", "arguments"}} (in a stream the first
-// chunk's; those after it carry more of the arguments alone, and every one an "index").
-static void add_call(openai_call *c, openai_choice_state *st, cJSON *message, const char *id, const char *text) {
-    if (!c->stream) cJSON_AddNullToObject(message, "content");
-    if (st->sent_call && !text) return;
-    cJSON *call = cJSON_CreateObject();
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(message, "tool_calls"), call);
-    if (c->stream) cJSON_AddNumberToObject(call, "index", 0);
-    if (!st->sent_call) {
+// A call in message's tool_calls: {"index" (streams), "id", "type", "function": {"name",
+// "arguments"}} (without a name: a stream's later chunk of call k, more of its arguments alone).
+static void add_call(const openai_call *c, const openai_choice_state *st, cJSON *message, const char *id, int k,
+                     const char *name, const char *arguments) {
+    cJSON *list = cJSON_GetObjectItemCaseSensitive(message, "tool_calls"), *call = cJSON_CreateObject();
+    cJSON_AddItemToArray(list ? list : cJSON_AddArrayToObject(message, "tool_calls"), call);
+    if (c->stream) cJSON_AddNumberToObject(call, "index", k);
+    if (name) {
         char call_id[96];
-        snprintf(call_id, sizeof call_id, "call_%s_%d", id, (int)(st - c->state));
+        snprintf(call_id, sizeof call_id, "call_%s_%d_%d", id, (int)(st - c->state), k);
         cJSON_AddStringToObject(call, "id", call_id);
         cJSON_AddStringToObject(call, "type", "function");
     }
     cJSON *f = cJSON_AddObjectToObject(call, "function");
-    if (!st->sent_call) cJSON_AddStringToObject(f, "name", c->tool);
-    cJSON_AddStringToObject(f, "arguments", text ? text : "");
-    st->sent_call = c->stream;
+    if (name) cJSON_AddStringToObject(f, "name", name);
+    cJSON_AddStringToObject(f, "arguments", arguments);
+}
+
+// From t[i], past white space, one ',' or ':' and white space: where the next value begins.
+static size_t next_value(const char *t, size_t i, size_t n) {
+    while (i < n && strchr(" \t\r\n", t[i])) i++;
+    if (i < n && (t[i] == ',' || t[i] == ':')) i++;
+    while (i < n && strchr(" \t\r\n", t[i])) i++;
+    return i;
+}
+
+// The end of the JSON value that begins at t[i] (valid so far: the grammar wrote it), or 0 where it
+// does not end within n bytes.
+static size_t value_end(const char *t, size_t i, size_t n) {
+    const int scalar = !strchr("{[\"", t[i]);
+    int depth = 0, in_string = 0;
+    for (; i < n; i++) {
+        const char c = t[i];
+        if (scalar) {
+            if (strchr(",}] \t\r\n", c)) return i;
+            continue;
+        }
+        if (in_string) {
+            if (c == '\\') i++;
+            else if (c == '"') in_string = 0;
+        } else if (c == '"') {
+            in_string = 1;
+        } else {
+            depth += (c == '{' || c == '[') - (c == '}' || c == ']');
+        }
+        if (!depth && !in_string) return i + 1;
+    }
+    return 0;
+}
+
+// tool_choice "required": the choice's text so far gains text; each call now whole in its list
+// ({"tool_calls": [{"name": ..., "arguments": ...}, ...]}, as the grammar writes it: in that order)
+// joins message's tool_calls, its arguments as the model wrote them.
+static void add_listed_calls(const openai_call *c, openai_choice_state *st, cJSON *message, const char *id,
+                             const char *text) {
+    const size_t add = text ? strlen(text) : 0;
+    st->calls = burst_realloc(st->calls, st->calls_len + add + 1);
+    if (add) memcpy(st->calls + st->calls_len, text, add);
+    const size_t n = st->calls_len += add;
+    const char *t = st->calls, *open = memchr(t, '[', n);
+    if (!st->calls_read && open) st->calls_read = (size_t)(open - t) + 1;
+    while (st->calls_read) {
+        const size_t i = next_value(t, st->calls_read, n), end = i < n && t[i] == '{' ? value_end(t, i, n) : 0;
+        if (!end) return; // (the list's ']', or a call not yet whole)
+        const size_t name = next_value(t, value_end(t, next_value(t, i + 1, end), end), end);
+        const size_t key = next_value(t, value_end(t, name, end), end);
+        const size_t args = next_value(t, value_end(t, key, end), end);
+        cJSON *name_json = cJSON_ParseWithLength(t + name, value_end(t, name, end) - name);
+        char *arguments = strndup(t + args, value_end(t, args, end) - args);
+        BURST_ASSERT(cJSON_IsString(name_json) && arguments && "openai: a call not as the grammar writes it");
+        add_call(c, st, message, id, st->n_calls++, name_json->valuestring, arguments);
+        cJSON_Delete(name_json);
+        free(arguments);
+        st->calls_read = end;
+    }
 }
 
 // The choice's text: "text" for completions (after the echoed prompt: a stream sends it with its
@@ -203,8 +260,21 @@ static void add_text(openai_call *c, openai_choice_state *st, cJSON *choice, con
     cJSON *d = cJSON_AddObjectToObject(choice, key);
     if (!st->sent_role) cJSON_AddStringToObject(d, "role", "assistant");
     st->sent_role = c->stream;
-    if (c->tool) add_call(c, st, d, id, text);
-    else if (text) cJSON_AddStringToObject(d, "content", text);
+    if ((c->tool || c->tool_calls) && !c->stream) cJSON_AddNullToObject(d, "content");
+    if (c->tool_calls) {
+        add_listed_calls(c, st, d, id, text);
+    } else if (c->tool && (text || !st->sent_call)) {
+        add_call(c, st, d, id, 0, st->sent_call ? NULL : c->tool, text ? text : "");
+        st->sent_call = c->stream;
+    } else if (!c->tool && text) {
+        cJSON_AddStringToObject(d, "content", text);
+    }
+}
+
+// "tool_calls" where tool_choice "required"'s list of calls ended; else the engine's reason.
+static const char *finish_of(const openai_call *c, const openai_choice_state *st, finish_reason f) {
+    const size_t end = st->calls_read ? next_value(st->calls, st->calls_read, st->calls_len) : 0;
+    return c->tool_calls && end < st->calls_len && st->calls[end] == ']' ? "tool_calls" : finish_reason_str(f);
 }
 
 // A stream chunk of one choice: its text and the logprobs of the n_lp tokens that begin in it.
@@ -236,7 +306,7 @@ char *openai_chunk_progress(openai_call *c, const char *id, const request_progre
 char *openai_chunk_final(openai_call *c, const char *id, int index, const char *text, const sampled_logprobs *lp,
                          int n_lp, const request_result *res) {
     cJSON *choice, *o = chunk(c, id, index, c->kind == OPENAI_COMPLETION || text[0] ? text : NULL, lp, n_lp, &choice);
-    cJSON_AddStringToObject(choice, "finish_reason", finish_reason_str(res->finish));
+    cJSON_AddStringToObject(choice, "finish_reason", finish_of(c, &c->state[index], res->finish));
     cJSON *t = cJSON_AddObjectToObject(o, "timings"); // the choice's, whether or not usage is asked
     cJSON_AddNumberToObject(t, "time_to_first_token_s", res->ttft_s);
     cJSON_AddNumberToObject(t, "queue_time_s", res->queue_s);
@@ -257,7 +327,7 @@ char *openai_response(openai_call *c, const char *id, const openai_choice *choic
         cJSON *choice = add_choice(o, i);
         add_text(c, &c->state[i], choice, id, "message", choices[i].text);
         add_logprobs(c, &c->state[i], choice, choices[i].lp, choices[i].n_lp);
-        cJSON_AddStringToObject(choice, "finish_reason", finish_reason_str(choices[i].result.finish));
+        cJSON_AddStringToObject(choice, "finish_reason", finish_of(c, &c->state[i], choices[i].result.finish));
         res[i] = choices[i].result;
     }
     cJSON_AddItemToObject(o, "usage", usage(c, res));

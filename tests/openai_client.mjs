@@ -60,6 +60,16 @@ const toolAnswer = await client.chat.completions.create({ // the call sent back 
   messages: [...tool.messages, toolChat.choices[0].message,
              { role: "tool", tool_call_id: toolChat.choices[0].message.tool_calls[0].id, content: "Lily is 3." }],
 });
+const required = { // calls of any of two tools: whole, and streamed through the client's own accumulating helper
+  ...tool, max_tokens: 200, tools: [...tool.tools, { type: "function", function: { name: "noop" } }], tool_choice: "required",
+};
+const requiredChat = await client.chat.completions.create(required);
+const requiredStreamed = await client.chat.completions.stream(required).finalChatCompletion();
+const resultsAnswer = await client.chat.completions.create({ // the calls sent back with a result each, in a row
+  model, max_tokens: 20, temperature: 0,
+  messages: [...tool.messages, requiredChat.choices[0].message,
+             ...requiredChat.choices[0].message.tool_calls.map((c, i) => ({ role: "tool", tool_call_id: c.id, content: `result ${i}` }))],
+});
 const models = await client.models.list();
 const retrieved = await client.models.retrieve(model);
 console.log(JSON.stringify({ chat: chat.text, completion: completion.text, usage: completion.usage,
@@ -69,4 +79,7 @@ console.log(JSON.stringify({ chat: chat.text, completion: completion.text, usage
                              json_chat: jsonChat.choices[0].message.content,
                              schema_chat: schemaChat.choices[0].message.content,
                              tool_call: toolChat.choices[0].message.tool_calls[0].function, tool_streamed: toolStreamed,
-                             tool_answer: toolAnswer.choices[0].message.content }));
+                             tool_answer: toolAnswer.choices[0].message.content,
+                             required: requiredChat.choices[0].message.tool_calls.map((c) => c.function),
+                             required_streamed: requiredStreamed.choices[0].message.tool_calls.map((c) => c.function),
+                             results_answer: resultsAnswer.choices[0].message.content }));

@@ -55,8 +55,15 @@ def T(c): return {"role": "tool", "content": c}  # a function's result: a user t
 
 
 def as_users(dialog):
-    """The dialog with its tool messages as user messages, the rule burst's templates add to the references."""
-    return [U(m["content"]) if m["role"] == "tool" else m for m in dialog]
+    """The dialog with its tool messages as user messages, those in a row one (their texts a line each): the
+    rule burst's templates add to the references."""
+    out = []
+    for m, before in zip(dialog, [None] + dialog):
+        if m["role"] == "tool" and before and before["role"] == "tool":
+            out[-1] = U(out[-1]["content"] + "\n" + m["content"])
+        else:
+            out.append(U(m["content"]) if m["role"] == "tool" else m)
+    return out
 
 
 FIXED = [
@@ -72,20 +79,24 @@ FIXED = [
     [U("naïve café — “quotes” 日本語 🦙"), A("line one\nline two"), U("x² ≥ 0")],
     [S(""), U("an empty system message")],
     [S("sys"), U("Weather in Paris?"), A('{"city": "Paris"}'), T("18 C, sunny"), A("Sunny."), T(" 19 C ")],
+    [U("Weather and time?"), A('{"city": "Paris"}\n{"zone": "CET"}'), T("18 C"), T(""), T(" 14:00 "), A("ok"), U("thanks")],
 ]
 
 
 def random_dialog(rng):
     words = ["the", "a", "Lily", "ball", "3.14", "x=1;", "é", "中", "🦙", "Hello", "world", "?", "[INST]", "USER:"]
     seps = [" "] * 8 + ["  ", "\n", " \n", "\t", ". "]
+    def results():  # one or more in a row: parallel calls
+        return [T(text()) for _ in range(rng.choice([1, 1, 2, 3]))]
     def text():
         return "".join(rng.choice(words) + rng.choice(seps) for _ in range(rng.randint(0, 12))).strip(" ") \
             if rng.random() < 0.5 else " ".join(rng.choice(words) for _ in range(rng.randint(1, 12)))
     turns = rng.randint(0, 3)
     dialog = [S(text())] if rng.random() < 0.5 else []
     for _ in range(turns):
-        dialog += [rng.choice([U, U, T])(text()), A(text())]
-    return dialog + [rng.choice([U, U, T])(text())]
+        dialog += [U(text())] if rng.random() < 0.67 else results()
+        dialog.append(A(text()))
+    return dialog + ([U(text())] if rng.random() < 0.67 else results())
 
 
 seed = random.randrange(1 << 30)
@@ -106,13 +117,15 @@ for template, ref in (("llama-2", llama2_ref), ("vicuna", vicuna_ref)):
 
 # Both refuse what is not an optional system message, then user and assistant alternating,
 # ending with user, saying which message.
-BAD = [([], "messages: 0 after the system message"),
-       ([S("only a system message")], "messages: 0 after the system message"),
-       ([U("a"), A("b")], "messages: 2 after the system message"),
+BAD = [([], "messages: 0 turns after the system message"),
+       ([S("only a system message")], "messages: 0 turns after the system message"),
+       ([U("a"), A("b")], "messages: 2 turns after the system message"),
        ([A("answer first")], "messages[0]: role 'assistant' (want 'user'"),
        ([S("s"), U("a"), U("b"), U("c")], "messages[2]: role 'user' (want 'assistant'"),
        ([U("a"), A("b"), S("late system")], "messages[2]: role 'system' (want 'user'"),
-       ([U("a"), {"role": "tool", "content": "x"}, U("c")], "messages[1]: role 'tool' (want 'assistant'")]
+       ([U("a"), {"role": "tool", "content": "x"}, U("c")], "messages[1]: role 'tool' (want 'assistant'"),
+       ([U("a"), A("b"), T("r"), T("s"), U("c")], "messages: 4 turns after the system message"),
+       ([U("a"), A("b"), T("r"), T("s"), A("c"), A("d")], "messages[5]: role 'assistant' (want 'user'")]
 for template in ("llama-2", "vicuna"):
     for (d, want), line in zip(BAD, run(template, [d for d, _ in BAD])):
         ok = line.startswith("E ") and want in line

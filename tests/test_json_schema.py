@@ -471,6 +471,18 @@ for f, v, whole in [("date", "2024-02-29", 1), ("date", "2023-02-29", 0), ("date
                     ("uri", "http://a.b:8080", 1), ("uri", "ftp://x.y", 0), ("uri", "http://", 0),
                     ("uri", "http://a.b/%20", 0)]:
     CASES.append((WHEN, dump({f: v}), whole))
+def whole_calls(text):
+    """The calls whole in a text of {"tool_calls": [{"name", "arguments"}, ...]} (cut anywhere): (name, arguments)."""
+    i, calls = text.index("[") + 1, []
+    while True:
+        i = len(text) - len(text[i:].lstrip(" \t\r\n,"))
+        try:
+            call, i = json.JSONDecoder().raw_decode(text, i)
+        except ValueError:
+            return calls
+        calls.append((call["name"], call["arguments"]))
+
+
 def pattern_schema(pattern, **lengths):
     return {"type": "object", "properties": {"p": {"type": "string", "pattern": pattern, **lengths}}}
 def text_of(pattern, texts, **lengths):
@@ -545,7 +557,6 @@ got = feed(path, [b'{"a":[tru', b'{"a":[true,', b'{"a":[1', b'{"a":[true,1,"xx",
 os.unlink(path)
 check("branches: one for each alternative a value begins as, and one again after it", got == [
     (9, 0, 2), (11, 0, 1), (7, 0, 3), (51, 0, 1)], got)
-
 # A schema with an $id is a resource: its "#" and "#/$defs/..." name it and its $defs, not the top's.
 INNER = {"$id": "inner", "type": "object", "properties": {"self": {"$ref": "#"}, "n": {"$ref": "#/$defs/n"}},
          "additionalProperties": False, "$defs": {"n": {"type": "integer"}}}
@@ -753,10 +764,63 @@ with Burstd(STORIES) as srv, Burstd(STORIES, "--speculate", "4") as spec:
           and all("id" not in p and "name" not in p.get("function", {}) for p in parts[1:])
           and "".join(p.get("function", {}).get("arguments", "") for p in parts) == msg
           and not any("content" in d for d in deltas), deltas[:3])
-    one = {**chat, "tools": tools[:1], "tool_choice": "required"}
-    st, _, r = srv.request("POST", "/v1/chat/completions", one)
-    check("... 'required' with one tool: the same call", st == 200 and
-          r["choices"][0]["message"]["tool_calls"][0]["function"] == calls[0]["function"], r)
+    # "required": calls of any of the tools, the text {"tool_calls": [{"name", "arguments"}, ...]}. A
+    # Pydantic-style tool refers to its own $defs and to itself ("#") inside that list.
+    TREE = {"type": "object", "properties": {"pet": {"$ref": "#/$defs/Pet"}, "kids": {"type": "array", "items": {"$ref": "#"},
+                                                                                        "maxItems": 2},
+                                             "tag": {"const": "a\"}\\"}},
+            "required": ["pet", "tag"], "additionalProperties": False,
+            "$defs": {"Pet": {"type": "object", "properties": {"kind": {"enum": ["cat", "dog"]}}, "required": ["kind"],
+                              "additionalProperties": False}}}
+    several = tools + [{"type": "function", "function": {"name": "tree", "parameters": TREE}}]
+    params = {t["function"]["name"]: t["function"].get("parameters", {"type": "object", "additionalProperties": False})
+              for t in several}
+    for called, body in [(several, {**chat, "max_tokens": 300}),
+                         (several, {**chat, "max_tokens": 300, "temperature": 1, "seed": 5, "logit_bias": ends}),
+                         (several, {**chat, "max_tokens": 300, "temperature": 0.9, "seed": 2, "logit_bias": ends,
+                                    "parallel_tool_calls": False}),
+                         (several[-1:], {**chat, "max_tokens": 300})]:
+        one = body.get("parallel_tool_calls") is False
+        schema = {"type": "object", "properties": {"tool_calls": {
+            "type": "array", "minItems": 1, **({"maxItems": 1} if one else {}), "items": {"anyOf": [
+                {"type": "object", "properties": {"name": {"const": k}, "arguments": {**params[k], "$id": f"tools/{i}"}},
+                 "required": ["name", "arguments"], "additionalProperties": False}
+                for i, k in enumerate(t["function"]["name"] for t in called)]}}},
+            "required": ["tool_calls"], "additionalProperties": False}
+        body = {**body, "tools": called, "tool_choice": "required"}
+        st, _, r = srv.request("POST", "/v1/chat/completions", body)
+        st2, _, text = srv.request("POST", "/v1/chat/completions", {**body, "tool_choice": "none", "response_format": {
+            "type": "json_schema", "json_schema": {"name": "calls", "schema": schema}}})
+        st3, events = srv.stream("/v1/chat/completions", body)
+        text = text["choices"][0]["message"]["content"] if st2 == 200 else ""
+        finish = text and r["choices"][0]["finish_reason"]
+        whole = whole_calls(text) if text else []
+        got = r["choices"][0]["message"].get("tool_calls", []) if st == 200 else []
+        streamed = [c for e in events if isinstance(e, dict) and e.get("choices")
+                    for c in e["choices"][0]["delta"].get("tool_calls", [])]
+        check(f"'required' of {len(called)} ({str(body)[60:150]}): each call whole, its arguments the text's as written, of its tool",
+              st == 200 and st2 == 200 and r["choices"][0]["message"]["content"] is None and finish in ("tool_calls", "length")
+              and len(got) >= 1 and [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in got] == whole
+              and all(c["type"] == "function" and c["function"]["arguments"] in text
+                      and is_instance(validator_of(params[c["function"]["name"]]), c["function"]["arguments"]) for c in got)
+              and len({c["id"] for c in got}) == len(got) and (not one or len(got) == 1 and finish == "tool_calls"),
+              (st, r, text))
+        check("... streamed: the same calls, each in one chunk with its index",
+              st3 == 200 and [c["index"] for c in streamed] == list(range(len(got)))
+              and [c["function"] for c in streamed] == [c["function"] for c in got]
+              and all(c["id"].startswith("call_") and c["type"] == "function" for c in streamed), (streamed, got))
+    # Results of parallel calls in a row: one user turn, a line each.
+    pair = [{"id": "a", "type": "function", "function": {"name": "tell", "arguments": "{}"}},
+            {"id": "b", "type": "function", "function": {"name": "noop", "arguments": "{ }"}}]
+    history = chat["messages"] + [{"role": "assistant", "content": None, "tool_calls": pair},
+                                  {"role": "tool", "tool_call_id": "a", "content": "Lily is 3."},
+                                  {"role": "tool", "tool_call_id": "b", "content": "done"}]
+    plain = chat["messages"] + [{"role": "assistant", "content": "{}\n{ }"}, {"role": "user", "content": "Lily is 3.\ndone"}]
+    answers = [srv.request("POST", "/v1/chat/completions", {**chat, "messages": m, "max_tokens": 20})[2]
+               for m in (history, plain)]
+    check("two results in a row: one user turn, a line each",
+          "usage" in answers[0] and answers[0]["usage"]["prompt_tokens"] == answers[1]["usage"]["prompt_tokens"]
+          and answers[0]["choices"][0]["message"] == answers[1]["choices"][0]["message"], answers)
     st, _, r = srv.request("POST", "/v1/chat/completions", {**chat, "tools": tools, "n": 2, "temperature": 1, "seed": 4,
                                                             "tool_choice": {"type": "function", "function": {"name": "noop"}}})
     args = [c["message"]["tool_calls"][0]["function"]["arguments"] for c in r.get("choices", [])]
@@ -781,7 +845,11 @@ with Burstd(STORIES) as srv, Burstd(STORIES, "--speculate", "4") as spec:
         "a": {"type": "array", "uniqueItems": True}}}}}]
     for path, body, want in [
             ("/v1/chat/completions", {"tools": tools}, "'tool_choice' \"auto\" (the default with 'tools') is not supported"),
-            ("/v1/chat/completions", {"tools": tools, "tool_choice": "required"}, "with one tool only"),
+            ("/v1/chat/completions", {"tools": tools * 9, "tool_choice": "required"}, "'tools'[0] and 'tools'[2] are both named 'tell'"),
+            ("/v1/chat/completions", {"tools": [{"type": "function", "function": {"name": f"f{i}"}} for i in range(17)],
+                                      "tool_choice": "required"}, "'tool_choice' \"required\" takes at most 16 tools"),
+            ("/v1/chat/completions", {"tools": tools, "tool_choice": "required", "parallel_tool_calls": "yes"},
+             "'parallel_tool_calls' must be"),
             ("/v1/chat/completions", {"tools": tools, "tool_choice": {"type": "function", "function": {"name": "x"}}},
              "names a function 'tools' does not hold"),
             ("/v1/chat/completions", {"tool_choice": named}, "'tool_choice' function needs 'tools'"),
@@ -795,7 +863,7 @@ with Burstd(STORIES) as srv, Burstd(STORIES, "--speculate", "4") as spec:
             ("/v1/chat/completions", {"messages": [user, {"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]},
                                                    result]}, "'messages'[1].tool_calls must be a list of"),
             ("/v1/chat/completions", {"messages": [user, {"role": "assistant", "tool_calls": calls}, result, result, user]},
-             "messages[3]: role 'tool' (want 'assistant'"),
+             "messages: 4 turns after the system message"),
             ("/v1/chat/completions", {"messages": [user, result, user]}, "messages[1]: role 'tool' (want 'assistant'")]:
         st, _, r = srv.request("POST", path, {"messages": chat["messages"], **body})
         check(f"tools: {str(body)[:80]}: 400", st == 400 and want in r["error"]["message"], (st, r))

@@ -66,4 +66,17 @@ with Burstd(STORIES, "--api-key", "test-key") as srv:
         {"role": "user", "content": "Lily is 3."}]}, headers={"Authorization": "Bearer test-key"})
     check("the call sent back by the client with its result: answered as the arguments and a user turn in text",
           st == 200 and out.get("tool_answer") == raw["choices"][0]["message"]["content"], (out.get("tool_answer"), raw))
+    st, _, raw = srv.request("POST", "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 200, "temperature": 0,
+        "tools": [{"type": "function", "function": {"name": "story", "parameters": SCHEMA}},
+                  {"type": "function", "function": {"name": "noop"}}], "tool_choice": "required"},
+        headers={"Authorization": "Bearer test-key"})
+    calls = [c["function"] for c in raw["choices"][0]["message"].get("tool_calls", [])] if st == 200 else None
+    check("'required' calls reach the client, whole and through its stream helper, as over HTTP",
+          calls and len(calls) >= 2 and out.get("required") == calls and out.get("required_streamed") == calls, (out.get("required"), calls))
+    st, _, raw = srv.request("POST", "/v1/chat/completions", {"max_tokens": 20, "temperature": 0, "messages": [
+        {"role": "user", "content": "Tell me a story"}, {"role": "assistant", "content": "\n".join(c["arguments"] for c in calls)},
+        {"role": "user", "content": "\n".join(f"result {i}" for i in range(len(calls)))}]}, headers={"Authorization": "Bearer test-key"})
+    check("the calls sent back by the client with their results in a row: answered as one user turn",
+          st == 200 and out.get("results_answer") == raw["choices"][0]["message"]["content"], (out.get("results_answer"), raw))
 check.exit()

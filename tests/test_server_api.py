@@ -172,7 +172,7 @@ with Burstd(STORIES) as srv:
         ("POST", H, {"messages": [{"role": 1, "content": "x"}]}, 400, "role must be a string"),
         ("POST", H, {"messages": [{"role": "assistant", "content": "x"}]}, 400, "role 'assistant' (want 'user'"),
         ("POST", H, {"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}, 400,
-         "messages: 2 after the system message"),
+         "messages: 2 turns after the system message"),
         ("POST", H, {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, "content parts must be"),
         ("POST", "/tokenize", {"content": 3}, 400, "content"),
         ("POST", "/detokenize", {"tokens": [-1]}, 400, "'tokens'[0]"),
