@@ -1,5 +1,5 @@
 // libFuzzer target: openai_parse (server/openai.h) on arbitrary request bodies, completions or chat
-// (the first byte picks, and the chat template: its bits 0 and 1), handed over as the HTTP layer
+// (the first byte picks: its bit 0, and the chat template: bits 1 and 2), handed over as the HTTP layer
 // hands them: NUL-terminated. Bodies with bytes outside 1..127 are skipped, as http.c refuses
 // invalid UTF-8 before parsing (\u escapes still reach the parser with any code point). The parser
 // must answer a request or an error and never crash, leak or touch memory it does not own: build
@@ -50,7 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     body[n - 1] = '\0';
     // A small context and few slots, so that the limits are reached too.
     openai_limits lim = {.model = "m", .tok = tok, .vocab = tokenizer_vocab_size(tok), .ctx = 256, .max_choices = 3,
-                         .max_prompts = 4, .chat = data[0] & 2 ? CHAT_VICUNA : CHAT_LLAMA2, .json = json};
+                         .max_prompts = 4, .chat = (chat_template)((data[0] >> 1 & 3) % 3), .json = json};
     openai_call call = {.kind = kind, .model = "m", .tok = tok};
     burst_request *r = request_new();
     api_error e;

@@ -10,14 +10,23 @@
 static const char vicuna_system[] = "A chat between a curious user and an artificial intelligence assistant. "
                                     "The assistant gives helpful, detailed, and polite answers to the user's questions.";
 
+static const char *const names[] = {[CHAT_LLAMA2] = "llama-2", [CHAT_VICUNA] = "vicuna", [CHAT_ZEPHYR] = "zephyr"};
+
 int chat_template_named(const char *name, chat_template *tpl) {
-    if (!strcmp(name, "llama-2")) *tpl = CHAT_LLAMA2;
-    else if (!strcmp(name, "vicuna")) *tpl = CHAT_VICUNA;
+    for (int i = 0; i < (int)(sizeof names / sizeof *names); i++)
+        if (!strcmp(name, names[i])) return *tpl = (chat_template)i, 1;
+    return 0;
+}
+
+const char *chat_template_name(chat_template tpl) { return names[tpl]; }
+
+int chat_template_guess(const char *j, chat_template *tpl) {
+    if (strstr(j, "[INST]")) *tpl = CHAT_LLAMA2;
+    else if (strstr(j, "<|user|>") && strstr(j, "<|assistant|>") && strstr(j, "eos_token")) *tpl = CHAT_ZEPHYR;
+    else if (strstr(j, "USER") && strstr(j, "ASSISTANT")) *tpl = CHAT_VICUNA;
     else return 0;
     return 1;
 }
-
-const char *chat_template_name(chat_template tpl) { return tpl == CHAT_VICUNA ? "vicuna" : "llama-2"; }
 
 static int is_system(const char *role) { return !strcmp(role, "system") || !strcmp(role, "developer"); }
 static int is_user(const char *role) { return !strcmp(role, "user") || !strcmp(role, "tool"); }
@@ -110,6 +119,25 @@ static burst_status vicuna_encode(const tokenizer *t, const chat_message *msgs, 
     return append_written(t, f, &text, bos, 0, ids, n_ids, err);
 }
 
+// The alignment handbook's template as Hugging Face's Jinja renders it (trim_blocks): each message
+// "<|role|>\n" text "</s>\n", then "<|assistant|>\n". Each "</s>" is EOS, the text between encoded
+// alone.
+static burst_status zephyr_encode(const tokenizer *t, const chat_message *msgs, int first, int n_msgs, int **ids,
+                                  int *n_ids, burst_error *err) {
+    burst_status st = BURST_OK;
+    for (int i = 0; i <= n_msgs && !st; i++) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        if (!f) return BURST_FAIL(err, BURST_ERR_NOMEM, "chat template: open_memstream failed");
+        const char *role = i < first ? "system" : (i - first) % 2 == 0 ? "user" : "assistant";
+        if (i < n_msgs) fprintf(f, "%s<|%s|>\n%s", i ? "\n" : "", role, msgs[i].content);
+        else fputs("\n<|assistant|>\n", f); // (n_msgs >= 1)
+        st = append_written(t, f, &text, i == 0, i < n_msgs, ids, n_ids, err);
+    }
+    return st;
+}
+
 // Whether msgs[i] is a function's result after another (parallel calls' results): one user turn.
 static int joins_previous(const chat_message *msgs, int i) {
     return i > 0 && !strcmp(msgs[i].role, "tool") && !strcmp(msgs[i - 1].role, "tool");
@@ -156,8 +184,9 @@ burst_status chat_template_encode(const tokenizer *t, chat_template tpl, const c
     chat_message *turns = turns_of(msgs, n_msgs, &n);
     *ids = NULL;
     *n_ids = 0;
-    burst_status st = tpl == CHAT_VICUNA ? vicuna_encode(t, turns, first, n, ids, n_ids, err)
-                                         : llama2_encode(t, turns, first, n, ids, n_ids, err);
+    burst_status (*const encode[])(const tokenizer *, const chat_message *, int, int, int **, int *, burst_error *) = {
+        [CHAT_LLAMA2] = llama2_encode, [CHAT_VICUNA] = vicuna_encode, [CHAT_ZEPHYR] = zephyr_encode};
+    burst_status st = encode[tpl](t, turns, first, n, ids, n_ids, err);
     for (int i = 0; i < n; i++) free((char *)turns[i].content);
     free(turns);
     if (st) {

@@ -21,8 +21,9 @@ static const char usage[] =
     "                    the metrics' model_name); a request naming another model gets 404\n"
     "                    (default: the --model directory's name)\n"
     "  --chat-template T how /v1/chat/completions turns messages into a prompt: llama-2 (LLaMA-2-chat,\n"
-    "                    Code Llama - Instruct: [INST] ... [/INST]) or vicuna (Vicuna, LongChat: USER: ...\n"
-    "                    ASSISTANT:) (default llama-2)\n"
+    "                    Code Llama - Instruct: [INST] ... [/INST]), vicuna (Vicuna, LongChat: USER: ...\n"
+    "                    ASSISTANT:) or zephyr (TinyLlama-Chat: <|user|> ... <|assistant|>)\n"
+    "                    (default: the one tokenizer_config.json's chat_template looks like, else llama-2)\n"
     "  --host ADDR       address to listen on (default 127.0.0.1)\n"
     "  --port N          port (default 8080; 0: any free port, printed at start)\n"
     "  --api-key KEY     require \"Authorization: Bearer KEY\" (all routes but /health); default:\n"
@@ -104,6 +105,7 @@ typedef struct {
     int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk, nodes, prefix_cache, max_connections,
         idle_timeout, warmup, speculate, quant; // warmup: -1 until resolved against the backend and the context
     chat_template chat;
+    int chat_given; // --chat-template given (else the checkpoint's, or llama-2)
     float max_wait, join_timeout, node_timeout, drain_timeout, stream_ping;
     const char *kv; // --kv-dtype as given (NULL: the backend's default)
     burst_dtype kv_dtype;
@@ -129,7 +131,7 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         else if (!strcmp(f, "--comm")) a->comm = v;
         else if (!strcmp(f, "--prefix-cache")) ok = cli_parse_on_off("burstd", f, v, &a->prefix_cache);
         else if (!strcmp(f, "--kv-dtype")) a->kv = v;
-        else if (!strcmp(f, "--chat-template")) ok = cli_parse_chat_template("burstd", f, v, &a->chat);
+        else if (!strcmp(f, "--chat-template")) ok = a->chat_given = cli_parse_chat_template("burstd", f, v, &a->chat);
         else if (!strcmp(f, "--quantize")) ok = cli_parse_quantize("burstd", f, v, &a->quant);
         else if (!strcmp(f, "--coordinator")) a->coordinator = v;
         else if (!strcmp(f, "--nodes")) ok = cli_parse_long("burstd", f, v, 1, 1024, &n), dst = &a->nodes;
@@ -182,28 +184,39 @@ static const char *model_name(const char *dir) {
     return slash && slash[1] ? slash + 1 : name;
 }
 
-// A warning at start where the checkpoint's tokenizer_config.json holds a chat template (Hugging
-// Face's Jinja) that is not the one chats will use, saying which one it looks like: its
+// The chat template chats use: --chat-template's (given), else the one the checkpoint's
+// tokenizer_config.json's chat_template (Hugging Face's Jinja; of a list, the one named "default")
+// looks like, else llama-2. A warning where the checkpoint's is another, or none burstd has: its
 // conversations would be formatted as another model's.
-static void check_chat_template(const char *dir, chat_template tpl) {
+static chat_template pick_chat_template(const char *dir, const chat_template *given) {
     char path[4096], *text = NULL;
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     burst_error err;
-    if (burst_read_file(path, 1 << 24, &text, NULL, &err)) return; // none: nothing to compare with
-    cJSON *root = cJSON_Parse(text);
-    const cJSON *jinja = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
+    chat_template tpl = given ? *given : CHAT_LLAMA2, looks;
+    if (burst_read_file(path, 1 << 24, &text, NULL, &err)) return tpl; // none: nothing to go by
+    cJSON *root = cJSON_Parse(text), *jinja = cJSON_GetObjectItemCaseSensitive(root, "chat_template"), *named;
+    cJSON_ArrayForEach(named, (cJSON_IsArray(jinja) ? jinja : NULL)) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(named, "name");
+        if (cJSON_IsString(name) && !strcmp(name->valuestring, "default"))
+            jinja = cJSON_GetObjectItemCaseSensitive(named, "template");
+    }
     if (cJSON_IsString(jinja)) {
-        const char *j = jinja->valuestring;
-        const int llama2 = strstr(j, "[INST]") != NULL, vicuna = !llama2 && strstr(j, "USER") && strstr(j, "ASSISTANT");
-        if (tpl == CHAT_LLAMA2 ? !llama2 : !vicuna)
-            LOG_W("%s: its chat_template is %s, but chats use --chat-template %s", path,
-                  llama2   ? "LLaMA-2's ([INST] ... [/INST]; --chat-template llama-2)"
-                  : vicuna ? "Vicuna's (USER: ... ASSISTANT:; --chat-template vicuna)"
-                           : "none that burstd has (send /v1/completions prompts in the model's own format)",
-                  chat_template_name(tpl));
+        const int known = chat_template_guess(jinja->valuestring, &looks);
+        if (known && !given) {
+            tpl = looks;
+            LOG_I("chat template %s, as %s's chat_template", chat_template_name(tpl), path);
+        } else if (!known) {
+            LOG_W("%s: its chat_template is none that burstd has (llama-2, vicuna, zephyr): chats use %s%s; send "
+                  "/v1/completions prompts in the model's own format", path, chat_template_name(tpl),
+                  given ? "" : " (the default)");
+        } else if (looks != tpl) {
+            LOG_W("%s: its chat_template looks like %s's (--chat-template %s), but chats use --chat-template %s", path,
+                  chat_template_name(looks), chat_template_name(looks), chat_template_name(tpl));
+        }
     }
     cJSON_Delete(root);
     free(text);
+    return tpl;
 }
 
 // Runs a throw-away prompt of n tokens, in the engine's prompt chunks (the shapes requests will
@@ -297,13 +310,13 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
     if (warmup < 0) warmup = backend_on_device(llama_options_of(m)->backend) ? 2 * batch : 0;
     if (warmup > ctx - 1) warmup = ctx - 1; // room for the decode step
     if (warmup > 0 && warm_up(m, warmup, batch, &err)) goto fail; // the steps of a first request, alone
-    check_chat_template(a->model, a->chat);
+    const chat_template chat = pick_chat_template(a->model, a->chat_given ? &a->chat : NULL);
     const char *name = a->served_name ? a->served_name : model_name(a->model);
     met = metrics_new(name);
     http_options ho = {.host = a->host, .port = a->port, .api_key = a->api_key, .model_name = name,
                        .cors_origin = a->cors_origin, .idle_timeout_s = (unsigned)a->idle_timeout,
                        .max_connections = (unsigned)a->max_connections, .stream_ping_s = a->stream_ping,
-                       .tls_cert = tls_cert, .tls_key = tls_key, .chat = a->chat};
+                       .tls_cert = tls_cert, .tls_key = tls_key, .chat = chat};
     if (engine_start(m, tok, met, &(engine_options){.max_queue = a->max_queue, .prefill_chunk = a->prefill_chunk,
                                                        .max_wait_s = a->max_wait, .prefix_cache = a->prefix_cache,
                                                        .speculate = a->speculate, .threads = a->threads},
@@ -312,7 +325,7 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
         goto fail;
     int v6 = strchr(a->host, ':') != NULL; // an IPv6 address goes in brackets in a URL
     LOG_I("listening on http%s://%s%s%s:%d (model %s, chat template %s%s)", tls_cert ? "s" : "", v6 ? "[" : "", a->host,
-          v6 ? "]" : "", http_port(http), ho.model_name, chat_template_name(a->chat), a->api_key ? ", API key required" : "");
+          v6 ? "]" : "", http_port(http), ho.model_name, chat_template_name(chat), a->api_key ? ", API key required" : "");
     int sig;
     sigwait(stop_signals, &sig);
     drain(a, eng, http, stop_signals, sig);

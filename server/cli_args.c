@@ -65,7 +65,7 @@ int cli_parse_quantize(const char *prog, const char *flag, const char *s, int *o
 
 int cli_parse_chat_template(const char *prog, const char *flag, const char *s, chat_template *out) {
     if (chat_template_named(s, out)) return 1;
-    fprintf(stderr, "%s: %s %s: want llama-2 or vicuna\n", prog, flag, s);
+    fprintf(stderr, "%s: %s %s: want llama-2, vicuna or zephyr\n", prog, flag, s);
     return 0;
 }
 

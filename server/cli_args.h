@@ -22,7 +22,7 @@ int cli_parse_kv_dtype(const char *prog, const char *flag, const char *s, burst_
 // Returns 1 and sets *out (DTYPE_Q8 for q8, DTYPE_Q4 for q4, 0 for none) when s names a
 // --quantize mode; else prints why and returns 0.
 int cli_parse_quantize(const char *prog, const char *flag, const char *s, int *out);
-// Returns 1 and sets *out when s names a chat template (llama-2 or vicuna); else prints why and returns 0.
+// Returns 1 and sets *out when s names a chat template (llama-2, vicuna or zephyr); else prints why and returns 0.
 int cli_parse_chat_template(const char *prog, const char *flag, const char *s, chat_template *out);
 // Returns 1 and sets *out (1 or 0) when s is on or off; else prints why and returns 0.
 int cli_parse_on_off(const char *prog, const char *flag, const char *s, int *out);

@@ -16,6 +16,11 @@ MODELS = os.environ["BURST_MODELS_DIR"]
 # shared machine, where a pool of spinning OpenMP threads per daemon stalls the engine threads.
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 STORIES = os.path.join(MODELS, "stories260K")
+# TinyLlama-1.1B-Chat's tokenizer_config.json chat_template (the alignment handbook's Zephyr template).
+ZEPHYR_JINJA = ("{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + message['content'] + "
+                "eos_token }}\n{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] + eos_token }}"
+                "\n{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + eos_token }}\n"
+                "{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}")
 
 
 class Burstd:

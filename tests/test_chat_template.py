@@ -3,10 +3,19 @@ written from their makers' code, on the LLaMA-2 tokenizer with SentencePiece's P
 llama-2 as Meta's llama/generation.py chat_completion builds it, vicuna as FastChat's get_prompt
 (vicuna_v1.1) writes it and Hugging Face's slow tokenizer encodes it (BOS, "</s>" as EOS, the text
 between encoded alone). Fixed conversations for the edges (system messages, whitespace, empty
-texts), fresh random ones, and conversations both templates refuse."""
+texts), fresh random ones, and conversations the templates refuse. zephyr as Hugging Face's
+apply_chat_template renders TinyLlama-Chat's Jinja template (jinja2, trim_blocks and lstrip_blocks),
+each eos_token EOS and the text between encoded alone, as its legacy tokenizer does."""
 import random, sys
 
+from burstd_util import ZEPHYR_JINJA
 from tokenizer_reference import MODEL, TOOL, spm, tool_lines
+
+try:
+    import jinja2
+except ImportError:  # zephyr's reference renders Jinja: the other templates are still checked
+    jinja2 = None
+    print("zephyr: not checked (python3-jinja2 missing)")
 
 sp = spm.SentencePieceProcessor(model_file=MODEL)
 BOS, EOS = sp.bos_id(), sp.eos_id()
@@ -37,6 +46,17 @@ def vicuna_ref(dialog):
         ret += role + ": " + m["content"] + seps[i % 2] if m["content"] else role + ":"
     ids = [BOS]
     for j, part in enumerate(ret.split("</s>")):
+        ids += ([EOS] if j else []) + sp.encode(part)
+    return ids
+
+
+def zephyr_ref(dialog):
+    """TinyLlama-Chat's Jinja template rendered with apply_chat_template's options, then its ids."""
+    dialog = [{**m, "role": "system" if m["role"] == "developer" else m["role"]} for m in dialog]
+    text = jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(ZEPHYR_JINJA).render(
+        messages=dialog, eos_token="\0", add_generation_prompt=True)
+    ids = [BOS]
+    for j, part in enumerate(text.split("\0")):
         ids += ([EOS] if j else []) + sp.encode(part)
     return ids
 
@@ -104,7 +124,7 @@ print("random dialogs from seed", seed)
 rng = random.Random(seed)
 dialogs = FIXED + [random_dialog(rng) for _ in range(200)]
 failures = 0
-for template, ref in (("llama-2", llama2_ref), ("vicuna", vicuna_ref)):
+for template, ref in (("llama-2", llama2_ref), ("vicuna", vicuna_ref), ("zephyr", zephyr_ref))[:3 if jinja2 else 2]:
     for i, (d, line) in enumerate(zip(dialogs, run(template, dialogs))):
         want = ref(as_users(d))
         got = [int(x) for x in line[4:].split()] if line.startswith("ids:") else line
@@ -115,7 +135,7 @@ for template, ref in (("llama-2", llama2_ref), ("vicuna", vicuna_ref)):
                   ("" if ok else f": {got} want {want} for {d}"))
     print(f"{template}: {len(dialogs) - len(FIXED)} random dialogs checked")
 
-# Both refuse what is not an optional system message, then user and assistant alternating,
+# All refuse what is not an optional system message, then user and assistant alternating,
 # ending with user, saying which message.
 BAD = [([], "messages: 0 turns after the system message"),
        ([S("only a system message")], "messages: 0 turns after the system message"),
@@ -126,7 +146,7 @@ BAD = [([], "messages: 0 turns after the system message"),
        ([U("a"), {"role": "tool", "content": "x"}, U("c")], "messages[1]: role 'tool' (want 'assistant'"),
        ([U("a"), A("b"), T("r"), T("s"), U("c")], "messages: 4 turns after the system message"),
        ([U("a"), A("b"), T("r"), T("s"), A("c"), A("d")], "messages[5]: role 'assistant' (want 'user'")]
-for template in ("llama-2", "vicuna"):
+for template in ("llama-2", "vicuna", "zephyr"):
     for (d, want), line in zip(BAD, run(template, [d for d, _ in BAD])):
         ok = line.startswith("E ") and want in line
         failures += not ok

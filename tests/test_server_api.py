@@ -18,7 +18,7 @@ import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 
-from burstd_util import BIN, STORIES, Burstd, Checks, generate, need_stories, stream_text
+from burstd_util import BIN, STORIES, ZEPHYR_JINJA, Burstd, Checks, generate, need_stories, stream_text
 
 need_stories()
 check = Checks()
@@ -427,8 +427,26 @@ with tempfile.TemporaryDirectory() as tmp:
               st == 200 and body["choices"][0]["message"]["content"] == ref and "chat template vicuna" in srv.log(),
               (st, body, ref, srv.log()[-300:]))
         check("... and a warning that tokenizer_config.json's chat_template is LLaMA-2's",
-              "tokenizer_config.json: its chat_template is LLaMA-2's ([INST] ... [/INST]; --chat-template llama-2), "
+              "tokenizer_config.json: its chat_template looks like llama-2's (--chat-template llama-2), "
               "but chats use --chat-template vicuna" in srv.log(), srv.log()[-600:])
+    # Without --chat-template, the one the checkpoint's chat_template looks like: TinyLlama-Chat's (Zephyr's).
+    with open(os.path.join(model, "tokenizer_config.json"), "w") as f:
+        json.dump({"chat_template": ZEPHYR_JINJA}, f)
+    with Burstd(model) as srv:
+        tok = lambda text: srv.request("POST", "/tokenize", {"content": text})[2]["tokens"]
+        ids = [1] + tok("<|user|>\nTell me a story") + [2] + tok("\n<|assistant|>\n")
+        st, _, body = srv.request("POST", "/v1/chat/completions", {**chat, "max_tokens": 20})
+        st2, _, ref = srv.request("POST", "/v1/completions", {"prompt": ids, "max_tokens": 20, "temperature": 0})
+        check("no --chat-template, a Zephyr chat_template: chats as Zephyr's prompt, named in the start log",
+              st == 200 and st2 == 200 and body["choices"][0]["message"]["content"] == ref["choices"][0]["text"]
+              and body["usage"]["prompt_tokens"] == len(ids) and "chat template zephyr, as " in srv.log()
+              and re.search(r"listening on .*chat template zephyr", srv.log()), (st, body, ref, srv.log()[-400:]))
+    with open(os.path.join(model, "tokenizer_config.json"), "w") as f:
+        json.dump({"chat_template": "{% for m in messages %}<|im_start|>{{ m['role'] }}{% endfor %}"}, f)
+    with Burstd(model) as srv:
+        check("... a chat_template burstd does not have (ChatML): llama-2, and a warning",
+              "its chat_template is none that burstd has (llama-2, vicuna, zephyr): chats use llama-2 (the default)"
+              in srv.log(), srv.log()[-400:])
 
 # A missing or unusable model directory fails clearly before the port opens; bad flags too.
 with tempfile.TemporaryDirectory() as tmp:
@@ -441,7 +459,7 @@ with tempfile.TemporaryDirectory() as tmp:
                        [["--model", STORIES, "--api-key", ""], "--api-key must not be empty"],
                        [["--model", STORIES, "--kv-dtype", "int8"], "--kv-dtype int8: want f32 or bf16"],
                        [["--model", STORIES, "--quantize", "int4"], "--quantize int4: want q8, q4 or none"],
-                       [["--model", STORIES, "--chat-template", "chatml"], "--chat-template chatml: want llama-2 or vicuna"],
+                       [["--model", STORIES, "--chat-template", "chatml"], "--chat-template chatml: want llama-2, vicuna or zephyr"],
                        [["--model", STORIES, "--host", "no.such.host.invalid", "--port", "0"], "no.such.host.invalid"],
                        # 88 TB of KV cache: refused before it is allocated, saying what fits
                        [["--model", STORIES, "--ctx", "1073741824", "--slots", "64", "--ranks", "2"],

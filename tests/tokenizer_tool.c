@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
     chat_template tpl;
     const int chat = argc == 5 && !strcmp(argv[2], "--chat");
     if (!(argc == 3 || (chat && chat_template_named(argv[3], &tpl)))) {
-        fprintf(stderr, "usage: tokenizer_tool tokenizer.model [--chat llama-2|vicuna] strings.bin\n");
+        fprintf(stderr, "usage: tokenizer_tool tokenizer.model [--chat llama-2|vicuna|zephyr] strings.bin\n");
         return 2;
     }
     burst_error err;
