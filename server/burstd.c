@@ -2,6 +2,7 @@
 // thread and the HTTP server, and runs until SIGINT or SIGTERM.
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,9 @@ static const char usage[] =
     "                    Code Llama - Instruct: [INST] ... [/INST]), vicuna (Vicuna, LongChat: USER: ...\n"
     "                    ASSISTANT:) or zephyr (TinyLlama-Chat: <|user|> ... <|assistant|>)\n"
     "                    (default: the one tokenizer_config.json's chat_template looks like, else llama-2)\n"
+    "  --generation-config on|off  take the sampling a request leaves out (temperature, top_p, top_k,\n"
+    "                    min_p) from the checkpoint's generation_config.json, as vLLM does (default\n"
+    "                    on; off, or no such file: OpenAI's, temperature 1 and no cut)\n"
     "  --host ADDR       address to listen on (default 127.0.0.1)\n"
     "  --port N          port (default 8080; 0: any free port, printed at start)\n"
     "  --api-key KEY     require \"Authorization: Bearer KEY\" (all routes but /health); default:\n"
@@ -102,7 +106,7 @@ static const char usage[] =
 
 typedef struct {
     const char *model, *served_name, *host, *api_key, *cors_origin, *backend, *comm, *coordinator, *tls_cert, *tls_key;
-    int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk, nodes, prefix_cache, max_connections,
+    int port, slots, ctx, max_queue, batch, threads, ranks, prefill_chunk, nodes, prefix_cache, generation_config, max_connections,
         idle_timeout, warmup, speculate, quant; // warmup: -1 until resolved against the backend and the context
     chat_template chat;
     int chat_given; // --chat-template given (else the checkpoint's, or llama-2)
@@ -112,7 +116,7 @@ typedef struct {
 } burstd_args;
 
 static int parse_args(int argc, char **argv, burstd_args *a) {
-    *a = (burstd_args){.host = "127.0.0.1", .port = 8080, .slots = 4, .max_queue = 64, .ranks = 1, .prefix_cache = 1,
+    *a = (burstd_args){.host = "127.0.0.1", .port = 8080, .slots = 4, .max_queue = 64, .ranks = 1, .prefix_cache = 1, .generation_config = 1,
                          .drain_timeout = 30, .max_connections = 1024, .idle_timeout = 60,
                          .stream_ping = 15, .warmup = -1};
     for (int i = 1; i < argc; i++) {
@@ -130,6 +134,7 @@ static int parse_args(int argc, char **argv, burstd_args *a) {
         else if (!strcmp(f, "--backend")) a->backend = v;
         else if (!strcmp(f, "--comm")) a->comm = v;
         else if (!strcmp(f, "--prefix-cache")) ok = cli_parse_on_off("burstd", f, v, &a->prefix_cache);
+        else if (!strcmp(f, "--generation-config")) ok = cli_parse_on_off("burstd", f, v, &a->generation_config);
         else if (!strcmp(f, "--kv-dtype")) a->kv = v;
         else if (!strcmp(f, "--chat-template")) ok = a->chat_given = cli_parse_chat_template("burstd", f, v, &a->chat);
         else if (!strcmp(f, "--quantize")) ok = cli_parse_quantize("burstd", f, v, &a->quant);
@@ -217,6 +222,47 @@ static chat_template pick_chat_template(const char *dir, const chat_template *gi
     cJSON_Delete(root);
     free(text);
     return tpl;
+}
+
+// The sampling a request leaves out: OpenAI's (temperature 1, no top_p, top_k or min_p), and, where
+// read, the checkpoint's generation_config.json's temperature, top_p, top_k and min_p (as vLLM
+// takes them); a value out of range is left out, with a warning.
+static sampler_params sampling_defaults(const char *dir, int read) {
+    sampler_params p = {.temperature = 1, .top_p = 1};
+    char path[4096], *text = NULL, said[256] = "";
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    burst_error err;
+    if (!read || burst_read_file(path, 1 << 20, &text, NULL, &err)) return p; // none: OpenAI's
+    cJSON *root = cJSON_Parse(text);
+    const struct {
+        const char *key;
+        double lo, hi; // (top_p above lo)
+        float *real;
+        int *count;
+    } fields[] = {{"temperature", 0, 2, &p.temperature, NULL}, {"top_p", 0, 1, &p.top_p, NULL},
+                  {"top_k", 0, 1 << 30, NULL, &p.top_k}, {"min_p", 0, 1, &p.min_p, NULL}};
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, fields[i].key);
+        if (!v || cJSON_IsNull(v)) continue;
+        const double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+        if (!(x >= fields[i].lo && x <= fields[i].hi) || (fields[i].real == &p.top_p && x == 0) ||
+            (fields[i].count && x != floor(x))) {
+            LOG_W("%s: %s is not %s in [%g, %g]: left out", path, fields[i].key, fields[i].count ? "an integer" : "a number",
+                  fields[i].lo, fields[i].hi);
+            continue;
+        }
+        if (fields[i].real) *fields[i].real = (float)x;
+        else *fields[i].count = (int)x;
+        snprintf(said + strlen(said), sizeof said - strlen(said), " %s %g", fields[i].key, x);
+    }
+    const cJSON *repetition = cJSON_GetObjectItemCaseSensitive(root, "repetition_penalty");
+    if (cJSON_IsNumber(repetition) && repetition->valuedouble != 1)
+        LOG_W("%s: repetition_penalty %g is not applied (burstd has OpenAI's presence and frequency penalties)", path,
+              repetition->valuedouble);
+    if (said[0]) LOG_I("sampling a request leaves out, from %s:%s", path, said);
+    cJSON_Delete(root);
+    free(text);
+    return p;
 }
 
 // Runs a throw-away prompt of n tokens, in the engine's prompt chunks (the shapes requests will
@@ -316,7 +362,8 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
     http_options ho = {.host = a->host, .port = a->port, .api_key = a->api_key, .model_name = name,
                        .cors_origin = a->cors_origin, .idle_timeout_s = (unsigned)a->idle_timeout,
                        .max_connections = (unsigned)a->max_connections, .stream_ping_s = a->stream_ping,
-                       .tls_cert = tls_cert, .tls_key = tls_key, .chat = chat};
+                       .tls_cert = tls_cert, .tls_key = tls_key, .chat = chat,
+                       .sampling = sampling_defaults(a->model, a->generation_config)};
     if (engine_start(m, tok, met, &(engine_options){.max_queue = a->max_queue, .prefill_chunk = a->prefill_chunk,
                                                        .max_wait_s = a->max_wait, .prefix_cache = a->prefix_cache,
                                                        .speculate = a->speculate, .threads = a->threads},

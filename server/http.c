@@ -271,7 +271,8 @@ burst_status http_start(const http_options *opt, engine *eng, const llama_model 
                        .started = (long long)time(NULL),
                        .limits = {.model = opt->model_name, .tok = tok, .vocab = llama_config_of(m)->vocab_size, .ctx = llama_options_of(m)->ctx,
                                   .max_choices = llama_options_of(m)->n_slots,
-                                  .max_prompts = engine_max_queue(eng), .chat = opt->chat, .json = json}};
+                                  .max_prompts = engine_max_queue(eng), .chat = opt->chat, .json = json,
+                                  .sampling = opt->sampling}};
     atomic_init(&s->next_id, 1);
     atomic_init(&s->draining, 0);
     atomic_init(&s->in_flight, 0);

@@ -233,8 +233,11 @@ static int get_max_tokens(const cJSON *o, openai_kind kind, const openai_limits 
     return 1;
 }
 
-static int get_sampling(const cJSON *o, burst_request *req, api_error *e) {
-    double temperature = 1, top_p = 1, top_k = 0, min_p = 0, seed = 0, presence = 0, frequency = 0;
+// The sampling fields, those left out lim's defaults (OpenAI's, or the checkpoint's).
+static int get_sampling(const cJSON *o, const openai_limits *lim, burst_request *req, api_error *e) {
+    const sampler_params *d = &lim->sampling;
+    double temperature = d->temperature, top_p = d->top_p, top_k = d->top_k, min_p = d->min_p, seed = 0, presence = 0,
+           frequency = 0;
     int ok = get_number(o, "temperature", 0, 2, &temperature, e) && get_number(o, "top_p", 0, 1, &top_p, e) &&
              get_int(o, "top_k", -1, 1 << 30, &top_k, e) && get_number(o, "min_p", 0, 1, &min_p, e) &&
              get_int(o, "seed", -9007199254740991.0, 9007199254740991.0, &seed, e) &&
@@ -522,7 +525,7 @@ int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, b
         ok = ok && get_prompts(o, lim, req, call, &texts, e);
     }
     ok = ok && get_bool(o, "stream", &call->stream, e) && get_stream_options(o, call, e) && get_stop(o, req, e);
-    ok = ok && get_sampling(o, req, e) && get_logit_bias(o, lim, req, e) && get_response_format(o, lim, req, e) &&
+    ok = ok && get_sampling(o, lim, req, e) && get_logit_bias(o, lim, req, e) && get_response_format(o, lim, req, e) &&
          get_tools(o, kind, req, call, lim, e) && get_logprobs(o, kind, req, call, e);
     ok = ok && (kind == OPENAI_CHAT || get_echo(o, req, &echo, e)) && get_choices(o, lim, req, call, echo, texts, e);
     ok = ok && get_max_tokens(o, kind, lim, req, call, echo, e);

@@ -448,6 +448,26 @@ with tempfile.TemporaryDirectory() as tmp:
               "its chat_template is none that burstd has (llama-2, vicuna, zephyr): chats use llama-2 (the default)"
               in srv.log(), srv.log()[-400:])
 
+# generation_config.json's sampling is what a request leaves out (--generation-config off: OpenAI's).
+with tempfile.TemporaryDirectory() as tmp:
+    model = shutil.copytree(STORIES, os.path.join(tmp, "stories260K"))
+    with open(os.path.join(model, "generation_config.json"), "w") as f:
+        json.dump({"do_sample": True, "temperature": 0, "top_k": 2.5, "min_p": 0.2, "repetition_penalty": 1.1}, f)
+    body = {"prompt": "Once upon a time", "max_tokens": 20, "seed": 3}
+    text = lambda server, extra: server.request("POST", C, {**body, **extra})[2]["choices"][0]["text"]
+    with Burstd(model) as srv, Burstd(model, "--generation-config", "off") as off:
+        check("generation_config.json's temperature 0: greedy where a request leaves temperature out",
+              text(srv, {}) == generate(STORIES, body["prompt"], 20), text(srv, {}))
+        check("... and its min_p under the request's own temperature",
+              text(srv, {"temperature": 1}) == text(off, {"temperature": 1, "min_p": 0.2}), text(srv, {"temperature": 1}))
+        check("--generation-config off: OpenAI's temperature 1, no min_p",
+              text(off, {}) == text(srv, {"temperature": 1, "min_p": 0}) != text(srv, {}), text(off, {}))
+        check("the start log names the values taken, and those it leaves out",
+              "generation_config.json: temperature 0 min_p 0.2" in srv.log()
+              and "generation_config.json: top_k is not an integer in [0, 1.07374e+09]: left out" in srv.log()
+              and "repetition_penalty 1.1 is not applied" in srv.log() and "generation_config" not in off.log(),
+              srv.log()[-800:])
+
 # A missing or unusable model directory fails clearly before the port opens; bad flags too.
 with tempfile.TemporaryDirectory() as tmp:
     for args, want in ([["--model", os.path.join(tmp, "nope")], "nope"],
