@@ -234,6 +234,7 @@ static sampler_params sampling_defaults(const char *dir, int read) {
     burst_error err;
     if (!read || burst_read_file(path, 1 << 20, &text, NULL, &err)) return p; // none: OpenAI's
     cJSON *root = cJSON_Parse(text);
+    if (!cJSON_IsObject(root)) LOG_W("%s: not a JSON object: left out", path);
     const struct {
         const char *key;
         double lo, hi; // (top_p above lo)

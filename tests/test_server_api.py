@@ -460,13 +460,20 @@ with tempfile.TemporaryDirectory() as tmp:
               text(srv, {}) == generate(STORIES, body["prompt"], 20), text(srv, {}))
         check("... and its min_p under the request's own temperature",
               text(srv, {"temperature": 1}) == text(off, {"temperature": 1, "min_p": 0.2}), text(srv, {"temperature": 1}))
+        openai_text = text(off, {})
         check("--generation-config off: OpenAI's temperature 1, no min_p",
-              text(off, {}) == text(srv, {"temperature": 1, "min_p": 0}) != text(srv, {}), text(off, {}))
+              openai_text == text(srv, {"temperature": 1, "min_p": 0}) != text(srv, {}), openai_text)
         check("the start log names the values taken, and those it leaves out",
               "generation_config.json: temperature 0 min_p 0.2" in srv.log()
               and "generation_config.json: top_k is not an integer in [0, 1.07374e+09]: left out" in srv.log()
               and "repetition_penalty 1.1 is not applied" in srv.log() and "generation_config" not in off.log(),
               srv.log()[-800:])
+    with open(os.path.join(model, "generation_config.json"), "w") as f:
+        f.write("{temperature: 0}")
+    with Burstd(model) as srv:
+        check("a generation_config.json that is not JSON: a warning, OpenAI's defaults",
+              "generation_config.json: not a JSON object: left out" in srv.log() and text(srv, {}) == openai_text,
+              srv.log()[-400:])
 
 # A missing or unusable model directory fails clearly before the port opens; bad flags too.
 with tempfile.TemporaryDirectory() as tmp:
