@@ -41,7 +41,8 @@ typedef struct {
     int sent_call;         // and a named function call's id, type and name
     char *calls;           // tool_choice "required": the text so far (malloc'd),
     size_t calls_len, calls_read; // its bytes, and those read: through the list's '[' and each whole call
-    int n_calls;           // the calls sent
+    size_t args_sent;      // the call being written: where its arguments sent so far end (0: none yet)
+    int n_calls;           // the calls whole
     char *echo;            // completions with echo: its prompt's text, put before its completion
                            // (malloc'd; a stream frees it once sent)
 } openai_choice_state;

@@ -216,9 +216,21 @@ static size_t value_end(const char *t, size_t i, size_t n) {
     return 0;
 }
 
-// tool_choice "required": the choice's text so far gains text; each call now whole in its list
-// ({"tool_calls": [{"name": ..., "arguments": ...}, ...]}, as the grammar writes it: in that order)
-// joins message's tool_calls, its arguments as the model wrote them.
+// Of the call at t[i] ({"name": ..., "arguments": ...} as the grammar writes it, n bytes so far):
+// where its arguments begin, and its name's JSON text [*name, *name_end); 0 until they have come.
+static size_t call_arguments(const char *t, size_t i, size_t n, size_t *name, size_t *name_end) {
+    const size_t key = next_value(t, i + 1, n), key_end = key < n ? value_end(t, key, n) : 0;
+    *name = key_end ? next_value(t, key_end, n) : n;
+    *name_end = *name < n ? value_end(t, *name, n) : 0;
+    const size_t key2 = *name_end ? next_value(t, *name_end, n) : n, key2_end = key2 < n ? value_end(t, key2, n) : 0;
+    const size_t args = key2_end ? next_value(t, key2_end, n) : n;
+    return args < n ? args : 0;
+}
+
+// tool_choice "required": the choice's text so far gains text ({"tool_calls": [{"name": ...,
+// "arguments": ...}, ...]}); each call joins message's tool_calls once its arguments begin, with
+// its name and those of its arguments that have come, as the model wrote them (a stream's later
+// chunks carry more of them under its index).
 static void add_listed_calls(const openai_call *c, openai_choice_state *st, cJSON *message, const char *id,
                              const char *text) {
     const size_t add = text ? strlen(text) : 0;
@@ -228,18 +240,25 @@ static void add_listed_calls(const openai_call *c, openai_choice_state *st, cJSO
     const char *t = st->calls, *open = memchr(t, '[', n);
     if (!st->calls_read && open) st->calls_read = (size_t)(open - t) + 1;
     while (st->calls_read) {
-        const size_t i = next_value(t, st->calls_read, n), end = i < n && t[i] == '{' ? value_end(t, i, n) : 0;
-        if (!end) return; // (the list's ']', or a call not yet whole)
-        const size_t name = next_value(t, value_end(t, next_value(t, i + 1, end), end), end);
-        const size_t key = next_value(t, value_end(t, name, end), end);
-        const size_t args = next_value(t, value_end(t, key, end), end);
-        cJSON *name_json = cJSON_ParseWithLength(t + name, value_end(t, name, end) - name);
-        char *arguments = strndup(t + args, value_end(t, args, end) - args);
-        BURST_ASSERT(cJSON_IsString(name_json) && arguments && "openai: a call not as the grammar writes it");
-        add_call(c, st, message, id, st->n_calls++, name_json->valuestring, arguments);
-        cJSON_Delete(name_json);
+        const size_t i = next_value(t, st->calls_read, n);
+        size_t name, name_end, args = i < n && t[i] == '{' ? call_arguments(t, i, n, &name, &name_end) : 0;
+        if (!args) return; // (the list's ']', or a call whose arguments have not begun)
+        const size_t end = value_end(t, i, n), args_end = value_end(t, args, n), from = st->args_sent ? st->args_sent : args;
+        const size_t to = args_end ? args_end : n;
+        char *arguments = strndup(t + from, to - from);
+        BURST_ASSERT(arguments && "openai: out of memory");
+        if (!st->args_sent) {
+            cJSON *name_json = cJSON_ParseWithLength(t + name, name_end - name);
+            BURST_ASSERT(cJSON_IsString(name_json) && "openai: a call not as the grammar writes it");
+            add_call(c, st, message, id, st->n_calls, name_json->valuestring, arguments);
+            cJSON_Delete(name_json);
+        } else if (to > from) {
+            add_call(c, st, message, id, st->n_calls, NULL, arguments);
+        }
         free(arguments);
-        st->calls_read = end;
+        st->args_sent = to;
+        if (!end) return;
+        st->n_calls++, st->args_sent = 0, st->calls_read = end;
     }
 }
 
