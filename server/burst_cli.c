@@ -15,7 +15,7 @@
 #include "model/tokenizer.h"
 
 static const char usage[] =
-    "usage: burst generate --model DIR (--prompt TEXT | --prompt-file PATH) [options]\n"
+    "usage: burst generate --model DIR (--prompt TEXT | --prompt-file PATH | --chat TEXT) [options]\n"
     "       burst worker --model DIR --coordinator HOST:PORT [options]   (burst worker --help)\n"
     "       burst load --url URL [options]   (burst load --help)\n"
     "       burst --version   (the version, the git commit and what this build runs on)\n"
@@ -25,6 +25,10 @@ static const char usage[] =
     "  --model DIR         Hugging Face LLaMA directory (config.json, *.safetensors, tokenizer.model)\n"
     "  --prompt TEXT       the prompt (a BOS token is added before it)\n"
     "  --prompt-file PATH  the prompt is the file's text (- for stdin): long prompts\n"
+    "  --chat TEXT         the prompt is a chat's: TEXT a user's message (after --system TEXT's, if\n"
+    "                      given) through the chat template (--chat-template T: llama-2, vicuna or\n"
+    "                      zephyr; default: the one the checkpoint's tokenizer_config.json's\n"
+    "                      chat_template looks like, else llama-2), as burstd's chats\n"
     "  --max-tokens N      tokens to generate at most (default 256); stops early at EOS\n"
     "  --temperature T     0 is greedy (default 0)\n"
     "  --top-p P           nucleus sampling mass (default 1: off)\n"
@@ -65,7 +69,9 @@ static const char usage[] =
     "                      and fails the run (default 600)\n";
 
 typedef struct {
-    const char *model, *prompt, *prompt_file, *backend, *comm, *coordinator;
+    const char *model, *prompt, *prompt_file, *chat, *system, *backend, *comm, *coordinator;
+    chat_template chat_template;
+    int chat_template_given;
     char *prompt_text; // --prompt-file's text (malloc'd); prompt points to it
     int max_tokens, top_k, ctx, batch, threads, ranks, nodes, quant;
     float temperature, top_p, join_timeout, node_timeout;
@@ -100,6 +106,13 @@ static char *read_text(const char *path) {
     return text;
 }
 
+// --chat's prompt: [--system's message,] its user message, through the checkpoint's chat template.
+static burst_status chat_prompt(const generate_args *a, const tokenizer *tok, int **ids, int *n, burst_error *err) {
+    const chat_message msgs[] = {{"system", a->system}, {"user", a->chat}};
+    const chat_template tpl = cli_chat_template(a->model, a->chat_template_given ? &a->chat_template : NULL);
+    return chat_template_encode(tok, tpl, msgs + !a->system, 1 + !!a->system, ids, n, err);
+}
+
 static int parse_generate(int argc, char **argv, generate_args *a) {
     *a = (generate_args){.max_tokens = 256, .top_p = 1.0f, .ranks = 1,
                          .seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32)};
@@ -111,6 +124,10 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
         if (!strcmp(f, "--model")) a->model = v;
         else if (!strcmp(f, "--prompt")) a->prompt = v;
         else if (!strcmp(f, "--prompt-file")) a->prompt_file = v;
+        else if (!strcmp(f, "--chat")) a->chat = v;
+        else if (!strcmp(f, "--system")) a->system = v;
+        else if (!strcmp(f, "--chat-template"))
+            ok = a->chat_template_given = cli_parse_chat_template("burst", f, v, &a->chat_template);
         else if (!strcmp(f, "--json-schema")) a->json_schema = v;
         else if (!strcmp(f, "--max-tokens")) ok = cli_parse_long("burst", f, v, 0, 1 << 30, &n), a->max_tokens = (int)n;
         else if (!strcmp(f, "--top-k")) ok = cli_parse_long("burst", f, v, 0, 1 << 30, &n), a->top_k = (int)n;
@@ -138,8 +155,12 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
     if (!a->batch) a->batch = cli_step_default(a->backend, 512);
     if (a->kv && !cli_parse_kv_dtype("burst", "--kv-dtype", a->kv, &a->kv_dtype))
         return 0;
-    if (!a->model || !a->prompt == !a->prompt_file) {
-        fprintf(stderr, "burst: generate needs --model and one of --prompt and --prompt-file\n%s", usage);
+    if (!a->model || !!a->prompt + !!a->prompt_file + !!a->chat != 1) {
+        fprintf(stderr, "burst: generate needs --model and one of --prompt, --prompt-file and --chat\n%s", usage);
+        return 0;
+    }
+    if ((a->system || a->chat_template_given) && !a->chat) {
+        fprintf(stderr, "burst: --system and --chat-template are for --chat\n");
         return 0;
     }
     if (a->prompt_file && !(a->prompt = a->prompt_text = read_text(a->prompt_file))) return 0;
@@ -184,7 +205,8 @@ static int generate(const generate_args *a) {
     json_schema *schema = NULL;
     json_vocab *json = NULL;
     if (a->json_schema && !(schema = load_json_schema(a->json_schema))) return 1;
-    if (tokenizer_load(tok_path, &tok, &err) || tokenizer_encode(tok, a->prompt, 1, &ids, &n_prompt, &err))
+    if (tokenizer_load(tok_path, &tok, &err) || (a->chat ? chat_prompt(a, tok, &ids, &n_prompt, &err)
+                                                         : tokenizer_encode(tok, a->prompt, 1, &ids, &n_prompt, &err)))
         goto fail;
     if (schema) json = json_vocab_new(tok);
 

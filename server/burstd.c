@@ -189,41 +189,6 @@ static const char *model_name(const char *dir) {
     return slash && slash[1] ? slash + 1 : name;
 }
 
-// The chat template chats use: --chat-template's (given), else the one the checkpoint's
-// tokenizer_config.json's chat_template (Hugging Face's Jinja; of a list, the one named "default")
-// looks like, else llama-2. A warning where the checkpoint's is another, or none burstd has: its
-// conversations would be formatted as another model's.
-static chat_template pick_chat_template(const char *dir, const chat_template *given) {
-    char path[4096], *text = NULL;
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    burst_error err;
-    chat_template tpl = given ? *given : CHAT_LLAMA2, looks;
-    if (burst_read_file(path, 1 << 24, &text, NULL, &err)) return tpl; // none: nothing to go by
-    cJSON *root = cJSON_Parse(text), *jinja = cJSON_GetObjectItemCaseSensitive(root, "chat_template"), *named;
-    cJSON_ArrayForEach(named, (cJSON_IsArray(jinja) ? jinja : NULL)) {
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(named, "name");
-        if (cJSON_IsString(name) && !strcmp(name->valuestring, "default"))
-            jinja = cJSON_GetObjectItemCaseSensitive(named, "template");
-    }
-    if (cJSON_IsString(jinja)) {
-        const int known = chat_template_guess(jinja->valuestring, &looks);
-        if (known && !given) {
-            tpl = looks;
-            LOG_I("chat template %s, as %s's chat_template", chat_template_name(tpl), path);
-        } else if (!known) {
-            LOG_W("%s: its chat_template is none that burstd has (llama-2, vicuna, zephyr): chats use %s%s; send "
-                  "/v1/completions prompts in the model's own format", path, chat_template_name(tpl),
-                  given ? "" : " (the default)");
-        } else if (looks != tpl) {
-            LOG_W("%s: its chat_template looks like %s's (--chat-template %s), but chats use --chat-template %s", path,
-                  chat_template_name(looks), chat_template_name(looks), chat_template_name(tpl));
-        }
-    }
-    cJSON_Delete(root);
-    free(text);
-    return tpl;
-}
-
 // The sampling a request leaves out: OpenAI's (temperature 1, no top_p, top_k or min_p), and, where
 // read, the checkpoint's generation_config.json's temperature, top_p, top_k and min_p (as vLLM
 // takes them); a value out of range is left out, with a warning.
@@ -357,7 +322,7 @@ static int serve(const burstd_args *a, const sigset_t *stop_signals) {
     if (warmup < 0) warmup = backend_on_device(llama_options_of(m)->backend) ? 2 * batch : 0;
     if (warmup > ctx - 1) warmup = ctx - 1; // room for the decode step
     if (warmup > 0 && warm_up(m, warmup, batch, &err)) goto fail; // the steps of a first request, alone
-    const chat_template chat = pick_chat_template(a->model, a->chat_given ? &a->chat : NULL);
+    const chat_template chat = cli_chat_template(a->model, a->chat_given ? &a->chat : NULL);
     const char *name = a->served_name ? a->served_name : model_name(a->model);
     met = metrics_new(name);
     http_options ho = {.host = a->host, .port = a->port, .api_key = a->api_key, .model_name = name,

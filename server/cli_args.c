@@ -2,6 +2,7 @@
 
 #include "build_info.h" // generated: cmake/build_info.cmake
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +68,37 @@ int cli_parse_chat_template(const char *prog, const char *flag, const char *s, c
     if (chat_template_named(s, out)) return 1;
     fprintf(stderr, "%s: %s %s: want llama-2, vicuna or zephyr\n", prog, flag, s);
     return 0;
+}
+
+chat_template cli_chat_template(const char *dir, const chat_template *given) {
+    char path[4096], *text = NULL;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    burst_error err;
+    chat_template tpl = given ? *given : CHAT_LLAMA2, looks;
+    if (burst_read_file(path, 1 << 24, &text, NULL, &err)) return tpl; // none: nothing to go by
+    cJSON *root = cJSON_Parse(text), *jinja = cJSON_GetObjectItemCaseSensitive(root, "chat_template"), *named;
+    cJSON_ArrayForEach(named, (cJSON_IsArray(jinja) ? jinja : NULL)) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(named, "name");
+        if (cJSON_IsString(name) && !strcmp(name->valuestring, "default"))
+            jinja = cJSON_GetObjectItemCaseSensitive(named, "template");
+    }
+    if (cJSON_IsString(jinja)) {
+        const int known = chat_template_guess(jinja->valuestring, &looks);
+        if (known && !given) {
+            tpl = looks;
+            LOG_I("chat template %s, as %s's chat_template", chat_template_name(tpl), path);
+        } else if (!known) {
+            LOG_W("%s: its chat_template is none that burst has (llama-2, vicuna, zephyr): chats use %s%s; send "
+                  "/v1/completions prompts in the model's own format", path, chat_template_name(tpl),
+                  given ? "" : " (the default)");
+        } else if (looks != tpl) {
+            LOG_W("%s: its chat_template looks like %s's (--chat-template %s), but chats use --chat-template %s", path,
+                  chat_template_name(looks), chat_template_name(looks), chat_template_name(tpl));
+        }
+    }
+    cJSON_Delete(root);
+    free(text);
+    return tpl;
 }
 
 int cli_parse_float(const char *prog, const char *flag, const char *s, float lo, float hi, float *out) {

@@ -1,6 +1,6 @@
 // Command-line value parsing shared by `burst` and `burstd`: integers and numbers with a range,
-// each printing one line "<prog>: --flag value: want ..." on stderr when the value is wrong.
-// Stateless; safe from any thread.
+// each printing one line "<prog>: --flag value: want ..." on stderr when the value is wrong; and
+// the chat template both take from a checkpoint. Stateless; safe from any thread.
 #pragma once
 #include "common/dtype.h"
 #include "model/chat_template.h"
@@ -24,6 +24,11 @@ int cli_parse_kv_dtype(const char *prog, const char *flag, const char *s, burst_
 int cli_parse_quantize(const char *prog, const char *flag, const char *s, int *out);
 // Returns 1 and sets *out when s names a chat template (llama-2, vicuna or zephyr); else prints why and returns 0.
 int cli_parse_chat_template(const char *prog, const char *flag, const char *s, chat_template *out);
+// The chat template of the checkpoint in dir: --chat-template's (given), else the one its
+// tokenizer_config.json's chat_template (Hugging Face's Jinja; of a list, the one named "default")
+// looks like, said in the log, else llama-2. A warning where the checkpoint's is another, or none
+// burst has: its conversations would be formatted as another model's.
+chat_template cli_chat_template(const char *dir, const chat_template *given);
 // Returns 1 and sets *out (1 or 0) when s is on or off; else prints why and returns 0.
 int cli_parse_on_off(const char *prog, const char *flag, const char *s, int *out);
 // Tokens per step (--batch, --prefill-chunk) by default on a backend: cpu's own default there,

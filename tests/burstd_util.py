@@ -163,8 +163,9 @@ def logprob_diff(got, ref):
 
 
 def generate(model, prompt, max_tokens, *options):
-    """`burst generate` greedy text (its trailing newline removed), with further options."""
-    r = subprocess.run([os.path.join(BIN, "burst"), "generate", "--model", model, "--prompt", prompt,
+    """`burst generate` greedy text (its trailing newline removed), with further options (prompt None:
+    they give it)."""
+    r = subprocess.run([os.path.join(BIN, "burst"), "generate", "--model", model, *(["--prompt", prompt] if prompt else []),
                         "--max-tokens", str(max_tokens), "--temperature", "0", "--threads", "1", *options],
                        capture_output=True, text=True, timeout=120, env=ENV)
     if r.returncode:

@@ -105,6 +105,11 @@ with Burstd(STORIES) as srv:
     st, _, body = srv.request("POST", "/v1/chat/completions", {"messages": sys_chat, "max_tokens": 2})
     check("chat template: system, turns, EOS between", st == 200 and body["usage"]["prompt_tokens"] == len(want),
           (body, len(want)))
+    st, _, body = srv.request("POST", "/v1/chat/completions", {**chat, "messages": sys_chat[:2]})
+    cli = generate(STORIES, None, 30, "--system", sys_chat[0]["content"], "--chat", sys_chat[1]["content"])
+    check("burst generate --system S --chat TEXT = the chat of those two messages", st == 200
+          and body["choices"][0]["message"]["content"] == cli and generate(STORIES, None, 30, "--chat", "Tell me a story")
+          == ref, (body, cli))
 
     # Stop strings end the text before them, also when streamed; seeds repeat samples.
     stop = {**NORMAL, "stop": ["Lily", "zzz"]}
@@ -439,13 +444,14 @@ with tempfile.TemporaryDirectory() as tmp:
         st2, _, ref = srv.request("POST", "/v1/completions", {"prompt": ids, "max_tokens": 20, "temperature": 0})
         check("no --chat-template, a Zephyr chat_template: chats as Zephyr's prompt, named in the start log",
               st == 200 and st2 == 200 and body["choices"][0]["message"]["content"] == ref["choices"][0]["text"]
+              == generate(model, None, 20, "--chat", chat["messages"][0]["content"])
               and body["usage"]["prompt_tokens"] == len(ids) and "chat template zephyr, as " in srv.log()
               and re.search(r"listening on .*chat template zephyr", srv.log()), (st, body, ref, srv.log()[-400:]))
     with open(os.path.join(model, "tokenizer_config.json"), "w") as f:
         json.dump({"chat_template": "{% for m in messages %}<|im_start|>{{ m['role'] }}{% endfor %}"}, f)
     with Burstd(model) as srv:
         check("... a chat_template burstd does not have (ChatML): llama-2, and a warning",
-              "its chat_template is none that burstd has (llama-2, vicuna, zephyr): chats use llama-2 (the default)"
+              "its chat_template is none that burst has (llama-2, vicuna, zephyr): chats use llama-2 (the default)"
               in srv.log(), srv.log()[-400:])
 
 # generation_config.json's sampling is what a request leaves out (--generation-config off: OpenAI's).
