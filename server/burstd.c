@@ -213,7 +213,7 @@ static sampler_params sampling_defaults(const char *dir, int read) {
         const double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
         if (!(x >= fields[i].lo && x <= fields[i].hi) || (fields[i].real == &p.top_p && x == 0) ||
             (fields[i].count && x != floor(x))) {
-            LOG_W("%s: %s is not %s in [%g, %g]: left out", path, fields[i].key, fields[i].count ? "an integer" : "a number",
+            LOG_W("%s: %s is not %s in [%.10g, %.10g]: left out", path, fields[i].key, fields[i].count ? "an integer" : "a number",
                   fields[i].lo, fields[i].hi);
             continue;
         }

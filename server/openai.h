@@ -64,7 +64,8 @@ typedef struct {
     char *tool;          // chats: the function each choice calls (tool_choice): its text is the call's
                          // arguments, sent as the message's "tool_calls" (malloc'd; NULL: text)
     int tool_calls;      // chats, tool_choice "required": each choice's text is {"tool_calls": [{"name",
-                         // "arguments"}, ...]}, sent as the message's "tool_calls" (those whole)
+                         // "arguments"}, ...]}, sent as the message's "tool_calls" (each once its
+                         // arguments begin)
 } openai_call;
 
 void openai_call_free(openai_call *call);
