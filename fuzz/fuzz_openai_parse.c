@@ -51,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     // A small context and few slots, so that the limits are reached too.
     openai_limits lim = {.model = "m", .tok = tok, .vocab = tokenizer_vocab_size(tok), .ctx = 256, .max_choices = 3,
                          .max_prompts = 4, .chat = (chat_template)((data[0] >> 1 & 3) % 3), .json = json,
-                         .sampling = {.temperature = 1, .top_p = 1}};
+                         .sampling = {.temperature = 1, .top_p = 1, .repetition_penalty = 1}};
     openai_call call = {.kind = kind, .model = "m", .tok = tok};
     burst_request *r = request_new();
     api_error e;

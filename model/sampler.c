@@ -12,17 +12,23 @@ void sampler_init(sampler *s, const sampler_params *p, int vocab) {
     s->vocab = vocab;
     s->cand = burst_malloc(sizeof *s->cand * (size_t)vocab);
     int penalties = p->presence_penalty != 0 || p->frequency_penalty != 0;
+    int repetition = p->repetition_penalty > 0 && p->repetition_penalty != 1;
     s->counts = penalties ? burst_calloc((size_t)vocab, sizeof *s->counts) : NULL;
-    s->adjusted = penalties || p->n_bias || p->json ? burst_malloc(sizeof *s->adjusted * (size_t)vocab) : NULL;
+    s->seen = repetition ? burst_calloc((size_t)vocab, 1) : NULL;
+    for (int i = 0; s->seen && i < p->n_context; i++) s->seen[p->context[i]] = 1;
+    s->adjusted = penalties || repetition || p->n_bias || p->json ? burst_malloc(sizeof *s->adjusted * (size_t)vocab)
+                                                                  : NULL;
     json_start(&s->json, p->json_schema);
 }
 
 void sampler_free(sampler *s) {
     free(s->cand);
     free(s->counts);
+    free(s->seen);
     free(s->adjusted);
     s->cand = NULL;
     s->counts = NULL;
+    s->seen = NULL;
     s->adjusted = NULL;
 }
 
@@ -63,13 +69,12 @@ static int front_sorted(struct sampler_cand *c, int n, float floor) {
 // The logits with the penalties, the bias and JSON mode's mask applied, in s->adjusted.
 static const float *adjust(sampler *s, const float *logits) {
     float *x = s->adjusted;
-    if (s->counts) {
-        for (int i = 0; i < s->vocab; i++)
-            x[i] = logits[i] - (float)s->counts[i] * s->p.frequency_penalty -
-                   (s->counts[i] > 0 ? s->p.presence_penalty : 0.0f);
-    } else {
-        memcpy(x, logits, sizeof *x * (size_t)s->vocab);
-    }
+    memcpy(x, logits, sizeof *x * (size_t)s->vocab);
+    const float r = s->p.repetition_penalty;
+    for (int i = 0; s->seen && i < s->vocab; i++)
+        if (s->seen[i]) x[i] = x[i] > 0 ? x[i] / r : x[i] * r;
+    for (int i = 0; s->counts && i < s->vocab; i++)
+        x[i] = x[i] - (float)s->counts[i] * s->p.frequency_penalty - (s->counts[i] > 0 ? s->p.presence_penalty : 0.0f);
     for (int i = 0; i < s->p.n_bias; i++) x[s->p.bias[i].id] += s->p.bias[i].bias;
     if (s->p.json) json_mask(s->p.json, &s->json, x);
     return x;
@@ -148,6 +153,7 @@ int sampler_sample(sampler *s, const float *logits) {
     int id = pick(s, x);
     if (s->p.json && isinf(x[id])) id = argmax(x, s->vocab); // a draw rounded past the last token allowed
     if (s->counts) s->counts[id]++;
+    if (s->seen) s->seen[id] = 1;
     if (s->p.json) json_advance(s->p.json, &s->json, id);
     return id;
 }

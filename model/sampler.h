@@ -1,11 +1,13 @@
 // Picks the next token from logits: greedy (temperature 0), or temperature with optional top-k,
 // top-p (nucleus) and min-p filtering, from a seeded generator so that a seed reproduces a completion.
-// Before either, OpenAI's logit_bias and presence/frequency penalties adjust the logits, and JSON
-// mode masks the tokens that would not continue a JSON object (of a schema, where one is given).
+// Before either, a repetition penalty, OpenAI's logit_bias and presence/frequency penalties adjust
+// the logits, and JSON mode masks the tokens that would not continue a JSON object (of a schema,
+// where one is given).
 // sampler_logprobs gives the log-probabilities of a logits row (the API's logprobs).
 //
-// A sampler belongs to one request; it owns a scratch buffer of vocab entries, and two more (the
-// adjusted logits, the counts of sampled tokens) only when its request adjusts the logits.
+// A sampler belongs to one request; it owns a scratch buffer of vocab entries, and more (the
+// adjusted logits, the counts of sampled tokens, the tokens seen) only when its request adjusts
+// the logits.
 #pragma once
 #include <stdint.h>
 
@@ -25,6 +27,11 @@ typedef struct {
     // OpenAI's penalties: logit[j] -= count[j] * frequency_penalty + (count[j] > 0) * presence_penalty,
     // count[j] the times token j was sampled so far (the prompt does not count). 0: off.
     float presence_penalty, frequency_penalty;
+    // Hugging Face's repetition penalty (vLLM's): the logit of a token in the context or sampled so
+    // far divided by it where positive, times it where not, before OpenAI's penalties. 1 or 0: off.
+    float repetition_penalty;
+    const int *context; // (n_context) the prompt's ids, for the repetition penalty (read at sampler_init)
+    int n_context;
     sampler_bias *bias; // (n_bias) added to the logits; borrowed (it outlives the sampler)
     int n_bias;
     const json_vocab *json; // JSON mode: the tokens drawn make one JSON object (json_grammar.h); NULL: off
@@ -38,6 +45,7 @@ typedef struct {
     struct sampler_cand { float prob; int id; } *cand; // (vocab)
     float *adjusted;   // (vocab) the logits after bias, penalties and JSON mode; NULL when there are none
     int *counts;       // (vocab) times each token was sampled; NULL without penalties
+    uint8_t *seen;     // (vocab) the tokens in the context or sampled; NULL without a repetition penalty
     json_state json;   // JSON mode: the text of the tokens drawn so far
 } sampler;
 

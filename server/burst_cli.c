@@ -33,6 +33,8 @@ static const char usage[] =
     "  --temperature T     0 is greedy (default 0)\n"
     "  --top-p P           nucleus sampling mass (default 1: off)\n"
     "  --top-k K           keep the K most likely tokens (default 0: off)\n"
+    "  --repetition-penalty R  Hugging Face's: the logits of the prompt's and the generated tokens\n"
+    "                      divided by R where positive, times R where not (default 1: off)\n"
     "  --seed S            sampling seed (default: from the clock; printed on stderr)\n"
     "  --json-schema FILE  the completion is an instance of the JSON Schema in FILE, as with the\n"
     "                      API's response_format json_schema (README; {\"type\": \"object\"}: any\n"
@@ -74,7 +76,7 @@ typedef struct {
     int chat_template_given;
     char *prompt_text; // --prompt-file's text (malloc'd); prompt points to it
     int max_tokens, top_k, ctx, batch, threads, ranks, nodes, quant;
-    float temperature, top_p, join_timeout, node_timeout;
+    float temperature, top_p, repetition_penalty, join_timeout, node_timeout;
     uint64_t seed;
     const char *kv; // --kv-dtype as given (NULL: the backend's default)
     const char *json_schema; // --json-schema's file (NULL: none)
@@ -114,7 +116,7 @@ static burst_status chat_prompt(const generate_args *a, const tokenizer *tok, in
 }
 
 static int parse_generate(int argc, char **argv, generate_args *a) {
-    *a = (generate_args){.max_tokens = 256, .top_p = 1.0f, .ranks = 1,
+    *a = (generate_args){.max_tokens = 256, .top_p = 1.0f, .repetition_penalty = 1.0f, .ranks = 1,
                          .seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32)};
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i], *v = cli_value("burst", usage, argc, argv, &i);
@@ -146,6 +148,8 @@ static int parse_generate(int argc, char **argv, generate_args *a) {
         else if (!strcmp(f, "--seed")) ok = cli_parse_long("burst", f, v, 0, 0x7fffffffffffffffL, &n), a->seed = (uint64_t)n;
         else if (!strcmp(f, "--temperature")) ok = cli_parse_float("burst", f, v, 0, 100, &a->temperature);
         else if (!strcmp(f, "--top-p")) ok = cli_parse_float("burst", f, v, 0, 1, &a->top_p);
+        else if (!strcmp(f, "--repetition-penalty"))
+            ok = cli_parse_float("burst", f, v, 0.001f, 10, &a->repetition_penalty);
         else {
             fprintf(stderr, "burst: %s: unknown option\n%s", f, usage);
             return 0;
@@ -235,7 +239,10 @@ static int generate(const generate_args *a) {
 
     sampler smp;
     sampler_init(&smp, &(sampler_params){.temperature = a->temperature, .top_p = a->top_p, .top_k = a->top_k,
-                                         .seed = a->seed, .json = json, .json_schema = schema}, c->vocab_size);
+                                         .repetition_penalty = a->repetition_penalty, .context = ids,
+                                         .n_context = n_prompt, .seed = a->seed, .json = json,
+                                         .json_schema = schema},
+                 c->vocab_size);
     detok_stream ds;
     detok_init(&ds, ids, n_prompt);
     logits = burst_malloc(sizeof(float) * (size_t)c->vocab_size);

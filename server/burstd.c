@@ -26,8 +26,9 @@ static const char usage[] =
     "                    ASSISTANT:) or zephyr (TinyLlama-Chat: <|user|> ... <|assistant|>)\n"
     "                    (default: the one tokenizer_config.json's chat_template looks like, else llama-2)\n"
     "  --generation-config on|off  take the sampling a request leaves out (temperature, top_p, top_k,\n"
-    "                    min_p) from the checkpoint's generation_config.json, as vLLM does (default\n"
-    "                    on; off, or no such file: OpenAI's, temperature 1 and no cut)\n"
+    "                    min_p, repetition_penalty) from the checkpoint's generation_config.json, as\n"
+    "                    vLLM does (default on; off, or no such file: OpenAI's, temperature 1 and no\n"
+    "                    cut or penalty)\n"
     "  --host ADDR       address to listen on (default 127.0.0.1)\n"
     "  --port N          port (default 8080; 0: any free port, printed at start)\n"
     "  --api-key KEY     require \"Authorization: Bearer KEY\" (all routes but /health); default:\n"
@@ -189,11 +190,12 @@ static const char *model_name(const char *dir) {
     return slash && slash[1] ? slash + 1 : name;
 }
 
-// The sampling a request leaves out: OpenAI's (temperature 1, no top_p, top_k or min_p), and, where
-// read, the checkpoint's generation_config.json's temperature, top_p, top_k and min_p (as vLLM
-// takes them); a value out of range is left out, with a warning.
+// The sampling a request leaves out: OpenAI's (temperature 1, no top_p, top_k, min_p or repetition
+// penalty), and, where read, the checkpoint's generation_config.json's temperature, top_p, top_k,
+// min_p and repetition_penalty (as vLLM takes them); a value out of range is left out, with a
+// warning.
 static sampler_params sampling_defaults(const char *dir, int read) {
-    sampler_params p = {.temperature = 1, .top_p = 1};
+    sampler_params p = {.temperature = 1, .top_p = 1, .repetition_penalty = 1};
     char path[4096], *text = NULL, said[256] = "";
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     burst_error err;
@@ -202,16 +204,18 @@ static sampler_params sampling_defaults(const char *dir, int read) {
     if (!cJSON_IsObject(root)) LOG_W("%s: not a JSON object: left out", path);
     const struct {
         const char *key;
-        double lo, hi; // (top_p above lo)
+        double lo, hi;
+        int above; // above lo (not at it)
         float *real;
         int *count;
-    } fields[] = {{"temperature", 0, 2, &p.temperature, NULL}, {"top_p", 0, 1, &p.top_p, NULL},
-                  {"top_k", 0, 1 << 30, NULL, &p.top_k}, {"min_p", 0, 1, &p.min_p, NULL}};
+    } fields[] = {{"temperature", 0, 2, 0, &p.temperature, NULL},     {"top_p", 0, 1, 1, &p.top_p, NULL},
+                  {"top_k", 0, 1 << 30, 0, NULL, &p.top_k},           {"min_p", 0, 1, 0, &p.min_p, NULL},
+                  {"repetition_penalty", 0, 10, 1, &p.repetition_penalty, NULL}};
     for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, fields[i].key);
         if (!v || cJSON_IsNull(v)) continue;
         const double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
-        if (!(x >= fields[i].lo && x <= fields[i].hi) || (fields[i].real == &p.top_p && x == 0) ||
+        if (!(x >= fields[i].lo && x <= fields[i].hi) || (fields[i].above && x == fields[i].lo) ||
             (fields[i].count && x != floor(x))) {
             LOG_W("%s: %s is not %s in [%.10g, %.10g]: left out", path, fields[i].key, fields[i].count ? "an integer" : "a number",
                   fields[i].lo, fields[i].hi);
@@ -221,10 +225,6 @@ static sampler_params sampling_defaults(const char *dir, int read) {
         else *fields[i].count = (int)x;
         snprintf(said + strlen(said), sizeof said - strlen(said), " %s %g", fields[i].key, x);
     }
-    const cJSON *repetition = cJSON_GetObjectItemCaseSensitive(root, "repetition_penalty");
-    if (cJSON_IsNumber(repetition) && repetition->valuedouble != 1)
-        LOG_W("%s: repetition_penalty %g is not applied (burstd has OpenAI's presence and frequency penalties)", path,
-              repetition->valuedouble);
     if (said[0]) LOG_I("sampling a request leaves out, from %s:%s", path, said);
     cJSON_Delete(root);
     free(text);

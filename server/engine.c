@@ -310,6 +310,7 @@ static void seq_admit(engine *e, int s, burst_request *r, int reuse, int choice,
     e->held[s].used = q->admitted + 1; // 0: never used, the first to go
     sampler_params sp = r->sampling;
     sp.seed += (uint64_t)choice; // each choice its own draws (with a seed, reproducibly)
+    sp.context = r->prompt, sp.n_context = r->n_prompt;
     sampler_init(&q->smp, &sp, e->vocab);
     detok_init(&q->detok, r->prompt, r->n_prompt);
     stop_init(&q->stop, r->stop, r->n_stop);

@@ -28,7 +28,7 @@ typedef struct {
                           // comment, so that proxies' read timeouts keep it; 0: never
     const char *tls_cert, *tls_key; // PEM text of both: HTTPS; NULL: plain HTTP
     chat_template chat;             // chats' messages into a prompt
-    sampler_params sampling;        // temperature, top_p, top_k and min_p where a request leaves them out
+    sampler_params sampling;        // the sampling where a request leaves it out (temperature, top_p, ...)
 } http_options;
 
 typedef struct http_server http_server;

@@ -78,7 +78,7 @@ typedef struct {
     int max_prompts;     // prompts in a batch at most (the engine's queue: each waits there)
     chat_template chat;  // how chats' messages become the prompt
     const json_vocab *json; // JSON mode's vocabulary (NULL: response_format json_object is refused)
-    sampler_params sampling; // temperature, top_p, top_k and min_p where a request leaves them out
+    sampler_params sampling; // temperature, top_p, top_k, min_p, repetition_penalty where a request leaves them out
 } openai_limits;
 
 // Parses a request body (valid UTF-8, NUL-terminated) into req's prompt (the first of a batch),

@@ -234,20 +234,24 @@ static int get_max_tokens(const cJSON *o, openai_kind kind, const openai_limits 
 }
 
 // The sampling fields, those left out lim's defaults (OpenAI's, or the checkpoint's).
+// repetition_penalty is vLLM's extension (Hugging Face's penalty: sampler.h).
 static int get_sampling(const cJSON *o, const openai_limits *lim, burst_request *req, api_error *e) {
     const sampler_params *d = &lim->sampling;
     double temperature = d->temperature, top_p = d->top_p, top_k = d->top_k, min_p = d->min_p, seed = 0, presence = 0,
-           frequency = 0;
+           frequency = 0, repetition = d->repetition_penalty;
     int ok = get_number(o, "temperature", 0, 2, &temperature, e) && get_number(o, "top_p", 0, 1, &top_p, e) &&
+             get_number(o, "repetition_penalty", 0, 10, &repetition, e) &&
              get_int(o, "top_k", -1, 1 << 30, &top_k, e) && get_number(o, "min_p", 0, 1, &min_p, e) &&
              get_int(o, "seed", -9007199254740991.0, 9007199254740991.0, &seed, e) &&
              get_number(o, "presence_penalty", -2, 2, &presence, e) &&
              get_number(o, "frequency_penalty", -2, 2, &frequency, e) && get_bool(o, "ignore_eos", &req->ignore_eos, e);
     if (ok && top_p <= 0) ok = BAD(e, "'top_p' must be in (0, 1]");
+    if (ok && repetition <= 0) ok = BAD(e, "'repetition_penalty' must be in (0, 10]");
     req->sampling = (sampler_params){.temperature = (float)temperature, .top_p = (float)top_p,
                                      .top_k = top_k > 0 ? (int)top_k : 0, .min_p = (float)min_p,
                                      .seed = seed ? (uint64_t)(int64_t)seed : (uint64_t)(burst_now() * 1e9),
-                                     .presence_penalty = (float)presence, .frequency_penalty = (float)frequency};
+                                     .presence_penalty = (float)presence, .frequency_penalty = (float)frequency,
+                                     .repetition_penalty = (float)repetition};
     return ok;
 }
 

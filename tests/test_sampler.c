@@ -4,7 +4,8 @@
 // whose mass reaches top_p; draw r in [0, sum of the kept) and walk them; without a filter, walk
 // them in id order), with the same seeded generator: the same
 // ids, draw after draw. Vocabularies of 1 to 32000, flat and peaked logits, logits with many ties,
-// -inf logits; and NaN logits still give an id in range (no hang).
+// -inf logits; and NaN logits still give an id in range (no hang). The repetition penalty against
+// its formula, greedy.
 #include <math.h>
 
 #include "model/sampler.h"
@@ -117,6 +118,37 @@ int main(void) {
         failures++, printf("FAIL greedy: unfiltered %d, peeked %g %g %g, generator %s\n", sampler_unfiltered(&g), zeros[0],
                            zeros[1], zeros[2], g.rng == rng ? "kept" : "moved");
     sampler_free(&g);
+    // A repetition penalty (greedy, logits of both signs): each id the argmax after the logits of
+    // the context's and the drawn tokens are divided by it where positive, multiplied where not.
+    for (int round = 0; round < 60; round++) {
+        const int n = 1 + (int)(test_rand_u64() % 300);
+        const float penalties[] = {0.5f, 1.3f, 2.0f};
+        int context[8];
+        for (int i = 0; i < 8; i++) context[i] = (int)(test_rand_u64() % (uint64_t)n);
+        for (int i = 0; i < n; i++) logits[i] = test_uniform(-2, 2);
+        sampler_params p = {.temperature = 0, .top_p = 1, .repetition_penalty = penalties[round % 3],
+                            .context = context, .n_context = 1 + round % 8};
+        unsigned char seen[300] = {0};
+        for (int i = 0; i < p.n_context; i++) seen[context[i]] = 1;
+        sampler s;
+        sampler_init(&s, &p, n);
+        for (int draw = 0; draw < 10; draw++) {
+            int want = 0;
+            float best = -INFINITY;
+            for (int i = 0; i < n; i++) {
+                const float r = p.repetition_penalty, x = seen[i] ? (logits[i] > 0 ? logits[i] / r : logits[i] * r) : logits[i];
+                if (x > best) best = x, want = i;
+            }
+            const int got = sampler_sample(&s, logits);
+            seen[want] = 1;
+            if (got != want) {
+                failures++, printf("FAIL repetition penalty %g, vocab %d, draw %d: id %d, want %d\n", p.repetition_penalty,
+                                   n, draw, got, want);
+                break;
+            }
+        }
+        sampler_free(&s);
+    }
     // NaN logits (a broken model): an id in range, whatever the filters.
     for (int i = 0; i < 300; i++) logits[i] = i % 2 ? NAN : test_uniform(-1, 1);
     for (int all = 0; all < 2; all++) {

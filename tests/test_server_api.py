@@ -458,22 +458,25 @@ with tempfile.TemporaryDirectory() as tmp:
 with tempfile.TemporaryDirectory() as tmp:
     model = shutil.copytree(STORIES, os.path.join(tmp, "stories260K"))
     with open(os.path.join(model, "generation_config.json"), "w") as f:
-        json.dump({"do_sample": True, "temperature": 0, "top_k": 2.5, "min_p": 0.2, "repetition_penalty": 1.1}, f)
+        json.dump({"do_sample": True, "temperature": 0, "top_k": 2.5, "min_p": 0.2, "repetition_penalty": 3}, f)
     body = {"prompt": "Once upon a time", "max_tokens": 20, "seed": 3}
     text = lambda server, extra: server.request("POST", C, {**body, **extra})[2]["choices"][0]["text"]
     with Burstd(model) as srv, Burstd(model, "--generation-config", "off") as off:
-        check("generation_config.json's temperature 0: greedy where a request leaves temperature out",
-              text(srv, {}) == generate(STORIES, body["prompt"], 20), text(srv, {}))
-        check("... and its min_p under the request's own temperature",
-              text(srv, {"temperature": 1}) == text(off, {"temperature": 1, "min_p": 0.2}), text(srv, {"temperature": 1}))
+        taken = {"temperature": 0, "min_p": 0.2, "repetition_penalty": 3}
+        check("generation_config.json's temperature 0 and repetition_penalty: where a request leaves them out "
+              "(= burst generate --repetition-penalty)",
+              text(srv, {}) == text(off, taken) == generate(STORIES, body["prompt"], 20, "--repetition-penalty", "3")
+              != generate(STORIES, body["prompt"], 20), text(srv, {}))
+        check("... and its min_p and repetition_penalty under the request's own temperature",
+              text(srv, {"temperature": 1}) == text(off, {**taken, "temperature": 1}), text(srv, {"temperature": 1}))
         openai_text = text(off, {})
-        check("--generation-config off: OpenAI's temperature 1, no min_p",
-              openai_text == text(srv, {"temperature": 1, "min_p": 0}) != text(srv, {}), openai_text)
+        check("--generation-config off: OpenAI's temperature 1, no min_p or repetition penalty",
+              openai_text == text(srv, {"temperature": 1, "min_p": 0, "repetition_penalty": 1}) != text(srv, {}),
+              openai_text)
         check("the start log names the values taken, and those it leaves out",
-              "generation_config.json: temperature 0 min_p 0.2" in srv.log()
+              "generation_config.json: temperature 0 min_p 0.2 repetition_penalty 3" in srv.log()
               and "generation_config.json: top_k is not an integer in [0, 1073741824]: left out" in srv.log()
-              and "repetition_penalty 1.1 is not applied" in srv.log() and "generation_config" not in off.log(),
-              srv.log()[-800:])
+              and "generation_config" not in off.log(), srv.log()[-800:])
     with open(os.path.join(model, "generation_config.json"), "w") as f:
         f.write("{temperature: 0}")
     with Burstd(model) as srv:

@@ -59,8 +59,8 @@ def token_bytes(i):
     return [int(sp.id_to_piece(i)[3:5], 16)] if sp.is_byte(i) else list(token_str(i).encode())
 
 
-def ref_logprobs(prompt, fed):
-    """float64 log-softmax of the logits after prompt, then after each id of fed: len(fed)+1 rows."""
+def ref_logits(prompt, fed):
+    """float64 logits after prompt, then after each id of fed: len(fed)+1 rows."""
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "logits.bin")
         r = subprocess.run([os.path.join(BIN, "tests", "forward_dump"), STORIES, out, "512", "1",
@@ -68,9 +68,17 @@ def ref_logprobs(prompt, fed):
                            timeout=60)
         if r.returncode:
             raise RuntimeError("forward_dump failed: " + r.stderr)
-        x = np.fromfile(out, dtype=np.float32).astype(np.float64).reshape(len(fed) + 1, -1)
+        return np.fromfile(out, dtype=np.float32).astype(np.float64).reshape(len(fed) + 1, -1)
+
+
+def log_softmax(x):
     m = x.max(-1, keepdims=True)
     return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
+
+
+def ref_logprobs(prompt, fed):
+    """float64 log-softmax of the logits after prompt, then after each id of fed: len(fed)+1 rows."""
+    return log_softmax(ref_logits(prompt, fed))
 
 
 # Token strings back to ids, to feed the daemon's tokens to forward_dump (ordinary pieces win over
@@ -81,20 +89,25 @@ for i in range(sp.get_piece_size()):
         ID_OF[token_str(i)] = i
 
 
-def greedy_ok(prompt, tokens, presence=0.0, frequency=0.0, bias=None):
+def greedy_ok(prompt, tokens, presence=0.0, frequency=0.0, bias=None, repetition=1.0):
     """Whether each token is the argmax of the reference logits after the prompt and the tokens
-    before it, with OpenAI's penalties and logit bias applied: then the whole sequence is the
-    reference's greedy one. Also returns the reference logprobs rows and the ids."""
+    before it, with the repetition penalty (Hugging Face's: the logits of the prompt's and the drawn
+    tokens divided by it where positive, times it where not), OpenAI's penalties and logit bias
+    applied: then the whole sequence is the reference's greedy one. Also returns the reference
+    logprobs rows and the ids."""
     ids = [ID_OF[t] for t in tokens]
-    rows = ref_logprobs(prompt, ids[:-1])
-    for k, row in enumerate(rows):  # logprobs differ from the logits by a constant: same argmax
+    logits = ref_logits(prompt, ids[:-1])
+    for k, row in enumerate(logits):
+        seen = np.zeros(len(row), bool)
+        seen[list(prompt) + ids[:k]] = True
+        x = np.where(seen, np.where(row > 0, row / repetition, row * repetition), row)
         counts = np.bincount(ids[:k], minlength=len(row))
-        x = row - counts * frequency - (counts > 0) * presence
+        x = x - counts * frequency - (counts > 0) * presence
         for i, b in (bias or {}).items():
             x[int(i)] += b
         if int(np.argmax(x)) != ids[k]:
-            return False, rows, ids
-    return True, rows, ids
+            return False, log_softmax(logits), ids
+    return True, log_softmax(logits), ids
 
 
 def ranking_ok(got, row):
@@ -300,10 +313,10 @@ with Burstd(STORIES, "--prefill-chunk", str(CHUNK), "--batch", str(CHUNK), "--th
     plain = greedy_tokens({"max_tokens": 40})
     check("plain greedy = the reference's", greedy_ok(prompt_ids, plain["logprobs"]["tokens"])[0], plain)
     for pen in ({"frequency_penalty": 2}, {"presence_penalty": 1.5, "frequency_penalty": -0.5},
-                {"presence_penalty": -2}):
+                {"presence_penalty": -2}, {"repetition_penalty": 1.3}, {"repetition_penalty": 2, "frequency_penalty": 0.5}):
         got = greedy_tokens({"max_tokens": 40, **pen})
         ok, rows, ids = greedy_ok(prompt_ids, got["logprobs"]["tokens"], pen.get("presence_penalty", 0),
-                                  pen.get("frequency_penalty", 0))
+                                  pen.get("frequency_penalty", 0), repetition=pen.get("repetition_penalty", 1))
         check(f"{pen}: greedy = the reference's penalized greedy, logprobs of the raw logits",
               ok and len(ids) == 40 and np.allclose(got["logprobs"]["token_logprobs"], rows[np.arange(40), ids],
                                                     atol=TOL, rtol=0), got)
@@ -418,6 +431,8 @@ with Burstd(STORIES, "--prefill-chunk", str(CHUNK), "--batch", str(CHUNK), "--th
         (H, {**M, "logprobs": True, "top_logprobs": 21}, "'top_logprobs' must be an integer in [0, 20]"),
         (H, {**M, "top_logprobs": 2}, "'top_logprobs' needs 'logprobs': true"),
         (C, {**P, "presence_penalty": 3}, "'presence_penalty' must be a number in [-2, 2]"),
+        (C, {**P, "repetition_penalty": 0}, "'repetition_penalty' must be in (0, 10]"),
+        (H, {**M, "repetition_penalty": 11}, "'repetition_penalty' must be a number in [0, 10]"),
         (C, {**P, "top_k": -2}, "'top_k' must be an integer in [-1,"),
         (H, {**M, "min_p": 1.5}, "'min_p' must be a number in [0, 1]"),
         (H, {**M, "frequency_penalty": -2.5}, "'frequency_penalty' must be a number in [-2, 2]"),
