@@ -397,7 +397,8 @@ static int seq_take(engine *e, int s, const presampled *p) {
     q->n_gen++;
     q->t_last = now;
     q->last = id;
-    if (id == tokenizer_eos(e->tok) && !r->ignore_eos) { // EOS has no text: it only ends the stream
+    // EOS, or a stop_token_ids id, has no text: it only ends the stream
+    if ((id == tokenizer_eos(e->tok) && !r->ignore_eos) || request_stops_at(r, id)) {
         seq_finish(e, s, FINISH_STOP, NULL);
         return id;
     }

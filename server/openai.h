@@ -83,9 +83,9 @@ typedef struct {
 
 // Parses a request body (valid UTF-8, NUL-terminated) into req's prompt (the first of a batch),
 // max_tokens, n_choices, sampling (penalties, logit bias, JSON mode or a schema: response_format's
-// or a named function call's parameters), stop strings, ignore_eos and logprobs, and call's tool,
-// stream, include_usage, logprobs, the batch's other prompts, n_choices (OpenAI's n up to
-// lim's max_choices, 1 with echo) and each choice's echo. Every prompt must fit the context with
+// or a function call's), stop strings and token ids, ignore_eos and logprobs, and call's tool (or
+// tool_calls), stream, include_usage, logprobs, the batch's other prompts, n_choices (OpenAI's n
+// up to lim's max_choices, 1 with echo) and each choice's echo. Every prompt must fit the context with
 // max_tokens. Returns 1, or 0 with a 400 in e, a 404 when it names another model (call may hold
 // prompts and state either way).
 int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, burst_request *req,

@@ -74,6 +74,21 @@ static int get_stop(const cJSON *o, burst_request *req, api_error *e) {
     return 1;
 }
 
+// "stop_token_ids" (vLLM's): null or up to REQUEST_MAX_STOP_IDS token ids that end the completion.
+static int get_stop_ids(const cJSON *o, const openai_limits *lim, burst_request *req, api_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "stop_token_ids"), *id;
+    if (!v || cJSON_IsNull(v)) return 1;
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) > REQUEST_MAX_STOP_IDS)
+        return BAD(e, "'stop_token_ids' must be an array of at most %d token ids", REQUEST_MAX_STOP_IDS);
+    cJSON_ArrayForEach(id, v) {
+        const double x = cJSON_IsNumber(id) ? id->valuedouble : -1;
+        if (!(x >= 0 && x < lim->vocab) || x != (int)x)
+            return BAD(e, "'stop_token_ids' entries must be token ids in [0, %d)", lim->vocab);
+        req->stop_ids[req->n_stop_ids++] = (int)x;
+    }
+    return 1;
+}
+
 // One prompt of a completion, `name` in errors: a string (*text, borrowed from p) or token ids
 // (*text NULL), into *ids (malloc'd) and *n.
 static int parse_prompt(const cJSON *p, const openai_limits *lim, const char *name, int **ids, int *n,
@@ -528,7 +543,8 @@ int openai_parse(openai_kind kind, const char *body, const openai_limits *lim, b
     } else {
         ok = ok && get_prompts(o, lim, req, call, &texts, e);
     }
-    ok = ok && get_bool(o, "stream", &call->stream, e) && get_stream_options(o, call, e) && get_stop(o, req, e);
+    ok = ok && get_bool(o, "stream", &call->stream, e) && get_stream_options(o, call, e) && get_stop(o, req, e) &&
+         get_stop_ids(o, lim, req, e);
     ok = ok && get_sampling(o, lim, req, e) && get_logit_bias(o, lim, req, e) && get_response_format(o, lim, req, e) &&
          get_tools(o, kind, req, call, lim, e) && get_logprobs(o, kind, req, call, e);
     ok = ok && (kind == OPENAI_CHAT || get_echo(o, req, &echo, e)) && get_choices(o, lim, req, call, echo, texts, e);

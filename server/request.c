@@ -43,6 +43,8 @@ burst_request *request_batch_member(burst_request *first, int index, int *prompt
         memcpy(r->sampling.bias, first->sampling.bias, sizeof *r->sampling.bias * (size_t)first->sampling.n_bias);
     r->stop = burst_calloc((size_t)(first->n_stop ? first->n_stop : 1), sizeof *r->stop);
     for (r->n_stop = 0; r->n_stop < first->n_stop; r->n_stop++) r->stop[r->n_stop] = strdup(first->stop[r->n_stop]);
+    memcpy(r->stop_ids, first->stop_ids, sizeof r->stop_ids);
+    r->n_stop_ids = first->n_stop_ids;
     r->t_accept = first->t_accept;
     r->sink = first, r->choice0 = choice0;
     request_retain(first);
@@ -50,6 +52,12 @@ burst_request *request_batch_member(burst_request *first, int index, int *prompt
 }
 
 void request_retain(burst_request *r) { atomic_fetch_add(&r->refs, 1); }
+
+int request_stops_at(const burst_request *r, int id) {
+    for (int i = 0; i < r->n_stop_ids; i++)
+        if (r->stop_ids[i] == id) return 1;
+    return 0;
+}
 
 void request_event_free(request_event *e) {
     if (!e) return;

@@ -59,6 +59,8 @@ typedef struct request_event {
     struct request_event *next;
 } request_event;
 
+enum { REQUEST_MAX_STOP_IDS = 16 };
+
 typedef struct burst_request {
     char id[48];          // "cmpl-7", "chatcmpl-8": the prefix of every log line about it
     int *prompt;          // (n_prompt) token ids, malloc'd
@@ -73,6 +75,8 @@ typedef struct burst_request {
     json_schema *json_schema; // response_format's schema (sampling's; a batch's first request owns it)
     char **stop;          // (n_stop) malloc'd strings that end the completion (not included)
     int n_stop;
+    int stop_ids[REQUEST_MAX_STOP_IDS]; // (n_stop_ids) token ids that end it as EOS does (vLLM's
+    int n_stop_ids;                     // stop_token_ids; not included, even with ignore_eos)
     double t_accept;      // burst_now() when the HTTP thread accepted it
     // A request of a batch (several prompts in one call) hands its events to the batch's first
     // request, its choices numbered from choice0; it holds a reference on that one, and is
@@ -92,6 +96,8 @@ burst_request *request_new(void);
 // prompt, choices numbered from choice0, id "<first's id>.<index>", events into first's queue.
 burst_request *request_batch_member(burst_request *first, int index, int *prompt, int n_prompt, int choice0);
 void request_retain(burst_request *r);
+// Whether id is one of r's stop_token_ids.
+int request_stops_at(const burst_request *r, int id);
 void request_release(burst_request *r);
 
 // Engine side: queue an event. They take text (NULL for "") and logprobs (n_logprobs entries; NULL

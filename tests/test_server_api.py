@@ -118,6 +118,20 @@ with Burstd(STORIES) as srv:
           and body["choices"][0]["finish_reason"] == "stop", body)
     st, events = srv.stream("/v1/completions", stop)
     check("stop string streamed", stream_text(events) == ", there was a little girl named ", events[-3:])
+    # stop_token_ids (vLLM's): a token among them ends the completion as EOS does, its text left out,
+    # even with ignore_eos; in each prompt of a batch and in a stream too.
+    forced = {"max_tokens": 10, "temperature": 0, "logit_bias": {"100": 100}, "stop_token_ids": [7, 100]}
+    st, _, body = srv.request("POST", "/v1/completions", {**forced, "prompt": ["Once", "Lily"], "ignore_eos": True})
+    check("stop_token_ids: the forced token ends each completion, no text", st == 200 and [
+        (c["text"], c["finish_reason"]) for c in body["choices"]] == [("", "stop")] * 2
+        and body["usage"]["completion_tokens"] == 2, body)
+    st, events = srv.stream("/v1/completions", {**forced, "prompt": "Once"})
+    check("... streamed", st == 200 and stream_text(events) == ""
+          and [e for e in events if isinstance(e, dict) and e["choices"]][-1]["choices"][0]["finish_reason"] == "stop",
+          events[-3:])
+    unseen = {**NORMAL, "logit_bias": {"100": -100}}
+    texts = [srv.request("POST", "/v1/completions", b)[2]["choices"][0] for b in (unseen, {**unseen, "stop_token_ids": [100]})]
+    check("... a stop id never drawn changes nothing", texts[0] == texts[1], texts)
     seeded = {"prompt": "Once", "max_tokens": 30, "temperature": 1, "seed": 7}
     a, b = (srv.request("POST", "/v1/completions", seeded)[2]["choices"][0]["text"] for _ in range(2))
     check("same seed, same sample", a == b and len(a) > 10, (a, b))
@@ -138,6 +152,11 @@ with Burstd(STORIES) as srv:
         ("POST", C, {}, 400, "'prompt' is required"),
         ("POST", C, {"prompt": 5}, 400, "'prompt' must be"),
         ("POST", C, {"prompt": [3, 100000]}, 400, "'prompt'[1] must be a token id in [0, 512)"),
+        ("POST", C, {"prompt": "x", "stop_token_ids": 5}, 400, "'stop_token_ids' must be an array of at most 16"),
+        ("POST", C, {"prompt": "x", "stop_token_ids": list(range(17))}, 400, "'stop_token_ids' must be an array"),
+        ("POST", H, {"messages": [{"role": "user", "content": "x"}], "stop_token_ids": [512]}, 400,
+         "'stop_token_ids' entries must be token ids in [0, 512)"),
+        ("POST", C, {"prompt": "x", "stop_token_ids": [1.5]}, 400, "'stop_token_ids' entries must be"),
         ("POST", C, {"prompt": ["a", 5]}, 400, "'prompt'[1] must be a string, a non-empty array of token ids"),
         ("POST", C, {"prompt": ["a", []]}, 400, "'prompt'[1] must be a string, a non-empty array of token ids"),
         ("POST", C, {"prompt": ["a", [1, 100000]]}, 400, "'prompt'[1][1] must be a token id in [0, 512)"),
