@@ -1,7 +1,6 @@
 // burstd: the daemon. Loads the model (failing clearly before any port opens), starts the engine
 // thread and the HTTP server, and runs until SIGINT or SIGTERM.
 #define _POSIX_C_SOURCE 200809L
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,6 +10,7 @@
 #include "cli_args.h"
 #include "engine.h"
 #include "http.h"
+#include "weights/json_file.h"
 
 static const char usage[] =
     "usage: burstd --model DIR [options]\n"
@@ -196,11 +196,11 @@ static const char *model_name(const char *dir) {
 // warning.
 static sampler_params sampling_defaults(const char *dir, int read) {
     sampler_params p = {.temperature = 1, .top_p = 1, .repetition_penalty = 1};
-    char path[4096], *text = NULL, said[256] = "";
+    char path[4096], said[256] = "";
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     burst_error err;
-    if (!read || burst_read_file(path, 1 << 20, &text, NULL, &err)) return p; // none: OpenAI's
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root;
+    if (!read || json_file_load(path, &root, &err) == BURST_ERR_IO) return p; // none: OpenAI's
     if (!cJSON_IsObject(root)) LOG_W("%s: not a JSON object: left out", path);
     const struct {
         const char *key;
@@ -227,7 +227,6 @@ static sampler_params sampling_defaults(const char *dir, int read) {
     }
     if (said[0]) LOG_I("sampling a request leaves out, from %s:%s", path, said);
     cJSON_Delete(root);
-    free(text);
     return p;
 }
 

@@ -2,7 +2,6 @@
 
 #include "build_info.h" // generated: cmake/build_info.cmake
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +9,7 @@
 #include <strings.h>
 
 #include "model/backend.h"
+#include "weights/json_file.h"
 
 const char *cli_build_info(void) {
     static char info[256];
@@ -71,12 +71,13 @@ int cli_parse_chat_template(const char *prog, const char *flag, const char *s, c
 }
 
 chat_template cli_chat_template(const char *dir, const chat_template *given) {
-    char path[4096], *text = NULL;
+    char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     burst_error err;
     chat_template tpl = given ? *given : CHAT_LLAMA2, looks;
-    if (burst_read_file(path, 1 << 24, &text, NULL, &err)) return tpl; // none: nothing to go by
-    cJSON *root = cJSON_Parse(text), *jinja = cJSON_GetObjectItemCaseSensitive(root, "chat_template"), *named;
+    cJSON *root;
+    if (json_file_load(path, &root, &err)) return tpl; // none (or not JSON): nothing to go by
+    cJSON *jinja = cJSON_GetObjectItemCaseSensitive(root, "chat_template"), *named;
     cJSON_ArrayForEach(named, (cJSON_IsArray(jinja) ? jinja : NULL)) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(named, "name");
         if (cJSON_IsString(name) && !strcmp(name->valuestring, "default"))
@@ -97,7 +98,6 @@ chat_template cli_chat_template(const char *dir, const chat_template *given) {
         }
     }
     cJSON_Delete(root);
-    free(text);
     return tpl;
 }
 
